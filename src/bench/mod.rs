@@ -1,0 +1,3 @@
+//! Benchmarks users can run on their own hardware (`voxide bench ...`).
+
+pub mod pipeline;

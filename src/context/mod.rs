@@ -1,0 +1,14 @@
+//! The conversation context: typed messages, tools and the shared handle the aggregators and
+//! LLM services work on.
+
+mod llm_context;
+mod message;
+mod tools;
+
+pub use llm_context::{ContextHandle, LlmContext, ToolChoice};
+pub use message::{
+    AssistantMessage, AssistantMeta, Content, ContentBlock, ContentPart, FunctionCall,
+    InstructionMessage, KnownPart, Message, ProviderMessage, StopReason, ToolCall, ToolMessage,
+    UserMessage,
+};
+pub use tools::{AdapterKind, FunctionSchema, ToolsSchema};

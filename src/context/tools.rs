@@ -1,0 +1,88 @@
+//! Tool descriptions, written once and converted per provider by the adapters.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
+
+/// One function the model may call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunctionSchema {
+    /// The name the model calls it by.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// JSON-schema properties of the arguments object.
+    pub properties: Map<String, Value>,
+    /// Names of the required properties.
+    pub required: Vec<String>,
+}
+
+impl FunctionSchema {
+    /// A function with no arguments.
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            properties: Map::new(),
+            required: Vec::new(),
+        }
+    }
+
+    /// Adds a property; `required` marks it required.
+    pub fn property(mut self, name: impl Into<String>, schema: Value, required: bool) -> Self {
+        let name = name.into();
+        if required {
+            self.required.push(name.clone());
+        }
+        self.properties.insert(name, schema);
+        self
+    }
+
+    /// The JSON schema of the arguments object.
+    pub fn parameters(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": self.properties,
+            "required": self.required,
+        })
+    }
+}
+
+/// Which provider adapter a custom tool belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdapterKind {
+    /// OpenAI chat completions.
+    OpenAi,
+    /// Anthropic messages.
+    Anthropic,
+    /// Google Gemini.
+    Gemini,
+    /// OpenAI Realtime.
+    OpenAiRealtime,
+}
+
+/// The tools offered to the model: standard functions plus provider-specific tools.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ToolsSchema {
+    /// Functions every provider gets, converted by its adapter.
+    pub standard_tools: Vec<FunctionSchema>,
+    /// Tools in one provider's own format (e.g. a built-in search tool), passed as they are.
+    pub custom_tools: BTreeMap<AdapterKind, Vec<Value>>,
+}
+
+impl ToolsSchema {
+    /// Standard functions only.
+    pub fn new(standard_tools: Vec<FunctionSchema>) -> Self {
+        Self {
+            standard_tools,
+            custom_tools: BTreeMap::new(),
+        }
+    }
+
+    /// True when no tool at all is offered.
+    pub fn is_empty(&self) -> bool {
+        self.standard_tools.is_empty() && self.custom_tools.values().all(Vec::is_empty)
+    }
+}

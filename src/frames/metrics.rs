@@ -1,0 +1,73 @@
+use serde::{Deserialize, Serialize};
+
+/// One measurement carried by a metrics frame.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum MetricsData {
+    /// Time from a service's request to its first output.
+    Ttfb {
+        /// The processor that measured it.
+        processor: String,
+        /// The model, where the service knows it.
+        model: Option<String>,
+        /// Seconds.
+        seconds: f64,
+    },
+    /// Time a processor spent on one unit of work.
+    ProcessingTime {
+        /// The processor that measured it.
+        processor: String,
+        /// Seconds.
+        seconds: f64,
+    },
+    /// Tokens one LLM call used.
+    LlmUsage {
+        /// The processor that measured it.
+        processor: String,
+        /// The model.
+        model: Option<String>,
+        /// Token counts.
+        usage: TokenUsage,
+    },
+    /// Characters one TTS call spoke.
+    TtsUsage {
+        /// The processor that measured it.
+        processor: String,
+        /// Characters synthesised.
+        characters: u64,
+    },
+    /// End of user speech to first bot audio.
+    VoiceToVoice {
+        /// Seconds.
+        seconds: f64,
+    },
+}
+
+/// Token counts of one LLM call (or a sum of several).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TokenUsage {
+    /// Prompt tokens read fresh.
+    pub input: u64,
+    /// Tokens generated.
+    pub output: u64,
+    /// Prompt tokens served from the provider's cache.
+    pub cache_read: u64,
+    /// Prompt tokens written to the provider's cache.
+    pub cache_write: u64,
+}
+
+impl TokenUsage {
+    /// All tokens counted.
+    pub fn total(&self) -> u64 {
+        self.input + self.output + self.cache_read + self.cache_write
+    }
+}
+
+impl std::ops::AddAssign for TokenUsage {
+    fn add_assign(&mut self, rhs: Self) {
+        self.input += rhs.input;
+        self.output += rhs.output;
+        self.cache_read += rhs.cache_read;
+        self.cache_write += rhs.cache_write;
+    }
+}

@@ -1,0 +1,22 @@
+//! Frames: the typed units that flow through a session.
+//!
+//! Every frame has an id, an optional presentation timestamp and a body. The body is one of three
+//! kinds, which decide how the frame travels (see `ARCHITECTURE.md`):
+//! - [`SystemFrame`]s jump every queue and are never dropped;
+//! - [`ControlFrame`]s keep their order with data;
+//! - [`DataFrame`]s are the payload.
+//!
+//! An interruption discards queued control and data frames except the uninterruptible ones
+//! ([`Frame::is_uninterruptible`]).
+
+mod audio;
+mod frame;
+mod metrics;
+
+pub use audio::AudioFrame;
+pub use frame::{
+    ControlFrame, DataFrame, EndFrame, ErrorFrame, Frame, FrameBody, FrameCategory, FrameId,
+    FunctionCallCancel, FunctionCallInProgress, FunctionCallRequest, FunctionCallResult,
+    FunctionCallResultProperties, StartFrame, StartParams, SystemFrame, Transcription, TtsText,
+};
+pub use metrics::{MetricsData, TokenUsage};

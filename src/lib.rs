@@ -1,0 +1,11 @@
+//! voxide: a realtime voice-agent server.
+//!
+//! Audio comes in through a transport, flows as typed [`frames`] through the processors of a
+//! [`pipeline`] (speech detection, transcription, an LLM with tools, speech synthesis) and goes
+//! back out as speech. `ARCHITECTURE.md` describes the design and its vocabulary.
+
+pub mod bench;
+pub mod context;
+pub mod events;
+pub mod frames;
+pub mod pipeline;

@@ -1,0 +1,71 @@
+//! The `voxide` command.
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+use tracing_subscriber::EnvFilter;
+
+use voxide::bench::pipeline::PipelineBench;
+
+/// A realtime voice-agent server.
+#[derive(Parser)]
+#[command(version, about, long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Benchmarks you can run on your own hardware; each prints one JSON line.
+    Bench {
+        #[command(subcommand)]
+        bench: Bench,
+    },
+}
+
+#[derive(Subcommand)]
+enum Bench {
+    /// Frame throughput and latency through a line of pass-through processors.
+    Pipeline {
+        /// Pass-through processors in the line.
+        #[arg(long, default_value_t = 1)]
+        processors: usize,
+        /// Frames pushed at once in the saturated run.
+        #[arg(long, default_value_t = 20_000)]
+        frames: usize,
+        /// Frames sent one at a time in the closed-loop latency run.
+        #[arg(long, default_value_t = 2_000)]
+        latency_frames: usize,
+    },
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Bench {
+            bench:
+                Bench::Pipeline {
+                    processors,
+                    frames,
+                    latency_frames,
+                },
+        } => {
+            let bench = PipelineBench {
+                processors,
+                frames,
+                latency_frames,
+            };
+            // On a worker, like every stage: block_on's thread would add a cross-thread wake per frame.
+            let report = tokio::spawn(bench.run()).await?;
+            println!("{}", serde_json::to_string(&report)?);
+        }
+    }
+    Ok(())
+}
