@@ -29,10 +29,25 @@ pub(crate) struct Mailbox {
     data: mpsc::Sender<Item>,
 }
 
+impl Mailbox {
+    /// Completes once the stage behind this mailbox has stopped.
+    pub(crate) async fn closed(&self) {
+        self.data.closed().await;
+    }
+}
+
 /// The receiving side of one stage's queues.
 pub(crate) struct Inbox {
     pub(crate) system: mpsc::UnboundedReceiver<Item>,
     pub(crate) data: mpsc::Receiver<Item>,
+}
+
+impl Inbox {
+    /// Stops taking frames; stages pushing here see it as stopped.
+    pub(crate) fn close(&mut self) {
+        self.system.close();
+        self.data.close();
+    }
 }
 
 /// A stage's queues.

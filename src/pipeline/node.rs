@@ -36,6 +36,7 @@ pub(crate) async fn run_processor<P: FrameProcessor>(
         job_interruptible: false,
         held_end: None,
         ending: false,
+        ended: false,
         tasks: JoinSet::new(),
         out: Vec::new(),
         new_tasks: Vec::new(),
@@ -56,8 +57,10 @@ struct Node<P> {
     job_interruptible: bool,
     /// The end frame, held until the job that was running when it came has finished.
     held_end: Option<Item>,
-    /// An end frame was processed: finish the job, flush, then stop.
+    /// An end frame was processed: finish the job, flush, then pass the end on.
     ending: bool,
+    /// The end frame has gone on: stop once the next stage has.
+    ended: bool,
     tasks: JoinSet<Result<(), ProcessorError>>,
     out: Vec<Item>,
     new_tasks: Vec<Job>,
@@ -67,9 +70,12 @@ impl<P: FrameProcessor> Node<P> {
     async fn run(&mut self) {
         loop {
             if self.ending && self.job.is_none() && self.unsent.is_empty() {
-                match self.held_end.take() {
-                    Some(end) => self.send(end),
-                    None => break,
+                if let Some(end) = self.held_end.take() {
+                    self.send(end);
+                }
+                if self.unsent.is_empty() {
+                    self.ending = false;
+                    self.ended = true;
                 }
                 continue;
             }
@@ -97,6 +103,8 @@ impl<P: FrameProcessor> Node<P> {
                     self.report(result);
                 }
                 () = send_unsent(&self.pusher, &mut self.unsent), if has_unsent => {}
+                // After the end has gone on, upstream frames may still come until the next stage stops.
+                () = next_stopped(&self.pusher), if self.ended && !has_unsent => break,
                 item = next_data(&mut self.kept, &mut self.inbox.data), if take_data => {
                     match item {
                         Some(item) => {
@@ -291,6 +299,13 @@ async fn poll_job(job: &mut Option<Job>) -> Result<(), ProcessorError> {
         None => Poll::Pending,
     })
     .await
+}
+
+/// Completes once the next stage has stopped (or there is none).
+async fn next_stopped(pusher: &FramePusher) {
+    if let Some(next) = pusher.target(Direction::Downstream) {
+        next.closed().await;
+    }
 }
 
 /// Sends the oldest unsent frame once its neighbour has room; one that can never be delivered

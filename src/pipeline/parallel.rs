@@ -78,6 +78,19 @@ impl Spawn for ParallelPipeline {
     }
 }
 
+/// A lifecycle frame that left the router.
+enum Left {
+    Nothing,
+    End,
+    Cancel,
+}
+
+async fn next_stopped(pusher: &FramePusher) {
+    if let Some(next) = pusher.target(super::processor::Direction::Downstream) {
+        next.closed().await;
+    }
+}
+
 struct Router {
     outer: FramePusher,
     outer_inbox: Inbox,
@@ -90,23 +103,28 @@ struct Router {
 
 impl Router {
     async fn run(mut self) {
+        let mut ended = false;
         loop {
-            let done = tokio::select! {
+            let left = tokio::select! {
                 biased;
                 Some(item) = self.outer_inbox.system.recv() => self.fan_out(item).await,
                 Some(item) = self.merge_inbox.system.recv() => self.merge(item).await,
                 Some(item) = self.merge_inbox.data.recv() => self.merge(item).await,
                 Some(item) = self.outer_inbox.data.recv() => self.fan_out(item).await,
-                else => true,
+                // After the end has gone on, upstream frames may still come until the next stage stops.
+                () = next_stopped(&self.outer), if ended => break,
+                else => break,
             };
-            if done {
-                break;
+            match left {
+                Left::Nothing => {}
+                Left::End => ended = true,
+                Left::Cancel => break,
             }
         }
     }
 
     /// Sends a frame from outside into every branch.
-    async fn fan_out(&mut self, item: Item) -> bool {
+    async fn fan_out(&mut self, item: Item) -> Left {
         let mut items = vec![item];
         if items[0].0.is_interruption() {
             // The interruption goes first; queued frames that survive it follow.
@@ -119,10 +137,10 @@ impl Router {
         for (frame, direction) in items {
             if self.branches.is_empty() {
                 // No branch: the frame passes straight through.
-                if self.merge((frame, direction)).await {
-                    return true;
+                match self.merge((frame, direction)).await {
+                    Left::Nothing => continue,
+                    left => return left,
                 }
-                continue;
             }
             self.remember(frame.id);
             for branch in &self.branches {
@@ -130,11 +148,11 @@ impl Router {
                 let _ = branch.push(frame.clone(), direction).await;
             }
         }
-        false
+        Left::Nothing
     }
 
     /// Passes on a frame coming out of a branch, once.
-    async fn merge(&mut self, (frame, direction): Item) -> bool {
+    async fn merge(&mut self, (frame, direction): Item) -> Left {
         let n = self.branches.len().max(1);
         let waits_for_all = matches!(
             frame.body,
@@ -156,11 +174,17 @@ impl Router {
             }
         };
         if !pass {
-            return false;
+            return Left::Nothing;
         }
-        let last = waits_for_all || frame.is_cancel();
+        let left = if waits_for_all {
+            Left::End
+        } else if frame.is_cancel() {
+            Left::Cancel
+        } else {
+            Left::Nothing
+        };
         let _ = self.outer.push(frame, direction).await;
-        last
+        left
     }
 
     fn remember(&mut self, id: FrameId) {

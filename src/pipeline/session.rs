@@ -162,10 +162,14 @@ impl SessionBuilder {
             control: control_tx,
             events: self.events.clone(),
         };
+        // The start frame goes in before `spawn` returns, so nothing the app queues can pass it.
         let start = Frame::new(SystemFrame::Start(Arc::new(StartFrame {
             params: self.params,
             resources: self.resources,
         })));
+        let _ = source.try_push((start, Direction::Downstream));
+        self.events
+            .emit(shared.started.elapsed(), Event::SessionStarted);
         let driver = Driver {
             source,
             source_inbox,
@@ -183,7 +187,7 @@ impl SessionBuilder {
             on_error: self.on_error,
             on_idle_timeout: self.on_idle_timeout,
         };
-        let driver = tokio::spawn(driver.run(start));
+        let driver = tokio::spawn(driver.run());
         Session { handle, driver }
     }
 }
@@ -298,9 +302,7 @@ struct Driver {
 }
 
 impl Driver {
-    async fn run(mut self, start: Frame) -> EndReason {
-        let _ = self.source.push(start, Direction::Downstream).await;
-        self.emit(Event::SessionStarted);
+    async fn run(mut self) -> EndReason {
         for f in &self.on_started {
             f(&());
         }
@@ -421,7 +423,10 @@ impl Driver {
     }
 
     async fn finish(mut self, reason: EndReason) -> EndReason {
-        // Stages stop by themselves after an end or cancel; give them the grace, then abort.
+        // Stages stop by themselves after an end or cancel, the last one once the session lets
+        // go of its edges; give them the grace, then abort.
+        self.source_inbox.close();
+        self.sink_inbox.close();
         let drain = async { while self.tasks.join_next().await.is_some() {} };
         if tokio::time::timeout(self.cancel_grace, drain)
             .await

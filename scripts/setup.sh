@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Prepares a fresh machine to build and run voxide. Idempotent: installs only what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian packages the build and the tests need.
+APT_PACKAGES=(pkg-config)
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]} (apt)"
+  sudo_cmd=""
+  [ "$(id -u)" -eq 0 ] || sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
+else
+  echo "setup: apt packages present"
+fi
+
+command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust 1.95+ first" >&2; exit 1; }
+echo "setup: done"

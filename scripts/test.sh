@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Sets up the machine and runs every check CI runs: format, lints, unit, behaviour and doc tests.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+scripts/setup.sh
+
+echo "test: cargo fmt --check"
+cargo fmt --check
+
+echo "test: cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
+
+echo "test: doc tests"
+cargo test --doc --locked
+
+# Last, so its summary is the closing line.
+echo "test: unit, behaviour and example tests"
+if command -v cargo-nextest >/dev/null 2>&1; then
+  cargo nextest run --all-targets --locked --no-fail-fast
+else
+  cargo test --all-targets --locked --no-fail-fast
+fi
