@@ -4,8 +4,10 @@
 //! [`pipeline`] (speech detection, transcription, an LLM with tools, speech synthesis) and goes
 //! back out as speech. `ARCHITECTURE.md` describes the design and its vocabulary.
 
+pub mod aggregators;
 pub mod bench;
 pub mod context;
 pub mod events;
 pub mod frames;
 pub mod pipeline;
+pub mod services;

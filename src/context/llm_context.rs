@@ -1,5 +1,6 @@
 //! The conversation state shared by the aggregator pair and the LLM services.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
@@ -43,27 +44,53 @@ impl LlmContext {
 
 /// A context shared between the stages of one session.
 ///
-/// The lock is never held across an `.await`: take what you need, then let go.
+/// The lock is never held across an `.await`: take what you need, then let go. Every mutable
+/// lock bumps a revision, so a service can tell a context it already answered from a changed one.
 #[derive(Debug, Clone, Default)]
-pub struct ContextHandle(Arc<Mutex<LlmContext>>);
+pub struct ContextHandle(Arc<Shared>);
+
+#[derive(Debug, Default)]
+struct Shared {
+    context: Mutex<LlmContext>,
+    revision: AtomicU64,
+}
 
 impl ContextHandle {
     /// Shares `context`.
     pub fn new(context: LlmContext) -> Self {
-        Self(Arc::new(Mutex::new(context)))
+        Self(Arc::new(Shared {
+            context: Mutex::new(context),
+            revision: AtomicU64::new(0),
+        }))
     }
 
-    /// Locks the context. A panic elsewhere while it was held does not poison it for the rest of
-    /// the session: the context is plain data and stays usable.
+    /// Locks the context to change it. A panic elsewhere while it was held does not poison it:
+    /// the context is plain data and stays usable.
     pub fn lock(&self) -> MutexGuard<'_, LlmContext> {
+        self.0.revision.fetch_add(1, Ordering::Relaxed);
         self.0
+            .context
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// A copy of the context as it is now.
+    pub fn snapshot(&self) -> LlmContext {
+        self.0
+            .context
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
     /// A copy of the messages.
     pub fn messages(&self) -> Vec<Message> {
-        self.lock().messages.clone()
+        self.snapshot().messages
+    }
+
+    /// Counts changes: it moves whenever the context was locked to change it.
+    pub fn revision(&self) -> u64 {
+        self.0.revision.load(Ordering::Relaxed)
     }
 
     /// True when both handles share one context.

@@ -1,0 +1,219 @@
+//! The assistant side: what the bot said, its tool calls and their results.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Map;
+
+use crate::context::async_tool_messages::{
+    build_cancelled_message, build_final_result_message, build_intermediate_result_message,
+    build_started_message, encode_result,
+};
+use crate::context::{AssistantMessage, Content, ContextHandle, Message, ToolCall, ToolMessage};
+use crate::frames::{ControlFrame, DataFrame, Frame, FrameBody, FunctionCallResult, SystemFrame};
+use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
+use crate::services::llm::IN_PROGRESS;
+
+/// Records the bot's responses, tool calls and results in the context, and asks the LLM to run
+/// again when results call for it: per the result's `run_llm`, else once the whole batch has
+/// settled. It never runs the LLM while the user speaks, the bot speaks or a response is still
+/// streaming: the run waits and happens then, so a result is never lost.
+pub struct AssistantAggregator {
+    context: ContextHandle,
+    text: String,
+    in_response: bool,
+    user_speaking: bool,
+    bot_speaking: bool,
+    run_pending: bool,
+    /// Sync calls of each batch that have not settled.
+    unsettled: HashMap<u64, usize>,
+    /// Batches of this response made only of async calls: the model answers once it ends.
+    async_only: HashSet<u64>,
+}
+
+impl AssistantAggregator {
+    /// An aggregator writing to `context`.
+    pub fn new(context: ContextHandle) -> Self {
+        Self {
+            context,
+            text: String::new(),
+            in_response: false,
+            user_speaking: false,
+            bot_speaking: false,
+            run_pending: false,
+            unsettled: HashMap::new(),
+            async_only: HashSet::new(),
+        }
+    }
+
+    fn commit_text(&mut self) {
+        let text = std::mem::take(&mut self.text);
+        let text = text.trim();
+        if !text.is_empty() {
+            self.context.lock().messages.push(Message::assistant(text));
+        }
+    }
+
+    fn request_run(&mut self, cx: &mut FrameContext<'_>) {
+        self.run_pending = true;
+        self.maybe_run(cx);
+    }
+
+    fn maybe_run(&mut self, cx: &mut FrameContext<'_>) {
+        if self.run_pending && !self.user_speaking && !self.bot_speaking && !self.in_response {
+            self.run_pending = false;
+            cx.push_upstream(DataFrame::LlmContext(self.context.clone()));
+        }
+    }
+
+    fn on_in_progress(&mut self, call: &crate::frames::FunctionCallInProgress) {
+        let mut context = self.context.lock();
+        context.messages.push(Message::Assistant(AssistantMessage {
+            tool_calls: Some(vec![ToolCall::function(
+                &call.tool_call_id,
+                &call.function_name,
+                &call.arguments,
+            )]),
+            ..AssistantMessage::default()
+        }));
+        if call.cancel_on_interruption {
+            context
+                .messages
+                .push(Message::tool(&call.tool_call_id, IN_PROGRESS));
+            *self.unsettled.entry(call.group_id).or_default() += 1;
+            self.async_only.remove(&call.group_id);
+        } else {
+            context
+                .messages
+                .push(build_started_message(&call.tool_call_id));
+            if !self.unsettled.contains_key(&call.group_id) {
+                self.async_only.insert(call.group_id);
+            }
+        }
+    }
+
+    fn on_result(&mut self, result: &FunctionCallResult, cx: &mut FrameContext<'_>) {
+        let run_now = if result.cancel_on_interruption {
+            self.settle_sync(result)
+        } else {
+            self.record_async(result);
+            true
+        };
+        match result.properties.run_llm {
+            Some(false) => {}
+            Some(true) => self.request_run(cx),
+            None if run_now => self.request_run(cx),
+            None => {}
+        }
+    }
+
+    /// Replaces the call's placeholder with its result; true once its batch has settled.
+    fn settle_sync(&mut self, result: &FunctionCallResult) -> bool {
+        let content = if result.cancelled {
+            "CANCELLED".to_owned()
+        } else {
+            encode_result(result.result.as_ref())
+        };
+        {
+            let mut context = self.context.lock();
+            let placeholder = context.messages.iter_mut().rev().find_map(|m| match m {
+                Message::Tool(t) if t.tool_call_id == result.tool_call_id => Some(t),
+                _ => None,
+            });
+            match placeholder {
+                Some(message) => message.content = Content::Text(content),
+                None => context.messages.push(Message::Tool(ToolMessage {
+                    tool_call_id: result.tool_call_id.clone(),
+                    content: Content::Text(content),
+                    extra: Map::new(),
+                })),
+            }
+        }
+        let left = self.unsettled.entry(result.group_id).or_insert(1);
+        *left = left.saturating_sub(1);
+        if *left == 0 {
+            self.unsettled.remove(&result.group_id);
+            return true;
+        }
+        false
+    }
+
+    fn record_async(&mut self, result: &FunctionCallResult) {
+        let message = if result.cancelled {
+            build_cancelled_message(&result.tool_call_id)
+        } else if result.is_final {
+            build_final_result_message(&result.tool_call_id, result.result.as_ref())
+        } else {
+            build_intermediate_result_message(&result.tool_call_id, result.result.as_ref())
+        };
+        self.context.lock().messages.push(message);
+    }
+}
+
+impl FrameProcessor for AssistantAggregator {
+    fn name(&self) -> &str {
+        "AssistantAggregator"
+    }
+
+    fn process(
+        &mut self,
+        frame: Frame,
+        direction: Direction,
+        cx: &mut FrameContext<'_>,
+    ) -> Result<(), ProcessorError> {
+        match &frame.body {
+            FrameBody::System(SystemFrame::UserStartedSpeaking) => self.user_speaking = true,
+            FrameBody::System(SystemFrame::UserStoppedSpeaking) => {
+                self.user_speaking = false;
+                cx.push(frame, direction);
+                self.maybe_run(cx);
+                return Ok(());
+            }
+            FrameBody::System(SystemFrame::BotStartedSpeaking) => self.bot_speaking = true,
+            FrameBody::System(SystemFrame::BotStoppedSpeaking) => {
+                self.bot_speaking = false;
+                cx.push(frame, direction);
+                self.maybe_run(cx);
+                return Ok(());
+            }
+            FrameBody::System(SystemFrame::Interruption) => {
+                // What was said so far stays; issue #6 narrows it to what was actually played.
+                self.commit_text();
+                self.in_response = false;
+            }
+            FrameBody::Control(ControlFrame::LlmFullResponseStart) => {
+                self.in_response = true;
+                self.text.clear();
+            }
+            FrameBody::Control(ControlFrame::LlmFullResponseEnd) => {
+                self.in_response = false;
+                self.commit_text();
+                if !self.async_only.is_empty() {
+                    self.async_only.clear();
+                    self.run_pending = true;
+                }
+                cx.push(frame, direction);
+                self.maybe_run(cx);
+                return Ok(());
+            }
+            FrameBody::Data(DataFrame::LlmText(text)) if self.in_response => {
+                self.text.push_str(text)
+            }
+            FrameBody::Control(ControlFrame::FunctionCallInProgress(call))
+                if direction == Direction::Downstream =>
+            {
+                self.on_in_progress(call);
+            }
+            FrameBody::Data(DataFrame::FunctionCallResult(result))
+                if direction == Direction::Downstream =>
+            {
+                let result = result.clone();
+                cx.push(frame, direction);
+                self.on_result(&result, cx);
+                return Ok(());
+            }
+            _ => {}
+        }
+        cx.push(frame, direction);
+        Ok(())
+    }
+}

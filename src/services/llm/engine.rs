@@ -1,0 +1,61 @@
+//! The engine behind an LLM service: one streamed completion per request.
+
+use futures_util::stream::BoxStream;
+
+use crate::context::{Message, ToolChoice, ToolsSchema};
+use crate::frames::TokenUsage;
+
+/// What the engine is asked to complete.
+#[derive(Debug, Clone)]
+pub struct LlmRequest {
+    /// The conversation, with the service's instructions already folded in.
+    pub messages: Vec<Message>,
+    /// Tools the model may call.
+    pub tools: ToolsSchema,
+    /// How it may use them.
+    pub tool_choice: Option<ToolChoice>,
+}
+
+/// One piece of a streamed completion.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LlmEvent {
+    /// Visible text.
+    Text(String),
+    /// A complete tool call (providers stream argument fragments; engines assemble them).
+    ToolCall {
+        /// The provider's id for this call.
+        id: String,
+        /// The tool's name.
+        name: String,
+        /// Arguments as the JSON string the model wrote.
+        arguments: String,
+    },
+    /// Tokens used by this completion.
+    Usage(TokenUsage),
+}
+
+/// Why a completion failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LlmError {
+    /// The provider could not be reached or dropped the connection.
+    #[error("connection to the LLM failed: {0}")]
+    Connection(String),
+    /// The provider answered with an error.
+    #[error("the LLM answered with an error: {0}")]
+    Provider(String),
+    /// The provider's answer could not be understood.
+    #[error("the LLM's answer could not be parsed: {0}")]
+    Protocol(String),
+}
+
+/// Something that completes conversations: a local model or a provider's API.
+pub trait LlmEngine: Send + Sync + 'static {
+    /// The model's name, for metrics and the context's metadata.
+    fn model(&self) -> &str;
+
+    /// The provider's name (e.g. `openai`, `local`).
+    fn provider(&self) -> &str;
+
+    /// Streams one completion. Dropping the stream abandons it (an interruption does that).
+    fn generate(&self, request: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>>;
+}

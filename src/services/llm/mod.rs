@@ -1,0 +1,14 @@
+//! The LLM service: runs an [`LlmEngine`] on the conversation context, streams its text, and runs
+//! the tool calls it makes through a [`FunctionRegistry`] (sync and async calls, timeouts,
+//! cancellation by interruption or by the model itself).
+
+mod engine;
+mod functions;
+mod service;
+
+pub use engine::{LlmEngine, LlmError, LlmEvent, LlmRequest};
+pub use functions::{
+    FunctionCallParams, FunctionHandler, FunctionOptions, FunctionRegistry, ResultCallback,
+    ResultProperties,
+};
+pub use service::{IN_PROGRESS, LlmService, LlmServiceOptions};
