@@ -18,8 +18,8 @@ use voxide::pipeline::{
     Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session, SessionHandle,
 };
 use voxide::services::llm::{
-    FunctionOptions, LlmEngine, LlmError, LlmEvent, LlmRequest, LlmService, LlmServiceOptions,
-    ResultProperties,
+    FunctionCallParams, FunctionOptions, LlmEngine, LlmError, LlmEvent, LlmRequest, LlmService,
+    LlmServiceOptions, ResultProperties,
 };
 
 /// Plays back one scripted response per request; records every request.
@@ -155,6 +155,26 @@ impl Bot {
         }
         (self.context.messages(), out)
     }
+}
+
+/// A handler that delivers `result` once released, and the sender that releases it.
+fn held_until_released(
+    result: Value,
+) -> (
+    mpsc::UnboundedSender<()>,
+    impl Fn(FunctionCallParams) -> futures_util::future::BoxFuture<'static, ()> + Send + Sync + 'static,
+) {
+    let (tx, rx) = mpsc::unbounded_channel::<()>();
+    let rx = Arc::new(tokio::sync::Mutex::new(rx));
+    let handler = move |p: FunctionCallParams| {
+        let rx = rx.clone();
+        let result = result.clone();
+        Box::pin(async move {
+            rx.lock().await.recv().await;
+            p.result_callback.done(result);
+        }) as futures_util::future::BoxFuture<'static, ()>
+    };
+    (tx, handler)
 }
 
 fn json_of(messages: &[Message]) -> Vec<Value> {
@@ -367,8 +387,7 @@ async fn interruption_cancels_sync_calls_but_not_async_ones() {
         ],
         vec![say("Working on it.")],
     ]);
-    let (done_tx, done_rx) = mpsc::unbounded_channel::<()>();
-    let done_rx = Arc::new(tokio::sync::Mutex::new(done_rx));
+    let (done_tx, background) = held_until_released(json!("finished"));
     let mut llm = LlmService::new(engine.clone());
     llm.register_function(
         Some("lookup"),
@@ -377,13 +396,7 @@ async fn interruption_cancels_sync_calls_but_not_async_ones() {
     );
     llm.register_function(
         Some("background"),
-        move |p| {
-            let done = done_rx.clone();
-            async move {
-                done.lock().await.recv().await;
-                p.result_callback.done(json!("finished"));
-            }
-        },
+        background,
         FunctionOptions::asynchronous(),
     );
     let mut bot = Bot::start(llm);
@@ -421,20 +434,9 @@ async fn a_result_during_the_users_turn_runs_the_llm_when_the_turn_ends() {
         vec![call("c1", "get_time", json!({}))],
         vec![say("It is noon.")],
     ]);
-    let (release_tx, release_rx) = mpsc::unbounded_channel::<()>();
-    let release_rx = Arc::new(tokio::sync::Mutex::new(release_rx));
+    let (release_tx, get_time) = held_until_released(json!("12:00"));
     let mut llm = LlmService::new(engine.clone());
-    llm.register_function(
-        Some("get_time"),
-        move |p| {
-            let release = release_rx.clone();
-            async move {
-                release.lock().await.recv().await;
-                p.result_callback.done(json!("12:00"));
-            }
-        },
-        FunctionOptions::default(),
-    );
+    llm.register_function(Some("get_time"), get_time, FunctionOptions::default());
     let mut bot = Bot::start(llm);
     bot.run_llm().await;
     bot.responses(1).await;

@@ -15,7 +15,7 @@ use voxide::frames::{
 use voxide::pipeline::testing::run_processor;
 use voxide::pipeline::{
     Direction, FrameContext, FrameProcessor, FramePushed, Observer, ParallelPipeline, Pipeline,
-    ProcessorError, Session,
+    ProcessorError, Session, SessionHandle,
 };
 
 fn text(s: &str) -> Frame {
@@ -151,6 +151,33 @@ fn gate() -> (
     (g, open, rx, aborted)
 }
 
+/// A session of gate → recorder whose gate is busy with the frame "slow".
+struct Busy {
+    session: Session,
+    handle: SessionHandle,
+    recorder: Recorder,
+    open: Arc<Notify>,
+    aborted: Arc<AtomicBool>,
+}
+
+async fn busy_gate_session() -> Busy {
+    let (gate, open, mut started, aborted) = gate();
+    let recorder = Recorder::default();
+    let session = Session::builder(Pipeline::new().then(gate).then(recorder.clone()))
+        .idle_timeout(None)
+        .spawn();
+    let handle = session.handle();
+    handle.queue_frame(text("slow")).await.expect("queued");
+    started.recv().await.expect("job started");
+    Busy {
+        session,
+        handle,
+        recorder,
+        open,
+        aborted,
+    }
+}
+
 fn in_progress() -> Frame {
     Frame::new(ControlFrame::FunctionCallInProgress(Box::new(
         FunctionCallInProgress {
@@ -212,14 +239,13 @@ async fn order_is_kept_in_each_direction() {
 
 #[tokio::test]
 async fn a_system_frame_overtakes_a_backlog_of_ten_thousand_data_frames() {
-    let (gate, open, mut started, _) = gate();
-    let recorder = Recorder::default();
-    let session = Session::builder(Pipeline::new().then(gate).then(recorder.clone()))
-        .idle_timeout(None)
-        .spawn();
-    let handle = session.handle();
-    handle.queue_frame(text("slow")).await.expect("queued");
-    started.recv().await.expect("job started");
+    let Busy {
+        session,
+        handle,
+        recorder,
+        open,
+        ..
+    } = busy_gate_session().await;
     let feeder = {
         let handle = handle.clone();
         tokio::spawn(async move {
@@ -255,14 +281,13 @@ async fn a_system_frame_overtakes_a_backlog_of_ten_thousand_data_frames() {
 #[tokio::test]
 async fn interruption_aborts_the_slow_frame_and_drops_queued_data_but_keeps_end_and_function_frames()
  {
-    let (gate, _open, mut started, aborted) = gate();
-    let recorder = Recorder::default();
-    let session = Session::builder(Pipeline::new().then(gate).then(recorder.clone()))
-        .idle_timeout(None)
-        .spawn();
-    let handle = session.handle();
-    handle.queue_frame(text("slow")).await.expect("queued");
-    started.recv().await.expect("job started");
+    let Busy {
+        session,
+        handle,
+        recorder,
+        aborted,
+        ..
+    } = busy_gate_session().await;
     for frame in [text("a"), in_progress(), text("b"), result(), text("c")] {
         handle.queue_frame(frame).await.expect("queued");
     }
@@ -290,14 +315,13 @@ async fn interruption_aborts_the_slow_frame_and_drops_queued_data_but_keeps_end_
 
 #[tokio::test]
 async fn cancel_aborts_the_slow_frame_and_stops_every_stage() {
-    let (gate, _open, mut started, aborted) = gate();
-    let recorder = Recorder::default();
-    let session = Session::builder(Pipeline::new().then(gate).then(recorder.clone()))
-        .idle_timeout(None)
-        .spawn();
-    let handle = session.handle();
-    handle.queue_frame(text("slow")).await.expect("queued");
-    started.recv().await.expect("job started");
+    let Busy {
+        session,
+        handle,
+        recorder,
+        aborted,
+        ..
+    } = busy_gate_session().await;
     handle.queue_frame(text("queued")).await.expect("queued");
     handle.cancel();
     assert_eq!(session.join().await, EndReason::Cancelled);
