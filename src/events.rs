@@ -10,7 +10,9 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::broadcast;
 
-use crate::frames::MetricsData;
+use serde_json::Value;
+
+use crate::frames::{CancelReason, MetricsData};
 
 /// Events a subscriber may fall behind by before it loses the oldest.
 pub const EVENT_CAPACITY: usize = 1024;
@@ -70,6 +72,47 @@ pub enum Event {
     Metrics {
         /// The measurements.
         data: Vec<MetricsData>,
+    },
+    /// A function call started running.
+    ToolCallStarted {
+        /// The function.
+        name: String,
+        /// The provider's id for the call.
+        tool_call_id: String,
+        /// The arguments the model gave.
+        arguments: Value,
+    },
+    /// An async function call reported progress.
+    ToolCallIntermediate {
+        /// The function.
+        name: String,
+        /// The provider's id for the call.
+        tool_call_id: String,
+        /// What it reported; `null` for nothing.
+        result: Option<Value>,
+    },
+    /// A function call settled with a result.
+    ToolCallResult {
+        /// The function.
+        name: String,
+        /// The provider's id for the call.
+        tool_call_id: String,
+        /// What it returned; `null` for nothing.
+        result: Option<Value>,
+    },
+    /// A function call was cancelled.
+    ToolCallCancelled {
+        /// The function.
+        name: String,
+        /// The provider's id for the call.
+        tool_call_id: String,
+        /// Why.
+        reason: CancelReason,
+    },
+    /// The LLM gave no answer within the service's completion timeout.
+    LlmCompletionTimeout {
+        /// The timeout.
+        seconds: f64,
     },
 }
 

@@ -7,19 +7,20 @@ use std::time::Duration;
 
 use futures_util::stream::{self, BoxStream};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use tokio::sync::{broadcast, mpsc};
 
 use voxide::aggregators::AssistantAggregator;
 use voxide::context::async_tool_messages::{AsyncToolMessageKind, parse_message};
-use voxide::context::{ContextHandle, LlmContext, Message};
-use voxide::events::EndReason;
-use voxide::frames::{DataFrame, Frame, SystemFrame};
+use voxide::context::{ContentBlock, ContextHandle, LlmContext, Message, StopReason};
+use voxide::events::{EndReason, Event, SessionEvent};
+use voxide::frames::OnContextUpdated;
+use voxide::frames::{CancelReason, DataFrame, Frame, StartParams, SystemFrame, TokenUsage};
 use voxide::pipeline::{
     Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session, SessionHandle,
 };
 use voxide::services::llm::{
     FunctionCallParams, FunctionOptions, LlmEngine, LlmError, LlmEvent, LlmRequest, LlmService,
-    LlmServiceOptions, ResultProperties,
+    LlmServiceOptions, Price, PriceTable, ResultProperties,
 };
 
 /// Plays back one scripted response per request; records every request.
@@ -97,6 +98,7 @@ struct Bot {
     context: ContextHandle,
     frames: mpsc::UnboundedReceiver<String>,
     errors: mpsc::UnboundedReceiver<String>,
+    events: broadcast::Receiver<SessionEvent>,
 }
 
 impl Bot {
@@ -111,18 +113,24 @@ impl Bot {
             .then(llm)
             .then(AssistantAggregator::new(context.clone()))
             .then(Probe(tx));
-        let session = Session::builder(pipeline)
+        let builder = Session::builder(pipeline)
             .idle_timeout(None)
+            .params(StartParams {
+                enable_usage_metrics: true,
+                ..StartParams::default()
+            })
             .on_error(move |e| {
                 let _ = etx.send(e.message.clone());
-            })
-            .spawn();
+            });
+        let events = builder.subscribe();
+        let session = builder.spawn();
         Self {
             handle: session.handle(),
             session,
             context,
             frames,
             errors,
+            events,
         }
     }
 
@@ -146,6 +154,12 @@ impl Bot {
     }
 
     async fn stop(self) -> (Vec<Message>, Vec<String>) {
+        let (messages, errors, _) = self.stop_with_events().await;
+        (messages, errors)
+    }
+
+    /// Stops the bot; returns the context's messages, the errors and every session event.
+    async fn stop_with_events(self) -> (Vec<Message>, Vec<String>, Vec<Event>) {
         self.handle.stop_when_done().await.expect("queued");
         assert_eq!(self.session.join().await, EndReason::Completed);
         let mut errors = self.errors;
@@ -153,7 +167,12 @@ impl Bot {
         while let Ok(e) = errors.try_recv() {
             out.push(e);
         }
-        (self.context.messages(), out)
+        let mut events = self.events;
+        let mut seen = Vec::new();
+        while let Ok(e) = events.try_recv() {
+            seen.push(e.event);
+        }
+        (self.context.messages(), out, seen)
     }
 }
 
@@ -511,5 +530,513 @@ async fn the_model_can_cancel_a_running_async_call() {
             .iter()
             .filter_map(parse_message)
             .any(|p| p.is_cancelled())
+    );
+}
+
+/// Runs `cancel_set_timer` with `args` while the timers `running` run; returns what the model was
+/// told and how many timers were cancelled.
+async fn cancel_outcome(running: &[&str], args: Value) -> (String, usize) {
+    let mut script = Vec::new();
+    if !running.is_empty() {
+        script.push(
+            running
+                .iter()
+                .map(|id| call(id, "set_timer", json!({"seconds": 600})))
+                .collect(),
+        );
+        script.push(vec![say("Timers set.")]);
+    }
+    script.push(vec![call("x1", "cancel_set_timer", args)]);
+    script.push(vec![say("Done.")]);
+    let engine = ScriptedLlm::new(script);
+    let mut llm = LlmService::new(engine.clone());
+    llm.register_function(
+        Some("set_timer"),
+        |_p| async move { std::future::pending::<()>().await },
+        FunctionOptions {
+            cancellable_by_llm: true,
+            ..FunctionOptions::asynchronous()
+        },
+    );
+    let mut bot = Bot::start(llm);
+    bot.run_llm().await;
+    if !running.is_empty() {
+        bot.responses(2).await;
+        bot.context.lock().messages.push(Message::user("cancel it"));
+        bot.run_llm().await;
+    }
+    bot.responses(2).await;
+    let (messages, _) = bot.stop().await;
+    let told = messages
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool(t) if t.tool_call_id == "x1" => m.text().map(str::to_owned),
+            _ => None,
+        })
+        .expect("the cancel call has a result");
+    let cancelled = messages
+        .iter()
+        .filter_map(parse_message)
+        .filter(|p| p.is_cancelled())
+        .count();
+    (told, cancelled)
+}
+
+#[tokio::test]
+async fn cancel_tool_with_nothing_running_says_so() {
+    let (told, cancelled) = cancel_outcome(&[], json!({})).await;
+    assert_eq!(
+        told,
+        "\"No set_timer call is running; nothing was cancelled.\""
+    );
+    assert_eq!(cancelled, 0);
+}
+
+#[tokio::test]
+async fn cancel_tool_with_an_unknown_id_cancels_nothing() {
+    let (told, cancelled) = cancel_outcome(&["t1"], json!({"tool_call_id": "nope"})).await;
+    assert!(
+        told.contains("no running set_timer call with id nope"),
+        "{told}"
+    );
+    assert_eq!(cancelled, 0);
+}
+
+#[tokio::test]
+async fn cancel_tool_with_several_running_and_no_id_lists_them() {
+    let (told, cancelled) = cancel_outcome(&["t1", "t2"], json!({})).await;
+    assert!(
+        told.contains("Several set_timer calls are running"),
+        "{told}"
+    );
+    assert!(told.contains("t1") && told.contains("t2"), "{told}");
+    assert_eq!(cancelled, 0);
+}
+
+#[tokio::test]
+async fn cancel_tool_with_an_id_cancels_that_call_only() {
+    let (told, cancelled) = cancel_outcome(&["t1", "t2"], json!({"tool_call_id": "t2"})).await;
+    assert!(told.contains("Cancelled the set_timer call t2"), "{told}");
+    assert_eq!(cancelled, 1);
+}
+
+#[tokio::test]
+async fn a_result_after_the_call_settled_is_dropped() {
+    let engine = ScriptedLlm::new(vec![
+        vec![call("c1", "twice", json!({}))],
+        vec![say("Got it.")],
+    ]);
+    let mut llm = LlmService::new(engine.clone());
+    llm.register_function(
+        Some("twice"),
+        |p| async move {
+            p.result_callback.done(json!("first"));
+            p.result_callback.done(json!("second"));
+        },
+        FunctionOptions::default(),
+    );
+    let mut bot = Bot::start(llm);
+    bot.run_llm().await;
+    bot.responses(2).await;
+    let (messages, _) = bot.stop().await;
+    let results: Vec<_> = messages
+        .iter()
+        .filter(|m| m.role() == "tool")
+        .filter_map(Message::text)
+        .collect();
+    assert_eq!(results, vec!["\"first\""]);
+    assert_eq!(engine.runs(), 2);
+}
+
+#[tokio::test]
+async fn a_handler_may_return_at_once_and_deliver_later() {
+    let engine = ScriptedLlm::new(vec![
+        vec![call("c1", "later", json!({}))],
+        vec![say("Done.")],
+    ]);
+    let (release_tx, release_rx) = mpsc::unbounded_channel::<()>();
+    let release_rx = Arc::new(tokio::sync::Mutex::new(Some(release_rx)));
+    let mut llm = LlmService::new(engine.clone());
+    llm.register_function(
+        Some("later"),
+        move |p| {
+            let rx = release_rx.clone();
+            async move {
+                let Some(mut rx) = rx.lock().await.take() else {
+                    return;
+                };
+                let callback = p.result_callback.clone();
+                tokio::spawn(async move {
+                    rx.recv().await;
+                    callback.done(json!("late but fine"));
+                });
+            }
+        },
+        FunctionOptions::default(),
+    );
+    let mut bot = Bot::start(llm);
+    bot.run_llm().await;
+    bot.responses(1).await;
+    assert_eq!(engine.runs(), 1, "nothing runs before the result");
+    release_tx.send(()).expect("release");
+    bot.responses(1).await;
+    let (messages, _) = bot.stop().await;
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.text() == Some("\"late but fine\""))
+    );
+}
+
+#[tokio::test]
+async fn on_context_updated_runs_once_the_result_is_in_the_context() {
+    let engine = ScriptedLlm::new(vec![
+        vec![call("c1", "note", json!({}))],
+        vec![say("Noted.")],
+    ]);
+    let (seen_tx, mut seen_rx) = mpsc::unbounded_channel::<()>();
+    let mut llm = LlmService::new(engine.clone());
+    llm.register_function(
+        Some("note"),
+        move |p| {
+            let seen_tx = seen_tx.clone();
+            async move {
+                let properties = ResultProperties {
+                    on_context_updated: Some(OnContextUpdated::new(move || {
+                        let _ = seen_tx.send(());
+                    })),
+                    ..ResultProperties::final_result()
+                };
+                p.result_callback.deliver(json!("ok"), properties);
+            }
+        },
+        FunctionOptions::default(),
+    );
+    let mut bot = Bot::start(llm);
+    bot.run_llm().await;
+    seen_rx.recv().await.expect("called");
+    assert!(
+        bot.context
+            .messages()
+            .iter()
+            .any(|m| m.text() == Some("\"ok\""))
+    );
+    bot.responses(2).await;
+    bot.stop().await;
+    assert!(seen_rx.try_recv().is_err(), "called exactly once");
+}
+
+#[tokio::test]
+async fn without_grouping_each_result_runs_the_llm() {
+    let engine = ScriptedLlm::new(vec![
+        vec![call("a", "echo", json!({})), call("b", "echo", json!({}))],
+        vec![say("One.")],
+        vec![say("Two.")],
+    ]);
+    let options = LlmServiceOptions {
+        group_parallel_tools: false,
+        run_in_parallel: false,
+        ..LlmServiceOptions::default()
+    };
+    let (release_tx, echo) = held_until_released(json!("echo"));
+    let mut llm = LlmService::with_options(engine.clone(), options);
+    llm.register_function(Some("echo"), echo, FunctionOptions::default());
+    let mut bot = Bot::start(llm);
+    bot.run_llm().await;
+    bot.responses(1).await;
+    release_tx.send(()).expect("release");
+    bot.responses(1).await;
+    assert_eq!(engine.runs(), 2, "the first result ran the LLM on its own");
+    release_tx.send(()).expect("release");
+    bot.responses(1).await;
+    let (messages, _) = bot.stop().await;
+    assert_eq!(engine.runs(), 3);
+    let settled: Vec<_> = messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool(t) if m.text() != Some("IN_PROGRESS") => Some(t.tool_call_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(settled, vec!["a", "b"]);
+}
+
+#[tokio::test]
+async fn tool_calls_appear_once_each_on_the_session_event_stream() {
+    let engine = ScriptedLlm::new(vec![
+        vec![
+            call("s1", "get_time", json!({"tz": "UTC"})),
+            call("t1", "timer", json!({})),
+        ],
+        vec![say("Working.")],
+        vec![say("Halfway.")],
+        vec![say("Rang.")],
+    ]);
+    let (release_tx, release_rx) = mpsc::unbounded_channel::<()>();
+    let release_rx = Arc::new(tokio::sync::Mutex::new(release_rx));
+    let mut llm = LlmService::new(engine.clone());
+    llm.register_function(
+        Some("get_time"),
+        |p| async move { p.result_callback.done(json!("12:00")) },
+        FunctionOptions::default(),
+    );
+    llm.register_function(
+        Some("timer"),
+        move |p| {
+            let release = release_rx.clone();
+            async move {
+                let mut release = release.lock().await;
+                release.recv().await;
+                p.result_callback
+                    .deliver(json!("halfway"), ResultProperties::intermediate());
+                release.recv().await;
+                p.result_callback.done(json!({"rang": true}));
+            }
+        },
+        FunctionOptions::asynchronous(),
+    );
+    let mut bot = Bot::start(llm);
+    bot.run_llm().await;
+    bot.responses(2).await;
+    release_tx.send(()).expect("release");
+    bot.responses(1).await;
+    release_tx.send(()).expect("release");
+    bot.responses(1).await;
+    let (_, _, events) = bot.stop_with_events().await;
+    let tool_events: Vec<Value> = events
+        .iter()
+        .filter(|e| {
+            matches!(
+                e,
+                Event::ToolCallStarted { .. }
+                    | Event::ToolCallIntermediate { .. }
+                    | Event::ToolCallResult { .. }
+                    | Event::ToolCallCancelled { .. }
+            )
+        })
+        .map(|e| serde_json::to_value(e).expect("json"))
+        .collect();
+    assert_eq!(
+        tool_events,
+        vec![
+            json!({"type": "tool_call_started", "name": "get_time", "tool_call_id": "s1", "arguments": {"tz": "UTC"}}),
+            json!({"type": "tool_call_started", "name": "timer", "tool_call_id": "t1", "arguments": {}}),
+            json!({"type": "tool_call_result", "name": "get_time", "tool_call_id": "s1", "result": "12:00"}),
+            json!({"type": "tool_call_intermediate", "name": "timer", "tool_call_id": "t1", "result": "halfway"}),
+            json!({"type": "tool_call_result", "name": "timer", "tool_call_id": "t1", "result": {"rang": true}}),
+        ]
+    );
+}
+
+#[tokio::test]
+async fn cancellations_are_events_with_their_reason() {
+    let engine = ScriptedLlm::new(vec![vec![call("s1", "lookup", json!({}))]]);
+    let mut llm = LlmService::new(engine.clone());
+    llm.register_function(
+        Some("lookup"),
+        |_p| async move { std::future::pending::<()>().await },
+        FunctionOptions::default(),
+    );
+    let mut bot = Bot::start(llm);
+    bot.run_llm().await;
+    bot.responses(1).await;
+    bot.handle
+        .queue_frame(SystemFrame::Interruption)
+        .await
+        .expect("queued");
+    let (_, _, events) = bot.stop_with_events().await;
+    let cancelled: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::ToolCallCancelled {
+                tool_call_id,
+                reason,
+                ..
+            } => Some((tool_call_id.clone(), *reason)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        cancelled,
+        vec![("s1".to_owned(), CancelReason::Interruption)]
+    );
+}
+
+/// An engine whose every completion stays silent forever.
+struct SilentLlm;
+
+impl LlmEngine for SilentLlm {
+    fn model(&self) -> &str {
+        "silent"
+    }
+
+    fn provider(&self) -> &str {
+        "test"
+    }
+
+    fn generate(&self, _request: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
+        Box::pin(stream::pending())
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_silent_llm_times_out_with_an_error_and_an_event() {
+    let options = LlmServiceOptions {
+        completion_timeout: Duration::from_secs(10),
+        ..LlmServiceOptions::default()
+    };
+    let mut bot = Bot::start(LlmService::with_options(SilentLlm, options));
+    bot.run_llm().await;
+    bot.responses(1).await;
+    let (_, errors, events) = bot.stop_with_events().await;
+    assert!(
+        errors.iter().any(|e| e.contains("no answer for 10 s")),
+        "{errors:?}"
+    );
+    assert!(events.contains(&Event::LlmCompletionTimeout { seconds: 10.0 }));
+}
+
+#[tokio::test]
+async fn responses_carry_usage_cost_and_stop_reason_and_the_context_reports_them_per_turn() {
+    let usage = |input, output| {
+        LlmEvent::Usage(TokenUsage {
+            input,
+            output,
+            ..TokenUsage::default()
+        })
+    };
+    let engine = ScriptedLlm::new(vec![
+        vec![
+            say("Let me check. "),
+            call("c1", "get_time", json!({})),
+            usage(1_000, 10),
+        ],
+        vec![say("It is noon."), usage(2_000, 20)],
+        vec![
+            LlmEvent::Thinking("short answer".into()),
+            say("Bye."),
+            usage(3_000, 30),
+            LlmEvent::Finished(StopReason::Length),
+        ],
+    ]);
+    let options = LlmServiceOptions {
+        prices: PriceTable::empty().with("scripted", Price::flat(1.0, 100.0)),
+        ..LlmServiceOptions::default()
+    };
+    let mut llm = LlmService::with_options(engine.clone(), options);
+    llm.register_function(
+        Some("get_time"),
+        |p| async move { p.result_callback.done(json!("12:00")) },
+        FunctionOptions::default(),
+    );
+    let mut bot = Bot::start(llm);
+    bot.run_llm().await;
+    bot.responses(2).await;
+    bot.context.lock().messages.push(Message::user("bye"));
+    bot.run_llm().await;
+    bot.responses(1).await;
+    let report = bot.context.snapshot().usage_report();
+    let (messages, _, events) = bot.stop_with_events().await;
+
+    let metas: Vec<_> = messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Assistant(a) => a.meta.as_deref(),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(metas.len(), 3);
+    // The first response said something, then called: its metadata sits on the call message.
+    assert_eq!(
+        metas[0].blocks,
+        vec![
+            ContentBlock::Text("Let me check. ".into()),
+            ContentBlock::ToolCall(voxide::context::ToolCall::function(
+                "c1",
+                "get_time",
+                &json!({})
+            )),
+        ]
+    );
+    assert_eq!(metas[0].stop_reason, StopReason::ToolUse);
+    assert_eq!(metas[0].cost_usd, Some(0.002));
+    assert_eq!(metas[1].stop_reason, StopReason::Stop);
+    assert_eq!(metas[2].stop_reason, StopReason::Length);
+    assert_eq!(
+        metas[2].blocks[0],
+        ContentBlock::Thinking("short answer".into())
+    );
+    assert_eq!(
+        (metas[2].provider.as_str(), metas[2].model.as_str()),
+        ("test", "scripted")
+    );
+    // The text before the call precedes the call in the context.
+    let roles: Vec<_> = messages.iter().map(Message::role).collect();
+    assert_eq!(
+        roles,
+        [
+            "system",
+            "user",
+            "assistant",
+            "assistant",
+            "tool",
+            "assistant",
+            "user",
+            "assistant"
+        ]
+    );
+
+    assert_eq!(report.turns.len(), 2);
+    assert_eq!(report.turns[0].responses, 2);
+    assert_eq!(report.turns[0].usage.input, 3_000);
+    assert!((report.turns[0].cost_usd - (0.002 + 0.004)).abs() < 1e-12);
+    assert_eq!(report.turns[1].responses, 1);
+    assert_eq!(report.total.usage.total(), 6_060);
+    assert!((report.total.cost_usd - 0.012).abs() < 1e-12);
+    assert_eq!(report.total.unpriced, 0);
+
+    let costs: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            Event::Metrics { data } => data.iter().find_map(|d| match d {
+                voxide::frames::MetricsData::LlmUsage { cost_usd, .. } => *cost_usd,
+                _ => None,
+            }),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(costs.len(), 3);
+}
+
+#[tokio::test]
+async fn an_interrupted_response_is_kept_and_marked_aborted() {
+    let engine = ScriptedLlm::new(vec![vec![say("I was saying")]]);
+    let mut bot = Bot::start(LlmService::new(engine.clone()));
+    // Hold the response open: the interruption arrives between its text and its end.
+    bot.handle
+        .queue_frame(voxide::frames::ControlFrame::LlmFullResponseStart)
+        .await
+        .expect("queued");
+    bot.handle
+        .queue_frame(DataFrame::LlmText("I was saying".into()))
+        .await
+        .expect("queued");
+    while bot.frames.recv().await.as_deref() != Some("llm_text") {}
+    bot.handle
+        .queue_frame(SystemFrame::Interruption)
+        .await
+        .expect("queued");
+    while bot.frames.recv().await.as_deref() != Some("interruption") {}
+    let (messages, _) = bot.stop().await;
+    let Some(Message::Assistant(last)) = messages.last() else {
+        panic!("no assistant message: {messages:?}");
+    };
+    assert_eq!(
+        messages.last().and_then(Message::text),
+        Some("I was saying")
+    );
+    assert_eq!(
+        last.meta.as_ref().map(|m| m.stop_reason),
+        Some(StopReason::Aborted)
     );
 }

@@ -8,8 +8,13 @@ use crate::context::async_tool_messages::{
     build_cancelled_message, build_final_result_message, build_intermediate_result_message,
     build_started_message, encode_result,
 };
-use crate::context::{AssistantMessage, Content, ContextHandle, Message, ToolCall, ToolMessage};
-use crate::frames::{ControlFrame, DataFrame, Frame, FrameBody, FunctionCallResult, SystemFrame};
+use crate::context::{
+    AssistantMessage, AssistantMeta, Content, ContentBlock, ContextHandle, Message, StopReason,
+    ToolCall, ToolMessage,
+};
+use crate::frames::{
+    ControlFrame, DataFrame, Frame, FrameBody, FunctionCallResult, LlmResponseSummary, SystemFrame,
+};
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
 use crate::services::llm::IN_PROGRESS;
 
@@ -19,7 +24,14 @@ use crate::services::llm::IN_PROGRESS;
 /// streaming: the run waits and happens then, so a result is never lost.
 pub struct AssistantAggregator {
     context: ContextHandle,
+    /// Text of the current response not yet written to the context.
     text: String,
+    /// The current response as blocks, for the metadata of its last message.
+    blocks: Vec<ContentBlock>,
+    /// The current response's summary, once the service sent it.
+    summary: Option<LlmResponseSummary>,
+    /// Provider and model of the last summary, for responses cut short before theirs.
+    last_model: (String, String),
     in_response: bool,
     user_speaking: bool,
     bot_speaking: bool,
@@ -36,6 +48,9 @@ impl AssistantAggregator {
         Self {
             context,
             text: String::new(),
+            blocks: Vec::new(),
+            summary: None,
+            last_model: (String::new(), String::new()),
             in_response: false,
             user_speaking: false,
             bot_speaking: false,
@@ -45,11 +60,77 @@ impl AssistantAggregator {
         }
     }
 
+    /// Writes the pending text as an assistant message.
     fn commit_text(&mut self) {
         let text = std::mem::take(&mut self.text);
         let text = text.trim();
         if !text.is_empty() {
             self.context.lock().messages.push(Message::assistant(text));
+        }
+    }
+
+    /// Ends the current response: writes its text and attaches its metadata to its last message.
+    fn finish_response(&mut self, interrupted: bool) {
+        self.commit_text();
+        let blocks = std::mem::take(&mut self.blocks);
+        let summary = self.summary.take();
+        let wrote_something = blocks.iter().any(|b| match b {
+            ContentBlock::Text(t) => !t.trim().is_empty(),
+            _ => true,
+        });
+        if !wrote_something {
+            return;
+        }
+        let meta = match summary {
+            Some(s) => {
+                self.last_model = (s.provider.clone(), s.model.clone());
+                AssistantMeta {
+                    blocks: with_thinking(blocks, s.thinking),
+                    provider: s.provider,
+                    model: s.model,
+                    usage: s.usage,
+                    cost_usd: s.cost_usd,
+                    stop_reason: if interrupted {
+                        StopReason::Aborted
+                    } else {
+                        s.stop_reason
+                    },
+                    timestamp: std::time::SystemTime::now(),
+                }
+            }
+            None => AssistantMeta {
+                blocks,
+                provider: self.last_model.0.clone(),
+                model: self.last_model.1.clone(),
+                usage: Default::default(),
+                cost_usd: None,
+                stop_reason: if interrupted {
+                    StopReason::Aborted
+                } else {
+                    StopReason::Stop
+                },
+                timestamp: std::time::SystemTime::now(),
+            },
+        };
+        // The response's last message is the latest assistant message that carries one of its
+        // blocks: its text (just written) or its last tool call.
+        let last_call = meta.blocks.iter().rev().find_map(|b| match b {
+            ContentBlock::ToolCall(call) => Some(call.id.clone()),
+            _ => None,
+        });
+        let mut context = self.context.lock();
+        let target = context.messages.iter_mut().rev().find_map(|m| match m {
+            Message::Assistant(a) => {
+                let has_call = a
+                    .tool_calls
+                    .as_ref()
+                    .is_some_and(|calls| calls.iter().any(|c| Some(&c.id) == last_call.as_ref()));
+                (has_call || last_call.is_none() && a.tool_calls.is_none()).then_some(a)
+            }
+            _ => None,
+        });
+        if let Some(message) = target {
+            message.meta = Some(Box::new(meta));
         }
     }
 
@@ -66,13 +147,16 @@ impl AssistantAggregator {
     }
 
     fn on_in_progress(&mut self, call: &crate::frames::FunctionCallInProgress) {
+        // What the model said before calling comes first in the context, as it did in the stream.
+        self.commit_text();
+        let tool_call =
+            ToolCall::function(&call.tool_call_id, &call.function_name, &call.arguments);
+        if self.in_response {
+            self.blocks.push(ContentBlock::ToolCall(tool_call.clone()));
+        }
         let mut context = self.context.lock();
         context.messages.push(Message::Assistant(AssistantMessage {
-            tool_calls: Some(vec![ToolCall::function(
-                &call.tool_call_id,
-                &call.function_name,
-                &call.arguments,
-            )]),
+            tool_calls: Some(vec![tool_call]),
             ..AssistantMessage::default()
         }));
         if call.cancel_on_interruption {
@@ -128,6 +212,9 @@ impl AssistantAggregator {
                 })),
             }
         }
+        if let Some(callback) = &result.properties.on_context_updated {
+            callback.call();
+        }
         let left = self.unsettled.entry(result.group_id).or_insert(1);
         *left = left.saturating_sub(1);
         if *left == 0 {
@@ -146,7 +233,18 @@ impl AssistantAggregator {
             build_intermediate_result_message(&result.tool_call_id, result.result.as_ref())
         };
         self.context.lock().messages.push(message);
+        if let Some(callback) = &result.properties.on_context_updated {
+            callback.call();
+        }
     }
+}
+
+/// Puts the response's reasoning first, as the model produced it.
+fn with_thinking(mut blocks: Vec<ContentBlock>, thinking: String) -> Vec<ContentBlock> {
+    if !thinking.is_empty() {
+        blocks.insert(0, ContentBlock::Thinking(thinking));
+    }
+    blocks
 }
 
 impl FrameProcessor for AssistantAggregator {
@@ -176,17 +274,24 @@ impl FrameProcessor for AssistantAggregator {
                 return Ok(());
             }
             FrameBody::System(SystemFrame::Interruption) => {
-                // What was said so far stays; issue #6 narrows it to what was actually played.
-                self.commit_text();
+                // What was said so far stays, marked as cut short.
+                if self.in_response {
+                    self.finish_response(true);
+                }
                 self.in_response = false;
             }
             FrameBody::Control(ControlFrame::LlmFullResponseStart) => {
                 self.in_response = true;
                 self.text.clear();
+                self.blocks.clear();
+                self.summary = None;
+            }
+            FrameBody::Control(ControlFrame::LlmResponseSummary(summary)) => {
+                self.summary = Some((**summary).clone());
             }
             FrameBody::Control(ControlFrame::LlmFullResponseEnd) => {
                 self.in_response = false;
-                self.commit_text();
+                self.finish_response(false);
                 if !self.async_only.is_empty() {
                     self.async_only.clear();
                     self.run_pending = true;
@@ -196,7 +301,11 @@ impl FrameProcessor for AssistantAggregator {
                 return Ok(());
             }
             FrameBody::Data(DataFrame::LlmText(text)) if self.in_response => {
-                self.text.push_str(text)
+                self.text.push_str(text);
+                match self.blocks.last_mut() {
+                    Some(ContentBlock::Text(t)) => t.push_str(text),
+                    _ => self.blocks.push(ContentBlock::Text(text.clone())),
+                }
             }
             FrameBody::Control(ControlFrame::FunctionCallInProgress(call))
                 if direction == Direction::Downstream =>

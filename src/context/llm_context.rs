@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
 use super::{Message, ToolsSchema};
+use crate::frames::TokenUsage;
 
 /// How the model may use tools.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,6 +39,69 @@ impl LlmContext {
         Self {
             messages,
             ..Self::default()
+        }
+    }
+
+    /// Tokens and dollars per user turn and in total, from the assistant messages' metadata.
+    pub fn usage_report(&self) -> UsageReport {
+        let mut report = UsageReport::default();
+        // Responses before the first user message (a greeting) form a turn of their own.
+        let mut current = TurnUsage::default();
+        for message in &self.messages {
+            match message {
+                Message::User(_) => {
+                    if current.responses > 0 || current.opened_by_user {
+                        report.turns.push(std::mem::take(&mut current));
+                    }
+                    current.opened_by_user = true;
+                }
+                Message::Assistant(a) => {
+                    if let Some(meta) = &a.meta {
+                        current.add(meta.usage, meta.cost_usd);
+                        report.total.add(meta.usage, meta.cost_usd);
+                    }
+                }
+                _ => {}
+            }
+        }
+        if current.responses > 0 || current.opened_by_user {
+            report.turns.push(current);
+        }
+        report
+    }
+}
+
+/// Usage of a whole conversation, by turn.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct UsageReport {
+    /// One entry per user turn (plus a first one for responses before the user spoke).
+    pub turns: Vec<TurnUsage>,
+    /// Everything together.
+    pub total: TurnUsage,
+}
+
+/// Tokens and dollars of some responses.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct TurnUsage {
+    /// True when a user message opened the turn.
+    pub opened_by_user: bool,
+    /// LLM responses counted.
+    pub responses: usize,
+    /// Tokens used.
+    pub usage: TokenUsage,
+    /// Dollars of the responses whose model has a known price.
+    pub cost_usd: f64,
+    /// Responses whose model has no known price (their dollars are not in `cost_usd`).
+    pub unpriced: usize,
+}
+
+impl TurnUsage {
+    fn add(&mut self, usage: TokenUsage, cost_usd: Option<f64>) {
+        self.responses += 1;
+        self.usage += usage;
+        match cost_usd {
+            Some(cost) => self.cost_usd += cost,
+            None => self.unpriced += 1,
         }
     }
 }

@@ -278,8 +278,8 @@ pub struct AssistantMeta {
     pub model: String,
     /// Tokens used.
     pub usage: TokenUsage,
-    /// Dollars spent, from the price table.
-    pub cost_usd: f64,
+    /// Dollars spent, from the price table; `None` when the model has no known price.
+    pub cost_usd: Option<f64>,
     /// Why the response ended.
     pub stop_reason: StopReason,
     /// When the response ended.

@@ -6,7 +6,7 @@ mod llm_context;
 mod message;
 mod tools;
 
-pub use llm_context::{ContextHandle, LlmContext, ToolChoice};
+pub use llm_context::{ContextHandle, LlmContext, ToolChoice, TurnUsage, UsageReport};
 pub use message::{
     AssistantMessage, AssistantMeta, Content, ContentBlock, ContentPart, FunctionCall,
     InstructionMessage, KnownPart, Message, ProviderMessage, StopReason, ToolCall, ToolMessage,

@@ -5,8 +5,8 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
-use super::{AudioFrame, MetricsData};
-use crate::context::{ContextHandle, Message, ToolsSchema};
+use super::{AudioFrame, MetricsData, TokenUsage};
+use crate::context::{ContextHandle, Message, StopReason, ToolsSchema};
 use crate::pipeline::AppResources;
 
 /// A frame's identity. Copies of a frame (a parallel pipeline's branches) share it.
@@ -106,7 +106,8 @@ impl Frame {
                 ControlFrame::LlmFullResponseStart
                 | ControlFrame::LlmFullResponseEnd
                 | ControlFrame::TtsStarted
-                | ControlFrame::TtsStopped => false,
+                | ControlFrame::TtsStopped
+                | ControlFrame::LlmResponseSummary(_) => false,
             },
             FrameBody::Data(d) => match d {
                 DataFrame::FunctionCallResult(_) => true,
@@ -285,6 +286,8 @@ pub enum ControlFrame {
     TtsStopped,
     /// A function call began running.
     FunctionCallInProgress(Box<FunctionCallInProgress>),
+    /// Who answered, what it cost and why it stopped; sent just before the response's end.
+    LlmResponseSummary(Box<LlmResponseSummary>),
 }
 
 impl ControlFrame {
@@ -297,6 +300,7 @@ impl ControlFrame {
             ControlFrame::TtsStarted => "tts_started",
             ControlFrame::TtsStopped => "tts_stopped",
             ControlFrame::FunctionCallInProgress(_) => "function_call_in_progress",
+            ControlFrame::LlmResponseSummary(_) => "llm_response_summary",
         }
     }
 }
@@ -500,6 +504,41 @@ pub struct FunctionCallInProgress {
 pub struct FunctionCallResultProperties {
     /// Run the LLM now (`Some(true)`), never (`Some(false)`), or when the batch settled (`None`).
     pub run_llm: Option<bool>,
+    /// Called once the result is in the context.
+    pub on_context_updated: Option<OnContextUpdated>,
+}
+
+/// A callback run once, when a function result has been written to the context.
+#[derive(Clone)]
+pub struct OnContextUpdated(Arc<std::sync::Mutex<Option<ContextCallback>>>);
+
+type ContextCallback = Box<dyn FnOnce() + Send>;
+
+impl OnContextUpdated {
+    /// Wraps `callback`.
+    pub fn new(callback: impl FnOnce() + Send + 'static) -> Self {
+        Self(Arc::new(std::sync::Mutex::new(Some(Box::new(callback)))))
+    }
+
+    /// Runs the callback; later calls (e.g. on a clone) do nothing.
+    pub fn call(&self) {
+        let callback = self.0.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(callback) = callback {
+            callback();
+        }
+    }
+}
+
+impl fmt::Debug for OnContextUpdated {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("OnContextUpdated")
+    }
+}
+
+impl PartialEq for OnContextUpdated {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
 }
 
 /// A function call's result: final, or an intermediate update of an async call.
@@ -532,6 +571,37 @@ pub struct FunctionCallCancel {
     pub function_name: String,
     /// The provider's id for this call.
     pub tool_call_id: String,
+    /// Why.
+    pub reason: CancelReason,
+}
+
+/// Why a function call was cancelled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CancelReason {
+    /// The user interrupted the bot.
+    Interruption,
+    /// It ran past its timeout.
+    Timeout,
+    /// The model called `cancel_<name>`.
+    Llm,
+}
+
+/// What one LLM response was: who answered, the tokens and dollars it took, why it ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmResponseSummary {
+    /// The provider (e.g. `openai`, `local`).
+    pub provider: String,
+    /// The model.
+    pub model: String,
+    /// Tokens used.
+    pub usage: TokenUsage,
+    /// Dollars, when the model's price is known.
+    pub cost_usd: Option<f64>,
+    /// Why it ended.
+    pub stop_reason: StopReason,
+    /// Reasoning the model showed, if any.
+    pub thinking: String,
 }
 
 #[cfg(test)]

@@ -28,6 +28,8 @@ pub enum MetricsData {
         model: Option<String>,
         /// Token counts.
         usage: TokenUsage,
+        /// Dollars, when the model's price is known.
+        cost_usd: Option<f64>,
     },
     /// Characters one TTS call spoke.
     TtsUsage {

@@ -15,8 +15,9 @@ mod metrics;
 
 pub use audio::AudioFrame;
 pub use frame::{
-    ControlFrame, DataFrame, EndFrame, ErrorFrame, Frame, FrameBody, FrameCategory, FrameId,
-    FunctionCallCancel, FunctionCallInProgress, FunctionCallRequest, FunctionCallResult,
-    FunctionCallResultProperties, StartFrame, StartParams, SystemFrame, Transcription, TtsText,
+    CancelReason, ControlFrame, DataFrame, EndFrame, ErrorFrame, Frame, FrameBody, FrameCategory,
+    FrameId, FunctionCallCancel, FunctionCallInProgress, FunctionCallRequest, FunctionCallResult,
+    FunctionCallResultProperties, LlmResponseSummary, OnContextUpdated, StartFrame, StartParams,
+    SystemFrame, Transcription, TtsText,
 };
 pub use metrics::{MetricsData, TokenUsage};

@@ -488,6 +488,16 @@ impl Observer for EventObserver {
                 SystemFrame::BotStoppedSpeaking => Event::BotStoppedSpeaking,
                 SystemFrame::Interruption => Event::Interruption,
                 SystemFrame::Metrics(data) => Event::Metrics { data: data.clone() },
+                // Function-call frames go both ways as separate frames: report the downstream ones.
+                SystemFrame::FunctionCallCancel(cancel)
+                    if pushed.direction == Direction::Downstream =>
+                {
+                    Event::ToolCallCancelled {
+                        name: cancel.function_name.clone(),
+                        tool_call_id: cancel.tool_call_id.clone(),
+                        reason: cancel.reason,
+                    }
+                }
                 _ => return,
             },
             FrameBody::Data(DataFrame::Transcription(t)) => Event::UserTranscription {
@@ -497,6 +507,27 @@ impl Observer for EventObserver {
             FrameBody::Data(DataFrame::InterimTranscription(t)) => Event::UserTranscription {
                 text: t.text.clone(),
                 is_final: false,
+            },
+            _ if pushed.direction == Direction::Upstream => return,
+            FrameBody::Control(ControlFrame::FunctionCallInProgress(call)) => {
+                Event::ToolCallStarted {
+                    name: call.function_name.clone(),
+                    tool_call_id: call.tool_call_id.clone(),
+                    arguments: call.arguments.clone(),
+                }
+            }
+            FrameBody::Data(DataFrame::FunctionCallResult(r)) if r.cancelled => return,
+            FrameBody::Data(DataFrame::FunctionCallResult(r)) if r.is_final => {
+                Event::ToolCallResult {
+                    name: r.function_name.clone(),
+                    tool_call_id: r.tool_call_id.clone(),
+                    result: r.result.clone(),
+                }
+            }
+            FrameBody::Data(DataFrame::FunctionCallResult(r)) => Event::ToolCallIntermediate {
+                name: r.function_name.clone(),
+                tool_call_id: r.tool_call_id.clone(),
+                result: r.result.clone(),
             },
             _ => return,
         };

@@ -2,7 +2,7 @@
 
 use futures_util::stream::BoxStream;
 
-use crate::context::{Message, ToolChoice, ToolsSchema};
+use crate::context::{Message, StopReason, ToolChoice, ToolsSchema};
 use crate::frames::TokenUsage;
 
 /// What the engine is asked to complete.
@@ -30,8 +30,12 @@ pub enum LlmEvent {
         /// Arguments as the JSON string the model wrote.
         arguments: String,
     },
-    /// Tokens used by this completion.
+    /// Reasoning the model showed; kept in the context's metadata, never spoken.
+    Thinking(String),
+    /// Tokens used by this completion (several reports add up).
     Usage(TokenUsage),
+    /// Why the completion ended, when the engine knows (e.g. the token limit).
+    Finished(StopReason),
 }
 
 /// Why a completion failed.

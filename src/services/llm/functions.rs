@@ -10,6 +10,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::context::{ContextHandle, FunctionSchema};
+use crate::frames::OnContextUpdated;
 use crate::pipeline::AppResources;
 
 /// How a registered function runs.
@@ -45,11 +46,13 @@ impl FunctionOptions {
 }
 
 /// What happens after a result is delivered.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct ResultProperties {
     /// Run the LLM now (`Some(true)`), not at all (`Some(false)`), or when the batch has
     /// settled (`None`).
     pub run_llm: Option<bool>,
+    /// Called once the result has been written to the context.
+    pub on_context_updated: Option<OnContextUpdated>,
     /// False for an intermediate result of an async call (more will follow).
     pub is_final: bool,
 }
@@ -58,17 +61,14 @@ impl ResultProperties {
     /// A final result with the default run policy.
     pub fn final_result() -> Self {
         Self {
-            run_llm: None,
             is_final: true,
+            ..Self::default()
         }
     }
 
     /// An intermediate result of an async call.
     pub fn intermediate() -> Self {
-        Self {
-            run_llm: None,
-            is_final: false,
-        }
+        Self::default()
     }
 }
 

@@ -4,6 +4,7 @@
 
 mod engine;
 mod functions;
+mod pricing;
 mod service;
 
 pub use engine::{LlmEngine, LlmError, LlmEvent, LlmRequest};
@@ -11,4 +12,5 @@ pub use functions::{
     FunctionCallParams, FunctionHandler, FunctionOptions, FunctionRegistry, ResultCallback,
     ResultProperties,
 };
+pub use pricing::{Price, PriceTable};
 pub use service::{IN_PROGRESS, LlmService, LlmServiceOptions};

@@ -16,12 +16,14 @@ use super::functions::{
     Delivered, FunctionCallParams, FunctionOptions, FunctionRegistry, ResultCallback,
     ResultProperties,
 };
+use super::pricing::PriceTable;
 use crate::context::async_tool_messages::ASYNC_TOOL_INSTRUCTIONS;
-use crate::context::{Content, ContextHandle, FunctionSchema, Message};
+use crate::context::{Content, ContextHandle, FunctionSchema, Message, StopReason};
+use crate::events::Event;
 use crate::frames::{
-    ControlFrame, DataFrame, ErrorFrame, Frame, FrameBody, FunctionCallCancel,
+    CancelReason, ControlFrame, DataFrame, ErrorFrame, Frame, FrameBody, FunctionCallCancel,
     FunctionCallInProgress, FunctionCallRequest, FunctionCallResult, FunctionCallResultProperties,
-    MetricsData, StartParams, SystemFrame,
+    LlmResponseSummary, MetricsData, StartParams, SystemFrame, TokenUsage,
 };
 use crate::pipeline::{
     AppResources, Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError,
@@ -49,6 +51,11 @@ pub struct LlmServiceOptions {
     pub group_parallel_tools: bool,
     /// Timeout of a call whose function has none of its own.
     pub function_call_timeout: Duration,
+    /// How long the engine may stay silent (before its first event, or between two) before the
+    /// completion is abandoned with an error.
+    pub completion_timeout: Duration,
+    /// Prices for the usage and cost reports.
+    pub prices: PriceTable,
 }
 
 impl Default for LlmServiceOptions {
@@ -57,6 +64,8 @@ impl Default for LlmServiceOptions {
             run_in_parallel: true,
             group_parallel_tools: true,
             function_call_timeout: Duration::from_secs(30),
+            completion_timeout: Duration::from_secs(30),
+            prices: PriceTable::default(),
         }
     }
 }
@@ -143,7 +152,7 @@ impl LlmService {
                 task.abort();
             }
             tracing::debug!(tool_call_id = %id, function = %call.function_name, "call cancelled by interruption");
-            for (frame, dir) in cancel_frames(&id, &call, Some(false)) {
+            for (frame, dir) in cancel_frames(&id, &call, CancelReason::Interruption, Some(false)) {
                 cx.push(frame, dir);
             }
         }
@@ -284,8 +293,22 @@ impl Inference {
         let mut first = true;
         let mut stream = self.engine.generate(request);
         let mut requested = Vec::new();
+        let mut usage = TokenUsage::default();
+        let mut thinking = String::new();
+        let mut stop_reason = None;
         let mut failure = None;
-        while let Some(event) = stream.next().await {
+        loop {
+            let event =
+                match tokio::time::timeout(self.options.completion_timeout, stream.next()).await {
+                    Ok(Some(event)) => event,
+                    Ok(None) => break,
+                    Err(_) => {
+                        let seconds = self.options.completion_timeout.as_secs_f64();
+                        self.pusher.emit(Event::LlmCompletionTimeout { seconds });
+                        failure = Some(format!("the LLM gave no answer for {seconds} s"));
+                        break;
+                    }
+                };
             if first && self.metrics {
                 first = false;
                 let ttfb = MetricsData::Ttfb {
@@ -314,18 +337,9 @@ impl Inference {
                     tool_call_id: id,
                     arguments: parse_arguments(&arguments),
                 }),
-                Ok(LlmEvent::Usage(usage)) if self.usage_metrics => {
-                    let data = MetricsData::LlmUsage {
-                        processor: self.pusher.name().to_owned(),
-                        model: Some(self.engine.model().to_owned()),
-                        usage,
-                    };
-                    let _ = self
-                        .pusher
-                        .push(SystemFrame::Metrics(vec![data]).into(), down)
-                        .await;
-                }
-                Ok(LlmEvent::Usage(_)) => {}
+                Ok(LlmEvent::Thinking(text)) => thinking.push_str(&text),
+                Ok(LlmEvent::Usage(more)) => usage += more,
+                Ok(LlmEvent::Finished(reason)) => stop_reason = Some(reason),
                 Err(e) => {
                     failure = Some(e.to_string());
                     break;
@@ -333,9 +347,30 @@ impl Inference {
             }
         }
         drop(stream);
-        if !requested.is_empty() {
+        let has_calls = !requested.is_empty();
+        if has_calls {
             self.start_calls(requested).await;
         }
+        let summary = self.summary(usage, thinking, stop_reason, has_calls, failure.is_some());
+        if self.usage_metrics && usage != TokenUsage::default() {
+            let data = MetricsData::LlmUsage {
+                processor: self.pusher.name().to_owned(),
+                model: Some(summary.model.clone()),
+                usage,
+                cost_usd: summary.cost_usd,
+            };
+            let _ = self
+                .pusher
+                .push(SystemFrame::Metrics(vec![data]).into(), down)
+                .await;
+        }
+        let _ = self
+            .pusher
+            .push(
+                ControlFrame::LlmResponseSummary(Box::new(summary)).into(),
+                down,
+            )
+            .await;
         let _ = self
             .pusher
             .push(ControlFrame::LlmFullResponseEnd.into(), down)
@@ -343,6 +378,31 @@ impl Inference {
         match failure {
             Some(message) => Err(ProcessorError::new(message)),
             None => Ok(()),
+        }
+    }
+
+    fn summary(
+        &self,
+        usage: TokenUsage,
+        thinking: String,
+        reported: Option<StopReason>,
+        has_calls: bool,
+        failed: bool,
+    ) -> LlmResponseSummary {
+        let model = self.engine.model().to_owned();
+        let stop_reason = match reported {
+            _ if failed => StopReason::Error,
+            _ if has_calls => StopReason::ToolUse,
+            Some(reason) => reason,
+            None => StopReason::Stop,
+        };
+        LlmResponseSummary {
+            provider: self.engine.provider().to_owned(),
+            cost_usd: self.options.prices.cost(&model, &usage),
+            model,
+            usage,
+            stop_reason,
+            thinking,
         }
     }
 
@@ -437,7 +497,9 @@ impl Inference {
             let outcome = if let Some(target) = builtin {
                 let (result, cancelled) = cancel_running(&calls, &target, &call.arguments);
                 for (cid, running) in cancelled {
-                    for (frame, dir) in cancel_frames(&cid, &running, Some(false)) {
+                    for (frame, dir) in
+                        cancel_frames(&cid, &running, CancelReason::Llm, Some(false))
+                    {
                         let _ = pusher.push(frame, dir).await;
                     }
                 }
@@ -481,11 +543,11 @@ impl Inference {
             };
             let frames = match outcome {
                 Outcome::Result(delivered) => {
-                    let mut run_llm = delivered.properties.run_llm;
-                    if run_llm.is_none() && !group_all {
-                        run_llm = Some(true);
+                    let mut properties = frame_properties(delivered.properties);
+                    if properties.run_llm.is_none() && !group_all {
+                        properties.run_llm = Some(true);
                     }
-                    result_frames(&id, &running, delivered.result, true, run_llm)
+                    result_frames(&id, &running, delivered.result, true, properties)
                 }
                 Outcome::Failed(message) => {
                     let error = ErrorFrame {
@@ -504,12 +566,12 @@ impl Inference {
                         &running,
                         Some(Value::String(FAILED.to_owned())),
                         true,
-                        None,
+                        FunctionCallResultProperties::default(),
                     )
                 }
                 Outcome::TimedOut => {
                     tracing::warn!(function = %running.function_name, "function call timed out");
-                    cancel_frames(&id, &running, Some(true))
+                    cancel_frames(&id, &running, CancelReason::Timeout, Some(true))
                 }
             };
             for (frame, dir) in frames {
@@ -563,7 +625,7 @@ async fn drive_handler(
                 Some(d) if is_async => {
                     let frames = {
                         let calls = lock(calls);
-                        calls.get(id).map(|running| result_frames(id, running, d.result, false, d.properties.run_llm))
+                        calls.get(id).map(|running| result_frames(id, running, d.result, false, frame_properties(d.properties)))
                     };
                     for (frame, dir) in frames.unwrap_or_default() {
                         let _ = pusher.push(frame, dir).await;
@@ -636,7 +698,7 @@ fn result_frames(
     call: &Running,
     result: Option<Value>,
     is_final: bool,
-    run_llm: Option<bool>,
+    properties: FunctionCallResultProperties,
 ) -> Vec<(Frame, Direction)> {
     let result = FunctionCallResult {
         function_name: call.function_name.clone(),
@@ -647,7 +709,7 @@ fn result_frames(
         cancelled: false,
         cancel_on_interruption: call.cancel_on_interruption,
         group_id: call.group_id,
-        properties: FunctionCallResultProperties { run_llm },
+        properties,
     };
     [Direction::Downstream, Direction::Upstream]
         .into_iter()
@@ -660,11 +722,25 @@ fn result_frames(
         .collect()
 }
 
+/// The properties a result frame carries.
+fn frame_properties(properties: super::ResultProperties) -> FunctionCallResultProperties {
+    FunctionCallResultProperties {
+        run_llm: properties.run_llm,
+        on_context_updated: properties.on_context_updated,
+    }
+}
+
 /// The cancel frame and a cancelled result, both ways.
-fn cancel_frames(id: &str, call: &Running, run_llm: Option<bool>) -> Vec<(Frame, Direction)> {
+fn cancel_frames(
+    id: &str,
+    call: &Running,
+    reason: CancelReason,
+    run_llm: Option<bool>,
+) -> Vec<(Frame, Direction)> {
     let cancel = FunctionCallCancel {
         function_name: call.function_name.clone(),
         tool_call_id: id.to_owned(),
+        reason,
     };
     let mut frames: Vec<(Frame, Direction)> = [Direction::Downstream, Direction::Upstream]
         .into_iter()
@@ -675,7 +751,11 @@ fn cancel_frames(id: &str, call: &Running, run_llm: Option<bool>) -> Vec<(Frame,
             )
         })
         .collect();
-    for (mut frame, dir) in result_frames(id, call, None, true, run_llm) {
+    let properties = FunctionCallResultProperties {
+        run_llm,
+        on_context_updated: None,
+    };
+    for (mut frame, dir) in result_frames(id, call, None, true, properties) {
         if let FrameBody::Data(DataFrame::FunctionCallResult(r)) = &mut frame.body {
             r.cancelled = true;
         }

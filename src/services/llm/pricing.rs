@@ -1,0 +1,190 @@
+//! What tokens cost: a per-model price table, so usage can be reported in dollars.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::frames::TokenUsage;
+
+/// Dollars per million tokens of each kind.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Price {
+    /// Fresh prompt tokens.
+    pub input: f64,
+    /// Generated tokens.
+    pub output: f64,
+    /// Prompt tokens served from the provider's cache.
+    pub cache_read: f64,
+    /// Prompt tokens written to the provider's cache.
+    pub cache_write: f64,
+}
+
+impl Price {
+    /// A price without cache discounts: cached tokens cost as much as fresh ones.
+    pub const fn flat(input: f64, output: f64) -> Self {
+        Self {
+            input,
+            output,
+            cache_read: input,
+            cache_write: input,
+        }
+    }
+
+    /// A price with cache read and write rates.
+    pub const fn cached(input: f64, output: f64, cache_read: f64, cache_write: f64) -> Self {
+        Self {
+            input,
+            output,
+            cache_read,
+            cache_write,
+        }
+    }
+
+    /// Nothing to pay (local models).
+    pub const FREE: Price = Price::flat(0.0, 0.0);
+
+    /// Dollars for `usage`.
+    pub fn cost(&self, usage: &TokenUsage) -> f64 {
+        (usage.input as f64 * self.input
+            + usage.output as f64 * self.output
+            + usage.cache_read as f64 * self.cache_read
+            + usage.cache_write as f64 * self.cache_write)
+            / 1_000_000.0
+    }
+}
+
+/// Public list prices (USD per million text tokens) as the providers publish them. Dated model
+/// names (`gpt-4o-2024-08-06`) resolve to their family.
+const BUILTIN: &[(&str, Price)] = &[
+    // OpenAI: cached input is discounted; there is no separate write charge.
+    ("gpt-4o", Price::cached(2.50, 10.00, 1.25, 2.50)),
+    ("gpt-4o-mini", Price::cached(0.15, 0.60, 0.075, 0.15)),
+    ("gpt-4.1", Price::cached(2.00, 8.00, 0.50, 2.00)),
+    ("gpt-4.1-mini", Price::cached(0.40, 1.60, 0.10, 0.40)),
+    ("gpt-4.1-nano", Price::cached(0.10, 0.40, 0.025, 0.10)),
+    // Realtime models, text tokens.
+    ("gpt-realtime", Price::cached(4.00, 16.00, 0.40, 4.00)),
+    (
+        "gpt-4o-realtime-preview",
+        Price::cached(5.00, 20.00, 2.50, 5.00),
+    ),
+    (
+        "gpt-4o-mini-realtime-preview",
+        Price::cached(0.60, 2.40, 0.30, 0.60),
+    ),
+    // Anthropic: cache writes cost 1.25x input, cache reads 0.1x.
+    ("claude-opus-4", Price::cached(15.00, 75.00, 1.50, 18.75)),
+    ("claude-sonnet-4", Price::cached(3.00, 15.00, 0.30, 3.75)),
+    ("claude-sonnet-4-5", Price::cached(3.00, 15.00, 0.30, 3.75)),
+    ("claude-haiku-4-5", Price::cached(1.00, 5.00, 0.10, 1.25)),
+    ("claude-3-5-haiku", Price::cached(0.80, 4.00, 0.08, 1.00)),
+    // Google.
+    ("gemini-2.0-flash", Price::cached(0.10, 0.40, 0.025, 0.10)),
+    ("gemini-2.5-flash", Price::cached(0.30, 2.50, 0.075, 0.30)),
+    ("gemini-2.5-pro", Price::cached(1.25, 10.00, 0.31, 1.25)),
+    // The embedded model runs here.
+    ("SmolLM2-135M-Instruct", Price::FREE),
+];
+
+/// Prices by model name. Cheap to clone: the table is shared.
+#[derive(Debug, Clone)]
+pub struct PriceTable(Arc<HashMap<String, Price>>);
+
+impl Default for PriceTable {
+    /// The built-in list prices.
+    fn default() -> Self {
+        Self(Arc::new(
+            BUILTIN
+                .iter()
+                .map(|(model, price)| ((*model).to_owned(), *price))
+                .collect(),
+        ))
+    }
+}
+
+impl PriceTable {
+    /// An empty table: every cost is unknown.
+    pub fn empty() -> Self {
+        Self(Arc::default())
+    }
+
+    /// Adds or replaces the price of `model` (negotiated rates, new models).
+    pub fn with(mut self, model: impl Into<String>, price: Price) -> Self {
+        Arc::make_mut(&mut self.0).insert(model.into(), price);
+        self
+    }
+
+    /// The price of `model`: an exact entry, else the longest entry it extends with a version
+    /// suffix (`-2024-08-06`, `-latest`, `-20250514`).
+    pub fn price(&self, model: &str) -> Option<Price> {
+        if let Some(price) = self.0.get(model) {
+            return Some(*price);
+        }
+        self.0
+            .iter()
+            .filter(|(name, _)| {
+                model
+                    .strip_prefix(name.as_str())
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(is_version_suffix)
+            })
+            .max_by_key(|(name, _)| name.len())
+            .map(|(_, price)| *price)
+    }
+
+    /// Dollars for `usage` on `model`, when its price is known.
+    pub fn cost(&self, model: &str, usage: &TokenUsage) -> Option<f64> {
+        self.price(model).map(|p| p.cost(usage))
+    }
+}
+
+/// Only dates and `latest` count as versions: another variant (`-audio-preview`) is another model
+/// with another price.
+fn is_version_suffix(rest: &str) -> bool {
+    rest == "latest" || rest.starts_with(|c: char| c.is_ascii_digit())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dated_names_resolve_to_their_family_and_variants_do_not() {
+        let table = PriceTable::default();
+        assert_eq!(table.price("gpt-4o-2024-08-06"), table.price("gpt-4o"));
+        assert_eq!(
+            table.price("gpt-4o-mini-2024-07-18"),
+            table.price("gpt-4o-mini")
+        );
+        assert_eq!(
+            table.price("claude-sonnet-4-20250514"),
+            table.price("claude-sonnet-4")
+        );
+        assert_eq!(table.price("gpt-4o-audio-preview"), None);
+        assert_eq!(table.price("unknown-model"), None);
+    }
+
+    #[test]
+    fn cost_adds_every_kind_of_token() {
+        let usage = TokenUsage {
+            input: 1_000_000,
+            output: 500_000,
+            cache_read: 2_000_000,
+            cache_write: 0,
+        };
+        let cost = PriceTable::default()
+            .cost("gpt-4o", &usage)
+            .expect("priced");
+        assert!((cost - (2.50 + 5.00 + 2.50)).abs() < 1e-9);
+    }
+
+    #[test]
+    fn custom_prices_override_the_list() {
+        let table = PriceTable::default().with("gpt-4o", Price::flat(1.0, 1.0));
+        let usage = TokenUsage {
+            input: 1_000_000,
+            ..TokenUsage::default()
+        };
+        assert_eq!(table.cost("gpt-4o", &usage), Some(1.0));
+        assert_eq!(PriceTable::empty().cost("gpt-4o", &usage), None);
+    }
+}
