@@ -1,6 +1,7 @@
 //! The conversation context: typed messages, tools and the shared handle the aggregators and
 //! LLM services work on.
 
+pub mod adapters;
 pub mod async_tool_messages;
 mod llm_context;
 mod message;

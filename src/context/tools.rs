@@ -49,18 +49,33 @@ impl FunctionSchema {
     }
 }
 
-/// Which provider adapter a custom tool belongs to.
+/// Which provider adapter a custom tool or a provider-specific message belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
 pub enum AdapterKind {
     /// OpenAI chat completions.
+    #[serde(rename = "openai")]
     OpenAi,
     /// Anthropic messages.
+    #[serde(rename = "anthropic")]
     Anthropic,
-    /// Google Gemini.
+    /// Google Gemini (and Gemini Live).
+    #[serde(rename = "gemini")]
     Gemini,
     /// OpenAI Realtime.
+    #[serde(rename = "openai_realtime")]
     OpenAiRealtime,
+}
+
+impl AdapterKind {
+    /// The name used in `llm_specific` messages and configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdapterKind::OpenAi => "openai",
+            AdapterKind::Anthropic => "anthropic",
+            AdapterKind::Gemini => "gemini",
+            AdapterKind::OpenAiRealtime => "openai_realtime",
+        }
+    }
 }
 
 /// The tools offered to the model: standard functions plus provider-specific tools.
@@ -79,6 +94,11 @@ impl ToolsSchema {
             standard_tools,
             custom_tools: BTreeMap::new(),
         }
+    }
+
+    /// The provider-specific tools for `kind`.
+    pub fn custom(&self, kind: AdapterKind) -> &[Value] {
+        self.custom_tools.get(&kind).map_or(&[], Vec::as_slice)
     }
 
     /// True when no tool at all is offered.

@@ -1,0 +1,64 @@
+//! Adapters: the one context, rewritten into each provider's request shape.
+//!
+//! The context keeps OpenAI chat messages; each adapter maps them (and the tools and tool choice)
+//! to what its provider expects, skipping provider-specific messages meant for another provider.
+
+pub mod anthropic;
+pub mod gemini;
+pub mod openai;
+pub mod openai_realtime;
+
+use serde_json::{Map, Value};
+
+use super::{AdapterKind, Message};
+
+/// The provider's own message, when `message` is a provider-specific one for `kind`.
+/// `None` for ordinary messages; `Some(None)` for another provider's message (skip it).
+fn provider_specific(message: &Message, kind: AdapterKind) -> Option<Option<&Value>> {
+    match message {
+        Message::ProviderSpecific(m) => Some((m.llm == kind.as_str()).then_some(&m.message)),
+        _ => None,
+    }
+}
+
+/// A tool call's arguments as an object: providers other than OpenAI want JSON, not a string.
+fn arguments_object(arguments: &str) -> Value {
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(v @ Value::Object(_)) => v,
+        _ => Value::Object(Map::new()),
+    }
+}
+
+/// The leading system and developer messages, joined: the providers that take instructions apart
+/// from the conversation get these; later ones stay in the conversation.
+fn leading_instructions(messages: &[Message]) -> (Option<String>, usize) {
+    let mut texts = Vec::new();
+    for message in messages {
+        match message {
+            Message::System(m) | Message::Developer(m) => texts.push(m.content.joined_text()),
+            _ => break,
+        }
+    }
+    let count = texts.len();
+    let joined = texts.join("\n\n");
+    ((!joined.is_empty()).then_some(joined), count)
+}
+
+/// `data:image/png;base64,AAAA` → (`image/png`, `AAAA`).
+fn data_url(url: &str) -> Option<(&str, &str)> {
+    let rest = url.strip_prefix("data:")?;
+    let (mime, data) = rest.split_once(";base64,")?;
+    Some((mime, data))
+}
+
+/// Appends `message` to `out`, merging it into the last one when both have the same role:
+/// providers that require alternating roles get one message per run of a role.
+fn push_merged(out: &mut Vec<(String, Vec<Value>)>, role: &str, blocks: Vec<Value>) {
+    if blocks.is_empty() {
+        return;
+    }
+    match out.last_mut() {
+        Some((last, existing)) if last == role => existing.extend(blocks),
+        _ => out.push((role.to_owned(), blocks)),
+    }
+}

@@ -1,0 +1,317 @@
+//! One conversation through every provider adapter: the request each provider would get.
+
+use serde_json::{Value, json};
+
+use voxide::context::adapters::{anthropic, gemini, openai, openai_realtime};
+use voxide::context::async_tool_messages::{
+    build_final_result_message, build_intermediate_result_message, build_started_message,
+};
+use voxide::context::{
+    AdapterKind, FunctionSchema, LlmContext, Message, ToolCall, ToolChoice, ToolsSchema,
+};
+
+/// A conversation with everything an adapter must handle: instructions, text and image input,
+/// text before a call, a sync call and result, an async call with started, partial and final
+/// messages, another provider's message, and a closing user message.
+fn conversation() -> LlmContext {
+    let image: Message = serde_json::from_value(json!({"role": "user", "content": [
+        {"type": "text", "text": "and this picture"},
+        {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0"}}
+    ]}))
+    .expect("parses");
+    let messages = vec![
+        Message::system("You are helpful."),
+        Message::user("Weather in Paris, and a one-minute timer?"),
+        image,
+        Message::assistant("Checking."),
+        call("w1", "get_weather", json!({"city": "Paris"})),
+        Message::tool("w1", "{\"temp\":21}"),
+        call("t1", "set_timer", json!({"seconds": 60})),
+        build_started_message("t1"),
+        build_intermediate_result_message("t1", Some(&json!({"remaining": 30}))),
+        Message::assistant("It's 21 degrees."),
+        build_final_result_message("t1", Some(&json!({"rang": true}))),
+        serde_json::from_value(json!({"role": "llm_specific", "llm": "anthropic",
+            "message": {"role": "user", "content": [{"type": "text", "text": "anthropic only"}]}}))
+        .expect("parses"),
+        Message::user("thanks"),
+    ];
+    let mut tools = ToolsSchema::new(vec![
+        FunctionSchema::new("get_weather", "Current weather.").property(
+            "city",
+            json!({"type": "string"}),
+            true,
+        ),
+        FunctionSchema::new("set_timer", "Starts a timer.").property(
+            "seconds",
+            json!({"type": "integer"}),
+            true,
+        ),
+    ]);
+    tools
+        .custom_tools
+        .insert(AdapterKind::Gemini, vec![json!({"googleSearch": {}})]);
+    LlmContext {
+        messages,
+        tools,
+        tool_choice: Some(ToolChoice::Auto),
+    }
+}
+
+fn call(id: &str, name: &str, arguments: Value) -> Message {
+    Message::Assistant(voxide::context::AssistantMessage {
+        tool_calls: Some(vec![ToolCall::function(id, name, &arguments)]),
+        ..Default::default()
+    })
+}
+
+/// The content strings of the async-tool messages: (started, intermediate, final).
+fn async_texts(ctx: &LlmContext) -> (String, String, String) {
+    let text = |i: usize| ctx.messages[i].text().expect("text").to_owned();
+    (text(7), text(8), text(10))
+}
+
+#[test]
+fn openai_gets_the_context_as_it_is_without_other_providers_messages() {
+    let ctx = conversation();
+    let body = openai::request(&ctx.messages, &ctx.tools, ctx.tool_choice.as_ref());
+    let expected: Vec<Value> = ctx
+        .messages
+        .iter()
+        .filter(|m| m.role() != "llm_specific")
+        .map(|m| serde_json::to_value(m).expect("json"))
+        .collect();
+    assert_eq!(body["messages"], Value::Array(expected));
+    assert_eq!(body["messages"].as_array().map(Vec::len), Some(12));
+    assert_eq!(
+        body["tools"][0],
+        json!({"type": "function", "function": {
+            "name": "get_weather",
+            "description": "Current weather.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+        }})
+    );
+    assert_eq!(
+        body["tools"].as_array().map(Vec::len),
+        Some(2),
+        "no Gemini tool"
+    );
+    assert_eq!(body["tool_choice"], "auto");
+}
+
+#[test]
+fn anthropic_splits_the_system_prompt_uses_blocks_and_merges_roles() {
+    let ctx = conversation();
+    let (started, partial, fin) = async_texts(&ctx);
+    let body = anthropic::request(&ctx.messages, &ctx.tools, ctx.tool_choice.as_ref());
+    assert_eq!(body["system"], "You are helpful.");
+    assert_eq!(
+        body["messages"],
+        json!([
+            {"role": "user", "content": [
+                {"type": "text", "text": "Weather in Paris, and a one-minute timer?"},
+                {"type": "text", "text": "and this picture"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0"}}
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "w1", "name": "get_weather", "input": {"city": "Paris"}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "w1", "content": "{\"temp\":21}"}
+            ]},
+            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "set_timer", "input": {"seconds": 60}}
+            ]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": started},
+                {"type": "text", "text": partial}
+            ]},
+            {"role": "assistant", "content": [{"type": "text", "text": "It's 21 degrees."}]},
+            {"role": "user", "content": [
+                {"type": "text", "text": fin},
+                {"type": "text", "text": "anthropic only"},
+                {"type": "text", "text": "thanks"}
+            ]}
+        ])
+    );
+    assert_eq!(
+        body["tools"][1],
+        json!({"name": "set_timer", "description": "Starts a timer.", "input_schema":
+            {"type": "object", "properties": {"seconds": {"type": "integer"}}, "required": ["seconds"]}})
+    );
+    assert_eq!(body["tool_choice"], json!({"type": "auto"}));
+}
+
+#[test]
+fn gemini_gets_parts_function_calls_and_named_function_responses() {
+    let ctx = conversation();
+    let (started, partial, fin) = async_texts(&ctx);
+    let started: Value = serde_json::from_str(&started).expect("started is JSON");
+    let body = gemini::request(&ctx.messages, &ctx.tools, ctx.tool_choice.as_ref());
+    assert_eq!(
+        body["systemInstruction"],
+        json!({"parts": [{"text": "You are helpful."}]})
+    );
+    assert_eq!(
+        body["contents"],
+        json!([
+            {"role": "user", "parts": [
+                {"text": "Weather in Paris, and a one-minute timer?"},
+                {"text": "and this picture"},
+                {"inlineData": {"mimeType": "image/png", "data": "iVBORw0"}}
+            ]},
+            {"role": "model", "parts": [
+                {"text": "Checking."},
+                {"functionCall": {"id": "w1", "name": "get_weather", "args": {"city": "Paris"}}}
+            ]},
+            {"role": "user", "parts": [
+                {"functionResponse": {"id": "w1", "name": "get_weather", "response": {"temp": 21}}}
+            ]},
+            {"role": "model", "parts": [
+                {"functionCall": {"id": "t1", "name": "set_timer", "args": {"seconds": 60}}}
+            ]},
+            {"role": "user", "parts": [
+                {"functionResponse": {"id": "t1", "name": "set_timer", "response": started}},
+                {"text": partial}
+            ]},
+            {"role": "model", "parts": [{"text": "It's 21 degrees."}]},
+            {"role": "user", "parts": [{"text": fin}, {"text": "thanks"}]}
+        ])
+    );
+    assert_eq!(
+        body["tools"],
+        json!([
+            {"functionDeclarations": [
+                {"name": "get_weather", "description": "Current weather.", "parameters":
+                    {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}},
+                {"name": "set_timer", "description": "Starts a timer.", "parameters":
+                    {"type": "object", "properties": {"seconds": {"type": "integer"}}, "required": ["seconds"]}}
+            ]},
+            {"googleSearch": {}}
+        ])
+    );
+    assert_eq!(
+        body["toolConfig"],
+        json!({"functionCallingConfig": {"mode": "AUTO"}})
+    );
+}
+
+#[test]
+fn openai_realtime_gets_items_with_async_results_on_the_tool_channel() {
+    let ctx = conversation();
+    assert_eq!(
+        openai_realtime::instructions(&ctx.messages).as_deref(),
+        Some("You are helpful.")
+    );
+    let items = openai_realtime::items(&ctx.messages);
+    let keys: Vec<&str> = items.iter().map(|i| i.key.as_str()).collect();
+    assert_eq!(
+        keys,
+        [
+            "message:1",
+            "message:2",
+            "message:3",
+            "call:w1",
+            "output:w1",
+            "call:t1",
+            "partial:t1:1",
+            "message:9",
+            "output:t1",
+            "message:12"
+        ]
+    );
+    let item = |key: &str| {
+        items
+            .iter()
+            .find(|i| i.key == key)
+            .map(|i| i.item.clone())
+            .expect("item")
+    };
+    assert_eq!(
+        item("message:2"),
+        json!({"type": "message", "role": "user", "content": [
+            {"type": "input_text", "text": "and this picture"},
+            {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0"}
+        ]})
+    );
+    assert_eq!(
+        item("message:3"),
+        json!({"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Checking."}]})
+    );
+    assert_eq!(
+        item("call:w1"),
+        json!({"type": "function_call", "call_id": "w1", "name": "get_weather", "arguments": "{\"city\":\"Paris\"}"})
+    );
+    assert_eq!(
+        item("output:w1"),
+        json!({"type": "function_call_output", "call_id": "w1", "output": "{\"temp\":21}"})
+    );
+    assert_eq!(
+        item("output:t1"),
+        json!({"type": "function_call_output", "call_id": "t1", "output": "{\"rang\": true}"})
+    );
+    let partial = item("partial:t1:1");
+    assert_eq!(partial["role"], "system");
+    let text = partial["content"][0]["text"].as_str().expect("text");
+    assert!(
+        text.contains("t1") && text.contains("{\"remaining\": 30}"),
+        "{text}"
+    );
+    assert_eq!(
+        openai_realtime::tools(&ctx.tools)[0],
+        json!({"type": "function", "name": "get_weather", "description": "Current weather.",
+            "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}})
+    );
+}
+
+#[test]
+fn a_pending_sync_result_is_not_sent_to_realtime_and_results_lead_anthropic_user_turns() {
+    let messages = vec![
+        Message::user("what time is it"),
+        call("c1", "get_time", json!({})),
+        Message::tool("c1", "IN_PROGRESS"),
+        Message::user("and the date?"),
+    ];
+    let keys: Vec<String> = openai_realtime::items(&messages)
+        .into_iter()
+        .map(|i| i.key)
+        .collect();
+    assert_eq!(keys, ["message:0", "call:c1", "message:3"]);
+    // The user spoke after the placeholder: the result block still comes first in that turn.
+    let body = anthropic::messages(&messages);
+    assert_eq!(body[2]["content"][0]["type"], "tool_result");
+    assert_eq!(body[2]["content"][1]["text"], "and the date?");
+    assert_eq!(body.len(), 3);
+}
+
+#[test]
+fn tool_choice_maps_per_provider() {
+    let choice = ToolChoice::Function("get_weather".into());
+    assert_eq!(
+        openai::tool_choice(&choice),
+        json!({"type": "function", "function": {"name": "get_weather"}})
+    );
+    assert_eq!(
+        anthropic::tool_choice(&ToolChoice::Required),
+        json!({"type": "any"})
+    );
+    assert_eq!(
+        openai_realtime::tool_choice(&choice),
+        json!({"type": "function", "name": "get_weather"})
+    );
+    let ctx = LlmContext {
+        tool_choice: Some(choice),
+        ..conversation()
+    };
+    let body = gemini::request(&ctx.messages, &ctx.tools, ctx.tool_choice.as_ref());
+    assert_eq!(
+        body["toolConfig"],
+        json!({"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}})
+    );
+    // A function without arguments has no parameters for Gemini.
+    assert_eq!(
+        gemini::declaration(&FunctionSchema::new("now", "The time.")),
+        json!({"name": "now", "description": "The time."})
+    );
+}
