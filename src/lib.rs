@@ -5,9 +5,12 @@
 //! back out as speech. `ARCHITECTURE.md` describes the design and its vocabulary.
 
 pub mod aggregators;
+pub mod audio;
 pub mod bench;
 pub mod context;
 pub mod events;
 pub mod frames;
+pub mod models;
+pub mod onnx;
 pub mod pipeline;
 pub mod services;

@@ -1,0 +1,4 @@
+//! Audio stages and helpers: WAV files, resampling, voice activity detection.
+
+pub mod vad;
+pub mod wav;

@@ -1,0 +1,57 @@
+//! The ONNX runtime, loaded once per process from the library the setup step unpacked.
+//!
+//! ort's `load-dynamic` mode opens `libonnxruntime.so` at run time, so the build downloads nothing.
+
+use std::path::Path;
+use std::sync::OnceLock;
+
+use ort::environment::Environment;
+use ort::session::Session;
+
+use crate::models::{ModelError, model_path};
+
+/// The runtime library's file name in the models folder.
+pub const LIBRARY: &str = "libonnxruntime.so.1.31.1";
+
+static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();
+
+/// The process-wide ONNX environment, loading the library on first use.
+pub fn environment() -> Result<&'static Environment, ModelError> {
+    let library = model_path("onnxruntime", LIBRARY)?;
+    let env = ENVIRONMENT.get_or_init(|| {
+        ort::init_from(&library)
+            .map_err(|e| e.to_string())?
+            .with_name("voxide")
+            .build()
+            .map_err(|e| e.to_string())
+    });
+    env.as_ref().map_err(|reason| ModelError::Invalid {
+        name: "onnxruntime".into(),
+        path: library,
+        reason: reason.clone(),
+    })
+}
+
+/// Opens the model `file` (named `name` in errors) with `threads` intra-op threads.
+pub fn session(name: &str, file: &str, threads: usize) -> Result<Session, ModelError> {
+    let path = model_path(name, file)?;
+    open(name, &path, threads)
+}
+
+/// Opens an ONNX model at `path`.
+pub fn open(name: &str, path: &Path, threads: usize) -> Result<Session, ModelError> {
+    let env = environment()?;
+    let invalid = |reason: String| ModelError::Invalid {
+        name: name.to_owned(),
+        path: path.to_owned(),
+        reason,
+    };
+    Session::builder(env)
+        .map_err(|e| invalid(e.to_string()))?
+        .with_intra_threads(threads)
+        .map_err(|e| invalid(e.to_string()))?
+        .with_inter_threads(1)
+        .map_err(|e| invalid(e.to_string()))?
+        .commit_from_file(path)
+        .map_err(|e| invalid(e.to_string()))
+}

@@ -1,0 +1,61 @@
+//! The embedded engines against known output on shipped audio. They need the models that
+//! `scripts/setup.sh` fetches.
+
+use voxide::audio::vad::SileroVad;
+use voxide::audio::wav;
+
+const HELLO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+
+/// Speech probabilities of every 512-sample window of `samples` at 16 kHz.
+fn vad_probabilities(samples: &[i16]) -> Vec<f32> {
+    let vad = SileroVad::shared().expect("the VAD model loads; run scripts/setup.sh");
+    let mut state = vad.new_state(16_000);
+    wav::to_f32(samples)
+        .chunks_exact(512)
+        .map(|w| vad.probability(&mut state, w).expect("inference"))
+        .collect()
+}
+
+#[test]
+fn silero_hears_speech_in_speech_and_none_in_silence() {
+    let hello = wav::read(HELLO).expect("test audio");
+    assert_eq!(hello.sample_rate, 16_000);
+    let probs = vad_probabilities(&hello.to_mono());
+    // The file is 1 s of silence, about 3.2 s of speech, 1 s of silence (31.25 windows a second).
+    let lead = &probs[..28];
+    let speech = &probs[34..120];
+    assert!(lead.iter().all(|&p| p < 0.1), "silence: {lead:?}");
+    let voiced = speech.iter().filter(|&&p| p > 0.7).count();
+    assert!(voiced > speech.len() / 2, "speech: {speech:?}");
+
+    let silence = vec![0i16; 16_000];
+    assert!(vad_probabilities(&silence).iter().all(|&p| p < 0.05));
+}
+
+#[test]
+fn a_batch_gives_what_separate_calls_give() {
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    let vad = SileroVad::shared().expect("model");
+    let samples = wav::to_f32(&hello);
+    let quiet = vec![0.0f32; samples.len()];
+    let mut a = vad.new_state(16_000);
+    let mut b = vad.new_state(16_000);
+    let mut sa = vad.new_state(16_000);
+    let mut sb = vad.new_state(16_000);
+    for (wa, wb) in samples
+        .chunks_exact(512)
+        .zip(quiet.chunks_exact(512))
+        .take(80)
+    {
+        let batched = vad
+            .probabilities(&mut [(&mut a, wa), (&mut b, wb)])
+            .expect("batch");
+        let single = [
+            vad.probability(&mut sa, wa).expect("a"),
+            vad.probability(&mut sb, wb).expect("b"),
+        ];
+        for (x, y) in batched.iter().zip(single) {
+            assert!((x - y).abs() < 1e-4, "{x} vs {y}");
+        }
+    }
+}
