@@ -4,7 +4,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the build and the tests need.
-APT_PACKAGES=(pkg-config python3 python3-pip)
+APT_PACKAGES=(pkg-config python3 python3-pip libespeak-ng-dev)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -59,3 +59,38 @@ fn a_batch_gives_what_separate_calls_give() {
         }
     }
 }
+
+#[test]
+fn piper_speaks_a_sentence_that_the_vad_hears_as_speech() {
+    use voxide::services::tts::{PiperVoice, TtsEngine};
+    let voice = PiperVoice::shared().expect("the Piper voice loads; run scripts/setup.sh");
+    let started = std::time::Instant::now();
+    let speech = voice
+        .synthesize("Hello there, how can I help you today?")
+        .expect("speech");
+    let took = started.elapsed();
+    assert_eq!(speech.sample_rate, 22_050);
+    let seconds = speech.samples.len() as f64 / 22_050.0;
+    assert!((1.0..5.0).contains(&seconds), "{seconds} s of audio");
+    let words: Vec<_> = speech.words.iter().map(|w| w.word.as_str()).collect();
+    assert_eq!(
+        words,
+        ["Hello", "there", "how", "can", "I", "help", "you", "today"]
+    );
+    assert!((speech.words.last().map_or(0.0, |w| w.end_secs) - seconds).abs() < 1e-6);
+    eprintln!("piper: {seconds:.2} s of audio in {took:?}");
+
+    // Speech-likeness: resampled to 16 kHz, the VAD hears speech in most of it.
+    let resampled: Vec<i16> = (0..(speech.samples.len() * 16_000 / 22_050))
+        .map(|i| speech.samples[i * 22_050 / 16_000])
+        .collect();
+    let probs = vad_probabilities(&resampled);
+    let voiced = probs.iter().filter(|&&p| p > 0.5).count();
+    assert!(
+        voiced * 2 > probs.len(),
+        "voiced {voiced} of {}",
+        probs.len()
+    );
+    // Nothing to say is no audio, not an error.
+    assert!(voice.synthesize(" ... ").expect("empty").samples.is_empty());
+}

@@ -2,3 +2,4 @@
 //! engine and network providers behind the same trait.
 
 pub mod llm;
+pub mod tts;

@@ -1,0 +1,49 @@
+//! Text to speech: the engine trait, the Piper voice (VITS through ONNX Runtime with espeak-ng
+//! phonemes), and the service that turns streamed LLM text into audio sentence by sentence.
+
+pub mod espeak;
+pub mod piper;
+
+pub use piper::PiperVoice;
+
+/// Synthesised speech for one piece of text.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Speech {
+    /// Mono 16-bit samples.
+    pub samples: Vec<i16>,
+    /// Their rate.
+    pub sample_rate: u32,
+    /// When each word is spoken, from the start of `samples`.
+    pub words: Vec<WordTiming>,
+}
+
+/// When one word is spoken.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WordTiming {
+    /// The word as written.
+    pub word: String,
+    /// Start, in seconds from the start of the speech.
+    pub start_secs: f64,
+    /// End, in seconds.
+    pub end_secs: f64,
+}
+
+/// Why synthesis failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TtsError {
+    /// The engine failed.
+    #[error("speech synthesis failed: {0}")]
+    Engine(String),
+}
+
+/// Something that turns text into speech. Blocking: the service calls it off the async runtime.
+pub trait TtsEngine: Send + Sync + 'static {
+    /// The engine's name, for metrics.
+    fn name(&self) -> &str;
+
+    /// The rate of the audio it makes.
+    fn sample_rate(&self) -> u32;
+
+    /// Speech for `text` (a sentence or so).
+    fn synthesize(&self, text: &str) -> Result<Speech, TtsError>;
+}
