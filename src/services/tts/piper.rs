@@ -53,6 +53,9 @@ pub struct PiperVoice {
 
 static SHARED: OnceLock<Arc<PiperVoice>> = OnceLock::new();
 
+/// A word and its phoneme count.
+type WeightedWord = (String, usize);
+
 impl PiperVoice {
     /// Loads the default voice (en_US joe, medium) from the models folder.
     pub fn load_default() -> Result<Self, ModelError> {
@@ -109,8 +112,8 @@ impl PiperVoice {
         })
     }
 
-    /// The voice's ids for `text`, and the share of phonemes of each word (for word timings).
-    fn phoneme_ids(&self, text: &str) -> Result<(Vec<i64>, Vec<(String, usize)>), TtsError> {
+    /// The voice's ids for `text`, and the phoneme count of each word (for word timings).
+    fn phoneme_ids(&self, text: &str) -> Result<(Vec<i64>, Vec<WeightedWord>), TtsError> {
         let pad = self.ids[&'_'][0];
         let mut ids = self.ids[&'^'].clone();
         ids.push(pad);
@@ -202,7 +205,7 @@ impl TtsEngine for PiperVoice {
 /// Word timings estimated by sharing the audio's duration by phoneme count: the voice does not
 /// report its durations, and phoneme counts follow speaking time closely enough to tell which
 /// words an interruption cut.
-fn spread(words: &[(String, usize)], seconds: f64) -> Vec<WordTiming> {
+fn spread(words: &[WeightedWord], seconds: f64) -> Vec<WordTiming> {
     let total: usize = words.iter().map(|(_, w)| w).sum();
     let mut start = 0.0;
     words
