@@ -94,3 +94,26 @@ fn piper_speaks_a_sentence_that_the_vad_hears_as_speech() {
     // Nothing to say is no audio, not an error.
     assert!(voice.synthesize(" ... ").expect("empty").samples.is_empty());
 }
+
+#[test]
+fn smart_turn_hears_a_finished_question_as_complete_and_a_cut_one_as_not() {
+    use voxide::audio::turn::SmartTurn;
+    let model = SmartTurn::shared().expect("the Smart Turn model loads; run scripts/setup.sh");
+    let hello = wav::to_f32(&wav::read(HELLO).expect("test audio").to_mono());
+    // The whole question, with the trailing silence cut to 200 ms as VAD would leave it.
+    let end_of_speech = 16_000 + 3 * 16_000 + 3_400;
+    let whole = &hello[..(end_of_speech + 3_200).min(hello.len())];
+    let started = std::time::Instant::now();
+    let complete = model.predict(whole).expect("prediction");
+    eprintln!("smart turn: {:?} in {:?}", complete, started.elapsed());
+    // Cut in the middle of "What is the weather like ...".
+    let cut = model
+        .predict(&hello[..16_000 + 28_000])
+        .expect("prediction");
+    eprintln!("smart turn, cut: {cut:?}");
+    assert!(
+        complete.probability > cut.probability,
+        "{complete:?} vs {cut:?}"
+    );
+    assert!(complete.complete, "{complete:?}");
+}

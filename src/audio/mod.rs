@@ -1,4 +1,6 @@
 //! Audio stages and helpers: WAV files, resampling, voice activity detection.
 
+pub mod mel;
+pub mod turn;
 pub mod vad;
 pub mod wav;

@@ -1,0 +1,84 @@
+//! Smart Turn v3: does the user's speech so far sound like a finished turn?
+//!
+//! The model reads the Whisper log-mel features of the last 8 s of the user's audio (shorter
+//! audio is padded with silence in front) and returns the probability that the turn is complete.
+
+use std::sync::{Arc, Mutex, OnceLock};
+
+use ort::session::Session;
+use ort::value::Tensor;
+
+use crate::audio::mel::{self, LogMel};
+use crate::models::ModelError;
+
+const NAME: &str = "smart-turn-v3.2";
+const FILE: &str = "smart-turn-v3.2-cpu.onnx";
+/// Seconds of audio the model reads.
+pub const WINDOW_SECS: usize = 8;
+const SAMPLES: usize = WINDOW_SECS * mel::SAMPLE_RATE as usize;
+
+/// The model's verdict.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TurnPrediction {
+    /// True when the turn sounds finished (probability above one half).
+    pub complete: bool,
+    /// The probability that it is finished.
+    pub probability: f32,
+}
+
+/// The Smart Turn v3.2 model, shared by every session.
+pub struct SmartTurn {
+    session: Mutex<Session>,
+}
+
+static SHARED: OnceLock<Arc<SmartTurn>> = OnceLock::new();
+
+impl SmartTurn {
+    /// Loads the model from the models folder.
+    pub fn load() -> Result<Self, ModelError> {
+        Ok(Self {
+            session: Mutex::new(crate::onnx::session(NAME, FILE, 1)?),
+        })
+    }
+
+    /// The process-wide model, loaded on first use.
+    pub fn shared() -> Result<Arc<Self>, ModelError> {
+        if let Some(model) = SHARED.get() {
+            return Ok(model.clone());
+        }
+        let model = Arc::new(Self::load()?);
+        Ok(SHARED.get_or_init(|| model).clone())
+    }
+
+    /// Judges the turn from the user's audio at 16 kHz in [-1, 1] (only the last 8 s count).
+    /// Blocking, tens of milliseconds: call it off the async runtime.
+    pub fn predict(&self, audio: &[f32]) -> Result<TurnPrediction, ModelError> {
+        let tail = &audio[audio.len().saturating_sub(SAMPLES)..];
+        let mut window = vec![0.0f32; SAMPLES - tail.len()];
+        window.extend_from_slice(tail);
+        let features = LogMel::shared().features(&window, true);
+        let frames = features.len() / mel::N_MELS;
+        let inference = |reason: String| ModelError::Inference {
+            name: NAME.into(),
+            reason,
+        };
+        let input = Tensor::from_array(([1, mel::N_MELS, frames], features))
+            .map_err(|e| inference(e.to_string()))?;
+        let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let outputs = session
+            .run(ort::inputs!["input_features" => input])
+            .map_err(|e| inference(e.to_string()))?;
+        let (_, logits) = outputs["logits"]
+            .try_extract_tensor::<f32>()
+            .map_err(|e| inference(e.to_string()))?;
+        // The exported model ends in a sigmoid: its "logits" are probabilities already.
+        let probability = logits
+            .first()
+            .copied()
+            .ok_or_else(|| inference("empty output".into()))?;
+        Ok(TurnPrediction {
+            complete: probability > 0.5,
+            probability,
+        })
+    }
+}
