@@ -37,6 +37,13 @@ enum Bench {
         #[arg(long, default_value_t = 2_000)]
         latency_frames: usize,
     },
+    /// Cost of the embedded engines: VAD per 20 ms, Smart Turn per inference, Piper latency and
+    /// real-time factor. Needs the models (`scripts/setup.sh`).
+    Engines {
+        /// Streams batched into one VAD inference for the batched figure.
+        #[arg(long, default_value_t = 64)]
+        vad_batch: usize,
+    },
 }
 
 #[tokio::main]
@@ -64,6 +71,14 @@ async fn main() -> Result<()> {
             };
             // On a worker, like every stage: block_on's thread would add a cross-thread wake per frame.
             let report = tokio::spawn(bench.run()).await?;
+            println!("{}", serde_json::to_string(&report)?);
+        }
+        Command::Bench {
+            bench: Bench::Engines { vad_batch },
+        } => {
+            let report =
+                tokio::task::spawn_blocking(move || voxide::bench::engines::run(vad_batch))
+                    .await??;
             println!("{}", serde_json::to_string(&report)?);
         }
     }

@@ -158,6 +158,33 @@ mod tests {
     use super::*;
 
     #[test]
+    fn features_match_the_python_reference() {
+        // Reference: pipecat 1.14's vendored WhisperFeatureExtractor (numpy) on the shipped test
+        // file placed at the end of an 8 s window, normalised, as Smart Turn feeds it.
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+        let audio = crate::audio::wav::to_f32(&crate::audio::wav::read(path).expect("wav").samples);
+        let mut window = vec![0.0f32; 128_000 - audio.len()];
+        window.extend_from_slice(&audio);
+        let features = LogMel::shared().features(&window, true);
+        assert_eq!(features.len(), N_MELS * 800);
+        let sum: f64 = features.iter().map(|&v| f64::from(v)).sum();
+        assert!((sum - 11036.945_979).abs() < 0.05, "sum {sum}");
+        for (band, frame, expected) in [
+            (0, 450, 0.265_470_03),
+            (10, 500, 1.818_246_6),
+            (40, 550, 0.724_320_1),
+            (79, 600, 0.232_275_9),
+            (20, 620, 0.829_948_5),
+        ] {
+            let got = features[band * 800 + frame];
+            assert!(
+                (got - expected).abs() < 1e-4,
+                "[{band}, {frame}]: {got} vs {expected}"
+            );
+        }
+    }
+
+    #[test]
     fn frames_follow_the_hop_and_values_stay_in_range() {
         let tone: Vec<f32> = (0..16_000)
             .map(|i| (2.0 * std::f32::consts::PI * 440.0 * i as f32 / 16_000.0).sin() * 0.5)

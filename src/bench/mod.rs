@@ -1,3 +1,4 @@
 //! Benchmarks users can run on their own hardware (`voxide bench ...`).
 
+pub mod engines;
 pub mod pipeline;

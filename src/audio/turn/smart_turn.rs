@@ -36,8 +36,10 @@ static SHARED: OnceLock<Arc<SmartTurn>> = OnceLock::new();
 impl SmartTurn {
     /// Loads the model from the models folder.
     pub fn load() -> Result<Self, ModelError> {
+        // Two threads: an inference is long enough (tens of ms) to gain from both cores, and it
+        // runs off every session's audio path.
         Ok(Self {
-            session: Mutex::new(crate::onnx::session(NAME, FILE, 1)?),
+            session: Mutex::new(crate::onnx::session(NAME, FILE, 2)?),
         })
     }
 

@@ -1,0 +1,126 @@
+//! Per-stage cost of the embedded engines on this machine: VAD per 20 ms of audio (one stream,
+//! and many streams batched into one inference), Smart Turn per inference, Piper time to first
+//! audio and real-time factor.
+
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::audio::mel::LogMel;
+use crate::audio::turn::SmartTurn;
+use crate::audio::vad::SileroVad;
+use crate::models::ModelError;
+use crate::services::tts::{PiperVoice, TtsEngine, TtsError};
+
+/// One JSON line of results.
+#[derive(Debug, Clone, Serialize)]
+pub struct EnginesReport {
+    /// Silero, one stream: µs of CPU per 20 ms of audio (a 32 ms window costs 1.6 of these).
+    pub vad_us_per_20ms: f64,
+    /// Silero, `vad_batch` streams in one inference: µs per stream per 20 ms.
+    pub vad_batched_us_per_20ms: f64,
+    /// Streams per batched inference.
+    pub vad_batch: usize,
+    /// Smart Turn, median ms per inference on 8 s of audio (features included).
+    pub smart_turn_p50_ms: f64,
+    /// Of which the log-mel features, median ms.
+    pub smart_turn_features_p50_ms: f64,
+    /// Piper, ms from text to the audio of a short first sentence.
+    pub tts_first_audio_ms: f64,
+    /// Piper, synthesis time over audio duration for a longer sentence.
+    pub tts_rtf: f64,
+}
+
+/// Why the bench could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum EnginesBenchError {
+    /// A model is missing or broken.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// Synthesis failed.
+    #[error(transparent)]
+    Tts(#[from] TtsError),
+}
+
+/// Runs every measurement once (after a warm-up) and reports medians.
+pub fn run(vad_batch: usize) -> Result<EnginesReport, EnginesBenchError> {
+    let speech = synthetic_speech(16_000 * 8);
+
+    let vad = SileroVad::shared()?;
+    let windows: Vec<&[f32]> = speech.chunks_exact(512).collect();
+    let mut state = vad.new_state(16_000);
+    for w in windows.iter().take(20) {
+        vad.probability(&mut state, w)?;
+    }
+    let started = Instant::now();
+    for w in &windows {
+        vad.probability(&mut state, w)?;
+    }
+    let per_window = started.elapsed().as_secs_f64() / windows.len() as f64;
+    // A 512-sample window is 32 ms of audio.
+    let vad_us_per_20ms = per_window * 1e6 * 20.0 / 32.0;
+
+    let mut states: Vec<_> = (0..vad_batch).map(|_| vad.new_state(16_000)).collect();
+    let started = Instant::now();
+    for w in &windows {
+        let mut batch: Vec<_> = states.iter_mut().map(|s| (s, *w)).collect();
+        vad.probabilities(&mut batch)?;
+    }
+    let per_stream = started.elapsed().as_secs_f64() / (windows.len() * vad_batch.max(1)) as f64;
+    let vad_batched_us_per_20ms = per_stream * 1e6 * 20.0 / 32.0;
+
+    let turn = SmartTurn::shared()?;
+    turn.predict(&speech)?;
+    let mut times: Vec<f64> = (0..9)
+        .map(|_| {
+            let started = Instant::now();
+            turn.predict(&speech)
+                .map(|_| started.elapsed().as_secs_f64() * 1e3)
+        })
+        .collect::<Result<_, _>>()?;
+    times.sort_by(f64::total_cmp);
+    let mut feature_times: Vec<f64> = (0..9)
+        .map(|_| {
+            let started = Instant::now();
+            std::hint::black_box(LogMel::shared().features(&speech, true));
+            started.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    feature_times.sort_by(f64::total_cmp);
+
+    let voice = PiperVoice::shared()?;
+    voice.synthesize("Warming up.")?;
+    let started = Instant::now();
+    voice.synthesize("Sure, one moment.")?;
+    let tts_first_audio_ms = started.elapsed().as_secs_f64() * 1e3;
+    let started = Instant::now();
+    let long = voice.synthesize(
+        "The weather in Paris is mild today, with a light breeze and a few clouds in the afternoon.",
+    )?;
+    let audio_secs = long.samples.len() as f64 / f64::from(long.sample_rate);
+    let tts_rtf = started.elapsed().as_secs_f64() / audio_secs.max(1e-9);
+
+    Ok(EnginesReport {
+        vad_us_per_20ms,
+        vad_batched_us_per_20ms,
+        vad_batch,
+        smart_turn_p50_ms: times[times.len() / 2],
+        smart_turn_features_p50_ms: feature_times[feature_times.len() / 2],
+        tts_first_audio_ms,
+        tts_rtf,
+    })
+}
+
+/// A voiced, speech-like signal (harmonics with a syllable-rate envelope), deterministic.
+fn synthetic_speech(samples: usize) -> Vec<f32> {
+    (0..samples)
+        .map(|i| {
+            let t = i as f32 / 16_000.0;
+            let envelope = (0.5 + 0.5 * (2.0 * std::f32::consts::PI * 4.0 * t).sin()).powi(2);
+            let voice: f32 = (1..6)
+                .map(|h| (2.0 * std::f32::consts::PI * 140.0 * h as f32 * t).sin() / h as f32)
+                .sum();
+            0.2 * envelope * voice
+        })
+        .collect()
+}
