@@ -168,7 +168,7 @@ mod tests {
         let features = LogMel::shared().features(&window, true);
         assert_eq!(features.len(), N_MELS * 800);
         let sum: f64 = features.iter().map(|&v| f64::from(v)).sum();
-        assert!((sum - 11036.945_979).abs() < 0.05, "sum {sum}");
+        assert!((sum - 11_036.945_979).abs() < 0.05, "sum {sum}");
         for (band, frame, expected) in [
             (0, 450, 0.265_470_03),
             (10, 500, 1.818_246_6),
