@@ -16,6 +16,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Lists the embedded models: where each comes from, its size, and whether it is installed.
+    /// `scripts/setup.sh` fetches them.
+    Models,
     /// Benchmarks you can run on your own hardware; each prints one JSON line.
     Bench {
         #[command(subcommand)]
@@ -56,6 +59,7 @@ async fn main() -> Result<()> {
         .init();
     let cli = Cli::parse();
     match cli.command {
+        Command::Models => list_models(),
         Command::Bench {
             bench:
                 Bench::Pipeline {
@@ -83,4 +87,28 @@ async fn main() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Prints one line per model of the manifest.
+fn list_models() {
+    use voxide::models::{Installed, Manifest, models_dir};
+    let dir = models_dir();
+    println!("models folder: {}", dir.display());
+    for model in Manifest::builtin().models {
+        let state = match model.installed_in(&dir) {
+            Installed::Yes => "installed",
+            Installed::Missing => "missing (run scripts/setup.sh)",
+            Installed::WrongSize => "damaged (delete it and run scripts/setup.sh)",
+        };
+        println!(
+            "{:<16} {:>6.1} MB  {:<10} {}=={} ({})  {}",
+            model.name,
+            model.size() as f64 / 1e6,
+            state,
+            model.package,
+            model.version,
+            model.license,
+            model.purpose,
+        );
+    }
 }

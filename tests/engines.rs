@@ -117,3 +117,64 @@ fn smart_turn_hears_a_finished_question_as_complete_and_a_cut_one_as_not() {
     );
     assert!(complete.complete, "{complete:?}");
 }
+
+#[test]
+fn the_vad_analyzer_finds_one_utterance_at_any_input_rate() {
+    use voxide::audio::resample::StreamResampler;
+    use voxide::audio::vad::{VadAnalyzer, VadEvent, VadParams, VadState};
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    for rate in [16_000u32, 48_000] {
+        let audio = if rate == 16_000 {
+            hello.clone()
+        } else {
+            let mut up = StreamResampler::new(16_000, rate).expect("resampler");
+            up.process(&hello)
+        };
+        let vad = SileroVad::shared().expect("model");
+        let mut analyzer = VadAnalyzer::new(vad, rate, VadParams::default()).expect("analyzer");
+        let chunk = rate as usize / 50; // 20 ms, as transports deliver it
+        let mut events = Vec::new();
+        for (i, piece) in audio.chunks(chunk).enumerate() {
+            for e in analyzer.analyze(piece).expect("analysis") {
+                events.push((e, i as f32 * 0.02));
+            }
+        }
+        let kinds: Vec<_> = events.iter().map(|(e, _)| *e).collect();
+        // espeak's pauses between sentences may split the utterance; it always starts first
+        // and ends last.
+        assert_eq!(
+            kinds.first(),
+            Some(&VadEvent::Started),
+            "{rate}: {events:?}"
+        );
+        assert_eq!(kinds.last(), Some(&VadEvent::Stopped), "{rate}: {events:?}");
+        let started = events[0].1;
+        let stopped = events[events.len() - 1].1;
+        assert!(
+            (1.0..1.5).contains(&started),
+            "{rate}: started at {started}"
+        );
+        assert!(
+            (4.0..4.8).contains(&stopped),
+            "{rate}: stopped at {stopped}"
+        );
+        assert_eq!(analyzer.state(), VadState::Quiet);
+    }
+}
+
+#[test]
+fn a_corrupt_model_file_is_a_clear_error_not_a_crash() {
+    let dir = std::env::temp_dir().join(format!("voxide-corrupt-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let path = dir.join("broken.onnx");
+    std::fs::write(&path, b"this is not an onnx model").expect("write");
+    let err = voxide::onnx::open("broken", &path, 1).expect_err("must fail");
+    let text = err.to_string();
+    assert!(
+        text.contains("broken")
+            && text.contains("could not be loaded")
+            && text.contains("scripts/setup.sh"),
+        "{text}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,0 +1,206 @@
+//! The speech state machine over model windows: QUIET → STARTING → SPEAKING → STOPPING → QUIET.
+//!
+//! A window counts as speech when the model's confidence and the smoothed loudness both pass
+//! their thresholds. Speech must last `start_secs` to start a turn and silence `stop_secs` to end
+//! one, so a click does not start a turn and a breath does not end it.
+
+use std::sync::Arc;
+
+use super::silero::{SileroState, SileroVad, window_size};
+use crate::audio::resample::{ResampleError, StreamResampler};
+use crate::models::ModelError;
+
+/// Thresholds and delays.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VadParams {
+    /// Model confidence a window needs to count as speech.
+    pub confidence: f32,
+    /// Seconds of speech before speaking starts.
+    pub start_secs: f32,
+    /// Seconds of silence before speaking stops.
+    pub stop_secs: f32,
+    /// Smoothed loudness (0 to 1) a window needs to count as speech.
+    pub min_volume: f32,
+}
+
+impl Default for VadParams {
+    fn default() -> Self {
+        Self {
+            confidence: 0.7,
+            start_secs: 0.2,
+            stop_secs: 0.2,
+            min_volume: 0.6,
+        }
+    }
+}
+
+/// Where the speaker is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VadState {
+    /// Silence.
+    Quiet,
+    /// Speech heard, not yet long enough.
+    Starting,
+    /// Speaking.
+    Speaking,
+    /// Silence heard while speaking, not yet long enough.
+    Stopping,
+}
+
+/// A confirmed change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VadEvent {
+    /// Speech lasted `start_secs`.
+    Started,
+    /// Silence lasted `stop_secs`.
+    Stopped,
+}
+
+/// Why analysis failed.
+#[derive(Debug, thiserror::Error)]
+pub enum VadError {
+    /// The model failed.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// The input rate cannot be converted.
+    #[error(transparent)]
+    Resample(#[from] ResampleError),
+}
+
+/// Smoothing of the loudness between windows (weight of the newest window).
+const VOLUME_SMOOTHING: f32 = 0.2;
+
+/// One stream's VAD: resampling to the model's rate, the model's state and the state machine.
+pub struct VadAnalyzer {
+    params: VadParams,
+    model: Arc<SileroVad>,
+    model_state: SileroState,
+    resampler: StreamResampler,
+    buffer: Vec<f32>,
+    window: usize,
+    state: VadState,
+    count: u32,
+    start_windows: u32,
+    stop_windows: u32,
+    volume: f32,
+}
+
+impl VadAnalyzer {
+    /// An analyzer for mono audio at `sample_rate` (resampled to 16 kHz for the model, or used
+    /// as it is at 8 or 16 kHz).
+    pub fn new(
+        model: Arc<SileroVad>,
+        sample_rate: u32,
+        params: VadParams,
+    ) -> Result<Self, VadError> {
+        let model_rate = if sample_rate == 8_000 { 8_000 } else { 16_000 };
+        let window = window_size(model_rate);
+        let windows_for =
+            |secs: f32| ((secs * model_rate as f32 / window as f32).round() as u32).max(1);
+        Ok(Self {
+            model_state: model.new_state(model_rate),
+            model,
+            resampler: StreamResampler::new(sample_rate, model_rate)?,
+            buffer: Vec::with_capacity(window * 2),
+            window,
+            state: VadState::Quiet,
+            count: 0,
+            start_windows: windows_for(params.start_secs),
+            stop_windows: windows_for(params.stop_secs),
+            params,
+            volume: 0.0,
+        })
+    }
+
+    /// The current state.
+    pub fn state(&self) -> VadState {
+        self.state
+    }
+
+    /// Feeds audio; returns the changes it confirmed, in order.
+    pub fn analyze(&mut self, audio: &[i16]) -> Result<Vec<VadEvent>, VadError> {
+        let resampled = self.resampler.process(audio);
+        self.buffer
+            .extend(resampled.iter().map(|&s| f32::from(s) / 32768.0));
+        let mut events = Vec::new();
+        let mut start = 0;
+        while self.buffer.len() - start >= self.window {
+            let window = &self.buffer[start..start + self.window];
+            start += self.window;
+            let confidence = self.model.probability(&mut self.model_state, window)?;
+            self.volume =
+                VOLUME_SMOOTHING * loudness(window) + (1.0 - VOLUME_SMOOTHING) * self.volume;
+            let speech =
+                confidence >= self.params.confidence && self.volume >= self.params.min_volume;
+            if let Some(event) = self.step(speech) {
+                events.push(event);
+            }
+        }
+        self.buffer.drain(..start);
+        Ok(events)
+    }
+
+    /// Forces a stop (the audio stopped arriving mid-speech); returns it if speaking.
+    pub fn force_stop(&mut self) -> Option<VadEvent> {
+        let speaking = matches!(self.state, VadState::Speaking | VadState::Stopping);
+        self.state = VadState::Quiet;
+        self.count = 0;
+        self.buffer.clear();
+        self.model_state.reset();
+        speaking.then_some(VadEvent::Stopped)
+    }
+
+    fn step(&mut self, speech: bool) -> Option<VadEvent> {
+        use VadState::*;
+        self.state = match (self.state, speech) {
+            (Quiet, true) => {
+                self.count = 1;
+                Starting
+            }
+            (Starting, true) | (Stopping, false) => {
+                self.count += 1;
+                self.state
+            }
+            (Starting, false) => Quiet,
+            (Speaking, false) => {
+                self.count = 1;
+                Stopping
+            }
+            (Stopping, true) => Speaking,
+            (state, _) => state,
+        };
+        match self.state {
+            Starting if self.count >= self.start_windows => {
+                self.state = Speaking;
+                Some(VadEvent::Started)
+            }
+            Stopping if self.count >= self.stop_windows => {
+                self.state = Quiet;
+                Some(VadEvent::Stopped)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Loudness from 0 (-20 dB) to 1 (+80 dB), in dB of the window's RMS in 16-bit units: the scale
+/// pipecat's thresholds are written for, without the K-weighting (close enough for speech).
+fn loudness(window: &[f32]) -> f32 {
+    let power = window.iter().map(|s| s * s).sum::<f32>() / window.len().max(1) as f32;
+    let db = 10.0 * (power * 32768.0 * 32768.0).max(1e-10).log10() - 0.691;
+    ((db + 20.0) / 100.0).clamp(0.0, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loudness_scale_puts_speech_above_and_hiss_below_the_default_threshold() {
+        let speech: Vec<f32> = (0..512).map(|i| ((i as f32) * 0.3).sin() * 0.1).collect();
+        let hiss: Vec<f32> = (0..512).map(|i| ((i as f32) * 1.7).sin() * 0.001).collect();
+        assert!(loudness(&speech) > 0.6, "{}", loudness(&speech));
+        assert!(loudness(&hiss) < 0.6, "{}", loudness(&hiss));
+        assert_eq!(loudness(&[0.0; 512]), 0.0);
+    }
+}
