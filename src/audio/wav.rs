@@ -161,7 +161,7 @@ mod tests {
         };
         write(&path, &wav).expect("write");
         assert_eq!(read(&path).expect("read"), wav);
-        assert_eq!(wav.to_mono(), vec![500, 0, 2]);
+        assert_eq!(wav.to_mono(), vec![500, 15_883, -16_381]);
 
         let junk = dir.join("junk.wav");
         std::fs::write(&junk, b"RIFF....not a wav").expect("write");
