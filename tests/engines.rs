@@ -178,3 +178,24 @@ fn a_corrupt_model_file_is_a_clear_error_not_a_crash() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn whisper_transcribes_the_test_sentence() {
+    use voxide::services::stt::Whisper;
+    let whisper = Whisper::shared().expect("the Whisper model loads; run scripts/setup.sh");
+    let audio = wav::to_f32(&wav::read(HELLO).expect("test audio").to_mono());
+    let started = std::time::Instant::now();
+    let text = whisper.transcribe(&audio).expect("transcript");
+    eprintln!("whisper: {text:?} in {:?}", started.elapsed());
+    let words: String = text
+        .to_lowercase()
+        .chars()
+        .filter(|c| c.is_alphanumeric() || c.is_whitespace())
+        .collect();
+    // tiny.en hears espeak's "there" as "now" at times; the question itself must be exact.
+    assert!(words.starts_with("hello "), "{words}");
+    assert!(
+        words.ends_with("what is the weather like in paris today"),
+        "{words}"
+    );
+}

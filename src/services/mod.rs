@@ -2,4 +2,5 @@
 //! engine and network providers behind the same trait.
 
 pub mod llm;
+pub mod stt;
 pub mod tts;

@@ -1,0 +1,422 @@
+//! Whisper speech-to-text with candle, loaded from a CTranslate2 `model.bin`.
+//!
+//! The CTranslate2 file stores the same weights as OpenAI's checkpoint in float16 under its own
+//! names, with self-attention q/k/v fused into one matrix and cross-attention k/v into another.
+//! Loading splits them back, drops the key biases (Whisper's keys have none; the file stores
+//! zeros) and hands candle's Whisper model the names it expects.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex, OnceLock};
+
+use candle_core::{DType, Device, IndexOp, Tensor};
+use candle_nn::VarBuilder;
+use candle_transformers::models::whisper::{Config, model::Whisper as WhisperModel};
+use serde::Deserialize;
+
+use super::ct2::{self, Ct2Model};
+use crate::audio::mel::{self, LogMel};
+use crate::models::{ModelError, model_path};
+
+const NAME: &str = "whisper-tiny.en";
+const DIR: &str = "whisper-tiny.en";
+/// Tokens one utterance may produce at most.
+const MAX_TOKENS: usize = 200;
+
+/// A loaded Whisper model with its tokenizer, shared by every session.
+pub struct Whisper {
+    model: Mutex<WhisperModel>,
+    tokens: TokenText,
+    special: SpecialTokens,
+    suppress: Vec<u32>,
+    suppress_begin: Vec<u32>,
+    window_secs: f32,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct SpecialTokens {
+    eot: u32,
+    sot: u32,
+    no_timestamps: u32,
+}
+
+/// Which tokens never to emit, from the model's `config.json`.
+#[derive(Debug, Deserialize)]
+struct SuppressConfig {
+    #[serde(default)]
+    suppress_ids: Vec<u32>,
+    #[serde(default)]
+    suppress_ids_begin: Vec<u32>,
+}
+
+static SHARED: OnceLock<Arc<Whisper>> = OnceLock::new();
+
+/// Why transcription failed.
+#[derive(Debug, thiserror::Error)]
+#[error("transcription failed: {0}")]
+pub struct SttError(pub String);
+
+fn invalid(path: &Path, reason: impl ToString) -> ModelError {
+    ModelError::Invalid {
+        name: NAME.into(),
+        path: path.to_owned(),
+        reason: reason.to_string(),
+    }
+}
+
+impl Whisper {
+    /// Loads tiny.en from the models folder.
+    pub fn load_default() -> Result<Self, ModelError> {
+        let model = model_path(NAME, &format!("{DIR}/model.bin"))?;
+        let dir = model.parent().map(Path::to_owned).unwrap_or_default();
+        Self::load(&dir)
+    }
+
+    /// The process-wide model, loaded on first use.
+    pub fn shared() -> Result<Arc<Self>, ModelError> {
+        if let Some(model) = SHARED.get() {
+            return Ok(model.clone());
+        }
+        let model = Arc::new(Self::load_default()?);
+        Ok(SHARED.get_or_init(|| model).clone())
+    }
+
+    /// Loads `model.bin`, `tokenizer.json` and `config.json` from `dir`.
+    pub fn load(dir: &Path) -> Result<Self, ModelError> {
+        let bin = dir.join("model.bin");
+        let bytes = std::fs::read(&bin).map_err(|e| invalid(&bin, e))?;
+        let ct2 = Ct2Model::parse(&bytes).map_err(|e| invalid(&bin, e))?;
+        drop(bytes);
+        let (tensors, config) = to_candle(&ct2).map_err(|e| invalid(&bin, e))?;
+        drop(ct2);
+        let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
+        let model = WhisperModel::load(&vb, config).map_err(|e| invalid(&bin, e))?;
+
+        let tokenizer = dir.join("tokenizer.json");
+        let text = std::fs::read_to_string(&tokenizer).map_err(|e| invalid(&tokenizer, e))?;
+        let tokens = TokenText::from_tokenizer_json(&text).map_err(|e| invalid(&tokenizer, e))?;
+        let special = SpecialTokens {
+            eot: tokens.id("<|endoftext|>").map_err(|e| invalid(&tokenizer, e))?,
+            sot: tokens
+                .id("<|startoftranscript|>")
+                .map_err(|e| invalid(&tokenizer, e))?,
+            no_timestamps: tokens
+                .id("<|notimestamps|>")
+                .map_err(|e| invalid(&tokenizer, e))?,
+        };
+        let config_path = dir.join("config.json");
+        let text = std::fs::read_to_string(&config_path).map_err(|e| invalid(&config_path, e))?;
+        let suppress: SuppressConfig =
+            serde_json::from_str(&text).map_err(|e| invalid(&config_path, e))?;
+        Ok(Self {
+            model: Mutex::new(model),
+            tokens,
+            special,
+            suppress: suppress.suppress_ids,
+            suppress_begin: suppress.suppress_ids_begin,
+            window_secs: 30.0,
+        })
+    }
+
+    /// Transcribes 16 kHz mono audio in [-1, 1]. Blocking (hundreds of ms): call it off the
+    /// async runtime.
+    pub fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
+        let err = |e: candle_core::Error| SttError(e.to_string());
+        let window = (self.window_secs * mel::SAMPLE_RATE as f32) as usize;
+        let mut padded = audio[..audio.len().min(window)].to_vec();
+        padded.resize(window, 0.0);
+        let features = LogMel::shared().features(&padded, false);
+        let frames = features.len() / mel::N_MELS;
+        let mel = Tensor::from_vec(features, (1, mel::N_MELS, frames), &Device::Cpu).map_err(err)?;
+        let mut model = self.model.lock().unwrap_or_else(|p| p.into_inner());
+        let audio_features = model.encoder.forward(&mel, true).map_err(err)?;
+        let prompt = [self.special.sot, self.special.no_timestamps];
+        let mut tokens: Vec<u32> = prompt.to_vec();
+        let vocab = model.config.vocab_size;
+        let mut mask = vec![0f32; vocab];
+        for &id in &self.suppress {
+            if let Some(m) = mask.get_mut(id as usize) {
+                *m = f32::NEG_INFINITY;
+            }
+        }
+        // Timestamps and other special tokens are never wanted without timestamps mode.
+        for m in mask.iter_mut().skip(self.special.eot as usize + 1) {
+            *m = f32::NEG_INFINITY;
+        }
+        let mask = Tensor::from_vec(mask, vocab, &Device::Cpu).map_err(err)?;
+        for step in 0..MAX_TOKENS {
+            let input = Tensor::new(tokens.as_slice(), &Device::Cpu)
+                .and_then(|t| t.unsqueeze(0))
+                .map_err(err)?;
+            let hidden = model
+                .decoder
+                .forward(&input, &audio_features, step == 0)
+                .map_err(err)?;
+            let last = hidden.i((.., tokens.len() - 1..)).map_err(err)?;
+            let logits = model
+                .decoder
+                .final_linear(&last)
+                .and_then(|l| l.i((0, 0)))
+                .and_then(|l| l.broadcast_add(&mask))
+                .map_err(err)?;
+            let mut logits = logits.to_vec1::<f32>().map_err(err)?;
+            if step == 0 {
+                for &id in &self.suppress_begin {
+                    if let Some(l) = logits.get_mut(id as usize) {
+                        *l = f32::NEG_INFINITY;
+                    }
+                }
+            }
+            let next = argmax(&logits);
+            if next == self.special.eot || repeats(&tokens[prompt.len()..], next) {
+                break;
+            }
+            tokens.push(next);
+        }
+        Ok(self.tokens.decode(&tokens[prompt.len()..]).trim().to_owned())
+    }
+}
+
+fn argmax(values: &[f32]) -> u32 {
+    values
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))
+        .map_or(0, |(i, _)| i as u32)
+}
+
+/// True when adding `next` would make the tail a third copy of a phrase (a decoding loop).
+fn repeats(tokens: &[u32], next: u32) -> bool {
+    let mut all = tokens.to_vec();
+    all.push(next);
+    let n = all.len();
+    (1..=n / 3).any(|len| {
+        let a = &all[n - len..];
+        a == &all[n - 2 * len..n - len] && a == &all[n - 3 * len..n - 2 * len] && len * 3 >= 6
+    })
+}
+
+/// Token ids to text: the byte-level BPE vocabulary of `tokenizer.json`, read for decoding.
+struct TokenText {
+    pieces: Vec<String>,
+    ids: HashMap<String, u32>,
+    bytes: HashMap<char, u8>,
+}
+
+#[derive(Deserialize)]
+struct TokenizerJson {
+    model: TokenizerModel,
+    #[serde(default)]
+    added_tokens: Vec<AddedToken>,
+}
+
+#[derive(Deserialize)]
+struct TokenizerModel {
+    vocab: HashMap<String, u32>,
+}
+
+#[derive(Deserialize)]
+struct AddedToken {
+    id: u32,
+    content: String,
+}
+
+impl TokenText {
+    fn from_tokenizer_json(text: &str) -> Result<Self, String> {
+        let json: TokenizerJson = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let mut ids = json.model.vocab;
+        for added in json.added_tokens {
+            ids.insert(added.content, added.id);
+        }
+        let size = ids.values().copied().max().map_or(0, |m| m as usize + 1);
+        let mut pieces = vec![String::new(); size];
+        for (piece, &id) in &ids {
+            pieces[id as usize] = piece.clone();
+        }
+        Ok(Self {
+            pieces,
+            ids,
+            bytes: byte_level_decoder(),
+        })
+    }
+
+    fn id(&self, token: &str) -> Result<u32, String> {
+        self.ids
+            .get(token)
+            .copied()
+            .ok_or_else(|| format!("the tokenizer lacks {token}"))
+    }
+
+    fn decode(&self, ids: &[u32]) -> String {
+        let mut bytes = Vec::new();
+        for &id in ids {
+            let Some(piece) = self.pieces.get(id as usize) else {
+                continue;
+            };
+            if piece.starts_with("<|") {
+                continue;
+            }
+            bytes.extend(piece.chars().filter_map(|c| self.bytes.get(&c).copied()));
+        }
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// GPT-2's byte-level alphabet, reversed: each byte is written as a printable character.
+fn byte_level_decoder() -> HashMap<char, u8> {
+    let mut printable: Vec<u32> = (u32::from(b'!')..=u32::from(b'~'))
+        .chain(0xA1..=0xAC)
+        .chain(0xAE..=0xFF)
+        .collect();
+    let mut chars: Vec<u32> = printable.clone();
+    let mut extra = 0;
+    for b in 0..=255u32 {
+        if !printable.contains(&b) {
+            printable.push(b);
+            chars.push(256 + extra);
+            extra += 1;
+        }
+    }
+    printable
+        .into_iter()
+        .zip(chars)
+        .filter_map(|(b, c)| Some((char::from_u32(c)?, b as u8)))
+        .collect()
+}
+
+/// The model's tensors under candle's Whisper names, and its configuration.
+fn to_candle(ct2: &Ct2Model) -> Result<(HashMap<String, Tensor>, Config), String> {
+    if ct2.spec != "WhisperSpec" {
+        return Err(format!("expected a Whisper model, found {}", ct2.spec));
+    }
+    let get = |name: &str| -> Result<Tensor, String> {
+        let v = ct2.get(name).map_err(|e| e.to_string())?;
+        let dtype = match v.dtype {
+            ct2::DType::F16 => DType::F16,
+            ct2::DType::F32 => DType::F32,
+            ct2::DType::Bf16 => DType::BF16,
+            other => return Err(format!("{name}: unsupported type {other:?}")),
+        };
+        Tensor::from_raw_buffer(&v.bytes, dtype, &v.dims, &Device::Cpu)
+            .and_then(|t| t.to_dtype(DType::F32))
+            .map_err(|e| format!("{name}: {e}"))
+    };
+    let split = |t: &Tensor, parts: usize| -> Result<Vec<Tensor>, String> {
+        let n = t.dim(0).map_err(|e| e.to_string())? / parts;
+        (0..parts)
+            .map(|i| t.narrow(0, i * n, n).map_err(|e| e.to_string()))
+            .collect()
+    };
+    let layers = |prefix: &str| {
+        (0..)
+            .take_while(|i| {
+                ct2.variables
+                    .contains_key(&format!("{prefix}/layer_{i}/ffn/linear_0/weight"))
+            })
+            .count()
+    };
+    let mut out = HashMap::new();
+    let mut put = |name: String, t: Tensor| {
+        out.insert(name, t);
+    };
+    let norm = |put: &mut dyn FnMut(String, Tensor), from: &str, to: &str| -> Result<(), String> {
+        put(format!("{to}.weight"), get(&format!("{from}/gamma"))?);
+        put(format!("{to}.bias"), get(&format!("{from}/beta"))?);
+        Ok(())
+    };
+    let linear = |put: &mut dyn FnMut(String, Tensor), from: &str, to: &str| -> Result<(), String> {
+        put(format!("{to}.weight"), get(&format!("{from}/weight"))?);
+        put(format!("{to}.bias"), get(&format!("{from}/bias"))?);
+        Ok(())
+    };
+    // Fused q/k/v (or k/v): split rows; keys get no bias.
+    let fused = |put: &mut dyn FnMut(String, Tensor),
+                 from: &str,
+                 to: &str,
+                 names: &[&str]|
+     -> Result<(), String> {
+        let weights = split(&get(&format!("{from}/weight"))?, names.len())?;
+        let biases = split(&get(&format!("{from}/bias"))?, names.len())?;
+        for ((name, w), b) in names.iter().zip(weights).zip(biases) {
+            put(format!("{to}.{name}.weight"), w);
+            if *name != "k_proj" {
+                put(format!("{to}.{name}.bias"), b);
+            }
+        }
+        Ok(())
+    };
+
+    let enc_layers = layers("encoder");
+    let dec_layers = layers("decoder");
+    for conv in ["conv1", "conv2"] {
+        linear(&mut put, &format!("encoder/{conv}"), &format!("model.encoder.{conv}"))?;
+    }
+    for i in 0..enc_layers {
+        let (from, to) = (format!("encoder/layer_{i}"), format!("model.encoder.layers.{i}"));
+        norm(&mut put, &format!("{from}/self_attention/layer_norm"), &format!("{to}.self_attn_layer_norm"))?;
+        fused(&mut put, &format!("{from}/self_attention/linear_0"), &format!("{to}.self_attn"), &["q_proj", "k_proj", "v_proj"])?;
+        linear(&mut put, &format!("{from}/self_attention/linear_1"), &format!("{to}.self_attn.out_proj"))?;
+        norm(&mut put, &format!("{from}/ffn/layer_norm"), &format!("{to}.final_layer_norm"))?;
+        linear(&mut put, &format!("{from}/ffn/linear_0"), &format!("{to}.fc1"))?;
+        linear(&mut put, &format!("{from}/ffn/linear_1"), &format!("{to}.fc2"))?;
+    }
+    norm(&mut put, "encoder/layer_norm", "model.encoder.layer_norm")?;
+    let embeddings = get("decoder/embeddings/weight")?;
+    let (vocab_size, d_model) = embeddings.dims2().map_err(|e| e.to_string())?;
+    put("model.decoder.embed_tokens.weight".into(), embeddings);
+    let positions = get("decoder/position_encodings/encodings")?;
+    let max_target_positions = positions.dim(0).map_err(|e| e.to_string())?;
+    put("model.decoder.embed_positions.weight".into(), positions);
+    for i in 0..dec_layers {
+        let (from, to) = (format!("decoder/layer_{i}"), format!("model.decoder.layers.{i}"));
+        norm(&mut put, &format!("{from}/self_attention/layer_norm"), &format!("{to}.self_attn_layer_norm"))?;
+        fused(&mut put, &format!("{from}/self_attention/linear_0"), &format!("{to}.self_attn"), &["q_proj", "k_proj", "v_proj"])?;
+        linear(&mut put, &format!("{from}/self_attention/linear_1"), &format!("{to}.self_attn.out_proj"))?;
+        norm(&mut put, &format!("{from}/attention/layer_norm"), &format!("{to}.encoder_attn_layer_norm"))?;
+        linear(&mut put, &format!("{from}/attention/linear_0"), &format!("{to}.encoder_attn.q_proj"))?;
+        fused(&mut put, &format!("{from}/attention/linear_1"), &format!("{to}.encoder_attn"), &["k_proj", "v_proj"])?;
+        linear(&mut put, &format!("{from}/attention/linear_2"), &format!("{to}.encoder_attn.out_proj"))?;
+        norm(&mut put, &format!("{from}/ffn/layer_norm"), &format!("{to}.final_layer_norm"))?;
+        linear(&mut put, &format!("{from}/ffn/linear_0"), &format!("{to}.fc1"))?;
+        linear(&mut put, &format!("{from}/ffn/linear_1"), &format!("{to}.fc2"))?;
+    }
+    norm(&mut put, "decoder/layer_norm", "model.decoder.layer_norm")?;
+    let heads = |name: &str| -> Result<usize, String> {
+        ct2.scalar(name)
+            .map(|h| h as usize)
+            .map_err(|e| e.to_string())
+    };
+    let config = Config {
+        num_mel_bins: mel::N_MELS,
+        max_source_positions: 1500,
+        d_model,
+        encoder_attention_heads: heads("encoder/num_heads")?,
+        encoder_layers: enc_layers,
+        vocab_size,
+        max_target_positions,
+        decoder_attention_heads: heads("decoder/num_heads")?,
+        decoder_layers: dec_layers,
+        suppress_tokens: Vec::new(),
+    };
+    Ok((out, config))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decoding_loop_is_caught_and_normal_text_is_not() {
+        assert!(!repeats(&[1, 2, 3, 4], 5));
+        assert!(repeats(&[7, 8, 7, 8, 7], 8));
+        assert!(!repeats(&[5, 5], 5), "short runs like '...' are fine");
+    }
+
+    #[test]
+    fn byte_level_alphabet_covers_every_byte() {
+        let decoder = byte_level_decoder();
+        assert_eq!(decoder.len(), 256);
+        assert_eq!(decoder.get(&'Ġ'), Some(&b' '));
+        assert_eq!(decoder.get(&'a'), Some(&b'a'));
+    }
+}
