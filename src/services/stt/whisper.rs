@@ -96,7 +96,9 @@ impl Whisper {
         let text = std::fs::read_to_string(&tokenizer).map_err(|e| invalid(&tokenizer, e))?;
         let tokens = TokenText::from_tokenizer_json(&text).map_err(|e| invalid(&tokenizer, e))?;
         let special = SpecialTokens {
-            eot: tokens.id("<|endoftext|>").map_err(|e| invalid(&tokenizer, e))?,
+            eot: tokens
+                .id("<|endoftext|>")
+                .map_err(|e| invalid(&tokenizer, e))?,
             sot: tokens
                 .id("<|startoftranscript|>")
                 .map_err(|e| invalid(&tokenizer, e))?,
@@ -127,7 +129,8 @@ impl Whisper {
         padded.resize(window, 0.0);
         let features = LogMel::shared().features(&padded, false);
         let frames = features.len() / mel::N_MELS;
-        let mel = Tensor::from_vec(features, (1, mel::N_MELS, frames), &Device::Cpu).map_err(err)?;
+        let mel =
+            Tensor::from_vec(features, (1, mel::N_MELS, frames), &Device::Cpu).map_err(err)?;
         let mut model = self.model.lock().unwrap_or_else(|p| p.into_inner());
         let audio_features = model.encoder.forward(&mel, true).map_err(err)?;
         let prompt = [self.special.sot, self.special.no_timestamps];
@@ -173,7 +176,11 @@ impl Whisper {
             }
             tokens.push(next);
         }
-        Ok(self.tokens.decode(&tokens[prompt.len()..]).trim().to_owned())
+        Ok(self
+            .tokens
+            .decode(&tokens[prompt.len()..])
+            .trim()
+            .to_owned())
     }
 }
 
@@ -324,11 +331,12 @@ fn to_candle(ct2: &Ct2Model) -> Result<(HashMap<String, Tensor>, Config), String
         put(format!("{to}.bias"), get(&format!("{from}/beta"))?);
         Ok(())
     };
-    let linear = |put: &mut dyn FnMut(String, Tensor), from: &str, to: &str| -> Result<(), String> {
-        put(format!("{to}.weight"), get(&format!("{from}/weight"))?);
-        put(format!("{to}.bias"), get(&format!("{from}/bias"))?);
-        Ok(())
-    };
+    let linear =
+        |put: &mut dyn FnMut(String, Tensor), from: &str, to: &str| -> Result<(), String> {
+            put(format!("{to}.weight"), get(&format!("{from}/weight"))?);
+            put(format!("{to}.bias"), get(&format!("{from}/bias"))?);
+            Ok(())
+        };
     // Fused q/k/v (or k/v): split rows; keys get no bias.
     let fused = |put: &mut dyn FnMut(String, Tensor),
                  from: &str,
@@ -349,16 +357,48 @@ fn to_candle(ct2: &Ct2Model) -> Result<(HashMap<String, Tensor>, Config), String
     let enc_layers = layers("encoder");
     let dec_layers = layers("decoder");
     for conv in ["conv1", "conv2"] {
-        linear(&mut put, &format!("encoder/{conv}"), &format!("model.encoder.{conv}"))?;
+        linear(
+            &mut put,
+            &format!("encoder/{conv}"),
+            &format!("model.encoder.{conv}"),
+        )?;
     }
     for i in 0..enc_layers {
-        let (from, to) = (format!("encoder/layer_{i}"), format!("model.encoder.layers.{i}"));
-        norm(&mut put, &format!("{from}/self_attention/layer_norm"), &format!("{to}.self_attn_layer_norm"))?;
-        fused(&mut put, &format!("{from}/self_attention/linear_0"), &format!("{to}.self_attn"), &["q_proj", "k_proj", "v_proj"])?;
-        linear(&mut put, &format!("{from}/self_attention/linear_1"), &format!("{to}.self_attn.out_proj"))?;
-        norm(&mut put, &format!("{from}/ffn/layer_norm"), &format!("{to}.final_layer_norm"))?;
-        linear(&mut put, &format!("{from}/ffn/linear_0"), &format!("{to}.fc1"))?;
-        linear(&mut put, &format!("{from}/ffn/linear_1"), &format!("{to}.fc2"))?;
+        let (from, to) = (
+            format!("encoder/layer_{i}"),
+            format!("model.encoder.layers.{i}"),
+        );
+        norm(
+            &mut put,
+            &format!("{from}/self_attention/layer_norm"),
+            &format!("{to}.self_attn_layer_norm"),
+        )?;
+        fused(
+            &mut put,
+            &format!("{from}/self_attention/linear_0"),
+            &format!("{to}.self_attn"),
+            &["q_proj", "k_proj", "v_proj"],
+        )?;
+        linear(
+            &mut put,
+            &format!("{from}/self_attention/linear_1"),
+            &format!("{to}.self_attn.out_proj"),
+        )?;
+        norm(
+            &mut put,
+            &format!("{from}/ffn/layer_norm"),
+            &format!("{to}.final_layer_norm"),
+        )?;
+        linear(
+            &mut put,
+            &format!("{from}/ffn/linear_0"),
+            &format!("{to}.fc1"),
+        )?;
+        linear(
+            &mut put,
+            &format!("{from}/ffn/linear_1"),
+            &format!("{to}.fc2"),
+        )?;
     }
     norm(&mut put, "encoder/layer_norm", "model.encoder.layer_norm")?;
     let embeddings = get("decoder/embeddings/weight")?;
@@ -368,17 +408,62 @@ fn to_candle(ct2: &Ct2Model) -> Result<(HashMap<String, Tensor>, Config), String
     let max_target_positions = positions.dim(0).map_err(|e| e.to_string())?;
     put("model.decoder.embed_positions.weight".into(), positions);
     for i in 0..dec_layers {
-        let (from, to) = (format!("decoder/layer_{i}"), format!("model.decoder.layers.{i}"));
-        norm(&mut put, &format!("{from}/self_attention/layer_norm"), &format!("{to}.self_attn_layer_norm"))?;
-        fused(&mut put, &format!("{from}/self_attention/linear_0"), &format!("{to}.self_attn"), &["q_proj", "k_proj", "v_proj"])?;
-        linear(&mut put, &format!("{from}/self_attention/linear_1"), &format!("{to}.self_attn.out_proj"))?;
-        norm(&mut put, &format!("{from}/attention/layer_norm"), &format!("{to}.encoder_attn_layer_norm"))?;
-        linear(&mut put, &format!("{from}/attention/linear_0"), &format!("{to}.encoder_attn.q_proj"))?;
-        fused(&mut put, &format!("{from}/attention/linear_1"), &format!("{to}.encoder_attn"), &["k_proj", "v_proj"])?;
-        linear(&mut put, &format!("{from}/attention/linear_2"), &format!("{to}.encoder_attn.out_proj"))?;
-        norm(&mut put, &format!("{from}/ffn/layer_norm"), &format!("{to}.final_layer_norm"))?;
-        linear(&mut put, &format!("{from}/ffn/linear_0"), &format!("{to}.fc1"))?;
-        linear(&mut put, &format!("{from}/ffn/linear_1"), &format!("{to}.fc2"))?;
+        let (from, to) = (
+            format!("decoder/layer_{i}"),
+            format!("model.decoder.layers.{i}"),
+        );
+        norm(
+            &mut put,
+            &format!("{from}/self_attention/layer_norm"),
+            &format!("{to}.self_attn_layer_norm"),
+        )?;
+        fused(
+            &mut put,
+            &format!("{from}/self_attention/linear_0"),
+            &format!("{to}.self_attn"),
+            &["q_proj", "k_proj", "v_proj"],
+        )?;
+        linear(
+            &mut put,
+            &format!("{from}/self_attention/linear_1"),
+            &format!("{to}.self_attn.out_proj"),
+        )?;
+        norm(
+            &mut put,
+            &format!("{from}/attention/layer_norm"),
+            &format!("{to}.encoder_attn_layer_norm"),
+        )?;
+        linear(
+            &mut put,
+            &format!("{from}/attention/linear_0"),
+            &format!("{to}.encoder_attn.q_proj"),
+        )?;
+        fused(
+            &mut put,
+            &format!("{from}/attention/linear_1"),
+            &format!("{to}.encoder_attn"),
+            &["k_proj", "v_proj"],
+        )?;
+        linear(
+            &mut put,
+            &format!("{from}/attention/linear_2"),
+            &format!("{to}.encoder_attn.out_proj"),
+        )?;
+        norm(
+            &mut put,
+            &format!("{from}/ffn/layer_norm"),
+            &format!("{to}.final_layer_norm"),
+        )?;
+        linear(
+            &mut put,
+            &format!("{from}/ffn/linear_0"),
+            &format!("{to}.fc1"),
+        )?;
+        linear(
+            &mut put,
+            &format!("{from}/ffn/linear_1"),
+            &format!("{to}.fc2"),
+        )?;
     }
     norm(&mut put, "decoder/layer_norm", "model.decoder.layer_norm")?;
     let heads = |name: &str| -> Result<usize, String> {
