@@ -7,9 +7,11 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::audio::mel::LogMel;
+use crate::audio::resample::StreamResampler;
 use crate::audio::turn::SmartTurn;
 use crate::audio::vad::SileroVad;
 use crate::models::ModelError;
+use crate::services::stt::{SttError, Whisper, WindowPolicy};
 use crate::services::tts::{PiperVoice, TtsEngine, TtsError};
 
 /// One JSON line of results.
@@ -29,6 +31,23 @@ pub struct EnginesReport {
     pub tts_first_audio_ms: f64,
     /// Piper, synthesis time over audio duration for a longer sentence.
     pub tts_rtf: f64,
+    /// Whisper on Piper-voiced utterances: one entry per utterance.
+    pub stt: Vec<SttFigure>,
+}
+
+/// Whisper's time for one utterance, with the window policy in use and the full 30 s window.
+#[derive(Debug, Clone, Serialize)]
+pub struct SttFigure {
+    /// Length of the speech, seconds.
+    pub audio_secs: f64,
+    /// Milliseconds with the default (speech-length) window.
+    pub ms: f64,
+    /// Milliseconds with the full 30 s window.
+    pub full_window_ms: f64,
+    /// Words of the spoken text recovered with the default window, of all words.
+    pub words_right: usize,
+    /// Words spoken.
+    pub words: usize,
 }
 
 /// Why the bench could not run.
@@ -40,6 +59,12 @@ pub enum EnginesBenchError {
     /// Synthesis failed.
     #[error(transparent)]
     Tts(#[from] TtsError),
+    /// Transcription failed.
+    #[error(transparent)]
+    Stt(#[from] SttError),
+    /// Resampling failed.
+    #[error(transparent)]
+    Resample(#[from] crate::audio::resample::ResampleError),
 }
 
 /// Runs every measurement once (after a warm-up) and reports medians.
@@ -100,7 +125,39 @@ pub fn run(vad_batch: usize) -> Result<EnginesReport, EnginesBenchError> {
     let audio_secs = long.samples.len() as f64 / f64::from(long.sample_rate);
     let tts_rtf = started.elapsed().as_secs_f64() / audio_secs.max(1e-9);
 
+    let whisper = Whisper::shared()?;
+    let mut stt = Vec::new();
+    for text in [
+        "Good morning.",
+        "What time is it in Tokyo right now?",
+        "Please set a timer for ten minutes and tell me when the pasta is ready to eat.",
+    ] {
+        let speech = voice.synthesize(text)?;
+        let mut down = StreamResampler::new(speech.sample_rate, 16_000)?;
+        let mut audio = down.process(&speech.samples);
+        audio.extend(down.process(&vec![0; speech.sample_rate as usize / 5]));
+        let audio = crate::audio::wav::to_f32(&audio);
+        whisper.transcribe(&audio)?;
+        let started = Instant::now();
+        let heard = whisper.transcribe(&audio)?;
+        let ms = started.elapsed().as_secs_f64() * 1e3;
+        let full = Whisper::load_default()?.with_window(WindowPolicy::FULL);
+        let started = Instant::now();
+        let heard_full = full.transcribe(&audio)?;
+        let full_window_ms = started.elapsed().as_secs_f64() * 1e3;
+        tracing::info!(text, heard, heard_full, "stt");
+        let (words_right, words) = word_matches(text, &heard);
+        stt.push(SttFigure {
+            audio_secs: speech.samples.len() as f64 / f64::from(speech.sample_rate),
+            ms,
+            full_window_ms,
+            words_right,
+            words,
+        });
+    }
+
     Ok(EnginesReport {
+        stt,
         vad_us_per_20ms,
         vad_batched_us_per_20ms,
         vad_batch,
@@ -123,4 +180,32 @@ fn synthetic_speech(samples: usize) -> Vec<f32> {
             0.2 * envelope * voice
         })
         .collect()
+}
+
+/// Words of `spoken` found in order in `heard` (case and punctuation aside), and how many it has.
+pub fn word_matches(spoken: &str, heard: &str) -> (usize, usize) {
+    let words = |s: &str| -> Vec<String> {
+        s.split_whitespace()
+            .map(|w| {
+                w.chars()
+                    .filter(|c| c.is_alphanumeric())
+                    .collect::<String>()
+                    .to_lowercase()
+            })
+            .filter(|w| !w.is_empty())
+            .collect()
+    };
+    let (spoken, heard) = (words(spoken), words(heard));
+    // Longest common subsequence: insertions and substitutions both cost the word.
+    let mut table = vec![vec![0usize; heard.len() + 1]; spoken.len() + 1];
+    for i in 1..=spoken.len() {
+        for j in 1..=heard.len() {
+            table[i][j] = if spoken[i - 1] == heard[j - 1] {
+                table[i - 1][j - 1] + 1
+            } else {
+                table[i - 1][j].max(table[i][j - 1])
+            };
+        }
+    }
+    (table[spoken.len()][heard.len()], spoken.len())
 }

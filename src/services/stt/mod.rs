@@ -3,4 +3,4 @@
 pub mod ct2;
 pub mod whisper;
 
-pub use whisper::{SttError, Whisper};
+pub use whisper::{SttError, Whisper, WindowPolicy};

@@ -30,7 +30,43 @@ pub struct Whisper {
     special: SpecialTokens,
     suppress: Vec<u32>,
     suppress_begin: Vec<u32>,
-    window_secs: f32,
+    window: WindowPolicy,
+}
+
+/// How much audio the encoder reads. Whisper was trained on 30 s windows; its encoder also runs
+/// on shorter ones (the cost falls with the length), which stay accurate while the speech is
+/// followed by enough silence.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WindowPolicy {
+    /// Silence added after the audio, seconds.
+    pub trailing_secs: f32,
+    /// Shortest window, seconds.
+    pub min_secs: f32,
+}
+
+impl WindowPolicy {
+    /// Always the full 30 s window, as Whisper was trained.
+    pub const FULL: WindowPolicy = WindowPolicy {
+        trailing_secs: 30.0,
+        min_secs: 30.0,
+    };
+
+    /// Whole seconds of audio the encoder reads for `samples` of audio.
+    fn samples(&self, samples: usize) -> usize {
+        let rate = mel::SAMPLE_RATE as usize;
+        let secs = samples as f32 / rate as f32 + self.trailing_secs;
+        let secs = secs.clamp(self.min_secs, 30.0).ceil() as usize;
+        secs * rate
+    }
+}
+
+impl Default for WindowPolicy {
+    fn default() -> Self {
+        Self {
+            trailing_secs: 1.0,
+            min_secs: 3.0,
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -116,15 +152,21 @@ impl Whisper {
             special,
             suppress: suppress.suppress_ids,
             suppress_begin: suppress.suppress_ids_begin,
-            window_secs: 30.0,
+            window: WindowPolicy::default(),
         })
+    }
+
+    /// The same model reading windows as `policy` says.
+    pub fn with_window(mut self, policy: WindowPolicy) -> Self {
+        self.window = policy;
+        self
     }
 
     /// Transcribes 16 kHz mono audio in [-1, 1]. Blocking (hundreds of ms): call it off the
     /// async runtime.
     pub fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
         let err = |e: candle_core::Error| SttError(e.to_string());
-        let window = (self.window_secs * mel::SAMPLE_RATE as f32) as usize;
+        let window = self.window.samples(audio.len());
         let mut padded = audio[..audio.len().min(window)].to_vec();
         padded.resize(window, 0.0);
         let features = LogMel::shared().features(&padded, false);
@@ -171,10 +213,14 @@ impl Whisper {
                 }
             }
             let next = argmax(&logits);
-            if next == self.special.eot || repeats(&tokens[prompt.len()..], next) {
+            if next == self.special.eot {
                 break;
             }
             tokens.push(next);
+            if let Some(copy) = repeated_tail(&tokens[prompt.len()..]) {
+                tokens.truncate(tokens.len() - copy);
+                break;
+            }
         }
         Ok(self
             .tokens
@@ -192,15 +238,11 @@ fn argmax(values: &[f32]) -> u32 {
         .map_or(0, |(i, _)| i as u32)
 }
 
-/// True when adding `next` would make the tail a third copy of a phrase (a decoding loop).
-fn repeats(tokens: &[u32], next: u32) -> bool {
-    let mut all = tokens.to_vec();
-    all.push(next);
-    let n = all.len();
-    (1..=n / 3).any(|len| {
-        let a = &all[n - len..];
-        a == &all[n - 2 * len..n - len] && a == &all[n - 3 * len..n - 2 * len] && len * 3 >= 6
-    })
+/// A decoding loop: the last `len >= 3` tokens repeat the `len` before them (Whisper's typical
+/// failure on short windows). Returns how many tokens to drop (the repeated copy), if any.
+fn repeated_tail(tokens: &[u32]) -> Option<usize> {
+    let n = tokens.len();
+    (3..=n / 2).find(|&len| tokens[n - len..] == tokens[n - 2 * len..n - len])
 }
 
 /// Token ids to text: the byte-level BPE vocabulary of `tokenizer.json`, read for decoding.
@@ -492,9 +534,13 @@ mod tests {
 
     #[test]
     fn a_decoding_loop_is_caught_and_normal_text_is_not() {
-        assert!(!repeats(&[1, 2, 3, 4], 5));
-        assert!(repeats(&[7, 8, 7, 8, 7], 8));
-        assert!(!repeats(&[5, 5], 5), "short runs like '...' are fine");
+        assert_eq!(repeated_tail(&[1, 2, 3, 4, 5]), None);
+        assert_eq!(repeated_tail(&[9, 1, 2, 3, 1, 2, 3]), Some(3));
+        assert_eq!(
+            repeated_tail(&[5, 5, 5, 5]),
+            None,
+            "short runs like '...' are fine"
+        );
     }
 
     #[test]
