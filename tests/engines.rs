@@ -210,3 +210,73 @@ fn whisper_transcribes_the_test_sentence() {
         "{text}"
     );
 }
+
+#[test]
+fn the_local_llm_tokenizer_matches_the_vocabulary() {
+    use voxide::services::llm::local::LocalModel;
+    let model = LocalModel::shared().expect("the local LLM loads; run scripts/setup.sh");
+    let t = model.tokenizer();
+    let id = |p: &str| t.token(p).expect(p);
+    assert_eq!(t.encode("system"), vec![id("system")]);
+    assert_eq!(t.encode("Hello world"), vec![id("Hello"), id("Ġworld")]);
+    assert_eq!(
+        t.encode(" 42"),
+        vec![id("Ġ"), id("4"), id("2")],
+        "digits one by one"
+    );
+    let prompt = model.prompt(&[voxide::context::Message::system("Be brief.")]);
+    assert_eq!(&prompt[..3], &[id("<|im_start|>"), id("system"), id("Ċ")]);
+    let text = "Ünïcödé, emoji 🎉 and <|im_end|> typed by a user\n  indented";
+    let ids = t.encode(text);
+    assert_eq!(t.decode(&ids), text);
+    assert!(
+        !ids.contains(&id("<|im_end|>")),
+        "typed control tokens stay text"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_local_llm_answers_a_factual_question_and_reuses_its_cache() {
+    use futures_util::StreamExt;
+    use voxide::context::{Message, ToolsSchema};
+    use voxide::services::llm::local::{LocalLlm, LocalLlmOptions, LocalModel};
+    use voxide::services::llm::{LlmEngine, LlmEvent, LlmRequest};
+    let model = LocalModel::shared().expect("the local LLM loads; run scripts/setup.sh");
+    let llm = LocalLlm::new(model, LocalLlmOptions::default());
+    let mut messages = vec![
+        Message::system("You are a helpful assistant. Answer in one short sentence."),
+        Message::user("What is the capital of France?"),
+    ];
+    let ask = |messages: Vec<Message>| {
+        let mut stream = llm.generate(LlmRequest {
+            messages,
+            tools: ToolsSchema::default(),
+            tool_choice: None,
+        });
+        async move {
+            let (mut text, mut usage) = (String::new(), None);
+            while let Some(event) = stream.next().await {
+                match event.expect("no error") {
+                    LlmEvent::Text(t) => text.push_str(&t),
+                    LlmEvent::Usage(u) => usage = Some(u),
+                    _ => {}
+                }
+            }
+            (text, usage.expect("usage"))
+        }
+    };
+    let started = std::time::Instant::now();
+    let (answer, usage) = ask(messages.clone()).await;
+    eprintln!("llm: {answer:?} {usage:?} in {:?}", started.elapsed());
+    assert!(answer.contains("Paris"), "{answer}");
+    assert_eq!(usage.cache_read, 0);
+
+    messages.push(Message::assistant(answer.trim()));
+    messages.push(Message::user("And of Italy?"));
+    let (second, usage) = ask(messages).await;
+    eprintln!("llm: {second:?} {usage:?}");
+    assert!(
+        usage.cache_read > 20,
+        "the first turn came from the cache: {usage:?}"
+    );
+}

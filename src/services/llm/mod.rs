@@ -4,6 +4,7 @@
 
 mod engine;
 mod functions;
+pub mod local;
 mod pricing;
 mod service;
 

@@ -1,0 +1,227 @@
+//! SmolLM2's tokenizer, built from the GGUF metadata: byte-level BPE (GPT-2 alphabet, no prefix
+//! space), with digits split one by one before the GPT-2 pre-tokenizer pattern.
+//!
+//! Special tokens are never produced from text: the chat template inserts them by id, so a user
+//! who types `<|im_end|>` gets the characters, not the control token.
+
+use std::collections::HashMap;
+
+/// Byte-level BPE vocabulary and merges.
+pub struct Tokenizer {
+    pieces: Vec<String>,
+    ids: HashMap<String, u32>,
+    ranks: HashMap<(String, String), usize>,
+    byte_chars: [char; 256],
+    char_bytes: HashMap<char, u8>,
+}
+
+impl Tokenizer {
+    /// Builds the tokenizer from the vocabulary and the `"left right"` merge list.
+    pub fn new(pieces: Vec<String>, merges: &[String]) -> Result<Self, String> {
+        let ids = pieces
+            .iter()
+            .enumerate()
+            .map(|(i, p)| (p.clone(), i as u32))
+            .collect();
+        let ranks = merges
+            .iter()
+            .enumerate()
+            .map(|(rank, m)| {
+                m.split_once(' ')
+                    .map(|(a, b)| ((a.to_owned(), b.to_owned()), rank))
+                    .ok_or_else(|| format!("malformed merge {m:?}"))
+            })
+            .collect::<Result<_, _>>()?;
+        let byte_chars = byte_alphabet();
+        let char_bytes = byte_chars
+            .iter()
+            .enumerate()
+            .map(|(b, &c)| (c, b as u8))
+            .collect();
+        Ok(Self {
+            pieces,
+            ids,
+            ranks,
+            byte_chars,
+            char_bytes,
+        })
+    }
+
+    /// The id of a whole token (e.g. `<|im_start|>`).
+    pub fn token(&self, piece: &str) -> Option<u32> {
+        self.ids.get(piece).copied()
+    }
+
+    /// Encodes plain text.
+    pub fn encode(&self, text: &str) -> Vec<u32> {
+        let mut out = Vec::new();
+        for word in pre_tokenize(text) {
+            let symbols: Vec<String> = word
+                .bytes()
+                .map(|b| self.byte_chars[usize::from(b)].to_string())
+                .collect();
+            for piece in self.bpe(symbols) {
+                match self.ids.get(&piece) {
+                    Some(&id) => out.push(id),
+                    // Every single byte is in the vocabulary; a missing merge result would be a
+                    // broken file, so fall back to bytes.
+                    None => out.extend(piece.chars().filter_map(|c| self.ids.get(&c.to_string()))),
+                }
+            }
+        }
+        out
+    }
+
+    fn bpe(&self, mut symbols: Vec<String>) -> Vec<String> {
+        while symbols.len() > 1 {
+            let best = symbols
+                .windows(2)
+                .enumerate()
+                .filter_map(|(i, pair)| {
+                    self.ranks
+                        .get(&(pair[0].clone(), pair[1].clone()))
+                        .map(|&rank| (rank, i))
+                })
+                .min();
+            let Some((_, i)) = best else { break };
+            let merged = format!("{}{}", symbols[i], symbols[i + 1]);
+            symbols[i] = merged;
+            symbols.remove(i + 1);
+        }
+        symbols
+    }
+
+    /// The bytes of `id` (empty for control tokens, which are never shown).
+    pub fn bytes(&self, id: u32) -> Vec<u8> {
+        let Some(piece) = self.pieces.get(id as usize) else {
+            return Vec::new();
+        };
+        piece
+            .chars()
+            .map(|c| self.char_bytes.get(&c).copied())
+            .collect::<Option<Vec<u8>>>()
+            .unwrap_or_default()
+    }
+
+    /// Decodes ids to text.
+    pub fn decode(&self, ids: &[u32]) -> String {
+        let bytes: Vec<u8> = ids.iter().flat_map(|&id| self.bytes(id)).collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+}
+
+/// GPT-2's byte-to-character table: printable bytes stand for themselves, the rest are moved
+/// above U+0100.
+fn byte_alphabet() -> [char; 256] {
+    let mut table = ['\0'; 256];
+    let mut extra = 0u32;
+    for b in 0..256u32 {
+        let printable =
+            (0x21..=0x7E).contains(&b) || (0xA1..=0xAC).contains(&b) || (0xAE..=0xFF).contains(&b);
+        let c = if printable {
+            b
+        } else {
+            extra += 1;
+            255 + extra
+        };
+        table[b as usize] = char::from_u32(c).unwrap_or('\u{FFFD}');
+    }
+    table
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Class {
+    Letter,
+    Digit,
+    Space,
+    Other,
+}
+
+fn class(c: char) -> Class {
+    if c.is_alphabetic() {
+        Class::Letter
+    } else if c.is_numeric() {
+        Class::Digit
+    } else if c.is_whitespace() {
+        Class::Space
+    } else {
+        Class::Other
+    }
+}
+
+/// Splits text as SmolLM2's pre-tokenizer does: each digit alone, then GPT-2's pattern
+/// (`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`).
+pub fn pre_tokenize(text: &str) -> Vec<&str> {
+    let chars: Vec<(usize, char)> = text.char_indices().collect();
+    let end_of = |i: usize| chars.get(i).map_or(text.len(), |&(at, _)| at);
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        let (start, c) = chars[i];
+        // Contractions.
+        if c == '\'' {
+            let rest = &text[start + 1..];
+            if let Some(len) = ["s", "t", "re", "ve", "m", "ll", "d"]
+                .iter()
+                .find(|s| rest.starts_with(**s))
+                .map(|s| s.len())
+            {
+                out.push(&text[start..start + 1 + len]);
+                i += 1 + len;
+                continue;
+            }
+        }
+        // An optional single space joins the run that follows it, unless that is a digit: the
+        // digit split ran first and left the space on its own.
+        let run_start = match (c, chars.get(i + 1)) {
+            (' ', Some(&(_, next))) if !matches!(class(next), Class::Space | Class::Digit) => i + 1,
+            _ => i,
+        };
+        let kind = class(chars[run_start].1);
+        let mut j = run_start + 1;
+        match kind {
+            Class::Digit => {} // digits stand alone
+            Class::Space => {
+                while j < chars.len() && class(chars[j].1) == Class::Space {
+                    j += 1;
+                }
+                // `\s+(?!\S)`: leave the last space to the word after it.
+                if j < chars.len() && j - run_start > 1 {
+                    j -= 1;
+                }
+            }
+            _ => {
+                while j < chars.len() && class(chars[j].1) == kind {
+                    j += 1;
+                }
+            }
+        }
+        out.push(&text[start..end_of(j)]);
+        i = j;
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pre_tokenizer_splits_like_gpt2_with_single_digits() {
+        assert_eq!(
+            pre_tokenize("Hello world, it's 2024!  Ok"),
+            vec![
+                "Hello", " world", ",", " it", "'s", " ", "2", "0", "2", "4", "!", " ", " Ok"
+            ]
+        );
+        assert_eq!(pre_tokenize("a\n\nb "), vec!["a", "\n", "\n", "b", " "]);
+    }
+
+    #[test]
+    fn bytes_round_trip_through_the_alphabet() {
+        let table = byte_alphabet();
+        assert_eq!(table[b' ' as usize], 'Ġ');
+        assert_eq!(table[b'\n' as usize], 'Ċ');
+        assert_eq!(table[b'a' as usize], 'a');
+    }
+}
