@@ -10,7 +10,10 @@ use crate::audio::mel::LogMel;
 use crate::audio::resample::StreamResampler;
 use crate::audio::turn::SmartTurn;
 use crate::audio::vad::SileroVad;
+use crate::context::{Message, ToolsSchema};
 use crate::models::ModelError;
+use crate::services::llm::local::{LocalLlm, LocalLlmOptions, LocalModel};
+use crate::services::llm::{LlmEngine, LlmEvent, LlmRequest};
 use crate::services::stt::{SttError, Whisper, WindowPolicy};
 use crate::services::tts::{PiperVoice, TtsEngine, TtsError};
 
@@ -33,6 +36,12 @@ pub struct EnginesReport {
     pub tts_rtf: f64,
     /// Whisper on Piper-voiced utterances: one entry per utterance.
     pub stt: Vec<SttFigure>,
+    /// Local LLM, ms from request to the first text, with a fresh cache.
+    pub llm_first_token_ms: f64,
+    /// Local LLM, prompt tokens processed per second (fresh cache).
+    pub llm_prompt_tokens_per_sec: f64,
+    /// Local LLM, tokens generated per second.
+    pub llm_tokens_per_sec: f64,
 }
 
 /// Whisper's time for one utterance, with the window policy in use and the full 30 s window.
@@ -65,6 +74,9 @@ pub enum EnginesBenchError {
     /// Resampling failed.
     #[error(transparent)]
     Resample(#[from] crate::audio::resample::ResampleError),
+    /// The local LLM failed.
+    #[error("the local LLM failed: {0}")]
+    Llm(String),
 }
 
 /// Runs every measurement once (after a warm-up) and reports medians.
@@ -156,7 +168,12 @@ pub fn run(vad_batch: usize) -> Result<EnginesReport, EnginesBenchError> {
         });
     }
 
+    let (llm_first_token_ms, llm_prompt_tokens_per_sec, llm_tokens_per_sec) = llm_figures()?;
+
     Ok(EnginesReport {
+        llm_first_token_ms,
+        llm_prompt_tokens_per_sec,
+        llm_tokens_per_sec,
         stt,
         vad_us_per_20ms,
         vad_batched_us_per_20ms,
@@ -165,6 +182,48 @@ pub fn run(vad_batch: usize) -> Result<EnginesReport, EnginesBenchError> {
         smart_turn_features_p50_ms: feature_times[feature_times.len() / 2],
         tts_first_audio_ms,
         tts_rtf,
+    })
+}
+
+/// First-token latency, prompt speed and generation speed of the local LLM.
+fn llm_figures() -> Result<(f64, f64, f64), EnginesBenchError> {
+    use futures_util::StreamExt;
+    let model = LocalModel::shared()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| EnginesBenchError::Llm(e.to_string()))?;
+    let messages = vec![
+        Message::system(
+            "You are a friendly voice assistant. Answer in one or two short sentences.",
+        ),
+        Message::user("Tell me something interesting about the moon."),
+    ];
+    let prompt_tokens = model.prompt(&messages).len();
+    let llm = LocalLlm::new(model, LocalLlmOptions::default());
+    runtime.block_on(async {
+        let started = Instant::now();
+        let mut stream = llm.generate(LlmRequest {
+            messages,
+            tools: ToolsSchema::default(),
+            tool_choice: None,
+        });
+        let mut first = None;
+        let mut output = 0;
+        while let Some(event) = stream.next().await {
+            match event.map_err(|e| EnginesBenchError::Llm(e.to_string()))? {
+                LlmEvent::Text(_) if first.is_none() => first = Some(started.elapsed()),
+                LlmEvent::Usage(u) => output = u.output,
+                _ => {}
+            }
+        }
+        let first = first.map_or(0.0, |d| d.as_secs_f64());
+        let total = started.elapsed().as_secs_f64();
+        Ok((
+            first * 1e3,
+            prompt_tokens as f64 / first.max(1e-9),
+            output.saturating_sub(1) as f64 / (total - first).max(1e-9),
+        ))
     })
 }
 

@@ -1,8 +1,10 @@
 //! The embedded LLM: SmolLM2-135M-Instruct from its GGUF file, run with candle.
 //!
-//! The Q4_1 weights are dequantized to f32 once at load time (candle has no fast Q4_1 path on
-//! this CPU); the weights are shared by every session, while each engine instance keeps its own
-//! KV cache, so a turn only processes the messages added since the last one.
+//! The file's Q4_1 weights are re-quantized to Q8_0 once at load time: candle has no fast Q4_1
+//! path on this CPU, while its Q8_0 kernels generate 3x faster than f32 (decoding is bound by
+//! memory bandwidth, and Q8_0 reads a quarter of the bytes). The weights are shared by every
+//! session; each engine instance keeps its own KV cache, so a turn only processes the messages
+//! added since the last one.
 
 mod tokenizer;
 
@@ -107,7 +109,7 @@ impl LocalModel {
             token("<|endoftext|>")?,
         );
 
-        // Dequantize every matrix to f32 and hand candle a GGUF of those.
+        // Re-quantize every matrix to Q8_0 and hand candle a GGUF of those.
         let device = Device::Cpu;
         let mut tensors = Vec::with_capacity(content.tensor_infos.len());
         for name in content.tensor_infos.keys() {
@@ -116,7 +118,7 @@ impl LocalModel {
                 .map_err(|e| invalid(path, e))?;
             let t = q
                 .dequantize(&device)
-                .and_then(|t| QTensor::quantize(&t, GgmlDType::F32))
+                .and_then(|t| QTensor::quantize(&t, GgmlDType::Q8_0))
                 .map_err(|e| invalid(path, e))?;
             tensors.push((name.clone(), t));
         }
