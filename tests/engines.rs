@@ -280,3 +280,67 @@ async fn the_local_llm_answers_a_factual_question_and_reuses_its_cache() {
         "the first turn came from the cache: {usage:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tts_stage_speaks_each_sentence_in_order_as_20_ms_frames() {
+    use voxide::frames::{ControlFrame, DataFrame, Frame, FrameBody};
+    use voxide::pipeline::Direction;
+    use voxide::pipeline::testing::run_processor;
+    use voxide::services::tts::{PiperVoice, TtsService};
+    let voice = PiperVoice::shared().expect("the Piper voice loads; run scripts/setup.sh");
+    let down = |f: Frame| (f, Direction::Downstream);
+    let out = run_processor(
+        TtsService::new(voice),
+        vec![
+            down(ControlFrame::LlmFullResponseStart.into()),
+            down(DataFrame::LlmText("Hello there.".into()).into()),
+            down(DataFrame::LlmText(" How are".into()).into()),
+            down(DataFrame::LlmText(" you today?".into()).into()),
+            down(ControlFrame::LlmFullResponseEnd.into()),
+        ],
+    )
+    .await;
+    let mut names: Vec<String> = Vec::new();
+    let mut spoken = Vec::new();
+    let mut audio = 0usize;
+    for frame in &out.down {
+        match &frame.body {
+            FrameBody::Data(DataFrame::OutputAudio(a)) => {
+                assert_eq!((a.sample_rate, a.channels), (24_000, 1));
+                assert!(a.samples.len() <= 480, "20 ms frames");
+                audio += a.samples.len();
+                if names.last().map(String::as_str) != Some("output_audio") {
+                    names.push("output_audio".into());
+                }
+                continue;
+            }
+            FrameBody::Data(DataFrame::TtsText(t)) => spoken.push(t.text.clone()),
+            _ => {}
+        }
+        names.push(frame.name().to_owned());
+    }
+    assert_eq!(spoken, ["Hello there.", "How are you today?"]);
+    assert_eq!(
+        names,
+        [
+            "start",
+            "llm_full_response_start",
+            "llm_text",
+            // "Hello there." is a sentence once the space after it arrives.
+            "llm_text",
+            "tts_started",
+            "tts_text",
+            "output_audio",
+            "llm_text",
+            "tts_text",
+            "output_audio",
+            "tts_stopped",
+            "llm_full_response_end",
+            "end"
+        ]
+    );
+    assert!(
+        audio > 24_000,
+        "about two seconds of speech: {audio} samples"
+    );
+}

@@ -3,8 +3,10 @@
 
 pub mod espeak;
 pub mod piper;
+mod service;
 
 pub use piper::PiperVoice;
+pub use service::TtsService;
 
 /// Synthesised speech for one piece of text.
 #[derive(Debug, Clone, PartialEq)]
