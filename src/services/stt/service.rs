@@ -1,0 +1,252 @@
+//! The STT stage: the user's audio between VAD start and stop, transcribed off the async workers.
+//!
+//! Audio is kept from a little before the VAD confirmed speech (it confirms after `start_secs`),
+//! so the first syllable is not lost. While the user speaks, the growing utterance is re-decoded
+//! every half second for interim transcripts (turn logic and the UI use them); when the VAD hears
+//! the end, the whole utterance is decoded for the final transcript. One worker per session runs
+//! the requests in order and skips interim ones that a newer request made stale.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+use super::SttError;
+use crate::audio::mel;
+use crate::audio::resample::StreamResampler;
+use crate::frames::{DataFrame, Frame, FrameBody, MetricsData, SystemFrame, Transcription};
+use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
+
+/// Something that transcribes 16 kHz mono audio. Blocking: the stage calls it off the async
+/// workers.
+pub trait SttEngine: Send + Sync + 'static {
+    /// The engine's name, for metrics.
+    fn name(&self) -> &str;
+
+    /// The words in `audio` (16 kHz, [-1, 1]).
+    fn transcribe(&self, audio: &[f32]) -> Result<String, SttError>;
+}
+
+impl SttEngine for super::Whisper {
+    fn name(&self) -> &str {
+        "whisper"
+    }
+
+    fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
+        super::Whisper::transcribe(self, audio)
+    }
+}
+
+/// Audio kept from before the VAD confirmed speech.
+const PREROLL_SECS: f32 = 0.6;
+/// New audio between two interim transcripts.
+const INTERIM_SECS: f32 = 0.5;
+const RATE: usize = mel::SAMPLE_RATE as usize;
+
+enum Request {
+    Interim(Vec<i16>),
+    Final(Vec<i16>),
+}
+
+/// Transcribes the user's turns with an [`SttEngine`].
+pub struct SttService {
+    engine: Arc<dyn SttEngine>,
+    user_id: String,
+    resampler: Option<(u32, StreamResampler)>,
+    preroll: VecDeque<i16>,
+    utterance: Vec<i16>,
+    speaking: bool,
+    since_interim: usize,
+    requests: Option<mpsc::UnboundedSender<Request>>,
+    metrics: bool,
+}
+
+impl SttService {
+    /// A stage transcribing with `engine`; transcripts carry `user_id`.
+    pub fn new(engine: Arc<dyn SttEngine>, user_id: impl Into<String>) -> Self {
+        Self {
+            engine,
+            user_id: user_id.into(),
+            resampler: None,
+            preroll: VecDeque::with_capacity((PREROLL_SECS * RATE as f32) as usize),
+            utterance: Vec::new(),
+            speaking: false,
+            since_interim: 0,
+            requests: None,
+            metrics: false,
+        }
+    }
+
+    fn send(&self, request: Request) {
+        if let Some(requests) = &self.requests {
+            let _ = requests.send(request);
+        }
+    }
+
+    fn on_audio(&mut self, samples: &[i16], rate: u32) -> Result<(), ProcessorError> {
+        let audio = if rate == mel::SAMPLE_RATE {
+            samples.to_vec()
+        } else {
+            // A new rate mid-stream gets a new resampler.
+            if self.resampler.as_ref().is_none_or(|(r, _)| *r != rate) {
+                let resampler = StreamResampler::new(rate, mel::SAMPLE_RATE)
+                    .map_err(|e| ProcessorError::new(e.to_string()))?;
+                self.resampler = Some((rate, resampler));
+            }
+            match &mut self.resampler {
+                Some((_, r)) => r.process(samples),
+                None => Vec::new(),
+            }
+        };
+        if self.speaking {
+            self.utterance.extend_from_slice(&audio);
+            self.since_interim += audio.len();
+            if self.since_interim as f32 >= INTERIM_SECS * RATE as f32 {
+                self.since_interim = 0;
+                self.send(Request::Interim(self.utterance.clone()));
+            }
+        } else {
+            let cap = (PREROLL_SECS * RATE as f32) as usize;
+            self.preroll.extend(audio);
+            let excess = self.preroll.len().saturating_sub(cap);
+            self.preroll.drain(..excess);
+        }
+        Ok(())
+    }
+}
+
+impl FrameProcessor for SttService {
+    fn name(&self) -> &str {
+        "SttService"
+    }
+
+    fn process(
+        &mut self,
+        frame: Frame,
+        direction: Direction,
+        cx: &mut FrameContext<'_>,
+    ) -> Result<(), ProcessorError> {
+        match &frame.body {
+            FrameBody::System(SystemFrame::Start(start)) => {
+                self.metrics = start.params.enable_metrics;
+                let (tx, rx) = mpsc::unbounded_channel();
+                self.requests = Some(tx);
+                let worker = Worker {
+                    engine: self.engine.clone(),
+                    user_id: self.user_id.clone(),
+                    pusher: cx.pusher(),
+                    metrics: self.metrics,
+                };
+                cx.spawn(worker.run(rx));
+            }
+            FrameBody::System(SystemFrame::InputAudio(audio)) => {
+                let (samples, rate) = (audio.samples.clone(), audio.sample_rate);
+                if let Err(e) = self.on_audio(&samples, rate) {
+                    cx.push_error(e.message);
+                }
+            }
+            FrameBody::System(SystemFrame::VadUserStartedSpeaking) => {
+                self.speaking = true;
+                self.since_interim = 0;
+                self.utterance = self.preroll.drain(..).collect();
+            }
+            FrameBody::System(SystemFrame::VadUserStoppedSpeaking) if self.speaking => {
+                self.speaking = false;
+                let utterance = std::mem::take(&mut self.utterance);
+                self.send(Request::Final(utterance));
+            }
+            _ => {}
+        }
+        cx.push(frame, direction);
+        Ok(())
+    }
+}
+
+/// Runs one session's transcription requests in order.
+struct Worker {
+    engine: Arc<dyn SttEngine>,
+    user_id: String,
+    pusher: FramePusher,
+    metrics: bool,
+}
+
+impl Worker {
+    async fn run(
+        self,
+        mut requests: mpsc::UnboundedReceiver<Request>,
+    ) -> Result<(), ProcessorError> {
+        while let Some(mut request) = requests.recv().await {
+            // A newer request makes a pending interim one pointless.
+            while let Ok(newer) = requests.try_recv() {
+                if let Request::Final(_) = request {
+                    // Never skip a final transcript: run it first, keep the newer for later.
+                    self.transcribe(request).await;
+                }
+                request = newer;
+            }
+            self.transcribe(request).await;
+        }
+        Ok(())
+    }
+
+    async fn transcribe(&self, request: Request) {
+        let (audio, is_final) = match request {
+            Request::Interim(a) => (a, false),
+            Request::Final(a) => (a, true),
+        };
+        if audio.is_empty() {
+            return;
+        }
+        let started = Instant::now();
+        let engine = self.engine.clone();
+        let samples = crate::audio::wav::to_f32(&audio);
+        let text = match tokio::task::spawn_blocking(move || engine.transcribe(&samples)).await {
+            Ok(Ok(text)) => text,
+            Ok(Err(e)) => {
+                self.error(e.to_string()).await;
+                return;
+            }
+            Err(e) => {
+                self.error(format!("transcription stopped: {e}")).await;
+                return;
+            }
+        };
+        let down = Direction::Downstream;
+        if self.metrics && is_final {
+            let time = MetricsData::ProcessingTime {
+                processor: self.pusher.name().to_owned(),
+                seconds: started.elapsed().as_secs_f64(),
+            };
+            let _ = self
+                .pusher
+                .push(SystemFrame::Metrics(vec![time]).into(), down)
+                .await;
+        }
+        if text.trim().is_empty() {
+            return;
+        }
+        let transcription = Box::new(Transcription::new(text.trim(), &self.user_id));
+        let frame = if is_final {
+            DataFrame::Transcription(transcription)
+        } else {
+            DataFrame::InterimTranscription(transcription)
+        };
+        let _ = self.pusher.push(frame.into(), down).await;
+    }
+
+    async fn error(&self, message: String) {
+        let error = crate::frames::ErrorFrame {
+            message,
+            fatal: false,
+            processor: Some(self.pusher.name().to_owned()),
+        };
+        let _ = self
+            .pusher
+            .push(
+                SystemFrame::Error(Box::new(error)).into(),
+                Direction::Upstream,
+            )
+            .await;
+    }
+}
