@@ -419,3 +419,64 @@ async fn the_stt_stage_transcribes_a_turn_with_interim_results_first() {
         "interim transcripts while the user spoke"
     );
 }
+
+/// Runs the shipped sentence through a VAD stage (optionally only its first `secs`) and returns
+/// the VAD frames that came out, waiting at most `wait` after the last audio.
+async fn vad_stage_events(secs: f32, wait: std::time::Duration) -> Vec<String> {
+    use voxide::audio::vad::{VadBatcher, VadParams, VadStage};
+    use voxide::frames::{AudioFrame, SystemFrame};
+    use voxide::pipeline::{Pipeline, Session};
+    let batcher = VadBatcher::shared().expect("the VAD model loads; run scripts/setup.sh");
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let stage = VadStage::new(batcher, VadParams::default())
+        .audio_idle_timeout(std::time::Duration::from_millis(300));
+    let pipeline = Pipeline::new().then(stage).then(Collect(tx));
+    let session = Session::builder(pipeline).idle_timeout(None).spawn();
+    let handle = session.handle();
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    let end = ((secs * 16_000.0) as usize).min(hello.len());
+    for chunk in hello[..end].chunks(320) {
+        let frame = SystemFrame::InputAudio(AudioFrame::new(chunk.to_vec(), 16_000, 1));
+        handle.queue_frame(frame).await.expect("queued");
+    }
+    let mut events = Vec::new();
+    while let Ok(Some(frame)) = tokio::time::timeout(wait, rx.recv()).await {
+        let name = frame.name();
+        if name.starts_with("vad_") {
+            events.push(name.to_owned());
+        }
+    }
+    handle.cancel();
+    let _ = session.join().await;
+    events
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_vad_stage_reports_speech_for_several_sessions_at_once() {
+    let wait = std::time::Duration::from_secs(3);
+    let runs = futures_util::future::join_all((0..3).map(|_| vad_stage_events(10.0, wait))).await;
+    for events in runs {
+        assert_eq!(
+            events.first().map(String::as_str),
+            Some("vad_user_started_speaking")
+        );
+        assert_eq!(
+            events.last().map(String::as_str),
+            Some("vad_user_stopped_speaking")
+        );
+        assert_eq!(events.len() % 2, 0, "{events:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_vad_stage_ends_speech_when_audio_stops_arriving() {
+    // Cut in the middle of the sentence: no silence ever arrives, the idle timeout ends it.
+    let events = vad_stage_events(2.5, std::time::Duration::from_secs(3)).await;
+    // Without the timeout the last event would be a start.
+    assert_eq!(events.len() % 2, 0, "{events:?}");
+    assert_eq!(
+        events.last().map(String::as_str),
+        Some("vad_user_stopped_speaking"),
+        "{events:?}"
+    );
+}

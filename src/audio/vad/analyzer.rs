@@ -119,25 +119,44 @@ impl VadAnalyzer {
 
     /// Feeds audio; returns the changes it confirmed, in order.
     pub fn analyze(&mut self, audio: &[i16]) -> Result<Vec<VadEvent>, VadError> {
+        let mut events = Vec::new();
+        for window in self.windows(audio) {
+            let confidence = self.model.probability(&mut self.model_state, &window)?;
+            events.extend(self.apply(confidence, &window));
+        }
+        Ok(events)
+    }
+
+    /// Feeds audio; returns the whole model windows it completed (at the model's rate), for a
+    /// caller that runs the model itself (e.g. batched with other streams) and then calls
+    /// [`apply`](Self::apply) with each window's confidence, in order.
+    pub fn windows(&mut self, audio: &[i16]) -> Vec<Vec<f32>> {
         let resampled = self.resampler.process(audio);
         self.buffer
             .extend(resampled.iter().map(|&s| f32::from(s) / 32768.0));
-        let mut events = Vec::new();
-        let mut start = 0;
-        while self.buffer.len() - start >= self.window {
-            let window = &self.buffer[start..start + self.window];
-            start += self.window;
-            let confidence = self.model.probability(&mut self.model_state, window)?;
-            self.volume =
-                VOLUME_SMOOTHING * loudness(window) + (1.0 - VOLUME_SMOOTHING) * self.volume;
-            let speech =
-                confidence >= self.params.confidence && self.volume >= self.params.min_volume;
-            if let Some(event) = self.step(speech) {
-                events.push(event);
-            }
+        let windows: Vec<Vec<f32>> = self
+            .buffer
+            .chunks_exact(self.window)
+            .map(<[f32]>::to_vec)
+            .collect();
+        self.buffer.drain(..windows.len() * self.window);
+        windows
+    }
+
+    /// Advances the state machine by one window whose speech confidence is `confidence`.
+    pub fn apply(&mut self, confidence: f32, window: &[f32]) -> Option<VadEvent> {
+        self.volume = VOLUME_SMOOTHING * loudness(window) + (1.0 - VOLUME_SMOOTHING) * self.volume;
+        let speech = confidence >= self.params.confidence && self.volume >= self.params.min_volume;
+        self.step(speech)
+    }
+
+    /// The model's rate (the windows' rate).
+    pub fn model_rate(&self) -> u32 {
+        if self.window == window_size(8_000) {
+            8_000
+        } else {
+            16_000
         }
-        self.buffer.drain(..start);
-        Ok(events)
     }
 
     /// Forces a stop (the audio stopped arriving mid-speech); returns it if speaking.

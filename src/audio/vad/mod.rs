@@ -1,7 +1,12 @@
-//! Voice activity detection: the Silero model and the speech state machine built on it.
+//! Voice activity detection: the Silero model (batched across sessions on one thread), the
+//! speech state machine built on it, and the pipeline stage.
 
 pub mod analyzer;
+pub mod batcher;
 pub mod silero;
+mod stage;
 
 pub use analyzer::{VadAnalyzer, VadError, VadEvent, VadParams, VadState};
+pub use batcher::VadBatcher;
 pub use silero::{SileroState, SileroVad};
+pub use stage::VadStage;

@@ -29,6 +29,11 @@ pub struct SileroState {
 }
 
 impl SileroState {
+    /// The stream's sample rate.
+    pub fn sample_rate(&self) -> u32 {
+        self.sample_rate
+    }
+
     /// New samples per window at this rate.
     pub fn window(&self) -> usize {
         window_size(self.sample_rate)

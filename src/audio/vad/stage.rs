@@ -1,0 +1,158 @@
+//! The VAD stage: input audio in, `VadUserStartedSpeaking` / `VadUserStoppedSpeaking` out.
+//!
+//! Audio passes through untouched at once; a task per session feeds it to the state machine,
+//! with the model run by the process-wide [`VadBatcher`] thread. If audio stops arriving while
+//! the user speaks (a dropped connection, a muted mic), the stage ends the speech after
+//! `audio_idle_timeout` rather than leaving the turn open.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+
+use super::analyzer::{VadAnalyzer, VadEvent, VadParams, VadState};
+use super::batcher::VadBatcher;
+use crate::frames::{AudioFrame, Frame, FrameBody, SystemFrame};
+use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
+
+/// Detects the user's speech in the input audio.
+pub struct VadStage {
+    params: VadParams,
+    audio_idle_timeout: Duration,
+    batcher: Arc<VadBatcher>,
+    audio: Option<mpsc::UnboundedSender<AudioFrame>>,
+}
+
+impl VadStage {
+    /// A stage with `params`, using the shared batched model.
+    pub fn new(batcher: Arc<VadBatcher>, params: VadParams) -> Self {
+        Self {
+            params,
+            audio_idle_timeout: Duration::from_secs(1),
+            batcher,
+            audio: None,
+        }
+    }
+
+    /// How long audio may stop mid-speech before the speech is ended.
+    pub fn audio_idle_timeout(mut self, timeout: Duration) -> Self {
+        self.audio_idle_timeout = timeout;
+        self
+    }
+}
+
+impl FrameProcessor for VadStage {
+    fn name(&self) -> &str {
+        "VadStage"
+    }
+
+    fn process(
+        &mut self,
+        frame: Frame,
+        direction: Direction,
+        cx: &mut FrameContext<'_>,
+    ) -> Result<(), ProcessorError> {
+        match &frame.body {
+            FrameBody::System(SystemFrame::Start(_)) => {
+                let (tx, rx) = mpsc::unbounded_channel();
+                self.audio = Some(tx);
+                let detector = Detector {
+                    batcher: self.batcher.clone(),
+                    params: self.params,
+                    idle: self.audio_idle_timeout,
+                    pusher: cx.pusher(),
+                };
+                cx.spawn(detector.run(rx));
+            }
+            FrameBody::System(SystemFrame::InputAudio(audio)) => {
+                if let Some(tx) = &self.audio {
+                    let _ = tx.send(audio.clone());
+                }
+            }
+            _ => {}
+        }
+        cx.push(frame, direction);
+        Ok(())
+    }
+}
+
+struct Detector {
+    batcher: Arc<VadBatcher>,
+    params: VadParams,
+    idle: Duration,
+    pusher: FramePusher,
+}
+
+impl Detector {
+    async fn run(
+        self,
+        mut audio: mpsc::UnboundedReceiver<AudioFrame>,
+    ) -> Result<(), ProcessorError> {
+        let mut analyzer: Option<(u32, VadAnalyzer)> = None;
+        let mut state = None;
+        loop {
+            let speaking = analyzer
+                .as_ref()
+                .is_some_and(|(_, a)| matches!(a.state(), VadState::Speaking | VadState::Stopping));
+            let next = if speaking {
+                match tokio::time::timeout(self.idle, audio.recv()).await {
+                    Ok(next) => next,
+                    Err(_) => {
+                        if let Some((_, a)) = &mut analyzer
+                            && let Some(event) = a.force_stop()
+                        {
+                            tracing::debug!("audio stopped mid-speech; ending the speech");
+                            self.push(event).await;
+                        }
+                        continue;
+                    }
+                }
+            } else {
+                audio.recv().await
+            };
+            let Some(chunk) = next else { break };
+            // A stream that changes rate starts over.
+            if analyzer
+                .as_ref()
+                .is_none_or(|(rate, _)| *rate != chunk.sample_rate)
+            {
+                let fresh =
+                    VadAnalyzer::new(self.batcher.model().clone(), chunk.sample_rate, self.params)
+                        .map_err(|e| ProcessorError::new(e.to_string()))?;
+                state = Some(self.batcher.model().new_state(fresh.model_rate()));
+                analyzer = Some((chunk.sample_rate, fresh));
+            }
+            let Some((_, a)) = &mut analyzer else {
+                continue;
+            };
+            let mono = mono(&chunk);
+            for window in a.windows(&mono) {
+                let Some(s) = state.take() else { break };
+                let (next_state, confidence) = self
+                    .batcher
+                    .probability(s, window.clone())
+                    .await
+                    .map_err(|e| ProcessorError::new(e.to_string()))?;
+                state = Some(next_state);
+                if let Some(event) = a.apply(confidence, &window) {
+                    self.push(event).await;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn push(&self, event: VadEvent) {
+        let frame = match event {
+            VadEvent::Started => SystemFrame::VadUserStartedSpeaking,
+            VadEvent::Stopped => SystemFrame::VadUserStoppedSpeaking,
+        };
+        let _ = self.pusher.push(frame.into(), Direction::Downstream).await;
+    }
+}
+
+/// The first channel of interleaved audio.
+fn mono(chunk: &AudioFrame) -> Vec<i16> {
+    let channels = usize::from(chunk.channels.max(1));
+    chunk.samples.iter().step_by(channels).copied().collect()
+}
