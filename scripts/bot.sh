@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Sets up the machine and runs the bot on the embedded defaults.
 #
-# The voice stack (VAD, STT, LLM, TTS) and the transports are not built yet: until they are,
-# this runs the runtime demo, a session that shows frames flowing and its event stream.
+# Until the transports land (browser WebRTC, microphone, WebSocket), the bot answers a recorded
+# question: it hears it (Silero VAD), transcribes it (Whisper), answers (SmolLM2) and speaks
+# (Piper), all offline. Pass your own WAV: scripts/bot.sh QUESTION.wav [ANSWER.wav]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
-cargo run --release --example session_demo "$@"
+cargo run --release --example voice_turn -- "$@"
