@@ -333,6 +333,59 @@ fn byte_level_decoder() -> HashMap<char, u8> {
         .collect()
 }
 
+/// How one CTranslate2 variable group becomes candle tensors.
+#[derive(Clone, Copy)]
+enum Rename {
+    /// `gamma`/`beta` → `weight`/`bias`.
+    Norm,
+    /// `weight`/`bias` as they are.
+    Linear,
+    /// Fused rows split into these projections (keys get no bias).
+    Fused(&'static [&'static str]),
+}
+
+/// Every layer: self-attention and feed-forward (CTranslate2 suffix, candle suffix).
+const BLOCK: &[(Rename, &str, &str)] = &[
+    (
+        Rename::Norm,
+        "self_attention/layer_norm",
+        "self_attn_layer_norm",
+    ),
+    (
+        Rename::Fused(&["q_proj", "k_proj", "v_proj"]),
+        "self_attention/linear_0",
+        "self_attn",
+    ),
+    (
+        Rename::Linear,
+        "self_attention/linear_1",
+        "self_attn.out_proj",
+    ),
+    (Rename::Norm, "ffn/layer_norm", "final_layer_norm"),
+    (Rename::Linear, "ffn/linear_0", "fc1"),
+    (Rename::Linear, "ffn/linear_1", "fc2"),
+];
+
+/// Decoder layers also attend to the audio.
+const CROSS_ATTENTION: &[(Rename, &str, &str)] = &[
+    (
+        Rename::Norm,
+        "attention/layer_norm",
+        "encoder_attn_layer_norm",
+    ),
+    (Rename::Linear, "attention/linear_0", "encoder_attn.q_proj"),
+    (
+        Rename::Fused(&["k_proj", "v_proj"]),
+        "attention/linear_1",
+        "encoder_attn",
+    ),
+    (
+        Rename::Linear,
+        "attention/linear_2",
+        "encoder_attn.out_proj",
+    ),
+];
+
 /// The model's tensors under candle's Whisper names, and its configuration.
 fn to_candle(ct2: &Ct2Model) -> Result<(HashMap<String, Tensor>, Config), String> {
     if ct2.spec != "WhisperSpec" {
@@ -350,11 +403,31 @@ fn to_candle(ct2: &Ct2Model) -> Result<(HashMap<String, Tensor>, Config), String
             .and_then(|t| t.to_dtype(DType::F32))
             .map_err(|e| format!("{name}: {e}"))
     };
-    let split = |t: &Tensor, parts: usize| -> Result<Vec<Tensor>, String> {
-        let n = t.dim(0).map_err(|e| e.to_string())? / parts;
-        (0..parts)
-            .map(|i| t.narrow(0, i * n, n).map_err(|e| e.to_string()))
-            .collect()
+    let mut out = HashMap::new();
+    let mut rename = |kind: Rename, from: &str, to: &str| -> Result<(), String> {
+        match kind {
+            Rename::Norm => {
+                out.insert(format!("{to}.weight"), get(&format!("{from}/gamma"))?);
+                out.insert(format!("{to}.bias"), get(&format!("{from}/beta"))?);
+            }
+            Rename::Linear => {
+                out.insert(format!("{to}.weight"), get(&format!("{from}/weight"))?);
+                out.insert(format!("{to}.bias"), get(&format!("{from}/bias"))?);
+            }
+            Rename::Fused(names) => {
+                let weight = get(&format!("{from}/weight"))?;
+                let bias = get(&format!("{from}/bias"))?;
+                let rows = weight.dim(0).map_err(|e| e.to_string())? / names.len();
+                for (i, name) in names.iter().enumerate() {
+                    let part = |t: &Tensor| t.narrow(0, i * rows, rows).map_err(|e| e.to_string());
+                    out.insert(format!("{to}.{name}.weight"), part(&weight)?);
+                    if *name != "k_proj" {
+                        out.insert(format!("{to}.{name}.bias"), part(&bias)?);
+                    }
+                }
+            }
+        }
+        Ok(())
     };
     let layers = |prefix: &str| {
         (0..)
@@ -364,150 +437,40 @@ fn to_candle(ct2: &Ct2Model) -> Result<(HashMap<String, Tensor>, Config), String
             })
             .count()
     };
-    let mut out = HashMap::new();
-    let mut put = |name: String, t: Tensor| {
-        out.insert(name, t);
-    };
-    let norm = |put: &mut dyn FnMut(String, Tensor), from: &str, to: &str| -> Result<(), String> {
-        put(format!("{to}.weight"), get(&format!("{from}/gamma"))?);
-        put(format!("{to}.bias"), get(&format!("{from}/beta"))?);
-        Ok(())
-    };
-    let linear =
-        |put: &mut dyn FnMut(String, Tensor), from: &str, to: &str| -> Result<(), String> {
-            put(format!("{to}.weight"), get(&format!("{from}/weight"))?);
-            put(format!("{to}.bias"), get(&format!("{from}/bias"))?);
-            Ok(())
-        };
-    // Fused q/k/v (or k/v): split rows; keys get no bias.
-    let fused = |put: &mut dyn FnMut(String, Tensor),
-                 from: &str,
-                 to: &str,
-                 names: &[&str]|
-     -> Result<(), String> {
-        let weights = split(&get(&format!("{from}/weight"))?, names.len())?;
-        let biases = split(&get(&format!("{from}/bias"))?, names.len())?;
-        for ((name, w), b) in names.iter().zip(weights).zip(biases) {
-            put(format!("{to}.{name}.weight"), w);
-            if *name != "k_proj" {
-                put(format!("{to}.{name}.bias"), b);
-            }
-        }
-        Ok(())
-    };
-
     let enc_layers = layers("encoder");
     let dec_layers = layers("decoder");
     for conv in ["conv1", "conv2"] {
-        linear(
-            &mut put,
+        rename(
+            Rename::Linear,
             &format!("encoder/{conv}"),
             &format!("model.encoder.{conv}"),
         )?;
     }
-    for i in 0..enc_layers {
-        let (from, to) = (
-            format!("encoder/layer_{i}"),
-            format!("model.encoder.layers.{i}"),
-        );
-        norm(
-            &mut put,
-            &format!("{from}/self_attention/layer_norm"),
-            &format!("{to}.self_attn_layer_norm"),
-        )?;
-        fused(
-            &mut put,
-            &format!("{from}/self_attention/linear_0"),
-            &format!("{to}.self_attn"),
-            &["q_proj", "k_proj", "v_proj"],
-        )?;
-        linear(
-            &mut put,
-            &format!("{from}/self_attention/linear_1"),
-            &format!("{to}.self_attn.out_proj"),
-        )?;
-        norm(
-            &mut put,
-            &format!("{from}/ffn/layer_norm"),
-            &format!("{to}.final_layer_norm"),
-        )?;
-        linear(
-            &mut put,
-            &format!("{from}/ffn/linear_0"),
-            &format!("{to}.fc1"),
-        )?;
-        linear(
-            &mut put,
-            &format!("{from}/ffn/linear_1"),
-            &format!("{to}.fc2"),
+    for (part, count, parts) in [
+        ("encoder", enc_layers, &[BLOCK][..]),
+        ("decoder", dec_layers, &[BLOCK, CROSS_ATTENTION][..]),
+    ] {
+        for i in 0..count {
+            for &(kind, from, to) in parts.iter().copied().flatten() {
+                rename(
+                    kind,
+                    &format!("{part}/layer_{i}/{from}"),
+                    &format!("model.{part}.layers.{i}.{to}"),
+                )?;
+            }
+        }
+        rename(
+            Rename::Norm,
+            &format!("{part}/layer_norm"),
+            &format!("model.{part}.layer_norm"),
         )?;
     }
-    norm(&mut put, "encoder/layer_norm", "model.encoder.layer_norm")?;
     let embeddings = get("decoder/embeddings/weight")?;
     let (vocab_size, d_model) = embeddings.dims2().map_err(|e| e.to_string())?;
-    put("model.decoder.embed_tokens.weight".into(), embeddings);
     let positions = get("decoder/position_encodings/encodings")?;
     let max_target_positions = positions.dim(0).map_err(|e| e.to_string())?;
-    put("model.decoder.embed_positions.weight".into(), positions);
-    for i in 0..dec_layers {
-        let (from, to) = (
-            format!("decoder/layer_{i}"),
-            format!("model.decoder.layers.{i}"),
-        );
-        norm(
-            &mut put,
-            &format!("{from}/self_attention/layer_norm"),
-            &format!("{to}.self_attn_layer_norm"),
-        )?;
-        fused(
-            &mut put,
-            &format!("{from}/self_attention/linear_0"),
-            &format!("{to}.self_attn"),
-            &["q_proj", "k_proj", "v_proj"],
-        )?;
-        linear(
-            &mut put,
-            &format!("{from}/self_attention/linear_1"),
-            &format!("{to}.self_attn.out_proj"),
-        )?;
-        norm(
-            &mut put,
-            &format!("{from}/attention/layer_norm"),
-            &format!("{to}.encoder_attn_layer_norm"),
-        )?;
-        linear(
-            &mut put,
-            &format!("{from}/attention/linear_0"),
-            &format!("{to}.encoder_attn.q_proj"),
-        )?;
-        fused(
-            &mut put,
-            &format!("{from}/attention/linear_1"),
-            &format!("{to}.encoder_attn"),
-            &["k_proj", "v_proj"],
-        )?;
-        linear(
-            &mut put,
-            &format!("{from}/attention/linear_2"),
-            &format!("{to}.encoder_attn.out_proj"),
-        )?;
-        norm(
-            &mut put,
-            &format!("{from}/ffn/layer_norm"),
-            &format!("{to}.final_layer_norm"),
-        )?;
-        linear(
-            &mut put,
-            &format!("{from}/ffn/linear_0"),
-            &format!("{to}.fc1"),
-        )?;
-        linear(
-            &mut put,
-            &format!("{from}/ffn/linear_1"),
-            &format!("{to}.fc2"),
-        )?;
-    }
-    norm(&mut put, "decoder/layer_norm", "model.decoder.layer_norm")?;
+    out.insert("model.decoder.embed_tokens.weight".into(), embeddings);
+    out.insert("model.decoder.embed_positions.weight".into(), positions);
     let heads = |name: &str| -> Result<usize, String> {
         ct2.scalar(name)
             .map(|h| h as usize)

@@ -10,29 +10,37 @@ use std::collections::HashMap;
 pub struct Tokenizer {
     pieces: Vec<String>,
     ids: HashMap<String, u32>,
-    ranks: HashMap<(String, String), usize>,
-    byte_chars: [char; 256],
+    /// `(left, right)` → (rank, merged id), all as token ids.
+    merges: HashMap<(u32, u32), (usize, u32)>,
+    /// The single-byte token of each byte (a few control bytes have none and are dropped).
+    byte_ids: [Option<u32>; 256],
     char_bytes: HashMap<char, u8>,
 }
 
 impl Tokenizer {
     /// Builds the tokenizer from the vocabulary and the `"left right"` merge list.
     pub fn new(pieces: Vec<String>, merges: &[String]) -> Result<Self, String> {
-        let ids = pieces
+        let ids: HashMap<String, u32> = pieces
             .iter()
             .enumerate()
             .map(|(i, p)| (p.clone(), i as u32))
             .collect();
-        let ranks = merges
-            .iter()
-            .enumerate()
-            .map(|(rank, m)| {
-                m.split_once(' ')
-                    .map(|(a, b)| ((a.to_owned(), b.to_owned()), rank))
-                    .ok_or_else(|| format!("malformed merge {m:?}"))
-            })
-            .collect::<Result<_, _>>()?;
+        let mut ranked = HashMap::with_capacity(merges.len());
+        for (rank, m) in merges.iter().enumerate() {
+            let (a, b) = m
+                .split_once(' ')
+                .ok_or_else(|| format!("malformed merge {m:?}"))?;
+            if let (Some(&l), Some(&r), Some(&merged)) =
+                (ids.get(a), ids.get(b), ids.get(&format!("{a}{b}")))
+            {
+                ranked.entry((l, r)).or_insert((rank, merged));
+            }
+        }
         let byte_chars = byte_alphabet();
+        let mut byte_ids = [None; 256];
+        for (b, c) in byte_chars.iter().enumerate() {
+            byte_ids[b] = ids.get(&c.to_string()).copied();
+        }
         let char_bytes = byte_chars
             .iter()
             .enumerate()
@@ -41,8 +49,8 @@ impl Tokenizer {
         Ok(Self {
             pieces,
             ids,
-            ranks,
-            byte_chars,
+            merges: ranked,
+            byte_ids,
             char_bytes,
         })
     }
@@ -56,39 +64,28 @@ impl Tokenizer {
     pub fn encode(&self, text: &str) -> Vec<u32> {
         let mut out = Vec::new();
         for word in pre_tokenize(text) {
-            let symbols: Vec<String> = word
+            let mut symbols: Vec<u32> = word
                 .bytes()
-                .map(|b| self.byte_chars[usize::from(b)].to_string())
+                .filter_map(|b| self.byte_ids[usize::from(b)])
                 .collect();
-            for piece in self.bpe(symbols) {
-                match self.ids.get(&piece) {
-                    Some(&id) => out.push(id),
-                    // Every single byte is in the vocabulary; a missing merge result would be a
-                    // broken file, so fall back to bytes.
-                    None => out.extend(piece.chars().filter_map(|c| self.ids.get(&c.to_string()))),
-                }
-            }
-        }
-        out
-    }
-
-    fn bpe(&self, mut symbols: Vec<String>) -> Vec<String> {
-        while symbols.len() > 1 {
-            let best = symbols
+            // Merge the lowest-ranked adjacent pair until none is left.
+            while let Some((i, merged)) = symbols
                 .windows(2)
                 .enumerate()
                 .filter_map(|(i, pair)| {
-                    self.ranks
-                        .get(&(pair[0].clone(), pair[1].clone()))
-                        .map(|&rank| (rank, i))
+                    self.merges
+                        .get(&(pair[0], pair[1]))
+                        .map(|&(rank, merged)| (rank, i, merged))
                 })
-                .min();
-            let Some((_, i)) = best else { break };
-            let merged = format!("{}{}", symbols[i], symbols[i + 1]);
-            symbols[i] = merged;
-            symbols.remove(i + 1);
+                .min()
+                .map(|(_, i, merged)| (i, merged))
+            {
+                symbols[i] = merged;
+                symbols.remove(i + 1);
+            }
+            out.extend(symbols);
         }
-        symbols
+        out
     }
 
     /// The bytes of `id` (empty for control tokens, which are never shown).
