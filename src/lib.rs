@@ -7,6 +7,7 @@
 pub mod aggregators;
 pub mod audio;
 pub mod bench;
+pub mod bot;
 pub mod context;
 pub mod events;
 pub mod frames;

@@ -47,6 +47,9 @@ enum Bench {
         #[arg(long, default_value_t = 64)]
         vad_batch: usize,
     },
+    /// Tool-call accuracy of the embedded LLM on a suite of spoken requests, and its time per
+    /// decision. Needs the models (`scripts/setup.sh`).
+    Tools,
 }
 
 #[tokio::main]
@@ -83,6 +86,12 @@ async fn main() -> Result<()> {
             let report =
                 tokio::task::spawn_blocking(move || voxide::bench::engines::run(vad_batch))
                     .await??;
+            println!("{}", serde_json::to_string(&report)?);
+        }
+        Command::Bench {
+            bench: Bench::Tools,
+        } => {
+            let report = tokio::task::spawn_blocking(voxide::bench::tools::run).await??;
             println!("{}", serde_json::to_string(&report)?);
         }
     }

@@ -2,3 +2,4 @@
 
 pub mod engines;
 pub mod pipeline;
+pub mod tools;

@@ -14,4 +14,4 @@ pub use functions::{
     ResultProperties,
 };
 pub use pricing::{Price, PriceTable};
-pub use service::{IN_PROGRESS, LlmService, LlmServiceOptions};
+pub use service::{IN_PROGRESS, LlmService, LlmServiceOptions, cancel_tool_schema};

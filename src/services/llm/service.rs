@@ -256,7 +256,8 @@ fn add_instructions(messages: &mut Vec<Message>, text: &str) {
     messages.insert(0, Message::system(text));
 }
 
-fn cancel_tool_schema(name: &str) -> FunctionSchema {
+/// The schema of the `cancel_<name>` tool offered for a cancellable async function.
+pub fn cancel_tool_schema(name: &str) -> FunctionSchema {
     FunctionSchema::new(
         format!("cancel_{name}"),
         format!("Cancels a running {name} call. Give tool_call_id when more than one is running."),

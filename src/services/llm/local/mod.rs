@@ -6,10 +6,14 @@
 //! session; each engine instance keeps its own KV cache, so a turn only processes the messages
 //! added since the last one.
 
+mod grammar;
 mod tokenizer;
+mod tool_call;
 
+use std::collections::HashMap;
 use std::io::Cursor;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
@@ -18,12 +22,18 @@ use candle_transformers::models::quantized_llama::ModelWeights;
 use futures_util::stream::BoxStream;
 use tokio::sync::mpsc;
 
+pub use grammar::{ArgumentsGrammar, Field, ValueKind, Verdict};
 pub use tokenizer::Tokenizer;
+pub use tool_call::{Decision, ToolExample, ToolSet};
 
 use super::{LlmEngine, LlmError, LlmEvent, LlmRequest};
-use crate::context::{Content, Message};
+use crate::context::async_tool_messages::{
+    ASYNC_TOOL_INSTRUCTIONS, AsyncToolMessageKind, parse_message,
+};
+use crate::context::{Content, Message, StopReason};
 use crate::frames::TokenUsage;
 use crate::models::{ModelError, model_path};
+use crate::services::llm::IN_PROGRESS;
 
 const NAME: &str = "smollm2-135m";
 const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
@@ -39,6 +49,8 @@ pub struct LocalLlmOptions {
     pub repeat_penalty: f32,
     /// How many recent tokens the penalty looks at.
     pub repeat_window: usize,
+    /// Worked examples of tool calls for the side prompt that decides them.
+    pub tool_examples: Vec<ToolExample>,
 }
 
 impl Default for LocalLlmOptions {
@@ -47,6 +59,7 @@ impl Default for LocalLlmOptions {
             max_tokens: 120,
             repeat_penalty: 1.2,
             repeat_window: 64,
+            tool_examples: Vec::new(),
         }
     }
 }
@@ -55,6 +68,9 @@ impl Default for LocalLlmOptions {
 pub struct LocalModel {
     weights: ModelWeights,
     tokenizer: Tokenizer,
+    /// Each token's text, for the argument grammar.
+    pieces: Vec<String>,
+    prefixes: Mutex<tool_call::PrefixCache>,
     im_start: u32,
     im_end: u32,
     eos: u32,
@@ -136,9 +152,14 @@ impl LocalModel {
         let dense = gguf_file::Content::read(&mut buffer).map_err(|e| invalid(path, e))?;
         let weights =
             ModelWeights::from_gguf(dense, &mut buffer, &device).map_err(|e| invalid(path, e))?;
+        let pieces = (0..tokenizer.len() as u32)
+            .map(|id| String::from_utf8_lossy(&tokenizer.bytes(id)).into_owned())
+            .collect();
         Ok(Self {
             weights,
             tokenizer,
+            pieces,
+            prefixes: Mutex::default(),
             im_start,
             im_end,
             eos,
@@ -152,16 +173,9 @@ impl LocalModel {
 
     /// The ChatML prompt for `messages`, ending with the assistant's turn opened.
     pub fn prompt(&self, messages: &[Message]) -> Vec<u32> {
-        let newline = self.tokenizer.encode("\n");
         let mut ids = Vec::new();
-        for message in messages {
-            let Some((role, text)) = render(message) else {
-                continue;
-            };
-            ids.push(self.im_start);
-            ids.extend(self.tokenizer.encode(&format!("{role}\n{text}")));
-            ids.push(self.im_end);
-            ids.extend(&newline);
+        for (role, text) in render(messages) {
+            ids.extend(self.chat_turn(role, &text));
         }
         ids.push(self.im_start);
         ids.extend(self.tokenizer.encode("assistant\n"));
@@ -169,40 +183,122 @@ impl LocalModel {
     }
 }
 
-/// A message as a ChatML role and text; the model knows system, user and assistant only.
-fn render(message: &Message) -> Option<(&'static str, String)> {
-    Some(match message {
-        Message::System(m) | Message::Developer(m) => ("system", m.content.joined_text()),
-        Message::User(m) => ("user", m.content.joined_text()),
-        Message::Assistant(m) => {
-            let mut text = m
-                .content
-                .as_ref()
-                .and_then(Option::as_ref)
-                .map(Content::joined_text)
-                .unwrap_or_default();
-            for call in m.tool_calls.iter().flatten() {
-                if !text.is_empty() {
-                    text.push(' ');
+/// The conversation as ChatML roles and texts a 135M model can follow: it knows system, user and
+/// assistant only, so tool calls are left out and their results become short system notes, and
+/// the async-tool protocol text (meant for models that call tools themselves) is dropped.
+fn render(messages: &[Message]) -> Vec<(&'static str, String)> {
+    let mut names: HashMap<&str, &str> = HashMap::new();
+    let mut out = Vec::new();
+    for message in messages {
+        let note = |id: &str, what: &str| {
+            let name = names.get(id).map_or("a tool".to_owned(), |n| {
+                format!("the {} tool", n.replace('_', " "))
+            });
+            format!("Note: {name} {what}")
+        };
+        if let Some(payload) = parse_message(message) {
+            let result = payload.result.as_deref().unwrap_or_default();
+            let text = match payload.kind {
+                AsyncToolMessageKind::Started => {
+                    attach_to_user(&mut out, note(&payload.tool_call_id, "is now running."));
+                    continue;
                 }
-                text.push_str(&format!(
-                    "[called {} with {}]",
-                    call.function.name, call.function.arguments
-                ));
-            }
-            ("assistant", text)
+                AsyncToolMessageKind::Intermediate => {
+                    note(&payload.tool_call_id, &format!("update: {}", plain(result)))
+                }
+                AsyncToolMessageKind::Final => {
+                    let text = note(
+                        &payload.tool_call_id,
+                        &format!("finished: {}.", plain(result)),
+                    );
+                    attach_to_user(&mut out, text);
+                    continue;
+                }
+            };
+            out.push(("system", text));
+            continue;
         }
-        Message::Tool(m) => (
-            "system",
-            format!(
-                "Tool result for call {}: {}",
-                m.tool_call_id,
-                m.content.joined_text()
-            ),
-        ),
-        Message::ProviderSpecific(_) => return None,
-    })
+        match message {
+            Message::System(m) | Message::Developer(m) => {
+                let text = m.content.joined_text().replace(ASYNC_TOOL_INSTRUCTIONS, "");
+                if !text.trim().is_empty() {
+                    out.push(("system", text.trim().to_owned()));
+                }
+            }
+            Message::User(m) => out.push(("user", m.content.joined_text())),
+            Message::Assistant(m) => {
+                for call in m.tool_calls.iter().flatten() {
+                    names.insert(&call.id, &call.function.name);
+                }
+                let text = m
+                    .content
+                    .as_ref()
+                    .and_then(Option::as_ref)
+                    .map(Content::joined_text)
+                    .unwrap_or_default();
+                if !text.is_empty() {
+                    out.push(("assistant", text));
+                }
+            }
+            Message::Tool(m) => {
+                let result = m.content.joined_text();
+                if result != IN_PROGRESS {
+                    let text = note(&m.tool_call_id, &format!("says {}.", plain(&result)));
+                    attach_to_user(&mut out, text);
+                }
+            }
+            Message::ProviderSpecific(_) => {}
+        }
+    }
+    out
 }
+
+/// Adds a tool's result to the latest user turn: a model this small answers the user's words
+/// and ignores later system notes, so the result is put where it looks.
+fn attach_to_user(out: &mut Vec<(&'static str, String)>, note: String) {
+    match out.iter_mut().rev().find(|(role, _)| *role == "user") {
+        Some((_, text)) => {
+            text.push_str("\n(");
+            text.push_str(&note);
+            text.push(')');
+        }
+        None => out.push(("user", format!("({note})"))),
+    }
+}
+
+/// A tool result as plain words: JSON objects become `key value` pairs, which a small model
+/// repeats far more faithfully than braces and quotes.
+fn plain(result: &str) -> String {
+    fn words(value: &serde_json::Value) -> String {
+        match value {
+            serde_json::Value::Object(map) => map
+                .iter()
+                .map(|(k, v)| format!("{} {}", k.replace('_', " "), words(v)))
+                .collect::<Vec<_>>()
+                .join(", "),
+            serde_json::Value::Array(items) => {
+                items.iter().map(words).collect::<Vec<_>>().join(", ")
+            }
+            serde_json::Value::String(s) => s.clone(),
+            other => other.to_string(),
+        }
+    }
+    match serde_json::from_str::<serde_json::Value>(result) {
+        Ok(value) => words(&value),
+        Err(_) => result.to_owned(),
+    }
+}
+
+/// The text of the last message when it is the user's: a new request, which may call a tool.
+fn pending_user_text(messages: &[Message]) -> Option<String> {
+    match messages.last()? {
+        Message::User(m) => Some(m.content.joined_text()),
+        _ => None,
+    }
+}
+
+/// Numbers the local model's tool calls, process-wide, so ids never repeat.
+static CALL_IDS: AtomicU64 = AtomicU64::new(1);
 
 /// One conversation's use of the model: the shared weights plus its own KV cache.
 pub struct LocalLlm {
@@ -247,6 +343,26 @@ impl LlmEngine for LocalLlm {
         let state = self.state.clone();
         let options = self.options.clone();
         tokio::task::spawn_blocking(move || {
+            let tools =
+                ToolSet::new(&request.tools.standard_tools).with_examples(&options.tool_examples);
+            if let Some(text) = pending_user_text(&request.messages).filter(|_| !tools.is_empty()) {
+                match model.decide_tool_call(&tools, request.tool_choice.as_ref(), &text) {
+                    Ok(Some(call)) => {
+                        let id = format!("call_local_{}", CALL_IDS.fetch_add(1, Ordering::Relaxed));
+                        let _ = tx.send(Ok(LlmEvent::ToolCall {
+                            id,
+                            name: call.name,
+                            arguments: call.arguments.to_string(),
+                        }));
+                        let _ = tx.send(Ok(LlmEvent::Finished(StopReason::ToolUse)));
+                        return;
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::warn!(error = %e, "local tool routing failed; answering in words")
+                    }
+                }
+            }
             let prompt = model.prompt(&request.messages);
             let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
             if let Err(e) = run(&model, &mut state, &prompt, &options, &tx) {

@@ -60,6 +60,16 @@ impl Tokenizer {
         self.ids.get(piece).copied()
     }
 
+    /// Tokens in the vocabulary.
+    pub fn len(&self) -> usize {
+        self.pieces.len()
+    }
+
+    /// True for an empty vocabulary (never for a loaded model).
+    pub fn is_empty(&self) -> bool {
+        self.pieces.is_empty()
+    }
+
     /// Encodes plain text.
     pub fn encode(&self, text: &str) -> Vec<u32> {
         let mut out = Vec::new();

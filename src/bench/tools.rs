@@ -1,0 +1,176 @@
+//! Tool-call accuracy of the local model: a suite of spoken requests, each with the tool it
+//! should call (or none) and, where it matters, the argument it should carry.
+
+use std::time::Instant;
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::bot::calculator::evaluate;
+use crate::bot::tools::{local_examples, register};
+use crate::models::ModelError;
+use crate::services::llm::local::{LocalModel, ToolSet};
+use crate::services::llm::{FunctionRegistry, cancel_tool_schema};
+
+/// What one request should produce.
+#[derive(Debug, Clone, Copy)]
+pub enum Expect {
+    /// An answer in words.
+    Words,
+    /// A call with no argument worth checking.
+    Call(&'static str),
+    /// `calculate` whose expression evaluates to this.
+    Calculate(f64),
+    /// `set_timer` with these seconds.
+    Timer(u64),
+}
+
+/// The suite: what users say to a voice assistant, as a transcript would have it.
+pub const SUITE: &[(&str, Expect)] = &[
+    ("What time is it?", Expect::Call("get_current_time")),
+    (
+        "Can you tell me the time please?",
+        Expect::Call("get_current_time"),
+    ),
+    ("What's the date today?", Expect::Call("get_current_time")),
+    (
+        "What day of the week is it?",
+        Expect::Call("get_current_time"),
+    ),
+    ("What is 12 times 7?", Expect::Calculate(84.0)),
+    ("How much is 250 divided by 5?", Expect::Calculate(50.0)),
+    ("Calculate 15% of 80.", Expect::Calculate(12.0)),
+    (
+        "What's twenty five plus seventeen?",
+        Expect::Calculate(42.0),
+    ),
+    ("What is the square root of 144?", Expect::Calculate(12.0)),
+    ("Can you add 3.5 and 4.25?", Expect::Calculate(7.75)),
+    ("Set a timer for 10 seconds.", Expect::Timer(10)),
+    ("Start a 30 second timer for the eggs.", Expect::Timer(30)),
+    ("Remind me in 90 seconds.", Expect::Timer(90)),
+    ("Set a timer for five minutes.", Expect::Timer(300)),
+    ("Please set a timer for 45 seconds.", Expect::Timer(45)),
+    ("Cancel the timer.", Expect::Call("cancel_set_timer")),
+    ("Stop my timer please.", Expect::Call("cancel_set_timer")),
+    ("Hello, how are you?", Expect::Words),
+    ("Tell me a joke.", Expect::Words),
+    ("What is the capital of France?", Expect::Words),
+    ("Thank you, that's all.", Expect::Words),
+    ("My name is Anna.", Expect::Words),
+    ("What's your favourite colour?", Expect::Words),
+    ("Good morning!", Expect::Words),
+];
+
+/// One request's outcome.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolCase {
+    /// What the user said.
+    pub text: String,
+    /// The tool it should call (`none`: words).
+    pub expected: String,
+    /// The tool it called (`none`: words).
+    pub called: String,
+    /// The arguments it wrote.
+    pub arguments: Value,
+    /// Right tool (or rightly none).
+    pub tool_right: bool,
+    /// Right tool and, where checked, the right argument.
+    pub all_right: bool,
+    /// Milliseconds to decide and write the arguments.
+    pub ms: f64,
+}
+
+/// The suite's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct ToolsReport {
+    /// Requests in the suite.
+    pub cases: usize,
+    /// Requests where the right tool was called, or rightly none.
+    pub tool_right: usize,
+    /// Of those, also with the right argument.
+    pub all_right: usize,
+    /// Chat requests that wrongly called a tool.
+    pub false_calls: usize,
+    /// Tool requests answered in words instead.
+    pub missed_calls: usize,
+    /// Median ms per decision (prefix cached, as in a running session).
+    pub decide_p50_ms: f64,
+    /// Every request.
+    pub results: Vec<ToolCase>,
+}
+
+/// The default bot's tools as the local model sees them.
+pub fn default_tool_set() -> ToolSet {
+    let mut registry = FunctionRegistry::default();
+    register(&mut registry);
+    let mut schemas = registry.direct_schemas().to_vec();
+    schemas.push(cancel_tool_schema("set_timer"));
+    ToolSet::new(&schemas).with_examples(&local_examples())
+}
+
+/// Runs the suite on the shared local model.
+pub fn run() -> Result<ToolsReport, ModelError> {
+    let model = LocalModel::shared()?;
+    let tools = default_tool_set();
+    let inference = |e: candle_core::Error| ModelError::Inference {
+        name: "smollm2-135m".into(),
+        reason: e.to_string(),
+    };
+    // Warm the shared prefix so the timings are those of a running session.
+    model
+        .decide_tool_call(&tools, None, "Hello.")
+        .map_err(inference)?;
+    let mut results = Vec::new();
+    for (text, expect) in SUITE {
+        let start = Instant::now();
+        let decision = model
+            .decide_tool_call(&tools, None, text)
+            .map_err(inference)?;
+        let ms = start.elapsed().as_secs_f64() * 1e3;
+        let (called, arguments) =
+            decision.map_or(("none".to_owned(), Value::Null), |d| (d.name, d.arguments));
+        let expected = match expect {
+            Expect::Words => "none",
+            Expect::Call(name) => name,
+            Expect::Calculate(_) => "calculate",
+            Expect::Timer(_) => "set_timer",
+        };
+        let tool_right = called == expected;
+        let all_right = tool_right
+            && match expect {
+                Expect::Calculate(value) => arguments["expression"]
+                    .as_str()
+                    .and_then(|e| evaluate(e).ok())
+                    .is_some_and(|v| (v - value).abs() < 1e-9),
+                Expect::Timer(seconds) => arguments["seconds"].as_u64() == Some(*seconds),
+                _ => true,
+            };
+        results.push(ToolCase {
+            text: (*text).to_owned(),
+            expected: expected.to_owned(),
+            called,
+            arguments,
+            tool_right,
+            all_right,
+            ms,
+        });
+    }
+    let mut times: Vec<f64> = results.iter().map(|r| r.ms).collect();
+    times.sort_by(f64::total_cmp);
+    Ok(ToolsReport {
+        cases: results.len(),
+        tool_right: results.iter().filter(|r| r.tool_right).count(),
+        all_right: results.iter().filter(|r| r.all_right).count(),
+        false_calls: results
+            .iter()
+            .filter(|r| r.expected == "none" && r.called != "none")
+            .count(),
+        missed_calls: results
+            .iter()
+            .filter(|r| r.expected != "none" && r.called == "none")
+            .count(),
+        decide_p50_ms: times.get(times.len() / 2).copied().unwrap_or(0.0),
+        results,
+    })
+}

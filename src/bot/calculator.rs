@@ -1,0 +1,378 @@
+//! A safe arithmetic evaluator for the `calculate` tool: numbers, `+ - * / % ^`, parentheses and
+//! `sqrt`, plus the spoken forms a transcript carries ("twelve times seven", "half of 30").
+//! It parses; it never runs code.
+
+/// Why an expression has no value.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CalcError {
+    /// Something in the expression is not arithmetic.
+    #[error("cannot read {0:?} in the expression")]
+    Unexpected(String),
+    /// The expression stopped half way.
+    #[error("the expression is incomplete")]
+    Incomplete,
+    /// Division by zero, or a result too large to be a number.
+    #[error("the result is not a finite number")]
+    NotFinite,
+    /// The expression is longer or deeper than a spoken question would be.
+    #[error("the expression is too long")]
+    TooLong,
+}
+
+const MAX_CHARS: usize = 256;
+const MAX_DEPTH: usize = 32;
+
+#[derive(Debug, Clone, PartialEq)]
+enum Token {
+    Number(f64),
+    Op(char),
+    Open,
+    Close,
+    Sqrt,
+}
+
+/// Evaluates `expression`.
+pub fn evaluate(expression: &str) -> Result<f64, CalcError> {
+    if expression.chars().count() > MAX_CHARS {
+        return Err(CalcError::TooLong);
+    }
+    let tokens = tokenize(expression)?;
+    let mut parser = Parser {
+        tokens: &tokens,
+        at: 0,
+        depth: 0,
+    };
+    let value = parser.sum()?;
+    match tokens.get(parser.at) {
+        None if value.is_finite() => Ok(value),
+        None => Err(CalcError::NotFinite),
+        Some(t) => Err(CalcError::Unexpected(format!("{t:?}"))),
+    }
+}
+
+/// Formats a result the way it is said: no trailing `.0`, at most six decimals.
+pub fn format_number(value: f64) -> String {
+    if value.fract() == 0.0 && value.abs() < 1e15 {
+        format!("{}", value as i64)
+    } else {
+        let text = format!("{value:.6}");
+        text.trim_end_matches('0').trim_end_matches('.').to_owned()
+    }
+}
+
+fn small_number(word: &str) -> Option<f64> {
+    const UNITS: [&str; 20] = [
+        "zero",
+        "one",
+        "two",
+        "three",
+        "four",
+        "five",
+        "six",
+        "seven",
+        "eight",
+        "nine",
+        "ten",
+        "eleven",
+        "twelve",
+        "thirteen",
+        "fourteen",
+        "fifteen",
+        "sixteen",
+        "seventeen",
+        "eighteen",
+        "nineteen",
+    ];
+    const TENS: [&str; 8] = [
+        "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety",
+    ];
+    if let Some(i) = UNITS.iter().position(|u| *u == word) {
+        return Some(i as f64);
+    }
+    TENS.iter()
+        .position(|t| *t == word)
+        .map(|i| (i as f64 + 2.0) * 10.0)
+}
+
+fn scale(word: &str) -> Option<f64> {
+    match word {
+        "hundred" => Some(100.0),
+        "thousand" => Some(1e3),
+        "million" => Some(1e6),
+        "billion" => Some(1e9),
+        _ => None,
+    }
+}
+
+/// Spoken operators, longest first so "divided by" wins over a lone "by".
+const SPOKEN_OPS: [(&str, &str); 15] = [
+    ("% of", "% *"),
+    ("to the power of", "^"),
+    ("multiplied by", "*"),
+    ("divided by", "/"),
+    ("square root of", "sqrt"),
+    ("percent of", "% *"),
+    ("half of", "0.5 *"),
+    ("times", "*"),
+    ("plus", "+"),
+    ("minus", "-"),
+    ("over", "/"),
+    ("modulo", "%"),
+    ("mod", "%"),
+    ("squared", "^ 2"),
+    ("x", "*"),
+];
+
+fn tokenize(expression: &str) -> Result<Vec<Token>, CalcError> {
+    // Words first: lower-case, spoken operators to symbols, filler dropped.
+    let mut text = format!(
+        " {} ",
+        expression
+            .to_lowercase()
+            .replace(['×', '·'], "*")
+            .replace('÷', "/")
+            .replace([',', '?', '!', '='], "")
+    );
+    for symbol in ['+', '-', '*', '/', '%', '^', '(', ')'] {
+        text = text.replace(symbol, &format!(" {symbol} "));
+    }
+    text = format!(
+        " {} ",
+        text.split_whitespace().collect::<Vec<_>>().join(" ")
+    );
+    for (words, symbol) in SPOKEN_OPS {
+        text = text.replace(&format!(" {words} "), &format!(" {symbol} "));
+    }
+    let words: Vec<&str> = text
+        .split_whitespace()
+        .filter(|w| !matches!(*w, "what" | "is" | "whats" | "what's" | "the" | "of"))
+        .collect();
+
+    let mut tokens = Vec::new();
+    let mut spoken: Option<(f64, f64)> = None; // (finished groups, current group)
+    let flush = |spoken: &mut Option<(f64, f64)>, tokens: &mut Vec<Token>| {
+        if let Some((total, group)) = spoken.take() {
+            tokens.push(Token::Number(total + group));
+        }
+    };
+    for word in words {
+        if let Some(n) = small_number(word) {
+            let (total, group) = spoken.unwrap_or((0.0, 0.0));
+            spoken = Some((total, group + n));
+            continue;
+        }
+        if let Some(s) = scale(word) {
+            let (total, group) = spoken.ok_or_else(|| CalcError::Unexpected(word.into()))?;
+            let group = if group == 0.0 { 1.0 } else { group };
+            spoken = Some(if s >= 1e3 {
+                (total + group * s, 0.0)
+            } else {
+                (total, group * s)
+            });
+            continue;
+        }
+        if word == "and" && spoken.is_some() {
+            continue;
+        }
+        flush(&mut spoken, &mut tokens);
+        let token = match word {
+            "(" => Token::Open,
+            ")" => Token::Close,
+            "sqrt" => Token::Sqrt,
+            "+" | "-" | "*" | "/" | "%" | "^" => Token::Op(word.chars().next().unwrap_or('+')),
+            _ => Token::Number(
+                word.parse::<f64>()
+                    .map_err(|_| CalcError::Unexpected(word.into()))?,
+            ),
+        };
+        tokens.push(token);
+    }
+    flush(&mut spoken, &mut tokens);
+    if tokens.is_empty() {
+        return Err(CalcError::Incomplete);
+    }
+    Ok(tokens)
+}
+
+struct Parser<'a> {
+    tokens: &'a [Token],
+    at: usize,
+    depth: usize,
+}
+
+impl Parser<'_> {
+    fn peek(&self) -> Option<&Token> {
+        self.tokens.get(self.at)
+    }
+
+    fn next(&mut self) -> Option<Token> {
+        let token = self.tokens.get(self.at).cloned();
+        self.at += 1;
+        token
+    }
+
+    /// sum := product (('+' | '-') product)*
+    fn sum(&mut self) -> Result<f64, CalcError> {
+        let mut value = self.product()?;
+        while let Some(Token::Op(op @ ('+' | '-'))) = self.peek().cloned() {
+            self.at += 1;
+            let rhs = self.product()?;
+            value = if op == '+' { value + rhs } else { value - rhs };
+        }
+        Ok(value)
+    }
+
+    /// product := unary (('*' | '/' | '%') unary)*
+    fn product(&mut self) -> Result<f64, CalcError> {
+        let mut value = self.unary()?;
+        while let Some(Token::Op(op @ ('*' | '/' | '%'))) = self.peek().cloned() {
+            self.at += 1;
+            let rhs = self.unary()?;
+            value = match op {
+                '*' => value * rhs,
+                '/' if rhs == 0.0 => return Err(CalcError::NotFinite),
+                '/' => value / rhs,
+                _ => value % rhs,
+            };
+        }
+        Ok(value)
+    }
+
+    /// unary := ('-' | '+') unary | power
+    fn unary(&mut self) -> Result<f64, CalcError> {
+        match self.peek() {
+            Some(Token::Op('-')) => {
+                self.at += 1;
+                Ok(-self.nested(Self::unary)?)
+            }
+            Some(Token::Op('+')) => {
+                self.at += 1;
+                self.nested(Self::unary)
+            }
+            _ => self.power(),
+        }
+    }
+
+    /// power := percent ('^' unary)?
+    fn power(&mut self) -> Result<f64, CalcError> {
+        let base = self.percent()?;
+        if let Some(Token::Op('^')) = self.peek() {
+            self.at += 1;
+            let exponent = self.nested(Self::unary)?;
+            return Ok(base.powf(exponent));
+        }
+        Ok(base)
+    }
+
+    /// percent := atom ['%'], where a '%' with no operand after it makes a percentage:
+    /// "15 %" is 0.15, and "15 percent of 80" reads as `15 % * 80`.
+    fn percent(&mut self) -> Result<f64, CalcError> {
+        let value = self.atom()?;
+        if let Some(Token::Op('%')) = self.peek() {
+            let operand_follows = matches!(
+                self.tokens.get(self.at + 1),
+                Some(Token::Number(_) | Token::Open | Token::Sqrt | Token::Op('-'))
+            );
+            if !operand_follows {
+                self.at += 1;
+                return Ok(value / 100.0);
+            }
+        }
+        Ok(value)
+    }
+
+    /// atom := number | '(' sum ')' | 'sqrt' atom
+    fn atom(&mut self) -> Result<f64, CalcError> {
+        match self.next() {
+            Some(Token::Number(n)) => Ok(n),
+            Some(Token::Open) => {
+                let value = self.nested(Self::sum)?;
+                match self.next() {
+                    Some(Token::Close) => Ok(value),
+                    Some(t) => Err(CalcError::Unexpected(format!("{t:?}"))),
+                    None => Err(CalcError::Incomplete),
+                }
+            }
+            Some(Token::Sqrt) => {
+                let value = self.nested(Self::unary)?;
+                if value < 0.0 {
+                    return Err(CalcError::NotFinite);
+                }
+                Ok(value.sqrt())
+            }
+            Some(t) => Err(CalcError::Unexpected(format!("{t:?}"))),
+            None => Err(CalcError::Incomplete),
+        }
+    }
+
+    fn nested(&mut self, rule: fn(&mut Self) -> Result<f64, CalcError>) -> Result<f64, CalcError> {
+        self.depth += 1;
+        if self.depth > MAX_DEPTH {
+            return Err(CalcError::TooLong);
+        }
+        let value = rule(self);
+        self.depth -= 1;
+        value
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn eval(text: &str) -> f64 {
+        evaluate(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn symbols_follow_precedence_and_associativity() {
+        assert_eq!(eval("2 + 3 * 4"), 14.0);
+        assert_eq!(eval("(2 + 3) * 4"), 20.0);
+        assert_eq!(eval("10 - 4 - 3"), 3.0);
+        assert_eq!(eval("2 ^ 3 ^ 2"), 512.0);
+        assert_eq!(eval("-2 ^ 2"), -4.0);
+        assert_eq!(eval("17 % 5"), 2.0);
+        assert_eq!(eval("sqrt(16) + 1"), 5.0);
+        assert_eq!(eval("1,250 / 5"), 250.0);
+        assert_eq!(eval("3 × 4 ÷ 2"), 6.0);
+        assert_eq!(eval("7.5*2"), 15.0);
+    }
+
+    #[test]
+    fn spoken_arithmetic_is_understood() {
+        assert_eq!(eval("twelve times seven"), 84.0);
+        assert_eq!(eval("What is twenty five plus seventeen?"), 42.0);
+        assert_eq!(eval("three hundred and five divided by five"), 61.0);
+        assert_eq!(eval("two thousand twenty six minus 1990"), 36.0);
+        assert_eq!(eval("15 percent of 80"), 12.0);
+        assert_eq!(eval("15% of 80"), 12.0);
+        assert_eq!(eval("half of 30"), 15.0);
+        assert_eq!(eval("nine squared"), 81.0);
+        assert_eq!(eval("square root of 81"), 9.0);
+        assert_eq!(eval("6 x 7"), 42.0);
+    }
+
+    #[test]
+    fn bad_input_is_an_error_not_a_panic() {
+        assert_eq!(evaluate("1 / 0"), Err(CalcError::NotFinite));
+        assert_eq!(evaluate("sqrt(-1)"), Err(CalcError::NotFinite));
+        assert_eq!(evaluate("2 +"), Err(CalcError::Incomplete));
+        assert_eq!(evaluate(""), Err(CalcError::Incomplete));
+        assert!(matches!(
+            evaluate("rm -rf /"),
+            Err(CalcError::Unexpected(_))
+        ));
+        assert!(matches!(evaluate("2 3"), Err(CalcError::Unexpected(_))));
+        assert_eq!(evaluate(&"(".repeat(100)), Err(CalcError::TooLong));
+        assert_eq!(evaluate(&"1+".repeat(200)), Err(CalcError::TooLong));
+        assert_eq!(evaluate("10 ^ 400"), Err(CalcError::NotFinite));
+    }
+
+    #[test]
+    fn numbers_are_formatted_for_speech() {
+        assert_eq!(format_number(84.0), "84");
+        assert_eq!(format_number(2.5), "2.5");
+        assert_eq!(format_number(1.0 / 3.0), "0.333333");
+        assert_eq!(format_number(-4.0), "-4");
+    }
+}

@@ -1,0 +1,422 @@
+//! Schema-constrained tool calls for the local model.
+//!
+//! A 135M model does not write tool calls unaided, but it ranks them well enough when asked
+//! the right way. Each user turn gets a side prompt: the tools in one line each, a few worked
+//! examples as earlier turns, the user's words, and the opening of a JSON call, `{"name": "`.
+//! The model's own probabilities for each tool name (and `none`) decide whether a tool is
+//! called; the arguments are then written under the tool's [`ArgumentsGrammar`], so every call
+//! parses and validates.
+//!
+//! The side prompt up to the user's words is prefilled once per tool set and shared by every
+//! session, so a decision costs only the user's words plus a few tokens.
+
+use std::collections::BTreeMap;
+
+use candle_core::{Device, Tensor};
+use candle_transformers::models::quantized_llama::ModelWeights;
+use serde_json::{Map, Value};
+
+use super::LocalModel;
+use super::grammar::{ArgumentsGrammar, ValueKind, Verdict};
+use crate::context::{FunctionSchema, ToolChoice};
+
+/// The pseudo tool that means "answer in words".
+const NONE: &str = "none";
+/// Tokens one argument value may take at most.
+const MAX_VALUE_TOKENS: usize = 24;
+/// Best-scored tokens checked against the grammar before the whole vocabulary is sorted.
+const SHORTLIST: usize = 256;
+
+/// A tool call the model decided on.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The tool's name.
+    pub name: String,
+    /// The arguments, valid for the tool's grammar.
+    pub arguments: Value,
+}
+
+/// A worked example for the side prompt: what a user said and the call it makes (`None`: an
+/// answer in words). A model this small follows examples far better than descriptions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolExample {
+    /// What the user said.
+    pub user: String,
+    /// The tool it calls and its arguments, or `None`.
+    pub call: Option<(String, Value)>,
+}
+
+impl ToolExample {
+    /// An example that calls `name` with `arguments`.
+    pub fn call(user: &str, name: &str, arguments: Value) -> Self {
+        Self {
+            user: user.to_owned(),
+            call: Some((name.to_owned(), arguments)),
+        }
+    }
+
+    /// An example answered in words.
+    pub fn words(user: &str) -> Self {
+        Self {
+            user: user.to_owned(),
+            call: None,
+        }
+    }
+
+    /// The call as the model writes it.
+    fn reply(&self) -> String {
+        match &self.call {
+            // Spaced exactly like the opening the model is given at run time.
+            Some((name, arguments)) => {
+                let fields: Vec<String> = arguments
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, v)| format!("\"{k}\": {v}"))
+                    .collect();
+                format!(
+                    "{{\"name\": \"{name}\", \"arguments\": {{{}}}}}",
+                    fields.join(", ")
+                )
+            }
+            None => format!("{{\"name\": \"{NONE}\"}}"),
+        }
+    }
+}
+
+/// The tools the local model can call in one request, with their grammars.
+pub struct ToolSet {
+    tools: Vec<(FunctionSchema, ArgumentsGrammar)>,
+    examples: Vec<ToolExample>,
+}
+
+impl ToolSet {
+    /// The tools of `schemas` the local model can write; the others are skipped with a warning.
+    pub fn new(schemas: &[FunctionSchema]) -> Self {
+        let tools = schemas
+            .iter()
+            .filter_map(|schema| match ArgumentsGrammar::from_schema(schema) {
+                Ok(grammar) => Some((schema.clone(), grammar)),
+                Err(reason) => {
+                    tracing::warn!(tool = %schema.name, %reason, "not offered to the local model");
+                    None
+                }
+            })
+            .collect();
+        Self {
+            tools,
+            examples: Vec::new(),
+        }
+    }
+
+    /// Adds worked examples; those for tools not in the set are left out.
+    pub fn with_examples(mut self, examples: &[ToolExample]) -> Self {
+        self.examples = examples
+            .iter()
+            .filter(|e| {
+                e.call
+                    .as_ref()
+                    .is_none_or(|(name, _)| self.tools.iter().any(|(s, _)| s.name == *name))
+            })
+            .cloned()
+            .collect();
+        self
+    }
+
+    /// True when there is nothing to call.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+
+    /// The side prompt's instructions: one line per tool.
+    fn instructions(&self) -> String {
+        let mut text = String::from(
+            "Pick the tool that does what the user asks. Reply with a JSON call of it, or with \
+             {\"name\": \"none\"} when the user is just talking.\nTools:\n",
+        );
+        for (schema, grammar) in &self.tools {
+            let params: Vec<String> = grammar
+                .fields
+                .iter()
+                .map(|f| format!("{}: {}", f.name, kind_name(&f.kind)))
+                .collect();
+            text.push_str(&format!(
+                "{}({}): {}\n",
+                schema.name,
+                params.join(", "),
+                schema.description
+            ));
+        }
+        text.push_str("none: no tool; answer in words.");
+        text
+    }
+}
+
+fn kind_name(kind: &ValueKind) -> String {
+    match kind {
+        ValueKind::String => "text".into(),
+        ValueKind::Number => "number".into(),
+        ValueKind::Integer => "integer".into(),
+        ValueKind::Boolean => "true or false".into(),
+        ValueKind::Enum(values) => values.join(" or "),
+    }
+}
+
+/// The model's state after the side prompt's instructions, kept per tool set.
+#[derive(Default)]
+pub(super) struct PrefixCache {
+    prefixes: BTreeMap<Vec<u32>, ModelWeights>,
+}
+
+/// Prefixes kept at most (one per distinct tool set).
+const MAX_PREFIXES: usize = 8;
+
+/// A forward pass over `tokens` at `*position`; returns the last position's logits.
+fn step(
+    weights: &mut ModelWeights,
+    position: &mut usize,
+    tokens: &[u32],
+) -> candle_core::Result<Vec<f32>> {
+    let input = Tensor::new(tokens, &Device::Cpu)?.unsqueeze(0)?;
+    let logits = weights.forward(&input, *position)?.squeeze(0)?;
+    *position += tokens.len();
+    logits.to_vec1::<f32>()
+}
+
+fn log_softmax(logits: &[f32]) -> Vec<f32> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let sum: f32 = logits.iter().map(|l| (l - max).exp()).sum();
+    let norm = max + sum.ln();
+    logits.iter().map(|l| l - norm).collect()
+}
+
+impl LocalModel {
+    /// Decides whether `user_text` calls one of `tools` and with what arguments; `None` means
+    /// the model answers in words.
+    pub fn decide_tool_call(
+        &self,
+        tools: &ToolSet,
+        tool_choice: Option<&ToolChoice>,
+        user_text: &str,
+    ) -> candle_core::Result<Option<Decision>> {
+        let mut candidates: Vec<&str> = match tool_choice {
+            Some(ToolChoice::None) => return Ok(None),
+            Some(ToolChoice::Function(name)) => vec![name.as_str()],
+            _ => tools.tools.iter().map(|(s, _)| s.name.as_str()).collect(),
+        };
+        candidates.retain(|name| tools.tools.iter().any(|(s, _)| s.name == *name));
+        if candidates.is_empty() {
+            return Ok(None);
+        }
+        if !matches!(
+            tool_choice,
+            Some(ToolChoice::Required | ToolChoice::Function(_))
+        ) {
+            candidates.push(NONE);
+        }
+
+        let mut prefix = self.chat_turn("system", &tools.instructions());
+        for example in &tools.examples {
+            prefix.extend(self.chat_turn("user", &example.user));
+            prefix.extend(self.chat_turn("assistant", &example.reply()));
+        }
+        let (mut weights, mut position) = (self.prefilled(&prefix)?, prefix.len());
+        let logits = self.open_call(&mut weights, &mut position, user_text)?;
+
+        let name = if candidates.len() == 1 {
+            candidates[0]
+        } else {
+            let scores = self.rank(&weights, position, &logits, &candidates)?;
+            tracing::debug!(?candidates, ?scores, "local tool routing");
+            let best = scores
+                .iter()
+                .enumerate()
+                .max_by(|a, b| a.1.total_cmp(b.1))
+                .map_or(0, |(i, _)| i);
+            candidates[best]
+        };
+        if name == NONE {
+            return Ok(None);
+        }
+        let Some((_, grammar)) = tools.tools.iter().find(|(s, _)| s.name == name) else {
+            return Ok(None);
+        };
+
+        let mut forced = format!("{name}\", \"arguments\": {{");
+        let mut arguments = Map::new();
+        for (i, field) in grammar.fields.iter().enumerate() {
+            if i > 0 {
+                forced.push_str(", ");
+            }
+            forced.push_str(&format!("\"{}\": ", field.name));
+            if field.kind.quoted() {
+                forced.push('"');
+            }
+            let logits = step(&mut weights, &mut position, &self.tokenizer.encode(&forced))?;
+            let Some(text) = self.write_value(&mut weights, &mut position, logits, &field.kind)?
+            else {
+                tracing::debug!(tool = name, field = %field.name, "no valid value; answering in words");
+                return Ok(None);
+            };
+            let value = match field.kind {
+                ValueKind::String | ValueKind::Enum(_) => Value::String(text),
+                _ => match serde_json::from_str(&text) {
+                    Ok(v) => v,
+                    Err(_) => return Ok(None),
+                },
+            };
+            arguments.insert(field.name.clone(), value);
+            forced = if field.kind.quoted() {
+                "\"".into()
+            } else {
+                String::new()
+            };
+        }
+        Ok(Some(Decision {
+            name: name.to_owned(),
+            arguments: Value::Object(arguments),
+        }))
+    }
+
+    /// ChatML tokens of one complete turn.
+    pub(super) fn chat_turn(&self, role: &str, text: &str) -> Vec<u32> {
+        let mut ids = vec![self.im_start];
+        ids.extend(self.tokenizer.encode(&format!("{role}\n{text}")));
+        ids.push(self.im_end);
+        ids.extend(self.tokenizer.encode("\n"));
+        ids
+    }
+
+    /// Feeds the user's turn and the opening of a call; returns the logits for the name.
+    fn open_call(
+        &self,
+        weights: &mut ModelWeights,
+        position: &mut usize,
+        user_text: &str,
+    ) -> candle_core::Result<Vec<f32>> {
+        let mut rest = self.chat_turn("user", user_text);
+        rest.push(self.im_start);
+        rest.extend(self.tokenizer.encode("assistant\n{\"name\": \""));
+        step(weights, position, &rest)
+    }
+
+    /// The log-probability of each candidate name after the opening of a call.
+    fn rank(
+        &self,
+        weights: &ModelWeights,
+        position: usize,
+        logits: &[f32],
+        candidates: &[&str],
+    ) -> candle_core::Result<Vec<f32>> {
+        let tokens: Vec<(&str, Vec<u32>)> = candidates
+            .iter()
+            .map(|c| (*c, self.tokenizer.encode(c)))
+            .collect();
+        let mut scores = vec![0.0f32; tokens.len()];
+        let all: Vec<usize> = (0..tokens.len()).collect();
+        self.score(weights, position, logits, &tokens, &all, 0, &mut scores)?;
+        Ok(scores)
+    }
+
+    /// A copy of the weights with `prefix` in the KV cache, prefilled once per prefix.
+    fn prefilled(&self, prefix: &[u32]) -> candle_core::Result<ModelWeights> {
+        let mut cache = self.prefixes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(weights) = cache.prefixes.get(prefix) {
+            return Ok(weights.clone());
+        }
+        let mut weights = self.weights.clone();
+        weights.clear_kv_cache();
+        step(&mut weights, &mut 0, prefix)?;
+        if cache.prefixes.len() >= MAX_PREFIXES {
+            cache.prefixes.clear();
+        }
+        cache.prefixes.insert(prefix.to_vec(), weights.clone());
+        Ok(weights)
+    }
+
+    /// Adds to `scores` the log-probability of each candidate's tokens from `depth` on, walking
+    /// only as deep as needed to tell the candidates in `group` apart.
+    #[allow(clippy::too_many_arguments)]
+    fn score(
+        &self,
+        weights: &ModelWeights,
+        position: usize,
+        logits: &[f32],
+        candidates: &[(&str, Vec<u32>)],
+        group: &[usize],
+        depth: usize,
+        scores: &mut [f32],
+    ) -> candle_core::Result<()> {
+        let logp = log_softmax(logits);
+        let mut by_token: BTreeMap<u32, Vec<usize>> = BTreeMap::new();
+        for &i in group {
+            if let Some(&token) = candidates[i].1.get(depth) {
+                by_token.entry(token).or_default().push(i);
+            }
+        }
+        for (token, members) in by_token {
+            for &i in &members {
+                scores[i] += logp
+                    .get(token as usize)
+                    .copied()
+                    .unwrap_or(f32::NEG_INFINITY);
+            }
+            if members.len() > 1 {
+                let mut branch = weights.clone();
+                let mut at = position;
+                let next = step(&mut branch, &mut at, &[token])?;
+                self.score(&branch, at, &next, candidates, &members, depth + 1, scores)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes one value under `kind`'s grammar; `None` when the model finds no valid value.
+    fn write_value(
+        &self,
+        weights: &mut ModelWeights,
+        position: &mut usize,
+        mut logits: Vec<f32>,
+        kind: &ValueKind,
+    ) -> candle_core::Result<Option<String>> {
+        let mut text = String::new();
+        for _ in 0..MAX_VALUE_TOKENS {
+            if kind.complete(&text) {
+                break;
+            }
+            let Some((token, verdict)) = self.pick(&logits, kind, &text) else {
+                break;
+            };
+            if verdict == Verdict::Close {
+                break;
+            }
+            text.push_str(&self.pieces[token as usize]);
+            logits = step(weights, position, &[token])?;
+        }
+        Ok(kind.valid(&text).then_some(text))
+    }
+
+    /// The best-scored token the grammar allows after `so_far`.
+    fn pick(&self, logits: &[f32], kind: &ValueKind, so_far: &str) -> Option<(u32, Verdict)> {
+        let allowed = |i: &usize| -> Option<(u32, Verdict)> {
+            let piece = self.pieces.get(*i)?;
+            match kind.judge(so_far, piece) {
+                Verdict::Reject => None,
+                verdict => Some((*i as u32, verdict)),
+            }
+        };
+        let by_score = |a: &usize, b: &usize| logits[*b].total_cmp(&logits[*a]);
+        let mut order: Vec<usize> = (0..logits.len()).collect();
+        let short = SHORTLIST.min(order.len());
+        if short < order.len() {
+            order.select_nth_unstable_by(short, by_score);
+        }
+        let (head, tail) = order.split_at_mut(short);
+        head.sort_unstable_by(by_score);
+        if let Some(found) = head.iter().find_map(allowed) {
+            return Some(found);
+        }
+        tail.sort_unstable_by(by_score);
+        tail.iter().find_map(allowed)
+    }
+}
