@@ -50,6 +50,9 @@ enum Bench {
     /// Tool-call accuracy of the embedded LLM on a suite of spoken requests, and its time per
     /// decision. Needs the models (`scripts/setup.sh`).
     Tools,
+    /// Word error rate of the embedded STT on sentences voiced by both embedded voices (the TTS
+    /// round trip), with each voice's speed. Needs the models (`scripts/setup.sh`).
+    Wer,
 }
 
 #[tokio::main]
@@ -92,6 +95,10 @@ async fn main() -> Result<()> {
             bench: Bench::Tools,
         } => {
             let report = tokio::task::spawn_blocking(voxide::bench::tools::run).await??;
+            println!("{}", serde_json::to_string(&report)?);
+        }
+        Command::Bench { bench: Bench::Wer } => {
+            let report = tokio::task::spawn_blocking(voxide::bench::wer::run).await??;
             println!("{}", serde_json::to_string(&report)?);
         }
     }

@@ -3,3 +3,4 @@
 pub mod engines;
 pub mod pipeline;
 pub mod tools;
+pub mod wer;

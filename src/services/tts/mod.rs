@@ -5,6 +5,7 @@ pub mod espeak;
 pub mod piper;
 mod service;
 
+pub use espeak::EspeakVoice;
 pub use piper::PiperVoice;
 pub use service::TtsService;
 
