@@ -68,6 +68,11 @@ pub enum Event {
         #[serde(rename = "final")]
         is_final: bool,
     },
+    /// What the bot says, a sentence at a time, as it goes to the voice.
+    BotText {
+        /// The words.
+        text: String,
+    },
     /// Measurements.
     Metrics {
         /// The measurements.

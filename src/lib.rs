@@ -15,3 +15,5 @@ pub mod models;
 pub mod onnx;
 pub mod pipeline;
 pub mod services;
+pub mod transports;
+pub mod turns;

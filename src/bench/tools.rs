@@ -7,10 +7,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::bot::calculator::evaluate;
-use crate::bot::tools::{local_examples, register};
+use crate::bot::tools::tool_set;
 use crate::models::ModelError;
-use crate::services::llm::local::{LocalModel, ToolSet};
-use crate::services::llm::{FunctionRegistry, cancel_tool_schema};
+use crate::services::llm::local::LocalModel;
 
 /// What one request should produce.
 #[derive(Debug, Clone, Copy)]
@@ -100,19 +99,10 @@ pub struct ToolsReport {
     pub results: Vec<ToolCase>,
 }
 
-/// The default bot's tools as the local model sees them.
-pub fn default_tool_set() -> ToolSet {
-    let mut registry = FunctionRegistry::default();
-    register(&mut registry);
-    let mut schemas = registry.direct_schemas().to_vec();
-    schemas.push(cancel_tool_schema("set_timer"));
-    ToolSet::new(&schemas).with_examples(&local_examples())
-}
-
 /// Runs the suite on the shared local model.
 pub fn run() -> Result<ToolsReport, ModelError> {
     let model = LocalModel::shared()?;
-    let tools = default_tool_set();
+    let tools = tool_set();
     let inference = |e: candle_core::Error| ModelError::Inference {
         name: "smollm2-135m".into(),
         reason: e.to_string(),

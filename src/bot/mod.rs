@@ -4,10 +4,23 @@
 pub mod calculator;
 pub mod tools;
 
-use crate::context::{LlmContext, Message};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::aggregators::{AssistantAggregator, UserAggregator};
+use crate::audio::turn::SmartTurn;
+use crate::audio::vad::{VadBatcher, VadParams, VadStage};
+use crate::context::{ContextHandle, LlmContext, Message};
+use crate::frames::StartParams;
 use crate::models::ModelError;
+use crate::pipeline::Pipeline;
 use crate::services::llm::LlmService;
 use crate::services::llm::local::{LocalLlm, LocalLlmOptions, LocalModel};
+use crate::services::stt::{SttService, Whisper};
+use crate::services::tts::espeak::EspeakError;
+use crate::services::tts::{EspeakVoice, PiperVoice, TtsEngine, TtsService};
+use crate::transports::{AudioOutput, AudioSink, OutputOptions};
+use crate::turns::{TurnStop, UserTurns};
 
 /// The default bot's system instruction: short, because the embedded model is small.
 pub const INSTRUCTIONS: &str = "You are voxide, a friendly voice assistant. Your replies are \
@@ -27,6 +40,153 @@ pub fn local_llm() -> Result<LocalLlm, ModelError> {
             ..LocalLlmOptions::default()
         },
     ))
+}
+
+/// Which embedded voice speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Voice {
+    /// Piper (VITS): natural, RTF about 0.05 here.
+    #[default]
+    Piper,
+    /// espeak-ng's formant voice: robotic, nearly free.
+    Espeak,
+}
+
+/// How a turn ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum TurnEnd {
+    /// The Smart Turn model decides at each pause.
+    #[default]
+    SmartTurn,
+    /// A fixed silence ends the turn.
+    Silence,
+}
+
+/// What the default bot is made of.
+#[derive(Debug, Clone)]
+pub struct BotOptions {
+    /// The VAD's parameters.
+    pub vad: VadParams,
+    /// How a turn ends.
+    pub turn_end: TurnEnd,
+    /// With [`TurnEnd::Silence`], the silence; with [`TurnEnd::SmartTurn`], the silence after
+    /// which an unfinished-sounding turn ends anyway.
+    pub turn_timeout: Duration,
+    /// The voice.
+    pub voice: Voice,
+    /// Tokens one reply may have at most.
+    pub max_tokens: usize,
+    /// The system instruction.
+    pub instructions: String,
+    /// Whether the user may interrupt the bot.
+    pub allow_interruptions: bool,
+    /// The pipeline's output sample rate.
+    pub audio_out_sample_rate: u32,
+}
+
+impl Default for BotOptions {
+    fn default() -> Self {
+        Self {
+            vad: VadParams::default(),
+            turn_end: TurnEnd::SmartTurn,
+            turn_timeout: Duration::from_secs(2),
+            voice: Voice::Piper,
+            max_tokens: 60,
+            instructions: INSTRUCTIONS.to_owned(),
+            allow_interruptions: true,
+            audio_out_sample_rate: 24_000,
+        }
+    }
+}
+
+/// Why the bot could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum BotError {
+    /// A model is missing or broken.
+    #[error(transparent)]
+    Model(#[from] ModelError),
+    /// espeak-ng could not start.
+    #[error(transparent)]
+    Espeak(#[from] EspeakError),
+}
+
+/// A bot ready to run in a session.
+pub struct Bot {
+    /// Its stages, from the VAD to the assistant aggregator.
+    pub pipeline: Pipeline,
+    /// Its conversation.
+    pub context: ContextHandle,
+    /// The session parameters it expects.
+    pub params: StartParams,
+}
+
+/// Loads every embedded engine the bot uses (once per process), so the first session does not
+/// pay for it.
+pub fn preload(options: &BotOptions) -> Result<(), BotError> {
+    VadBatcher::shared()?;
+    Whisper::shared()?;
+    let model = LocalModel::shared()?;
+    // Prefill the tool-decision prompt, shared by every session from then on.
+    let _ = model.decide_tool_call(&tools::tool_set(), None, "Hello.");
+    if options.turn_end == TurnEnd::SmartTurn {
+        SmartTurn::shared()?;
+    }
+    match options.voice {
+        Voice::Piper => drop(PiperVoice::shared()?),
+        Voice::Espeak => drop(EspeakVoice::new("en-us")?),
+    }
+    Ok(())
+}
+
+/// The default bot on the embedded engines, playing into `sink`: VAD, turns, STT, the user
+/// aggregator, the LLM with the built-in tools, TTS, the output, the assistant aggregator.
+pub fn build<S: AudioSink>(
+    options: &BotOptions,
+    sink: S,
+    output: OutputOptions,
+) -> Result<Bot, BotError> {
+    let mut initial = LlmContext::new(vec![Message::system(options.instructions.clone())]);
+    initial.tools = crate::context::ToolsSchema::default();
+    let context = ContextHandle::new(initial);
+    let stop = match options.turn_end {
+        TurnEnd::SmartTurn => TurnStop::SmartTurn {
+            model: SmartTurn::shared()?,
+            incomplete_timeout: options.turn_timeout,
+        },
+        TurnEnd::Silence => TurnStop::SpeechTimeout(options.turn_timeout),
+    };
+    let mut engine = local_llm()?;
+    engine.set_max_tokens(options.max_tokens);
+    let mut llm = LlmService::new(engine);
+    register_tools(&mut llm);
+    let voice: Arc<dyn TtsEngine> = match options.voice {
+        Voice::Piper => PiperVoice::shared()?,
+        Voice::Espeak => Arc::new(EspeakVoice::new("en-us")?),
+    };
+    let output = OutputOptions {
+        speech_end_offset: Duration::from_secs_f32(options.vad.stop_secs),
+        ..output
+    };
+    let pipeline = Pipeline::new()
+        .then(VadStage::new(VadBatcher::shared()?, options.vad))
+        .then(UserTurns::new(stop))
+        .then(SttService::new(Whisper::shared()?, "user"))
+        .then(UserAggregator::new(context.clone()))
+        .then(llm)
+        .then(TtsService::new(voice))
+        .then(AudioOutput::new(sink, output))
+        .then(AssistantAggregator::new(context.clone()));
+    Ok(Bot {
+        pipeline,
+        context,
+        params: StartParams {
+            audio_out_sample_rate: options.audio_out_sample_rate,
+            allow_interruptions: options.allow_interruptions,
+            enable_metrics: true,
+            enable_usage_metrics: true,
+            ..StartParams::default()
+        },
+    })
 }
 
 /// Registers the default bot's tools on `llm`.

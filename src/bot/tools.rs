@@ -7,7 +7,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::calculator::{evaluate, format_number};
-use crate::services::llm::local::ToolExample;
+use crate::services::llm::cancel_tool_schema;
+use crate::services::llm::local::{ToolExample, ToolSet};
 use crate::services::llm::{FunctionOptions, FunctionRegistry, ResultProperties};
 
 /// The longest timer one can set: a day.
@@ -71,6 +72,15 @@ pub fn register(registry: &mut FunctionRegistry) {
             ..FunctionOptions::asynchronous()
         },
     );
+}
+
+/// The built-in tools as the embedded LLM sees them (with `cancel_set_timer`).
+pub fn tool_set() -> ToolSet {
+    let mut registry = FunctionRegistry::default();
+    register(&mut registry);
+    let mut schemas = registry.direct_schemas().to_vec();
+    schemas.push(cancel_tool_schema("set_timer"));
+    ToolSet::new(&schemas).with_examples(&local_examples())
 }
 
 /// Worked examples that teach the embedded model when to call these tools. They are not the

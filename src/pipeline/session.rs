@@ -484,8 +484,13 @@ impl Observer for EventObserver {
             FrameBody::System(s) => match s {
                 SystemFrame::UserStartedSpeaking => Event::UserStartedSpeaking,
                 SystemFrame::UserStoppedSpeaking => Event::UserStoppedSpeaking,
-                SystemFrame::BotStartedSpeaking => Event::BotStartedSpeaking,
-                SystemFrame::BotStoppedSpeaking => Event::BotStoppedSpeaking,
+                // The output pushes these both ways as two frames: report the downstream one.
+                SystemFrame::BotStartedSpeaking if pushed.direction == Direction::Downstream => {
+                    Event::BotStartedSpeaking
+                }
+                SystemFrame::BotStoppedSpeaking if pushed.direction == Direction::Downstream => {
+                    Event::BotStoppedSpeaking
+                }
                 SystemFrame::Interruption => Event::Interruption,
                 SystemFrame::Metrics(data) => Event::Metrics { data: data.clone() },
                 // Function-call frames go both ways as separate frames: report the downstream ones.
@@ -509,6 +514,9 @@ impl Observer for EventObserver {
                 is_final: false,
             },
             _ if pushed.direction == Direction::Upstream => return,
+            FrameBody::Data(DataFrame::TtsText(t)) if t.spoken => Event::BotText {
+                text: t.text.clone(),
+            },
             FrameBody::Control(ControlFrame::FunctionCallInProgress(call)) => {
                 Event::ToolCallStarted {
                     name: call.function_name.clone(),

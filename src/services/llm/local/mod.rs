@@ -314,6 +314,11 @@ struct CacheState {
 }
 
 impl LocalLlm {
+    /// Caps the length of each reply.
+    pub fn set_max_tokens(&mut self, max_tokens: usize) {
+        self.options.max_tokens = max_tokens;
+    }
+
     /// A conversation on the shared model.
     pub fn new(model: Arc<LocalModel>, options: LocalLlmOptions) -> Self {
         let weights = model.weights.clone();

@@ -1,0 +1,383 @@
+//! Recorded audio as a transport: a WAV file is the user, another WAV file records the bot.
+//!
+//! `voxide run` is built on this: one session fed by a file at real-time pace (or as fast as
+//! the pipeline goes), the bot's audio written time-aligned with the input, and the session's
+//! events written as JSON lines on the input's clock.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use tokio::io::AsyncWriteExt;
+
+use super::output::{AudioSink, OutputOptions, Pacing};
+use crate::audio::wav::{self, Wav, WavError};
+use crate::bot::{BotError, BotOptions};
+use crate::events::{Event, SessionEvent};
+use crate::frames::{AudioFrame, MetricsData, SystemFrame};
+use crate::pipeline::Session;
+
+/// How far the input has been fed, in microseconds of audio: the clock of a file run.
+#[derive(Debug, Clone, Default)]
+pub struct InputClock(Arc<AtomicU64>);
+
+impl InputClock {
+    /// The input's position.
+    pub fn now(&self) -> Duration {
+        Duration::from_micros(self.0.load(Ordering::Relaxed))
+    }
+
+    fn advance(&self, by: Duration) {
+        self.0.fetch_add(
+            u64::try_from(by.as_micros()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+    }
+}
+
+/// Records the bot's audio where it falls on the input's clock, with silence between.
+#[derive(Clone)]
+pub struct WavRecorder {
+    clock: InputClock,
+    recording: Arc<Mutex<Recording>>,
+}
+
+#[derive(Default)]
+struct Recording {
+    sample_rate: Option<u32>,
+    samples: Vec<i16>,
+}
+
+impl WavRecorder {
+    /// A recorder on `clock`.
+    pub fn new(clock: InputClock) -> Self {
+        Self {
+            clock,
+            recording: Arc::default(),
+        }
+    }
+
+    /// What was recorded, padded with silence to `length` (`None` before any audio).
+    pub fn finish(&self, length: Duration) -> Option<Wav> {
+        let recording = self.recording.lock().unwrap_or_else(|p| p.into_inner());
+        let rate = recording.sample_rate?;
+        let mut samples = recording.samples.clone();
+        let total = (length.as_secs_f64() * f64::from(rate)) as usize;
+        if samples.len() < total {
+            samples.resize(total, 0);
+        }
+        Some(Wav {
+            samples,
+            sample_rate: rate,
+            channels: 1,
+        })
+    }
+}
+
+impl AudioSink for WavRecorder {
+    fn write(&mut self, samples: &[i16], sample_rate: u32) {
+        let mut recording = self.recording.lock().unwrap_or_else(|p| p.into_inner());
+        let rate = *recording.sample_rate.get_or_insert(sample_rate);
+        if rate != sample_rate {
+            tracing::warn!(
+                rate,
+                sample_rate,
+                "bot audio changed rate; chunk not recorded"
+            );
+            return;
+        }
+        let at = (self.clock.now().as_secs_f64() * f64::from(rate)) as usize;
+        if recording.samples.len() < at {
+            recording.samples.resize(at, 0);
+        }
+        recording.samples.extend_from_slice(samples);
+    }
+}
+
+/// Why a file run failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// The input could not be read.
+    #[error("cannot read the input {path}: {source}")]
+    Input {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: WavError,
+    },
+    /// The bot could not be built (a model is missing).
+    #[error(transparent)]
+    Bot(#[from] BotError),
+    /// An output file could not be written.
+    #[error("cannot write {path}: {source}")]
+    Output {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// What a file run does.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    /// The user's audio.
+    pub input: PathBuf,
+    /// Where the bot's audio goes.
+    pub output: PathBuf,
+    /// Where the events go, as JSON lines.
+    pub events: Option<PathBuf>,
+    /// Feed the input as fast as the pipeline takes it, not at real-time pace.
+    pub fast: bool,
+    /// After the input ends, how long to wait at most for the bot to finish.
+    pub max_tail: Duration,
+    /// Silence after the last activity that counts as the bot being done.
+    pub settle: Duration,
+    /// The bot.
+    pub bot: BotOptions,
+}
+
+/// A file run's figures.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct RunSummary {
+    /// Seconds of input audio.
+    pub input_secs: f64,
+    /// Seconds fed in all (input plus the silence while the bot finished).
+    pub fed_secs: f64,
+    /// Final transcripts of the user's turns.
+    pub transcripts: Vec<String>,
+    /// What the bot said, sentence by sentence.
+    pub bot_text: Vec<String>,
+    /// Voice-to-voice latency of each answered turn, ms.
+    pub voice_to_voice_ms: Vec<f64>,
+    /// Tool calls made.
+    pub tool_calls: Vec<String>,
+    /// Errors the session reported.
+    pub errors: Vec<String>,
+    /// Why the session ended.
+    pub end: String,
+}
+
+/// The run's view of the session, from its events.
+#[derive(Default)]
+struct Progress {
+    bot_speaking: bool,
+    /// A user turn ended and the bot has not started answering.
+    unanswered: bool,
+    running_tools: usize,
+    last_activity: Duration,
+    summary: RunSummary,
+}
+
+impl Progress {
+    fn on(&mut self, event: &Event, at: Duration) {
+        match event {
+            Event::UserStartedSpeaking => self.unanswered = false,
+            Event::UserStoppedSpeaking => self.unanswered = true,
+            Event::BotStartedSpeaking => {
+                self.bot_speaking = true;
+                self.unanswered = false;
+            }
+            Event::BotStoppedSpeaking => self.bot_speaking = false,
+            Event::UserTranscription {
+                text,
+                is_final: true,
+            } => self.summary.transcripts.push(text.clone()),
+            Event::BotText { text } => self.summary.bot_text.push(text.clone()),
+            Event::ToolCallStarted { name, .. } => {
+                self.running_tools += 1;
+                self.summary.tool_calls.push(name.clone());
+            }
+            Event::ToolCallResult { .. } | Event::ToolCallCancelled { .. } => {
+                self.running_tools = self.running_tools.saturating_sub(1);
+            }
+            Event::Metrics { data } => {
+                for m in data {
+                    if let MetricsData::VoiceToVoice { seconds } = m {
+                        self.summary.voice_to_voice_ms.push(seconds * 1e3);
+                    }
+                }
+                return;
+            }
+            Event::Error { message, .. } => self.summary.errors.push(message.clone()),
+            _ => return,
+        }
+        self.last_activity = at;
+    }
+
+    fn settled(&self, now: Duration, settle: Duration) -> bool {
+        !self.bot_speaking
+            && !self.unanswered
+            && self.running_tools == 0
+            && now.saturating_sub(self.last_activity) >= settle
+    }
+}
+
+/// Runs one session on a recorded file.
+pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
+    let input = wav::read(&options.input).map_err(|source| RunError::Input {
+        path: options.input.clone(),
+        source,
+    })?;
+    let rate = input.sample_rate;
+    let mono = input.to_mono();
+    let clock = InputClock::default();
+    let recorder = WavRecorder::new(clock.clone());
+    let output = OutputOptions {
+        pacing: if options.fast {
+            Pacing::Unpaced
+        } else {
+            Pacing::RealTime
+        },
+        ..OutputOptions::default()
+    };
+    let bot = crate::bot::build(&options.bot, recorder.clone(), output)?;
+    let builder = Session::builder(bot.pipeline)
+        .params(bot.params)
+        .idle_timeout(None);
+    let mut events = builder.subscribe();
+    let session = builder.spawn();
+    let handle = session.handle();
+
+    let mut log = match &options.events {
+        Some(path) => Some(EventLog::create(path).await?),
+        None => None,
+    };
+    let progress = Arc::new(Mutex::new(Progress::default()));
+    let fast = options.fast;
+    let writer = {
+        let (progress, clock) = (progress.clone(), clock.clone());
+        tokio::spawn(async move {
+            let mut failure = None;
+            loop {
+                let event = match events.recv().await {
+                    Ok(event) => event,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                        tracing::warn!(lost = n, "the event log fell behind");
+                        continue;
+                    }
+                    Err(_) => break,
+                };
+                // On the input's clock: in a fast run the wall clock says nothing about it.
+                let at = if fast { clock.now() } else { event.elapsed };
+                progress
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .on(&event.event, at);
+                if let Some(log) = &mut log
+                    && failure.is_none()
+                    && let Err(e) = log.write(&event, at).await
+                {
+                    failure = Some(e);
+                }
+                if matches!(event.event, Event::SessionEnded { .. }) {
+                    break;
+                }
+            }
+            match (log, failure) {
+                (_, Some(e)) => Err(e),
+                (Some(mut log), None) => log.flush().await,
+                (None, None) => Ok(()),
+            }
+        })
+    };
+
+    let chunk = (rate / 50).max(1) as usize;
+    let chunk_time = Duration::from_secs_f64(chunk as f64 / f64::from(rate));
+    let silence = vec![0i16; chunk];
+    let mut tick = tokio::time::interval(chunk_time);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut pieces = mono.chunks(chunk);
+    let mut tail = Duration::ZERO;
+    loop {
+        let piece = match pieces.next() {
+            Some(piece) => piece,
+            None => {
+                let done = progress
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .settled(clock.now(), options.settle);
+                if done || tail >= options.max_tail {
+                    break;
+                }
+                tail += chunk_time;
+                &silence[..]
+            }
+        };
+        if fast {
+            tokio::task::yield_now().await;
+        } else {
+            tick.tick().await;
+        }
+        let frame = SystemFrame::InputAudio(AudioFrame::new(piece.to_vec(), rate, 1));
+        if handle.queue_frame(frame).await.is_err() {
+            break;
+        }
+        clock.advance(chunk_time);
+    }
+    tracing::debug!(fed = ?clock.now(), "input done; ending the session");
+    let _ = handle.stop_when_done().await;
+    let end = session.join().await;
+    tracing::debug!(?end, "session ended");
+    let log_result = writer.await;
+
+    let fed = clock.now();
+    let wav = recorder.finish(fed).unwrap_or(Wav {
+        samples: vec![0; (fed.as_secs_f64() * 24_000.0) as usize],
+        sample_rate: 24_000,
+        channels: 1,
+    });
+    wav::write(&options.output, &wav).map_err(|e| RunError::Output {
+        path: options.output.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    if let (Some(path), Ok(Err(source))) = (&options.events, log_result) {
+        return Err(RunError::Output {
+            path: path.clone(),
+            source,
+        });
+    }
+    let mut summary =
+        std::mem::take(&mut progress.lock().unwrap_or_else(|p| p.into_inner()).summary);
+    summary.input_secs = input.seconds();
+    summary.fed_secs = fed.as_secs_f64();
+    summary.end = format!("{end:?}");
+    Ok(summary)
+}
+
+/// The events file: one JSON object per line.
+struct EventLog {
+    file: tokio::io::BufWriter<tokio::fs::File>,
+}
+
+impl EventLog {
+    async fn create(path: &Path) -> Result<Self, RunError> {
+        let file = tokio::fs::File::create(path)
+            .await
+            .map_err(|source| RunError::Output {
+                path: path.to_owned(),
+                source,
+            })?;
+        Ok(Self {
+            file: tokio::io::BufWriter::new(file),
+        })
+    }
+
+    async fn write(&mut self, event: &SessionEvent, at: Duration) -> std::io::Result<()> {
+        let mut line = serde_json::to_vec(&SessionEvent {
+            elapsed: at,
+            event: event.event.clone(),
+        })
+        .map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        self.file.write_all(&line).await?;
+        // A reader may follow the file while the run goes on (`tail -f`).
+        self.file.flush().await
+    }
+
+    async fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush().await
+    }
+}

@@ -1,0 +1,9 @@
+//! The edges of a session: audio in, audio out.
+//!
+//! Every transport feeds input audio frames into its session and plays the bot's audio through
+//! the shared [`AudioOutput`] stage, which paces it and stops it on interruption.
+
+pub mod file;
+pub mod output;
+
+pub use output::{AudioOutput, AudioSink, OutputOptions, Pacing};

@@ -1,0 +1,272 @@
+//! The output side every transport shares: bot audio played at real-time pace, 20 ms at a time,
+//! with truthful bot started/stopped speaking frames and an immediate stop on interruption.
+//!
+//! Each output audio frame is played as the stage's job, so the frames behind it (the bot's
+//! text, the end of the response, the end of the session) leave the stage only once the audio
+//! before them has been played. An interruption drops the job mid-frame and the runtime drops
+//! the queued frames: playback stops within one chunk.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::frames::{
+    AudioFrame, ControlFrame, DataFrame, Frame, FrameBody, MetricsData, SystemFrame,
+};
+use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
+
+/// Where played audio goes: a WebRTC track, a socket, a speaker, a file.
+pub trait AudioSink: Send + 'static {
+    /// Takes one chunk of mono audio, at the moment it should be heard.
+    fn write(&mut self, samples: &[i16], sample_rate: u32);
+
+    /// Drops audio handed over but not yet heard (an interruption); most sinks hold none.
+    fn clear(&mut self) {}
+}
+
+/// How playback keeps time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pacing {
+    /// One chunk per chunk duration of wall-clock time, as a listener hears it.
+    RealTime,
+    /// As fast as the sink takes it (offline runs and load tests).
+    Unpaced,
+}
+
+/// Options of the output stage.
+#[derive(Debug, Clone)]
+pub struct OutputOptions {
+    /// Chunk length.
+    pub chunk: Duration,
+    /// Silence after the last chunk before the bot counts as stopped.
+    pub stop_gap: Duration,
+    /// How often a `BotSpeaking` tick goes upstream while the bot speaks.
+    pub speaking_tick: Duration,
+    /// How long before `UserStoppedSpeaking` the user's speech actually ended (the VAD's
+    /// `stop_secs`), so voice-to-voice latency counts from the end of speech.
+    pub speech_end_offset: Duration,
+    /// Real-time or unpaced.
+    pub pacing: Pacing,
+}
+
+impl Default for OutputOptions {
+    fn default() -> Self {
+        Self {
+            chunk: Duration::from_millis(20),
+            stop_gap: Duration::from_millis(300),
+            speaking_tick: Duration::from_millis(200),
+            speech_end_offset: Duration::ZERO,
+            pacing: Pacing::RealTime,
+        }
+    }
+}
+
+struct Playback<S> {
+    sink: S,
+    /// When the next chunk is due; `None` when nothing is playing.
+    next_slot: Option<Instant>,
+    speaking: bool,
+    /// When the user's last turn ended, until the bot answers it.
+    user_stopped: Option<Instant>,
+}
+
+/// The output stage around an [`AudioSink`].
+pub struct AudioOutput<S: AudioSink> {
+    playback: Arc<Mutex<Playback<S>>>,
+    options: OutputOptions,
+    wake: Arc<Notify>,
+}
+
+fn lock<S>(playback: &Mutex<Playback<S>>) -> std::sync::MutexGuard<'_, Playback<S>> {
+    playback.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl<S: AudioSink> AudioOutput<S> {
+    /// An output playing into `sink`.
+    pub fn new(sink: S, options: OutputOptions) -> Self {
+        Self {
+            playback: Arc::new(Mutex::new(Playback {
+                sink,
+                next_slot: None,
+                speaking: false,
+                user_stopped: None,
+            })),
+            options,
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    fn started_speaking(&self, cx: &mut FrameContext<'_>) {
+        let latency = {
+            let mut playback = lock(&self.playback);
+            if playback.speaking {
+                return;
+            }
+            playback.speaking = true;
+            playback.user_stopped.take().map(|t| t.elapsed())
+        };
+        self.wake.notify_one();
+        cx.push_upstream(SystemFrame::BotStartedSpeaking);
+        cx.push_downstream(SystemFrame::BotStartedSpeaking);
+        if let Some(latency) = latency {
+            let seconds = (latency + self.options.speech_end_offset).as_secs_f64();
+            cx.push_downstream(SystemFrame::Metrics(vec![MetricsData::VoiceToVoice {
+                seconds,
+            }]));
+        }
+    }
+}
+
+impl<S: AudioSink> FrameProcessor for AudioOutput<S> {
+    fn name(&self) -> &str {
+        "AudioOutput"
+    }
+
+    fn process(
+        &mut self,
+        frame: Frame,
+        direction: Direction,
+        cx: &mut FrameContext<'_>,
+    ) -> Result<(), ProcessorError> {
+        if direction == Direction::Upstream {
+            cx.push(frame, direction);
+            return Ok(());
+        }
+        match &frame.body {
+            FrameBody::System(SystemFrame::Start(_)) => {
+                let watcher = Watcher {
+                    playback: self.playback.clone(),
+                    wake: self.wake.clone(),
+                    options: self.options.clone(),
+                    pusher: cx.pusher(),
+                };
+                cx.spawn(watcher.run());
+            }
+            FrameBody::System(SystemFrame::UserStoppedSpeaking) => {
+                lock(&self.playback).user_stopped = Some(Instant::now());
+            }
+            FrameBody::System(SystemFrame::UserStartedSpeaking) => {
+                lock(&self.playback).user_stopped = None;
+            }
+            FrameBody::System(SystemFrame::Interruption) => {
+                let was_speaking = {
+                    let mut playback = lock(&self.playback);
+                    playback.sink.clear();
+                    playback.next_slot = None;
+                    std::mem::take(&mut playback.speaking)
+                };
+                if was_speaking {
+                    cx.push_upstream(SystemFrame::BotStoppedSpeaking);
+                    cx.push_downstream(SystemFrame::BotStoppedSpeaking);
+                }
+            }
+            FrameBody::Data(DataFrame::OutputAudio(audio)) => {
+                self.started_speaking(cx);
+                let job = play(
+                    self.playback.clone(),
+                    audio.clone(),
+                    self.options.chunk,
+                    self.options.pacing,
+                );
+                cx.push(frame, direction);
+                cx.run(job);
+                return Ok(());
+            }
+            FrameBody::Control(ControlFrame::End(_)) => {
+                // Whatever played last counts as finished now, before the session ends.
+                let was_speaking = std::mem::take(&mut lock(&self.playback).speaking);
+                if was_speaking {
+                    cx.push_upstream(SystemFrame::BotStoppedSpeaking);
+                    cx.push_downstream(SystemFrame::BotStoppedSpeaking);
+                }
+            }
+            _ => {}
+        }
+        cx.push(frame, direction);
+        Ok(())
+    }
+}
+
+/// Plays one frame's audio chunk by chunk.
+async fn play<S: AudioSink>(
+    playback: Arc<Mutex<Playback<S>>>,
+    audio: AudioFrame,
+    chunk: Duration,
+    pacing: Pacing,
+) -> Result<(), ProcessorError> {
+    let channels = usize::from(audio.channels.max(1));
+    let mono: Vec<i16> = if channels == 1 {
+        audio.samples.to_vec()
+    } else {
+        audio.samples.iter().step_by(channels).copied().collect()
+    };
+    let per_chunk = ((u128::from(audio.sample_rate) * chunk.as_micros()) / 1_000_000).max(1);
+    for piece in mono.chunks(per_chunk as usize) {
+        let due = {
+            let mut playback = lock(&playback);
+            playback.sink.write(piece, audio.sample_rate);
+            let length = Duration::from_secs_f64(piece.len() as f64 / f64::from(audio.sample_rate));
+            let now = Instant::now();
+            // A late chunk starts now rather than rushing to catch up.
+            let start = playback.next_slot.filter(|s| *s > now).unwrap_or(now);
+            let due = start + length;
+            playback.next_slot = Some(due);
+            due
+        };
+        if pacing == Pacing::RealTime {
+            tokio::time::sleep_until(due).await;
+        }
+    }
+    Ok(())
+}
+
+/// Ends the bot's speech once the audio has run out, and ticks while it speaks.
+struct Watcher<S> {
+    playback: Arc<Mutex<Playback<S>>>,
+    wake: Arc<Notify>,
+    options: OutputOptions,
+    pusher: FramePusher,
+}
+
+impl<S: AudioSink> Watcher<S> {
+    async fn run(self) -> Result<(), ProcessorError> {
+        loop {
+            self.wake.notified().await;
+            let mut last_tick = Instant::now();
+            loop {
+                tokio::time::sleep(self.options.chunk).await;
+                let stopped = {
+                    let mut playback = lock(&self.playback);
+                    if !playback.speaking {
+                        break;
+                    }
+                    let idle_since = playback.next_slot.unwrap_or_else(Instant::now);
+                    let stopped = Instant::now() >= idle_since + self.options.stop_gap;
+                    if stopped {
+                        playback.speaking = false;
+                        playback.next_slot = None;
+                    }
+                    stopped
+                };
+                if stopped {
+                    for direction in [Direction::Upstream, Direction::Downstream] {
+                        let _ = self
+                            .pusher
+                            .push(SystemFrame::BotStoppedSpeaking.into(), direction)
+                            .await;
+                    }
+                    break;
+                }
+                if last_tick.elapsed() >= self.options.speaking_tick {
+                    last_tick = Instant::now();
+                    let _ = self
+                        .pusher
+                        .push(SystemFrame::BotSpeaking.into(), Direction::Upstream)
+                        .await;
+                }
+            }
+        }
+    }
+}
