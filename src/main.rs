@@ -4,11 +4,14 @@ use anyhow::Result;
 use clap::{Parser, Subcommand};
 use tracing_subscriber::EnvFilter;
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use voxide::bench::pipeline::PipelineBench;
 use voxide::bot::{BotOptions, TurnEnd, Voice};
+use voxide::config::{BotConfig, Config};
+use voxide::server::ServeOptions;
 use voxide::transports::file::{RunOptions, run};
 
 /// A realtime voice-agent server.
@@ -21,6 +24,25 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Runs the HTTP server: the browser page at /, the WebSocket transport at /ws (and
+    /// Twilio Media Streams at /ws/twilio), /healthz, /readyz, /status and /metrics.
+    /// Stops on SIGINT or SIGTERM, letting live sessions finish.
+    Serve {
+        /// Address to bind. [default: 127.0.0.1]
+        #[arg(long, env = "VOXIDE_HOST")]
+        host: Option<String>,
+        /// Port. [default: 7860]
+        #[arg(long, env = "VOXIDE_PORT")]
+        port: Option<u16>,
+        /// Live sessions at most; more get 503. [default: 32]
+        #[arg(long, env = "VOXIDE_MAX_SESSIONS")]
+        max_sessions: Option<usize>,
+        /// Seconds live sessions get to finish on shutdown. [default: 10]
+        #[arg(long, env = "VOXIDE_SHUTDOWN_GRACE_SECS")]
+        shutdown_grace_secs: Option<f64>,
+        #[command(flatten)]
+        bot: BotArgs,
+    },
     /// Runs one session on a recorded WAV file: the file is the user, the bot's answers are
     /// written time-aligned with it, and the session's events are written as JSON lines.
     /// Prints a summary (transcripts, what the bot said, latencies) as one JSON line.
@@ -54,26 +76,30 @@ enum Command {
     },
 }
 
-/// The bot's options, shared by the commands that run one.
+/// The bot's options, shared by the commands that run one. Each falls back to its
+/// environment variable, then to the config file's `[bot]` table, then to the default.
 #[derive(clap::Args, Debug)]
 struct BotArgs {
-    /// The voice: `piper` (natural) or `espeak` (robotic, nearly free).
-    #[arg(long, value_enum, default_value_t = VoiceArg::Piper)]
-    voice: VoiceArg,
+    /// The voice: `piper` (natural) or `espeak` (robotic, nearly free). [default: piper]
+    #[arg(long, value_enum, env = "VOXIDE_VOICE")]
+    voice: Option<VoiceArg>,
     /// How a user turn ends: `smart` (the Smart Turn model judges each pause) or `silence`
-    /// (a fixed silence of --turn-timeout-secs).
-    #[arg(long, value_enum, default_value_t = TurnArg::Smart)]
-    turn: TurnArg,
+    /// (a fixed silence of --turn-timeout-secs). [default: smart]
+    #[arg(long, value_enum, env = "VOXIDE_TURN")]
+    turn: Option<TurnArg>,
     /// With `--turn silence` the silence that ends a turn; with `--turn smart` the silence after
-    /// which a turn that sounds unfinished ends anyway.
-    #[arg(long, default_value_t = 2.0)]
-    turn_timeout_secs: f64,
-    /// Tokens one reply may have at most.
-    #[arg(long, default_value_t = 60)]
-    max_tokens: usize,
+    /// which a turn that sounds unfinished ends anyway. [default: 2]
+    #[arg(long, env = "VOXIDE_TURN_TIMEOUT_SECS")]
+    turn_timeout_secs: Option<f64>,
+    /// Tokens one reply may have at most. [default: 60]
+    #[arg(long, env = "VOXIDE_MAX_TOKENS")]
+    max_tokens: Option<usize>,
     /// The system instruction (default: a short one of voxide's own).
-    #[arg(long)]
+    #[arg(long, env = "VOXIDE_INSTRUCTIONS")]
     instructions: Option<String>,
+    /// A TOML config file (see `voxide::config` for its keys).
+    #[arg(long, env = "VOXIDE_CONFIG")]
+    config: Option<PathBuf>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -89,25 +115,54 @@ enum TurnArg {
 }
 
 impl BotArgs {
-    fn options(&self) -> Result<BotOptions> {
-        if !(self.turn_timeout_secs > 0.0 && self.turn_timeout_secs < 60.0) {
-            anyhow::bail!("--turn-timeout-secs must be between 0 and 60");
+    /// The config file, or an empty one.
+    fn config(&self) -> Result<Config> {
+        Ok(match &self.config {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        })
+    }
+
+    fn options(&self, file: &BotConfig) -> Result<BotOptions> {
+        let defaults = BotOptions::default();
+        let voice = match (self.voice, file.voice.as_deref()) {
+            (Some(VoiceArg::Piper), _) | (None, None | Some("piper")) => Voice::Piper,
+            (Some(VoiceArg::Espeak), _) | (None, Some("espeak")) => Voice::Espeak,
+            (None, Some(other)) => {
+                anyhow::bail!("bot.voice = {other:?} in the config: use \"piper\" or \"espeak\"")
+            }
+        };
+        let turn_end = match (self.turn, file.turn.as_deref()) {
+            (Some(TurnArg::Smart), _) | (None, None | Some("smart")) => TurnEnd::SmartTurn,
+            (Some(TurnArg::Silence), _) | (None, Some("silence")) => TurnEnd::Silence,
+            (None, Some(other)) => {
+                anyhow::bail!("bot.turn = {other:?} in the config: use \"smart\" or \"silence\"")
+            }
+        };
+        let turn_timeout_secs = self
+            .turn_timeout_secs
+            .or(file.turn_timeout_secs)
+            .unwrap_or(defaults.turn_timeout.as_secs_f64());
+        if !(turn_timeout_secs > 0.0 && turn_timeout_secs < 60.0) {
+            anyhow::bail!("the turn timeout must be between 0 and 60 seconds");
+        }
+        let max_tokens = self
+            .max_tokens
+            .or(file.max_tokens)
+            .unwrap_or(defaults.max_tokens);
+        if !(1..=2048).contains(&max_tokens) {
+            anyhow::bail!("max tokens must be between 1 and 2048");
         }
         Ok(BotOptions {
-            voice: match self.voice {
-                VoiceArg::Piper => Voice::Piper,
-                VoiceArg::Espeak => Voice::Espeak,
-            },
-            turn_end: match self.turn {
-                TurnArg::Smart => TurnEnd::SmartTurn,
-                TurnArg::Silence => TurnEnd::Silence,
-            },
-            turn_timeout: Duration::from_secs_f64(self.turn_timeout_secs),
-            max_tokens: self.max_tokens,
+            voice,
+            turn_end,
+            turn_timeout: Duration::from_secs_f64(turn_timeout_secs),
+            max_tokens,
             instructions: self
                 .instructions
                 .clone()
-                .unwrap_or_else(|| voxide::bot::INSTRUCTIONS.to_owned()),
+                .or_else(|| file.instructions.clone())
+                .unwrap_or(defaults.instructions),
             ..BotOptions::default()
         })
     }
@@ -153,6 +208,43 @@ async fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Models => list_models(),
+        Command::Serve {
+            host,
+            port,
+            max_sessions,
+            shutdown_grace_secs,
+            bot,
+        } => {
+            let config = bot.config()?;
+            let host = host
+                .or(config.server.host.clone())
+                .unwrap_or_else(|| "127.0.0.1".into());
+            let port = port.or(config.server.port).unwrap_or(7860);
+            let addr: SocketAddr = format!("{host}:{port}")
+                .parse()
+                .or_else(|_| format!("[{host}]:{port}").parse())
+                .map_err(|_| anyhow::anyhow!("--host {host:?} is not an IP address"))?;
+            let max_sessions = max_sessions.or(config.server.max_sessions).unwrap_or(32);
+            if max_sessions == 0 {
+                anyhow::bail!("--max-sessions must be at least 1");
+            }
+            let grace = shutdown_grace_secs
+                .or(config.server.shutdown_grace_secs)
+                .unwrap_or(10.0);
+            if !(0.0..=3600.0).contains(&grace) {
+                anyhow::bail!("--shutdown-grace-secs must be between 0 and 3600");
+            }
+            let options = ServeOptions {
+                addr,
+                max_sessions,
+                shutdown_grace: Duration::from_secs_f64(grace),
+                bot: bot.options(&config.bot)?,
+            };
+            eprintln!(
+                "voxide serve: http://{addr}/ (models load in the background; /readyz says when)"
+            );
+            voxide::server::serve(options).await?;
+        }
         Command::Run {
             input,
             output,
@@ -164,7 +256,7 @@ async fn main() -> Result<()> {
             if !(0.0..=3600.0).contains(&max_tail_secs) {
                 anyhow::bail!("--max-tail-secs must be between 0 and 3600");
             }
-            let bot = bot.options()?;
+            let bot = bot.options(&bot.config()?.bot)?;
             eprintln!("loading the models…");
             let preload = bot.clone();
             tokio::task::spawn_blocking(move || voxide::bot::preload(&preload)).await??;

@@ -1,6 +1,7 @@
 //! Audio stages and helpers: WAV files, resampling, voice activity detection.
 
 pub mod mel;
+pub mod mulaw;
 pub mod resample;
 pub mod turn;
 pub mod vad;

@@ -5,5 +5,6 @@
 
 pub mod file;
 pub mod output;
+pub mod websocket;
 
 pub use output::{AudioOutput, AudioSink, OutputOptions, Pacing};

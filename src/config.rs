@@ -1,0 +1,120 @@
+//! The configuration file (TOML). Precedence, highest first: command-line flags, environment
+//! variables (`VOXIDE_*`), this file, built-in defaults.
+//!
+//! ```toml
+//! [server]
+//! host = "127.0.0.1"
+//! port = 7860
+//! max_sessions = 32
+//! shutdown_grace_secs = 10
+//!
+//! [bot]
+//! voice = "piper"          # or "espeak"
+//! turn = "smart"           # or "silence"
+//! turn_timeout_secs = 2.0
+//! max_tokens = 60
+//! instructions = "You are a helpful voice assistant."
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[server]`.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// `[bot]`.
+    #[serde(default)]
+    pub bot: BotConfig,
+}
+
+/// `[server]`: how `voxide serve` listens.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address to bind.
+    pub host: Option<String>,
+    /// Port.
+    pub port: Option<u16>,
+    /// Live sessions at most.
+    pub max_sessions: Option<usize>,
+    /// Seconds live sessions get to finish on shutdown.
+    pub shutdown_grace_secs: Option<f64>,
+}
+
+/// `[bot]`: the default bot's options.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BotConfig {
+    /// `piper` or `espeak`.
+    pub voice: Option<String>,
+    /// `smart` or `silence`.
+    pub turn: Option<String>,
+    /// See `--turn-timeout-secs`.
+    pub turn_timeout_secs: Option<f64>,
+    /// Tokens one reply may have at most.
+    pub max_tokens: Option<usize>,
+    /// The system instruction.
+    pub instructions: Option<String>,
+}
+
+/// Why the file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// It could not be read.
+    #[error("cannot read the config file {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It is not valid TOML or has unknown keys.
+    #[error("the config file {path} is invalid: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the line.
+        message: String,
+    },
+}
+
+impl Config {
+    /// Reads `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+            path: path.to_owned(),
+            message: e.to_string(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_parses_and_typos_are_errors() {
+        let example: String = include_str!("config.rs")
+            .lines()
+            .skip_while(|l| !l.starts_with("//! ```toml"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("//! ```"))
+            .map(|l| l.trim_start_matches("//!").trim_start())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let config: Config = toml::from_str(&example).expect("the example parses");
+        assert_eq!(config.server.port, Some(7860));
+        assert_eq!(config.bot.voice.as_deref(), Some("piper"));
+        assert!(toml::from_str::<Config>("[server]\nprot = 1\n").is_err());
+        assert!(toml::from_str::<Config>("[server]\nport = \"x\"\n").is_err());
+    }
+}

@@ -1,0 +1,291 @@
+//! `voxide serve`: the HTTP server. The browser page, the WebSocket transports, health,
+//! readiness, status and Prometheus metrics, with a session limit and a graceful shutdown.
+
+mod metrics;
+mod ws;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+use serde::Serialize;
+use tokio::sync::watch;
+
+pub use metrics::Metrics;
+
+use crate::bot::BotOptions;
+use crate::pipeline::SessionHandle;
+
+/// Largest HTTP request body accepted (signalling messages are a few kilobytes).
+pub const MAX_BODY_BYTES: usize = 256 * 1024;
+
+/// What the server needs to run.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Address to listen on.
+    pub addr: SocketAddr,
+    /// Live sessions at most; more are refused with 503.
+    pub max_sessions: usize,
+    /// How long live sessions get to finish after a shutdown signal.
+    pub shutdown_grace: Duration,
+    /// The bot every session runs.
+    pub bot: BotOptions,
+}
+
+/// Why the server could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// The address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The server stopped with an error.
+    #[error("the server failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Shared by every request.
+pub(crate) struct App {
+    pub(crate) options: ServeOptions,
+    pub(crate) metrics: Metrics,
+    sessions: Mutex<HashMap<u64, SessionHandle>>,
+    next_id: AtomicU64,
+    ready: AtomicBool,
+    draining: AtomicBool,
+    started: Instant,
+}
+
+/// A live session's place in the registry; leaving frees it.
+pub(crate) struct Admission {
+    app: Arc<App>,
+    id: u64,
+}
+
+impl Admission {
+    /// Registers the session's handle, so a shutdown can ask it to finish.
+    pub(crate) fn attach(&self, handle: SessionHandle) {
+        self.app.lock_sessions().insert(self.id, handle);
+    }
+}
+
+impl Drop for Admission {
+    fn drop(&mut self) {
+        self.app.lock_sessions().remove(&self.id);
+        self.app.metrics.session_ended();
+    }
+}
+
+/// Why a session was refused.
+pub(crate) enum Refusal {
+    Draining,
+    Full(usize),
+    NotReady,
+}
+
+impl IntoResponse for Refusal {
+    fn into_response(self) -> Response {
+        let message = match self {
+            Refusal::Draining => "the server is shutting down and takes no new sessions".into(),
+            Refusal::Full(max) => {
+                format!("the server is at its session limit ({max} live sessions); try again later")
+            }
+            Refusal::NotReady => "the server is still loading its models; try again shortly".into(),
+        };
+        (StatusCode::SERVICE_UNAVAILABLE, message).into_response()
+    }
+}
+
+impl App {
+    fn lock_sessions(&self) -> std::sync::MutexGuard<'_, HashMap<u64, SessionHandle>> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Takes a session slot, or says why not.
+    pub(crate) fn admit(self: &Arc<Self>) -> Result<Admission, Refusal> {
+        if self.draining.load(Ordering::SeqCst) {
+            return Err(Refusal::Draining);
+        }
+        if !self.ready.load(Ordering::SeqCst) {
+            return Err(Refusal::NotReady);
+        }
+        // Slots are reserved under the lock, so the limit holds under a burst of connections.
+        let sessions = self.lock_sessions();
+        if self.metrics.active() >= self.options.max_sessions {
+            self.metrics.session_rejected();
+            return Err(Refusal::Full(self.options.max_sessions));
+        }
+        self.metrics.session_started();
+        drop(sessions);
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        Ok(Admission {
+            app: self.clone(),
+            id,
+        })
+    }
+}
+
+/// The router, for the server and for tests.
+pub(crate) fn router(app: Arc<App>) -> Router {
+    Router::new()
+        .route("/", get(page))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/status", get(status))
+        .route("/metrics", get(prometheus))
+        .route("/ws", get(ws::pcm))
+        .route("/ws/twilio", get(ws::twilio))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(app)
+}
+
+/// Runs the server until SIGINT or SIGTERM, then drains: no new sessions, live ones get
+/// `shutdown_grace` to finish, then the rest are cancelled.
+pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
+    let shutdown = async {
+        let ctrl_c = tokio::signal::ctrl_c();
+        #[cfg(unix)]
+        {
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+            tokio::select! {
+                r = ctrl_c => r,
+                _ = term.recv() => Ok(()),
+            }
+        }
+        #[cfg(not(unix))]
+        ctrl_c.await
+    };
+    serve_until(options, shutdown, |_| {}).await
+}
+
+/// Runs the server until `shutdown` completes; `on_listening` gets the bound address (port 0
+/// picks a free one).
+pub async fn serve_until(
+    options: ServeOptions,
+    shutdown: impl std::future::Future<Output = std::io::Result<()>> + Send + 'static,
+    on_listening: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
+    let listener = tokio::net::TcpListener::bind(options.addr)
+        .await
+        .map_err(|source| ServeError::Bind {
+            addr: options.addr,
+            source,
+        })?;
+    let addr = listener.local_addr()?;
+    let grace = options.shutdown_grace;
+    let bot = options.bot.clone();
+    let app = Arc::new(App {
+        options,
+        metrics: Metrics::default(),
+        sessions: Mutex::default(),
+        next_id: AtomicU64::new(1),
+        ready: AtomicBool::new(false),
+        draining: AtomicBool::new(false),
+        started: Instant::now(),
+    });
+    // Load the models in the background: /healthz answers at once, /readyz once they are in.
+    {
+        let app = app.clone();
+        tokio::task::spawn_blocking(move || match crate::bot::preload(&bot) {
+            Ok(()) => {
+                app.ready.store(true, Ordering::SeqCst);
+                tracing::info!("models loaded; ready");
+            }
+            Err(e) => tracing::error!(error = %e, "the models could not be loaded"),
+        });
+    }
+    on_listening(addr);
+    tracing::info!(%addr, "listening");
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let drain_app = app.clone();
+    let graceful = async move {
+        if let Err(e) = shutdown.await {
+            tracing::warn!(error = %e, "cannot wait for a shutdown signal; shutting down");
+        }
+        drain(&drain_app, grace).await;
+        let _ = stop_tx.send(true);
+    };
+    let server = axum::serve(listener, router(app)).with_graceful_shutdown(async move {
+        let _ = stop_rx.wait_for(|stop| *stop).await;
+    });
+    tokio::select! {
+        result = server => result?,
+        () = graceful => {}
+    }
+    Ok(())
+}
+
+/// Stops taking sessions, asks the live ones to finish, cancels what is left after `grace`.
+async fn drain(app: &Arc<App>, grace: Duration) {
+    app.draining.store(true, Ordering::SeqCst);
+    let live: Vec<SessionHandle> = app.lock_sessions().values().cloned().collect();
+    tracing::info!(sessions = live.len(), "shutting down");
+    for handle in &live {
+        let _ = handle.stop_when_done().await;
+    }
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline && !app.lock_sessions().is_empty() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    for handle in app.lock_sessions().values() {
+        handle.cancel();
+    }
+}
+
+async fn page() -> Html<&'static str> {
+    Html(include_str!("../../assets/web/index.html"))
+}
+
+async fn readyz(State(app): State<Arc<App>>) -> Response {
+    if app.draining.load(Ordering::SeqCst) {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response()
+    } else if app.ready.load(Ordering::SeqCst) {
+        "ready".into_response()
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "loading models").into_response()
+    }
+}
+
+#[derive(Serialize)]
+struct Status {
+    ready: bool,
+    draining: bool,
+    sessions: usize,
+    max_sessions: usize,
+    sessions_started: u64,
+    sessions_rejected: u64,
+    uptime_secs: f64,
+    version: &'static str,
+}
+
+async fn status(State(app): State<Arc<App>>) -> axum::Json<Status> {
+    axum::Json(Status {
+        ready: app.ready.load(Ordering::SeqCst),
+        draining: app.draining.load(Ordering::SeqCst),
+        sessions: app.metrics.active(),
+        max_sessions: app.options.max_sessions,
+        sessions_started: app.metrics.started(),
+        sessions_rejected: app.metrics.rejected(),
+        uptime_secs: app.started.elapsed().as_secs_f64(),
+        version: env!("CARGO_PKG_VERSION"),
+    })
+}
+
+async fn prometheus(State(app): State<Arc<App>>) -> Response {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(),
+    )
+        .into_response()
+}

@@ -1,0 +1,212 @@
+//! The WebSocket endpoints: one session per connection, in voxide's PCM framing (`/ws`) or
+//! Twilio's Media Streams (`/ws/twilio`). See [`crate::transports::websocket`] for the framing.
+
+use std::sync::Arc;
+
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::extract::{Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use futures_util::{SinkExt, StreamExt};
+use serde::Deserialize;
+use tokio::sync::mpsc;
+
+use super::{Admission, App};
+use crate::context::Message as ChatMessage;
+use crate::events::Event;
+use crate::frames::{AudioFrame, DataFrame, SystemFrame};
+use crate::pipeline::Session;
+use crate::transports::output::{AudioSink, OutputOptions};
+use crate::transports::websocket::{Framing, Inbound, Outbound, WsMessage};
+
+/// Query parameters of `/ws`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct PcmParams {
+    /// Rate of the audio the client sends.
+    sample_rate: Option<u32>,
+    /// Rate of the audio the client wants back.
+    out_sample_rate: Option<u32>,
+}
+
+const RATES: std::ops::RangeInclusive<u32> = 8_000..=48_000;
+
+pub(crate) async fn pcm(
+    State(app): State<Arc<App>>,
+    Query(params): Query<PcmParams>,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    let input_rate = params.sample_rate.unwrap_or(16_000);
+    let out_rate = params.out_sample_rate.unwrap_or(24_000);
+    if !RATES.contains(&input_rate) || !RATES.contains(&out_rate) {
+        return (
+            StatusCode::BAD_REQUEST,
+            "sample_rate and out_sample_rate must be between 8000 and 48000",
+        )
+            .into_response();
+    }
+    let admission = match app.admit() {
+        Ok(admission) => admission,
+        Err(refusal) => return refusal.into_response(),
+    };
+    upgrade.on_upgrade(move |socket| {
+        run_session(app, socket, Framing::pcm(input_rate), out_rate, admission)
+    })
+}
+
+pub(crate) async fn twilio(State(app): State<Arc<App>>, upgrade: WebSocketUpgrade) -> Response {
+    let admission = match app.admit() {
+        Ok(admission) => admission,
+        Err(refusal) => return refusal.into_response(),
+    };
+    // The pipeline speaks at 16 kHz for telephone calls; the framing narrows it to 8 kHz.
+    upgrade.on_upgrade(move |socket| run_session(app, socket, Framing::twilio(), 16_000, admission))
+}
+
+/// Sends the bot's audio to the socket's writer.
+struct SocketSink(mpsc::UnboundedSender<Outbound>);
+
+impl AudioSink for SocketSink {
+    fn write(&mut self, samples: &[i16], sample_rate: u32) {
+        let _ = self.0.send(Outbound::Audio(samples.to_vec(), sample_rate));
+    }
+
+    fn clear(&mut self) {
+        let _ = self.0.send(Outbound::Clear);
+    }
+}
+
+async fn run_session(
+    app: Arc<App>,
+    socket: WebSocket,
+    mut framing: Framing,
+    out_rate: u32,
+    admission: Admission,
+) {
+    let (mut sender, mut receiver) = socket.split();
+    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outbound>();
+    let mut options = app.options.bot.clone();
+    options.audio_out_sample_rate = out_rate;
+    let bot = match crate::bot::build(
+        &options,
+        SocketSink(out_tx.clone()),
+        OutputOptions::default(),
+    ) {
+        Ok(bot) => bot,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the bot");
+            if let Some(WsMessage::Text(text)) = framing.encode(Outbound::Error(e.to_string())) {
+                let _ = sender.send(Message::Text(text.into())).await;
+            }
+            let _ = sender.close().await;
+            return;
+        }
+    };
+    let builder = Session::builder(bot.pipeline).params(bot.params);
+    let mut events = builder.subscribe();
+    let session = builder.spawn();
+    let handle = session.handle();
+    admission.attach(handle.clone());
+
+    // Events go to the metrics and to the client.
+    let forward = {
+        let (app, out_tx) = (app.clone(), out_tx.clone());
+        tokio::spawn(async move {
+            loop {
+                match events.recv().await {
+                    Ok(event) => {
+                        app.metrics.observe(&event.event);
+                        let ended = matches!(event.event, Event::SessionEnded { .. });
+                        let _ = out_tx.send(Outbound::Event(event));
+                        if ended {
+                            break;
+                        }
+                    }
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => break,
+                }
+            }
+        })
+    };
+
+    // Reader and writer share the framing: Twilio's stream id arrives in, and is needed out.
+    let framing = Arc::new(std::sync::Mutex::new(framing));
+    let writer = {
+        let framing = framing.clone();
+        tokio::spawn(async move {
+            while let Some(outbound) = out_rx.recv().await {
+                let encoded = framing
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .encode(outbound);
+                let message = match encoded {
+                    Some(WsMessage::Text(text)) => Message::Text(text.into()),
+                    Some(WsMessage::Binary(bytes)) => Message::Binary(bytes.into()),
+                    None => continue,
+                };
+                if sender.send(message).await.is_err() {
+                    break;
+                }
+            }
+            let _ = sender.close().await;
+        })
+    };
+
+    let mut finish_gracefully = false;
+    while let Some(message) = receiver.next().await {
+        let message = match message {
+            Ok(Message::Text(text)) => WsMessage::Text(text.to_string()),
+            Ok(Message::Binary(bytes)) => WsMessage::Binary(bytes.to_vec()),
+            Ok(Message::Close(_)) => break,
+            Ok(Message::Ping(_) | Message::Pong(_)) => continue,
+            Err(e) => {
+                tracing::debug!(error = %e, "the client's socket failed");
+                break;
+            }
+        };
+        let decoded = framing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .decode(message);
+        let queued = match decoded {
+            Ok(Inbound::Audio {
+                samples,
+                sample_rate,
+            }) => {
+                let audio = AudioFrame::new(samples, sample_rate, 1);
+                handle.queue_frame(SystemFrame::InputAudio(audio)).await
+            }
+            Ok(Inbound::Text(text)) => {
+                let append = DataFrame::LlmMessagesAppend {
+                    messages: vec![ChatMessage::user(text)],
+                    run_llm: true,
+                };
+                handle.queue_frame(append).await
+            }
+            Ok(Inbound::Stop) => {
+                finish_gracefully = true;
+                break;
+            }
+            Ok(Inbound::Nothing) => Ok(()),
+            Err(e) => {
+                // A bad message is answered and skipped; the session goes on.
+                tracing::debug!(error = %e, "unusable client message");
+                let _ = out_tx.send(Outbound::Error(e.to_string()));
+                Ok(())
+            }
+        };
+        if queued.is_err() {
+            break;
+        }
+    }
+    if finish_gracefully {
+        // Let the bot finish what it is saying.
+        let _ = handle.stop_when_done().await;
+    } else {
+        handle.cancel();
+    }
+    let _ = session.join().await;
+    let _ = forward.await;
+    drop(out_tx);
+    let _ = writer.await;
+    drop(admission);
+}

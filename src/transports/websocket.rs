@@ -1,0 +1,391 @@
+//! WebSocket framing: how audio and messages travel over one socket, in two dialects.
+//!
+//! **voxide PCM** (`/ws`): binary messages are 16-bit little-endian mono PCM, at the rate the
+//! client named (`?sample_rate=`, default 16000) going in and at the pipeline's output rate
+//! (`?out_sample_rate=`, default 24000) coming out. Text messages are JSON: the client may send
+//! `{"type":"text","text":"..."}` (the user typed something) and `{"type":"stop"}`; the server
+//! sends every session event as one object (the same objects `voxide run --events` writes, with
+//! `type` and `t_ms`) and `{"type":"error","message":"..."}` for a message it could not use.
+//!
+//! **Twilio Media Streams** (`/ws/twilio`): JSON text messages only. In: `connected`, `start`
+//! (the stream id), `media` (base64 μ-law at 8 kHz), `mark`, `dtmf`, `stop`. Out: `media` with
+//! the bot's audio as base64 μ-law at 8 kHz, and `clear` when the user interrupts, so Twilio
+//! drops the audio it has buffered.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+
+use crate::audio::mulaw;
+use crate::audio::resample::StreamResampler;
+use crate::events::SessionEvent;
+
+/// A message on the socket, either way.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WsMessage {
+    /// A text message.
+    Text(String),
+    /// A binary message.
+    Binary(Vec<u8>),
+}
+
+/// What a client message means for the session.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Inbound {
+    /// User audio: mono samples at a rate.
+    Audio {
+        /// The samples.
+        samples: Vec<i16>,
+        /// Their rate.
+        sample_rate: u32,
+    },
+    /// The user typed this.
+    Text(String),
+    /// The client is done.
+    Stop,
+    /// Nothing to do (a keep-alive, a mark, the stream's metadata).
+    Nothing,
+}
+
+/// What the server sends.
+#[derive(Debug, Clone)]
+pub enum Outbound {
+    /// Bot audio, mono, at a rate.
+    Audio(Vec<i16>, u32),
+    /// A session event.
+    Event(SessionEvent),
+    /// Drop audio already sent but not yet played (an interruption).
+    Clear,
+    /// A client message could not be used.
+    Error(String),
+}
+
+/// Why a client message could not be used.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum FramingError {
+    /// Not valid JSON, or not the expected shape.
+    #[error("malformed message: {0}")]
+    Malformed(String),
+    /// A message type this dialect does not know.
+    #[error("unknown message type {0:?}")]
+    Unknown(String),
+    /// Audio that cannot be PCM16 (an odd number of bytes).
+    #[error("audio must be 16-bit PCM: a binary message of {0} bytes has half a sample")]
+    OddAudio(usize),
+    /// Audio in a format this dialect does not take.
+    #[error("unsupported audio format: {0}")]
+    Format(String),
+}
+
+/// One dialect's encoder and decoder, with its per-connection state.
+pub enum Framing {
+    /// voxide's PCM + JSON framing.
+    Pcm {
+        /// The client's input rate.
+        input_rate: u32,
+    },
+    /// Twilio Media Streams.
+    Twilio(Box<TwilioState>),
+}
+
+/// What a Twilio connection remembers.
+#[derive(Default)]
+pub struct TwilioState {
+    stream_sid: Option<String>,
+    down: Option<(u32, StreamResampler)>,
+}
+
+/// Twilio's audio rate.
+pub const TWILIO_RATE: u32 = 8_000;
+
+impl Framing {
+    /// voxide's framing with input audio at `input_rate`.
+    pub fn pcm(input_rate: u32) -> Self {
+        Self::Pcm { input_rate }
+    }
+
+    /// Twilio Media Streams framing.
+    pub fn twilio() -> Self {
+        Self::Twilio(Box::default())
+    }
+
+    /// Reads one client message.
+    pub fn decode(&mut self, message: WsMessage) -> Result<Inbound, FramingError> {
+        match (self, message) {
+            (Self::Pcm { input_rate }, WsMessage::Binary(bytes)) => {
+                if bytes.len() % 2 != 0 {
+                    return Err(FramingError::OddAudio(bytes.len()));
+                }
+                Ok(Inbound::Audio {
+                    samples: bytes
+                        .chunks_exact(2)
+                        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+                        .collect(),
+                    sample_rate: *input_rate,
+                })
+            }
+            (Self::Pcm { .. }, WsMessage::Text(text)) => {
+                let value = parse(&text)?;
+                match value.get("type").and_then(Value::as_str) {
+                    Some("text") => value
+                        .get("text")
+                        .and_then(Value::as_str)
+                        .filter(|t| !t.trim().is_empty())
+                        .map(|t| Inbound::Text(t.to_owned()))
+                        .ok_or_else(|| {
+                            FramingError::Malformed("text needs a \"text\" string".into())
+                        }),
+                    Some("stop") => Ok(Inbound::Stop),
+                    Some("ping") => Ok(Inbound::Nothing),
+                    Some(other) => Err(FramingError::Unknown(other.to_owned())),
+                    None => Err(FramingError::Malformed("no \"type\"".into())),
+                }
+            }
+            (Self::Twilio(_), WsMessage::Binary(_)) => Err(FramingError::Format(
+                "Twilio Media Streams send JSON text messages only".into(),
+            )),
+            (Self::Twilio(state), WsMessage::Text(text)) => state.decode(&text),
+        }
+    }
+
+    /// Writes one server message; `None` when this dialect has nothing to send for it.
+    pub fn encode(&mut self, message: Outbound) -> Option<WsMessage> {
+        match (self, message) {
+            (Self::Pcm { .. }, Outbound::Audio(samples, _)) => Some(WsMessage::Binary(
+                samples.iter().flat_map(|s| s.to_le_bytes()).collect(),
+            )),
+            (Self::Pcm { .. }, Outbound::Event(event)) => {
+                serde_json::to_string(&event).ok().map(WsMessage::Text)
+            }
+            (Self::Pcm { .. }, Outbound::Clear) => None,
+            (Self::Pcm { .. } | Self::Twilio(_), Outbound::Error(message)) => Some(
+                WsMessage::Text(json!({"type": "error", "message": message}).to_string()),
+            ),
+            (Self::Twilio(state), Outbound::Audio(samples, rate)) => state.media(&samples, rate),
+            (Self::Twilio(state), Outbound::Clear) => {
+                let sid = state.stream_sid.clone()?;
+                Some(WsMessage::Text(
+                    json!({"event": "clear", "streamSid": sid}).to_string(),
+                ))
+            }
+            (Self::Twilio(_), Outbound::Event(_)) => None,
+        }
+    }
+}
+
+fn parse(text: &str) -> Result<Value, FramingError> {
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| FramingError::Malformed(e.to_string()))?;
+    if value.is_object() {
+        Ok(value)
+    } else {
+        Err(FramingError::Malformed("expected a JSON object".into()))
+    }
+}
+
+impl TwilioState {
+    fn decode(&mut self, text: &str) -> Result<Inbound, FramingError> {
+        let value = parse(text)?;
+        let event = value
+            .get("event")
+            .and_then(Value::as_str)
+            .ok_or_else(|| FramingError::Malformed("no \"event\"".into()))?;
+        match event {
+            "connected" | "mark" | "dtmf" => Ok(Inbound::Nothing),
+            "start" => {
+                let start = value
+                    .get("start")
+                    .ok_or_else(|| FramingError::Malformed("start without \"start\"".into()))?;
+                let format = &start["mediaFormat"];
+                let encoding = format["encoding"].as_str().unwrap_or("audio/x-mulaw");
+                let rate = format["sampleRate"]
+                    .as_u64()
+                    .unwrap_or(u64::from(TWILIO_RATE));
+                if encoding != "audio/x-mulaw" || rate != u64::from(TWILIO_RATE) {
+                    return Err(FramingError::Format(format!(
+                        "{encoding} at {rate} Hz (expected audio/x-mulaw at 8000 Hz)"
+                    )));
+                }
+                self.stream_sid = value
+                    .get("streamSid")
+                    .or_else(|| start.get("streamSid"))
+                    .and_then(Value::as_str)
+                    .map(str::to_owned);
+                Ok(Inbound::Nothing)
+            }
+            "media" => {
+                let media = &value["media"];
+                // Twilio sends only the caller's track; an outbound echo is not the user.
+                if media["track"].as_str().is_some_and(|t| t == "outbound") {
+                    return Ok(Inbound::Nothing);
+                }
+                let payload = media["payload"]
+                    .as_str()
+                    .ok_or_else(|| FramingError::Malformed("media without a payload".into()))?;
+                let bytes = STANDARD
+                    .decode(payload)
+                    .map_err(|e| FramingError::Malformed(format!("payload is not base64: {e}")))?;
+                Ok(Inbound::Audio {
+                    samples: bytes.into_iter().map(mulaw::decode).collect(),
+                    sample_rate: TWILIO_RATE,
+                })
+            }
+            "stop" => Ok(Inbound::Stop),
+            other => Err(FramingError::Unknown(other.to_owned())),
+        }
+    }
+
+    fn media(&mut self, samples: &[i16], rate: u32) -> Option<WsMessage> {
+        let sid = self.stream_sid.clone()?;
+        let narrow = if rate == TWILIO_RATE {
+            samples.to_vec()
+        } else {
+            if self.down.as_ref().is_none_or(|(r, _)| *r != rate) {
+                self.down = Some((rate, StreamResampler::new(rate, TWILIO_RATE).ok()?));
+            }
+            let (_, down) = self.down.as_mut()?;
+            down.process(samples)
+        };
+        let bytes: Vec<u8> = narrow.into_iter().map(mulaw::encode).collect();
+        Some(WsMessage::Text(
+            json!({
+                "event": "media",
+                "streamSid": sid,
+                "media": {"payload": STANDARD.encode(bytes)},
+            })
+            .to_string(),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pcm_audio_round_trips_as_little_endian_bytes() {
+        let mut framing = Framing::pcm(16_000);
+        let samples = vec![0i16, 1, -1, i16::MAX, i16::MIN, 1234];
+        let Some(WsMessage::Binary(bytes)) =
+            framing.encode(Outbound::Audio(samples.clone(), 16_000))
+        else {
+            panic!("binary audio");
+        };
+        assert_eq!(&bytes[..4], &[0, 0, 1, 0]);
+        assert_eq!(
+            framing.decode(WsMessage::Binary(bytes)),
+            Ok(Inbound::Audio {
+                samples,
+                sample_rate: 16_000
+            })
+        );
+        assert_eq!(
+            framing.decode(WsMessage::Binary(vec![1, 2, 3])),
+            Err(FramingError::OddAudio(3))
+        );
+    }
+
+    #[test]
+    fn pcm_text_messages_are_checked() {
+        let mut framing = Framing::pcm(16_000);
+        let text = |s: &str| WsMessage::Text(s.to_owned());
+        assert_eq!(
+            framing.decode(text(r#"{"type":"text","text":"hi"}"#)),
+            Ok(Inbound::Text("hi".into()))
+        );
+        assert_eq!(
+            framing.decode(text(r#"{"type":"stop"}"#)),
+            Ok(Inbound::Stop)
+        );
+        assert!(matches!(
+            framing.decode(text("{nope")),
+            Err(FramingError::Malformed(_))
+        ));
+        assert!(matches!(
+            framing.decode(text("[1]")),
+            Err(FramingError::Malformed(_))
+        ));
+        assert_eq!(
+            framing.decode(text(r#"{"type":"dance"}"#)),
+            Err(FramingError::Unknown("dance".into()))
+        );
+        assert!(matches!(
+            framing.decode(text(r#"{"type":"text","text":"  "}"#)),
+            Err(FramingError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn twilio_media_streams_round_trip() {
+        let mut framing = Framing::twilio();
+        let text = |v: Value| WsMessage::Text(v.to_string());
+        assert_eq!(
+            framing.decode(text(
+                json!({"event": "connected", "protocol": "Call", "version": "1.0.0"})
+            )),
+            Ok(Inbound::Nothing)
+        );
+        // No stream yet: nothing can be addressed.
+        assert_eq!(framing.encode(Outbound::Clear), None);
+        let start = json!({
+            "event": "start", "sequenceNumber": "1", "streamSid": "MZ123",
+            "start": {"streamSid": "MZ123", "accountSid": "AC1", "callSid": "CA1",
+                      "tracks": ["inbound"], "customParameters": {},
+                      "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}
+        });
+        assert_eq!(framing.decode(text(start)), Ok(Inbound::Nothing));
+        let payload = STANDARD.encode([0xffu8, 0x7f, 0x80, 0x00]);
+        let media = json!({"event": "media", "sequenceNumber": "2", "streamSid": "MZ123",
+            "media": {"track": "inbound", "chunk": "1", "timestamp": "5", "payload": payload}});
+        assert_eq!(
+            framing.decode(text(media)),
+            Ok(Inbound::Audio {
+                samples: vec![0, 0, 32_124, -32_124],
+                sample_rate: 8_000
+            })
+        );
+        let Some(WsMessage::Text(out)) = framing.encode(Outbound::Audio(vec![0; 160], 8_000))
+        else {
+            panic!("media out");
+        };
+        let out: Value = serde_json::from_str(&out).expect("json");
+        assert_eq!(out["event"], "media");
+        assert_eq!(out["streamSid"], "MZ123");
+        let bytes = STANDARD
+            .decode(out["media"]["payload"].as_str().expect("payload"))
+            .expect("base64");
+        assert_eq!(bytes, vec![0xff; 160]);
+        assert_eq!(
+            framing.encode(Outbound::Clear),
+            Some(WsMessage::Text(
+                r#"{"event":"clear","streamSid":"MZ123"}"#.into()
+            ))
+        );
+        assert_eq!(
+            framing.decode(text(
+                json!({"event": "stop", "streamSid": "MZ123", "stop": {}})
+            )),
+            Ok(Inbound::Stop)
+        );
+    }
+
+    #[test]
+    fn twilio_rejects_what_it_cannot_play() {
+        let mut framing = Framing::twilio();
+        let start = json!({"event": "start", "start": {"mediaFormat":
+            {"encoding": "audio/l16", "sampleRate": 16000, "channels": 1}}});
+        assert!(matches!(
+            framing.decode(WsMessage::Text(start.to_string())),
+            Err(FramingError::Format(_))
+        ));
+        let bad = json!({"event": "media", "media": {"payload": "***"}});
+        assert!(matches!(
+            framing.decode(WsMessage::Text(bad.to_string())),
+            Err(FramingError::Malformed(_))
+        ));
+        assert!(matches!(
+            framing.decode(WsMessage::Binary(vec![0, 0])),
+            Err(FramingError::Format(_))
+        ));
+    }
+}

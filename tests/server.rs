@@ -1,0 +1,295 @@
+//! `voxide serve` over real sockets: health and readiness, a spoken exchange over the
+//! WebSocket transport and over Twilio Media Streams, bad messages, the session limit and the
+//! graceful shutdown. Needs the models (`scripts/setup.sh`).
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+use tokio_tungstenite::tungstenite::Message;
+
+use voxide::audio::mulaw;
+use voxide::audio::resample::StreamResampler;
+use voxide::audio::wav;
+use voxide::bot::{BotOptions, Voice};
+use voxide::server::{ServeOptions, serve_until};
+
+const HELLO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+
+struct Server {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+async fn start(max_sessions: usize) -> Server {
+    let options = ServeOptions {
+        addr: "127.0.0.1:0".parse().expect("addr"),
+        max_sessions,
+        shutdown_grace: Duration::from_secs(2),
+        bot: BotOptions {
+            voice: Voice::Espeak,
+            ..BotOptions::default()
+        },
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let (addr_tx, addr_rx) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.await;
+            Ok(())
+        };
+        serve_until(options, shutdown, move |addr| {
+            let _ = addr_tx.send(addr);
+        })
+        .await
+        .expect("the server runs");
+    });
+    let addr = addr_rx.await.expect("listening");
+    // Ready once the models are loaded.
+    for _ in 0..600 {
+        if get(addr, "/readyz").await.0 == 200 {
+            return Server {
+                addr,
+                stop: Some(stop),
+                task,
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the server never became ready");
+}
+
+/// A plain HTTP/1.1 GET: status and body.
+async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// What came back over a socket.
+#[derive(Default)]
+struct Heard {
+    events: Vec<Value>,
+    loud_samples: usize,
+}
+
+impl Heard {
+    fn has(&self, kind: &str) -> bool {
+        self.events.iter().any(|e| e["type"] == kind)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_websocket_client_talks_to_the_bot_and_the_limits_hold() {
+    let mut server = start(1).await;
+    let addr = server.addr;
+    assert_eq!(get(addr, "/healthz").await, (200, "ok".into()));
+    let (status, body) = get(addr, "/").await;
+    assert_eq!(status, 200);
+    assert!(body.contains("<title>voxide</title>"));
+
+    let url = format!("ws://{addr}/ws?sample_rate=16000&out_sample_rate=24000");
+    let (socket, _) = tokio_tungstenite::connect_async(&url)
+        .await
+        .expect("upgrade");
+    let (mut tx, mut rx) = socket.split();
+
+    // A second session is over the limit.
+    match tokio_tungstenite::connect_async(&url).await {
+        Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+            assert_eq!(response.status(), 503);
+        }
+        other => panic!("expected a 503, got {other:?}"),
+    }
+    let (status, body) = get(addr, "/status").await;
+    assert_eq!(status, 200);
+    let status: Value = serde_json::from_str(&body).expect("json");
+    assert_eq!(status["sessions"], 1);
+    assert_eq!(status["sessions_rejected"], 1);
+
+    // Bad messages are answered and the session goes on.
+    tx.send(Message::text(r#"{"type":"dance"}"#))
+        .await
+        .expect("send");
+    tx.send(Message::binary(vec![1u8, 2, 3]))
+        .await
+        .expect("send");
+
+    let reader = tokio::spawn(async move {
+        let mut heard = Heard::default();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while let Ok(Some(Ok(message))) = tokio::time::timeout_at(deadline, rx.next()).await {
+            match message {
+                Message::Text(text) => {
+                    let event: Value = serde_json::from_str(&text).expect("JSON events");
+                    let done = event["type"] == "bot_stopped_speaking";
+                    heard.events.push(event);
+                    if done {
+                        break;
+                    }
+                }
+                Message::Binary(bytes) => {
+                    assert_eq!(bytes.len() % 2, 0);
+                    heard.loud_samples += bytes
+                        .chunks_exact(2)
+                        .filter(|b| i16::from_le_bytes([b[0], b[1]]).unsigned_abs() > 1000)
+                        .count();
+                }
+                _ => {}
+            }
+        }
+        heard
+    });
+
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    for chunk in hello
+        .chunks(320)
+        .chain(std::iter::repeat_n(&[0i16; 320][..], 150))
+    {
+        tick.tick().await;
+        let bytes: Vec<u8> = chunk.iter().flat_map(|s| s.to_le_bytes()).collect();
+        if tx.send(Message::binary(bytes)).await.is_err() {
+            break;
+        }
+        if reader.is_finished() {
+            break;
+        }
+    }
+    let heard = reader.await.expect("reader");
+    let errors: Vec<&Value> = heard
+        .events
+        .iter()
+        .filter(|e| e["type"] == "error")
+        .collect();
+    assert_eq!(errors.len(), 2, "{errors:?}");
+    assert!(
+        errors[0]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("dance"))
+    );
+    assert!(
+        errors[1]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("half a sample"))
+    );
+    assert!(heard.has("user_started_speaking"));
+    assert!(
+        heard
+            .events
+            .iter()
+            .any(|e| e["type"] == "user_transcription"
+                && e["final"] == true
+                && e["text"].as_str().is_some_and(|t| t.contains("weather"))),
+        "{:?}",
+        heard.events
+    );
+    assert!(heard.has("bot_started_speaking"));
+    assert!(heard.loud_samples > 1000, "the bot's voice came back");
+
+    tx.send(Message::text(r#"{"type":"stop"}"#))
+        .await
+        .expect("send");
+    let (_, metrics) = get(addr, "/metrics").await;
+    assert!(
+        metrics.contains("voxide_voice_to_voice_seconds_count 1"),
+        "{metrics}"
+    );
+
+    // Shutdown: no new sessions, and the server returns within the grace period.
+    let _ = server.stop.take().map(|s| s.send(()));
+    tokio::time::timeout(Duration::from_secs(10), &mut server.task)
+        .await
+        .expect("the server stopped in time")
+        .expect("cleanly");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_twilio_media_stream_gets_mulaw_answers() {
+    let server = start(4).await;
+    let url = format!("ws://{}/ws/twilio", server.addr);
+    let (socket, _) = tokio_tungstenite::connect_async(&url)
+        .await
+        .expect("upgrade");
+    let (mut tx, mut rx) = socket.split();
+    let send = |v: Value| Message::text(v.to_string());
+    tx.send(send(
+        json!({"event": "connected", "protocol": "Call", "version": "1.0.0"}),
+    ))
+    .await
+    .expect("send");
+    tx.send(send(json!({
+        "event": "start", "sequenceNumber": "1", "streamSid": "MZtest",
+        "start": {"streamSid": "MZtest", "accountSid": "AC1", "callSid": "CA1", "tracks": ["inbound"],
+                  "customParameters": {}, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}
+    })))
+    .await
+    .expect("send");
+
+    let reader = tokio::spawn(async move {
+        let mut loud = 0usize;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while let Ok(Some(Ok(Message::Text(text)))) =
+            tokio::time::timeout_at(deadline, rx.next()).await
+        {
+            let message: Value = serde_json::from_str(&text).expect("JSON");
+            assert_eq!(message["streamSid"], "MZtest", "{message}");
+            if message["event"] == "media" {
+                let payload = STANDARD
+                    .decode(message["media"]["payload"].as_str().expect("payload"))
+                    .expect("base64");
+                loud += payload
+                    .iter()
+                    .filter(|b| mulaw::decode(**b).unsigned_abs() > 1000)
+                    .count();
+                if loud > 4000 {
+                    break;
+                }
+            }
+        }
+        loud
+    });
+
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    let mut narrow = StreamResampler::new(16_000, 8_000).expect("resampler");
+    let mut audio = narrow.process(&hello);
+    audio.extend(vec![0; 8_000 * 6]);
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    for (i, chunk) in audio.chunks(160).enumerate() {
+        tick.tick().await;
+        let payload = STANDARD.encode(chunk.iter().map(|s| mulaw::encode(*s)).collect::<Vec<u8>>());
+        let media = json!({"event": "media", "sequenceNumber": (i + 2).to_string(), "streamSid": "MZtest",
+            "media": {"track": "inbound", "chunk": (i + 1).to_string(), "timestamp": (i * 20).to_string(), "payload": payload}});
+        if tx.send(send(media)).await.is_err() || reader.is_finished() {
+            break;
+        }
+    }
+    let loud = reader.await.expect("reader");
+    assert!(
+        loud > 4000,
+        "the bot answered in μ-law: {loud} loud samples"
+    );
+    let _ = tx
+        .send(send(
+            json!({"event": "stop", "streamSid": "MZtest", "stop": {}}),
+        ))
+        .await;
+}
