@@ -195,6 +195,22 @@ enum Bench {
     /// Word error rate of the embedded STT on sentences voiced by both embedded voices (the TTS
     /// round trip), with each voice's speed. Needs the models (`scripts/setup.sh`).
     Wer,
+    /// Voice-to-voice latency over a conversation: a Piper-voiced user asks --turns questions
+    /// (room for each answer after it) and the default bot answers through `voxide run` at
+    /// real-time pace. Writes the input, the answers and the events to --workdir.
+    Conversation {
+        /// Questions asked.
+        #[arg(long, default_value_t = 10)]
+        turns: usize,
+        /// Seconds of silence after each question.
+        #[arg(long, default_value_t = 10.0)]
+        gap_secs: f64,
+        /// Where the WAVs and the event log go.
+        #[arg(long, default_value = "target/bench-conversation")]
+        workdir: PathBuf,
+        #[command(flatten)]
+        bot: BotArgs,
+    },
 }
 
 #[tokio::main]
@@ -302,6 +318,30 @@ async fn main() -> Result<()> {
             bench: Bench::Tools,
         } => {
             let report = tokio::task::spawn_blocking(voxide::bench::tools::run).await??;
+            println!("{}", serde_json::to_string(&report)?);
+        }
+        Command::Bench {
+            bench:
+                Bench::Conversation {
+                    turns,
+                    gap_secs,
+                    workdir,
+                    bot,
+                },
+        } => {
+            if !(1..=100).contains(&turns) || !(1.0..=60.0).contains(&gap_secs) {
+                anyhow::bail!("--turns must be 1 to 100 and --gap-secs 1 to 60");
+            }
+            let bot = bot.options(&bot.config()?.bot)?;
+            let preload = bot.clone();
+            tokio::task::spawn_blocking(move || voxide::bot::preload(&preload)).await??;
+            let report = voxide::bench::conversation::run_conversation(
+                turns,
+                Duration::from_secs_f64(gap_secs),
+                bot,
+                workdir,
+            )
+            .await?;
             println!("{}", serde_json::to_string(&report)?);
         }
         Command::Bench { bench: Bench::Wer } => {

@@ -1,5 +1,6 @@
 //! Benchmarks users can run on their own hardware (`voxide bench ...`).
 
+pub mod conversation;
 pub mod engines;
 pub mod pipeline;
 pub mod tools;

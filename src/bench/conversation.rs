@@ -1,0 +1,124 @@
+//! Voice-to-voice latency over a whole conversation: a Piper-voiced user asks one question after
+//! another, with room for each answer, through `voxide run` at real-time pace.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::audio::resample::StreamResampler;
+use crate::audio::wav::{self, Wav};
+use crate::bot::BotOptions;
+use crate::services::tts::{PiperVoice, TtsEngine};
+use crate::transports::file::{RunError, RunOptions, RunSummary, run};
+
+/// What the user says, one turn each.
+pub const QUESTIONS: &[&str] = &[
+    "Hello, how are you today?",
+    "What is the capital of France?",
+    "Tell me a fun fact about cats.",
+    "What is twelve times seven?",
+    "Can you recommend a good book?",
+    "How do I make a cup of tea?",
+    "What time is it?",
+    "What is your favourite season?",
+    "Tell me a short joke.",
+    "Thank you, goodbye!",
+];
+
+/// The figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConversationReport {
+    /// Turns asked.
+    pub turns: usize,
+    /// Turns answered with a latency measured.
+    pub answered: usize,
+    /// Median voice-to-voice latency, ms.
+    pub p50_ms: f64,
+    /// 90th percentile, ms.
+    pub p90_ms: f64,
+    /// Fastest, ms.
+    pub min_ms: f64,
+    /// Slowest, ms.
+    pub max_ms: f64,
+    /// Every measurement, in order.
+    pub voice_to_voice_ms: Vec<f64>,
+    /// The run's summary (transcripts, what the bot said, tool calls).
+    pub run: RunSummary,
+}
+
+/// Why the benchmark failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConversationError {
+    /// The user's voice could not be made.
+    #[error("cannot voice the questions: {0}")]
+    Voice(String),
+    /// The run failed.
+    #[error(transparent)]
+    Run(#[from] RunError),
+}
+
+/// Voices the questions with `gap` of silence after each and runs the default bot on them.
+pub async fn run_conversation(
+    turns: usize,
+    gap: Duration,
+    bot: BotOptions,
+    workdir: PathBuf,
+) -> Result<ConversationReport, ConversationError> {
+    let voice_err = |e: &dyn std::fmt::Display| ConversationError::Voice(e.to_string());
+    let questions: Vec<&str> = QUESTIONS.iter().copied().cycle().take(turns).collect();
+    let audio = tokio::task::spawn_blocking(move || -> Result<Vec<i16>, ConversationError> {
+        let voice = PiperVoice::shared().map_err(|e| voice_err(&e))?;
+        let mut out = vec![0i16; 16_000];
+        for question in questions {
+            let speech = voice.synthesize(question).map_err(|e| voice_err(&e))?;
+            let mut down =
+                StreamResampler::new(speech.sample_rate, 16_000).map_err(|e| voice_err(&e))?;
+            out.extend(down.process(&speech.samples));
+            out.extend(down.process(&vec![0; speech.sample_rate as usize / 10]));
+            out.extend(vec![0; (gap.as_secs_f64() * 16_000.0) as usize]);
+        }
+        Ok(out)
+    })
+    .await
+    .map_err(|e| voice_err(&e))??;
+    std::fs::create_dir_all(&workdir).map_err(|e| voice_err(&e))?;
+    let input = workdir.join("conversation_user.wav");
+    wav::write(
+        &input,
+        &Wav {
+            samples: audio,
+            sample_rate: 16_000,
+            channels: 1,
+        },
+    )
+    .map_err(|e| voice_err(&e))?;
+    let summary = run(RunOptions {
+        input,
+        output: workdir.join("conversation_bot.wav"),
+        events: Some(workdir.join("conversation_events.jsonl")),
+        fast: false,
+        max_tail: Duration::from_secs(20),
+        settle: Duration::from_secs(2),
+        bot,
+    })
+    .await?;
+    let mut sorted = summary.voice_to_voice_ms.clone();
+    sorted.sort_by(f64::total_cmp);
+    let at = |q: f64| {
+        sorted
+            .get(((sorted.len() as f64 - 1.0) * q).round() as usize)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    Ok(ConversationReport {
+        turns,
+        answered: sorted.len(),
+        p50_ms: at(0.5),
+        p90_ms: at(0.9),
+        min_ms: sorted.first().copied().unwrap_or(0.0),
+        max_ms: sorted.last().copied().unwrap_or(0.0),
+        voice_to_voice_ms: summary.voice_to_voice_ms.clone(),
+        run: summary,
+    })
+}
