@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Sets up the machine and runs the bot on the embedded defaults.
-#
-# Until the transports land (browser WebRTC, microphone, WebSocket), the bot answers a recorded
-# question: it hears it (Silero VAD), transcribes it (Whisper), answers (SmolLM2) and speaks
-# (Piper), all offline. Pass your own WAV: scripts/bot.sh QUESTION.wav [ANSWER.wav]
+# Sets up the machine and runs the bot on the embedded defaults: `voxide serve` on
+# http://127.0.0.1:7860/ (open it and talk). Extra arguments go to `voxide serve`, e.g.
+# `scripts/bot.sh --port 8080 --voice espeak`. For a recorded question instead:
+# `target/release/voxide run --input assets/test/hello_16k.wav --output answer.wav`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 scripts/setup.sh
-cargo run --release --example voice_turn -- "$@"
+echo "bot: building voxide (release)"
+cargo build --release --locked
+exec target/release/voxide serve "$@"
