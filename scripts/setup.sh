@@ -4,7 +4,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the build and the tests need.
-APT_PACKAGES=(pkg-config python3 python3-pip libespeak-ng-dev)
+# libasound2-dev: cpal (the local microphone and speaker) links ALSA.
+APT_PACKAGES=(pkg-config python3 python3-pip libespeak-ng-dev libasound2-dev)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

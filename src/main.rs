@@ -43,6 +43,22 @@ enum Command {
         #[command(flatten)]
         bot: BotArgs,
     },
+    /// Talks with the bot through this machine's default microphone and speaker (or the named
+    /// ones). Prints what was heard and said; Ctrl-C ends it. There is no echo cancellation
+    /// yet: use headphones, or the bot may hear (and answer) itself.
+    Local {
+        /// Lists the audio devices and exits.
+        #[arg(long)]
+        list_devices: bool,
+        /// The microphone, by name (see --list-devices). [default: the system's default]
+        #[arg(long, env = "VOXIDE_INPUT_DEVICE")]
+        input_device: Option<String>,
+        /// The speaker, by name. [default: the system's default]
+        #[arg(long, env = "VOXIDE_OUTPUT_DEVICE")]
+        output_device: Option<String>,
+        #[command(flatten)]
+        bot: BotArgs,
+    },
     /// Runs one session on a recorded WAV file: the file is the user, the bot's answers are
     /// written time-aligned with it, and the session's events are written as JSON lines.
     /// Prints a summary (transcripts, what the bot said, latencies) as one JSON line.
@@ -195,6 +211,22 @@ enum Bench {
     /// Word error rate of the embedded STT on sentences voiced by both embedded voices (the TTS
     /// round trip), with each voice's speed. Needs the models (`scripts/setup.sh`).
     Wer,
+    /// Interruption latency: a Piper-voiced user asks for a long answer and talks over it
+    /// --after-secs after asking, --rounds times; reports the ms from the first sample of the
+    /// interrupting speech to the last sample of bot audio (p50/p99).
+    Interruptions {
+        /// Rounds played.
+        #[arg(long, default_value_t = 20)]
+        rounds: usize,
+        /// Seconds after the question ends that the user cuts in.
+        #[arg(long, default_value_t = 3.5)]
+        after_secs: f64,
+        /// Where the WAVs and the event log go.
+        #[arg(long, default_value = "target/bench-interruptions")]
+        workdir: PathBuf,
+        #[command(flatten)]
+        bot: BotArgs,
+    },
     /// Voice-to-voice latency over a conversation: a Piper-voiced user asks --turns questions
     /// (room for each answer after it) and the default bot answers through `voxide run` at
     /// real-time pace. Writes the input, the answers and the events to --workdir.
@@ -224,6 +256,36 @@ async fn main() -> Result<()> {
     let cli = Cli::parse();
     match cli.command {
         Command::Models => list_models(),
+        Command::Local {
+            list_devices,
+            input_device,
+            output_device,
+            bot,
+        } => {
+            if list_devices {
+                for d in voxide::transports::local::list_devices()? {
+                    let mut roles = Vec::new();
+                    if d.input {
+                        roles.push(if d.default_input {
+                            "input (default)"
+                        } else {
+                            "input"
+                        });
+                    }
+                    if d.output {
+                        roles.push(if d.default_output {
+                            "output (default)"
+                        } else {
+                            "output"
+                        });
+                    }
+                    println!("{:<40} {}", d.name, roles.join(", "));
+                }
+                return Ok(());
+            }
+            let bot = bot.options(&bot.config()?.bot)?;
+            local(bot, input_device, output_device).await?;
+        }
         Command::Serve {
             host,
             port,
@@ -272,10 +334,8 @@ async fn main() -> Result<()> {
             if !(0.0..=3600.0).contains(&max_tail_secs) {
                 anyhow::bail!("--max-tail-secs must be between 0 and 3600");
             }
-            let bot = bot.options(&bot.config()?.bot)?;
             eprintln!("loading the models…");
-            let preload = bot.clone();
-            tokio::task::spawn_blocking(move || voxide::bot::preload(&preload)).await??;
+            let bot = preloaded(&bot).await?;
             eprintln!("running {}…", input.display());
             let summary = run(RunOptions {
                 input,
@@ -332,12 +392,32 @@ async fn main() -> Result<()> {
             if !(1..=100).contains(&turns) || !(1.0..=60.0).contains(&gap_secs) {
                 anyhow::bail!("--turns must be 1 to 100 and --gap-secs 1 to 60");
             }
-            let bot = bot.options(&bot.config()?.bot)?;
-            let preload = bot.clone();
-            tokio::task::spawn_blocking(move || voxide::bot::preload(&preload)).await??;
+            let bot = preloaded(&bot).await?;
             let report = voxide::bench::conversation::run_conversation(
                 turns,
                 Duration::from_secs_f64(gap_secs),
+                bot,
+                workdir,
+            )
+            .await?;
+            println!("{}", serde_json::to_string(&report)?);
+        }
+        Command::Bench {
+            bench:
+                Bench::Interruptions {
+                    rounds,
+                    after_secs,
+                    workdir,
+                    bot,
+                },
+        } => {
+            if !(1..=200).contains(&rounds) || !(0.5..=30.0).contains(&after_secs) {
+                anyhow::bail!("--rounds must be 1 to 200 and --after-secs 0.5 to 30");
+            }
+            let bot = preloaded(&bot).await?;
+            let report = voxide::bench::interruptions::run_interruptions(
+                rounds,
+                Duration::from_secs_f64(after_secs),
                 bot,
                 workdir,
             )
@@ -349,6 +429,72 @@ async fn main() -> Result<()> {
             println!("{}", serde_json::to_string(&report)?);
         }
     }
+    Ok(())
+}
+
+/// The bot's options, with every engine they use loaded.
+async fn preloaded(args: &BotArgs) -> Result<BotOptions> {
+    let bot = args.options(&args.config()?.bot)?;
+    let preload = bot.clone();
+    tokio::task::spawn_blocking(move || voxide::bot::preload(&preload)).await??;
+    Ok(bot)
+}
+
+/// `voxide local`: the default bot on the microphone and speaker until Ctrl-C.
+async fn local(
+    mut bot: BotOptions,
+    input_device: Option<String>,
+    output_device: Option<String>,
+) -> Result<()> {
+    use voxide::events::Event;
+    use voxide::frames::{AudioFrame, SystemFrame};
+    use voxide::transports::OutputOptions;
+
+    let mut audio =
+        voxide::transports::local::open(input_device.as_deref(), output_device.as_deref())?;
+    eprintln!("loading the models…");
+    let preload = bot.clone();
+    tokio::task::spawn_blocking(move || voxide::bot::preload(&preload)).await??;
+    bot.audio_out_sample_rate = audio.speaker.sample_rate();
+    let built = voxide::bot::build(&bot, audio.speaker.clone(), OutputOptions::default())?;
+    let builder = voxide::pipeline::Session::builder(built.pipeline).params(built.params);
+    let mut events = builder.subscribe();
+    let session = builder.spawn();
+    let handle = session.handle();
+    tokio::spawn(async move {
+        while let Ok(event) = events.recv().await {
+            match event.event {
+                Event::UserTranscription {
+                    text,
+                    is_final: true,
+                } => eprintln!("you: {text}"),
+                Event::BotText { text } => eprintln!("bot: {text}"),
+                Event::ToolCallStarted {
+                    name, arguments, ..
+                } => eprintln!("  → {name}({arguments})"),
+                Event::Interruption => eprintln!("  (interrupted)"),
+                Event::Error { message, .. } => eprintln!("  error: {message}"),
+                Event::SessionEnded { .. } => break,
+                _ => {}
+            }
+        }
+    });
+    eprintln!("listening: speak (Ctrl-C to stop)");
+    let rate = audio.microphone.sample_rate;
+    loop {
+        tokio::select! {
+            chunk = audio.microphone.chunks.recv() => {
+                let Some(chunk) = chunk else { break };
+                let frame = SystemFrame::InputAudio(AudioFrame::new(chunk, rate, 1));
+                if handle.queue_frame(frame).await.is_err() {
+                    break;
+                }
+            }
+            _ = tokio::signal::ctrl_c() => break,
+        }
+    }
+    handle.cancel();
+    session.join().await;
     Ok(())
 }
 

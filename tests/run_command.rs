@@ -135,3 +135,19 @@ fn a_missing_or_broken_input_is_a_clear_error() {
     assert!(stderr.contains("cannot read the input"), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn local_names_a_missing_audio_device_instead_of_panicking() {
+    let result = voxide()
+        .args(["local", "--input-device", "no-such-device-xyz"])
+        .env_remove("RUST_BACKTRACE")
+        .output()
+        .expect("voxide runs");
+    assert!(!result.status.success());
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(
+        stderr.contains("no audio input device named \"no-such-device-xyz\""),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

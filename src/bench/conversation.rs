@@ -26,6 +26,37 @@ pub const QUESTIONS: &[&str] = &[
     "Thank you, goodbye!",
 ];
 
+/// Rate of the user's recordings.
+pub(super) const RATE: u32 = 16_000;
+
+/// `text` in the Piper voice at [`RATE`], with 100 ms of silence after it.
+pub(super) fn user_speech(voice: &PiperVoice, text: &str) -> Result<Vec<i16>, ConversationError> {
+    let voice_err = |e: &dyn std::fmt::Display| ConversationError::Voice(e.to_string());
+    let speech = voice.synthesize(text).map_err(|e| voice_err(&e))?;
+    let mut down = StreamResampler::new(speech.sample_rate, RATE).map_err(|e| voice_err(&e))?;
+    let mut out = down.process(&speech.samples);
+    out.extend(down.process(&vec![0; speech.sample_rate as usize / 10]));
+    Ok(out)
+}
+
+/// Writes the user's recording into `workdir` as `name`.
+pub(super) fn write_input(
+    workdir: &std::path::Path,
+    name: &str,
+    samples: Vec<i16>,
+) -> Result<PathBuf, ConversationError> {
+    let voice_err = |e: &dyn std::fmt::Display| ConversationError::Voice(e.to_string());
+    std::fs::create_dir_all(workdir).map_err(|e| voice_err(&e))?;
+    let path = workdir.join(name);
+    let wav = Wav {
+        samples,
+        sample_rate: RATE,
+        channels: 1,
+    };
+    wav::write(&path, &wav).map_err(|e| voice_err(&e))?;
+    Ok(path)
+}
+
 /// The figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConversationReport {
@@ -69,30 +100,16 @@ pub async fn run_conversation(
     let questions: Vec<&str> = QUESTIONS.iter().copied().cycle().take(turns).collect();
     let audio = tokio::task::spawn_blocking(move || -> Result<Vec<i16>, ConversationError> {
         let voice = PiperVoice::shared().map_err(|e| voice_err(&e))?;
-        let mut out = vec![0i16; 16_000];
+        let mut out = vec![0i16; RATE as usize];
         for question in questions {
-            let speech = voice.synthesize(question).map_err(|e| voice_err(&e))?;
-            let mut down =
-                StreamResampler::new(speech.sample_rate, 16_000).map_err(|e| voice_err(&e))?;
-            out.extend(down.process(&speech.samples));
-            out.extend(down.process(&vec![0; speech.sample_rate as usize / 10]));
-            out.extend(vec![0; (gap.as_secs_f64() * 16_000.0) as usize]);
+            out.extend(user_speech(&voice, question)?);
+            out.extend(vec![0; (gap.as_secs_f64() * f64::from(RATE)) as usize]);
         }
         Ok(out)
     })
     .await
     .map_err(|e| voice_err(&e))??;
-    std::fs::create_dir_all(&workdir).map_err(|e| voice_err(&e))?;
-    let input = workdir.join("conversation_user.wav");
-    wav::write(
-        &input,
-        &Wav {
-            samples: audio,
-            sample_rate: 16_000,
-            channels: 1,
-        },
-    )
-    .map_err(|e| voice_err(&e))?;
+    let input = write_input(&workdir, "conversation_user.wav", audio)?;
     let summary = run(RunOptions {
         input,
         output: workdir.join("conversation_bot.wav"),

@@ -2,6 +2,7 @@
 
 pub mod conversation;
 pub mod engines;
+pub mod interruptions;
 pub mod pipeline;
 pub mod tools;
 pub mod wer;

@@ -4,6 +4,7 @@
 //! the shared [`AudioOutput`] stage, which paces it and stops it on interruption.
 
 pub mod file;
+pub mod local;
 pub mod output;
 pub mod websocket;
 

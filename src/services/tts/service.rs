@@ -81,7 +81,11 @@ impl FrameProcessor for TtsService {
             FrameBody::Data(DataFrame::LlmText(text)) if direction == Direction::Downstream => {
                 self.text.push_str(text);
                 cx.push(frame, direction);
-                if let Some(end) = sentence_end(&self.text) {
+                // The first words of a response go out at a clause boundary: the user hears the
+                // bot start sooner, and later sentences are ready before they are needed.
+                let end = sentence_end(&self.text)
+                    .or_else(|| (!self.speaking).then(|| clause_end(&self.text)).flatten());
+                if let Some(end) = end {
                     let sentence: String = self.text.drain(..end).collect();
                     self.speak(sentence, Vec::new(), cx);
                 }
@@ -125,6 +129,25 @@ fn sentence_end(text: &str) -> Option<usize> {
         let next_is_space = chars.peek().is_some_and(|(_, n)| n.is_whitespace());
         let ends = matches!(c, '.' | '!' | '?') && next_is_space || c == '\n';
         if ends && text[..i].trim().chars().count() >= 3 {
+            return Some(i + c.len_utf8());
+        }
+    }
+    None
+}
+
+/// Characters a first clause needs before it is spoken on its own.
+const MIN_CLAUSE_CHARS: usize = 24;
+
+/// The byte index just past the first clause (`,` `;` `:` followed by whitespace) that has at
+/// least [`MIN_CLAUSE_CHARS`] before it.
+fn clause_end(text: &str) -> Option<usize> {
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let next_is_space = chars.peek().is_some_and(|(_, n)| n.is_whitespace());
+        if matches!(c, ',' | ';' | ':')
+            && next_is_space
+            && text[..i].trim().chars().count() >= MIN_CLAUSE_CHARS
+        {
             return Some(i + c.len_utf8());
         }
     }
@@ -238,5 +261,13 @@ mod tests {
         assert_eq!(sentence_end("Hi. "), None, "too short to say alone");
         assert_eq!(sentence_end("Sure!\nNext"), Some(5));
         assert_eq!(sentence_end("Wait"), None);
+    }
+
+    #[test]
+    fn a_first_clause_ends_at_a_comma_once_it_is_long_enough() {
+        assert_eq!(clause_end("Sure, I can"), None, "too short to say alone");
+        let text = "The weather in Paris is mild, with a breeze";
+        assert_eq!(clause_end(text), Some(29));
+        assert_eq!(clause_end("It costs 1,500 euros in total today"), None);
     }
 }
