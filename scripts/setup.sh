@@ -4,8 +4,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the build and the tests need.
-# libasound2-dev: cpal (the local microphone and speaker) links ALSA.
-APT_PACKAGES=(pkg-config python3 python3-pip libespeak-ng-dev libasound2-dev)
+# libasound2-dev: cpal (the local microphone and speaker) links ALSA; cmake builds the bundled
+# libopus (WebRTC audio).
+APT_PACKAGES=(pkg-config python3 python3-pip libespeak-ng-dev libasound2-dev cmake)
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do

@@ -40,6 +40,10 @@ enum Command {
         /// Seconds live sessions get to finish on shutdown. [default: 10]
         #[arg(long, env = "VOXIDE_SHUTDOWN_GRACE_SECS")]
         shutdown_grace_secs: Option<f64>,
+        /// A STUN or TURN server for WebRTC (repeatable). Without one, host candidates only,
+        /// which is all a local network or loopback needs.
+        #[arg(long = "ice-server", value_name = "URL")]
+        ice_servers: Vec<String>,
         #[command(flatten)]
         bot: BotArgs,
     },
@@ -291,6 +295,7 @@ async fn main() -> Result<()> {
             port,
             max_sessions,
             shutdown_grace_secs,
+            ice_servers,
             bot,
         } => {
             let config = bot.config()?;
@@ -317,6 +322,7 @@ async fn main() -> Result<()> {
                 max_sessions,
                 shutdown_grace: Duration::from_secs_f64(grace),
                 bot: bot.options(&config.bot)?,
+                ice_servers,
             };
             eprintln!(
                 "voxide serve: http://{addr}/ (models load in the background; /readyz says when)"

@@ -2,87 +2,21 @@
 //! WebSocket transport and over Twilio Media Streams, bad messages, the session limit and the
 //! graceful shutdown. Needs the models (`scripts/setup.sh`).
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::Message;
 
 use voxide::audio::mulaw;
 use voxide::audio::resample::StreamResampler;
 use voxide::audio::wav;
-use voxide::bot::{BotOptions, Voice};
-use voxide::server::{ServeOptions, serve_until};
 
-const HELLO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+mod common;
 
-struct Server {
-    addr: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-async fn start(max_sessions: usize) -> Server {
-    let options = ServeOptions {
-        addr: "127.0.0.1:0".parse().expect("addr"),
-        max_sessions,
-        shutdown_grace: Duration::from_secs(2),
-        bot: BotOptions {
-            voice: Voice::Espeak,
-            ..BotOptions::default()
-        },
-    };
-    let (stop, stopped) = oneshot::channel::<()>();
-    let (addr_tx, addr_rx) = oneshot::channel();
-    let task = tokio::spawn(async move {
-        let shutdown = async move {
-            let _ = stopped.await;
-            Ok(())
-        };
-        serve_until(options, shutdown, move |addr| {
-            let _ = addr_tx.send(addr);
-        })
-        .await
-        .expect("the server runs");
-    });
-    let addr = addr_rx.await.expect("listening");
-    // Ready once the models are loaded.
-    for _ in 0..600 {
-        if get(addr, "/readyz").await.0 == 200 {
-            return Server {
-                addr,
-                stop: Some(stop),
-                task,
-            };
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the server never became ready");
-}
-
-/// A plain HTTP/1.1 GET: status and body.
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.expect("write");
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.expect("read");
-    let status = response
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = response
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_owned())
-        .unwrap_or_default();
-    (status, body)
-}
+use common::{HELLO, get, start};
 
 /// What came back over a socket.
 #[derive(Default)]

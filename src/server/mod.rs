@@ -2,6 +2,7 @@
 //! readiness, status and Prometheus metrics, with a session limit and a graceful shutdown.
 
 mod metrics;
+mod webrtc;
 mod ws;
 
 use std::collections::HashMap;
@@ -14,7 +15,7 @@ use axum::Router;
 use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -37,6 +38,8 @@ pub struct ServeOptions {
     pub shutdown_grace: Duration,
     /// The bot every session runs.
     pub bot: BotOptions,
+    /// STUN/TURN server URLs for WebRTC; none: host candidates only.
+    pub ice_servers: Vec<String>,
 }
 
 /// Why the server could not run.
@@ -60,6 +63,7 @@ pub(crate) struct App {
     pub(crate) options: ServeOptions,
     pub(crate) metrics: Metrics,
     sessions: Mutex<HashMap<u64, SessionHandle>>,
+    peers: Mutex<HashMap<String, webrtc::PeerHandle>>,
     next_id: AtomicU64,
     ready: AtomicBool,
     draining: AtomicBool,
@@ -107,6 +111,10 @@ impl IntoResponse for Refusal {
 }
 
 impl App {
+    fn lock_peers(&self) -> std::sync::MutexGuard<'_, HashMap<String, webrtc::PeerHandle>> {
+        self.peers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
     fn lock_sessions(&self) -> std::sync::MutexGuard<'_, HashMap<u64, SessionHandle>> {
         self.sessions.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -145,6 +153,12 @@ pub(crate) fn router(app: Arc<App>) -> Router {
         .route("/metrics", get(prometheus))
         .route("/ws", get(ws::pcm))
         .route("/ws/twilio", get(ws::twilio))
+        .route("/api/offer", post(webrtc::offer).patch(webrtc::candidates))
+        .route("/start", post(webrtc::start))
+        .route(
+            "/sessions/{session_id}/api/offer",
+            post(webrtc::offer).patch(webrtc::candidates),
+        )
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app)
 }
@@ -189,6 +203,7 @@ pub async fn serve_until(
         options,
         metrics: Metrics::default(),
         sessions: Mutex::default(),
+        peers: Mutex::default(),
         next_id: AtomicU64::new(1),
         ready: AtomicBool::new(false),
         draining: AtomicBool::new(false),

@@ -6,6 +6,8 @@
 pub mod file;
 pub mod local;
 pub mod output;
+pub mod rtvi;
+pub mod webrtc;
 pub mod websocket;
 
 pub use output::{AudioOutput, AudioSink, OutputOptions, Pacing};

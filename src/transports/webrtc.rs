@@ -1,0 +1,422 @@
+//! WebRTC (webrtc-rs, Opus): one peer connection per session, compatible with pipecat's
+//! SmallWebRTC signalling, so its browser client works against voxide unchanged.
+//!
+//! The browser's microphone arrives as Opus over RTP and is decoded to 48 kHz mono input audio;
+//! the bot's voice goes back as 20 ms Opus frames, with silence while the bot is quiet so the
+//! track never starves. A data channel carries RTVI messages (see [`super::rtvi`]).
+
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use rtc::interceptor::Registry;
+use rtc::media::Sample;
+use rtc::media_stream::MediaStreamTrack;
+use rtc::peer_connection::configuration::RTCConfigurationBuilder;
+use rtc::peer_connection::configuration::interceptor_registry::register_default_interceptors;
+use rtc::peer_connection::configuration::media_engine::{MIME_TYPE_OPUS, MediaEngine};
+use rtc::peer_connection::sdp::RTCSessionDescription;
+use rtc::peer_connection::transport::RTCIceServer;
+use rtc::rtp_transceiver::rtp_sender::{
+    RTCRtpCodec, RTCRtpCodecParameters, RTCRtpCodingParameters, RTCRtpEncodingParameters,
+    RtpCodecKind,
+};
+use tokio::sync::{mpsc, oneshot};
+use webrtc::data_channel::{DataChannel, DataChannelEvent};
+use webrtc::media_stream::track_local::TrackLocal;
+use webrtc::media_stream::track_local::static_sample::TrackLocalStaticSample;
+use webrtc::media_stream::track_remote::{TrackRemote, TrackRemoteEvent};
+use webrtc::peer_connection::{
+    PeerConnection, PeerConnectionBuilder, PeerConnectionEventHandler, RTCIceGatheringState,
+    RTCPeerConnectionState,
+};
+
+use super::output::AudioSink;
+
+/// Opus runs at 48 kHz here, both ways.
+pub const OPUS_RATE: u32 = 48_000;
+/// Samples in one 20 ms Opus frame.
+const FRAME: usize = 960;
+/// How long an answer waits for ICE candidates to be gathered.
+const GATHER_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Why a connection could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum WebRtcError {
+    /// The offer is not usable.
+    #[error("invalid offer: {0}")]
+    Offer(String),
+    /// webrtc-rs failed.
+    #[error("WebRTC failed: {0}")]
+    Rtc(String),
+    /// Opus could not start.
+    #[error("the Opus codec failed: {0}")]
+    Opus(String),
+}
+
+fn rtc_err(e: impl std::fmt::Display) -> WebRtcError {
+    WebRtcError::Rtc(e.to_string())
+}
+
+/// What a new connection needs.
+#[derive(Debug, Clone)]
+pub struct PeerOptions {
+    /// The IP its UDP sockets bind (loopback in tests; a routable address in production).
+    pub bind: IpAddr,
+    /// STUN/TURN servers, as URLs; none for host candidates only.
+    pub ice_servers: Vec<String>,
+}
+
+/// What happens on a connection, for the session that owns it.
+#[derive(Debug)]
+pub enum PeerEvent {
+    /// Decoded microphone audio, mono at 48 kHz.
+    Audio(Vec<i16>),
+    /// A data-channel text message.
+    Message(String),
+    /// The connection failed or closed.
+    Closed,
+}
+
+/// One live peer connection.
+pub struct Peer {
+    connection: Arc<dyn PeerConnection>,
+    /// Data-channel messages to send (RTVI).
+    pub outgoing: mpsc::UnboundedSender<String>,
+}
+
+impl Peer {
+    /// Applies a renegotiation offer; returns the answer's SDP.
+    pub async fn renegotiate(&self, offer_sdp: String) -> Result<String, WebRtcError> {
+        answer(self.connection.as_ref(), offer_sdp).await
+    }
+
+    /// Adds trickled ICE candidates.
+    pub async fn add_candidates(
+        &self,
+        candidates: Vec<rtc::peer_connection::transport::RTCIceCandidateInit>,
+    ) -> Result<(), WebRtcError> {
+        for candidate in candidates {
+            self.connection
+                .add_ice_candidate(candidate)
+                .await
+                .map_err(rtc_err)?;
+        }
+        Ok(())
+    }
+
+    /// Closes the connection.
+    pub async fn close(&self) {
+        let _ = self.connection.close().await;
+    }
+}
+
+/// The bot's voice into the outgoing track.
+#[derive(Clone)]
+pub struct TrackSink {
+    queue: Arc<Mutex<VecDeque<i16>>>,
+}
+
+impl AudioSink for TrackSink {
+    fn write(&mut self, samples: &[i16], sample_rate: u32) {
+        if sample_rate != OPUS_RATE {
+            tracing::warn!(sample_rate, "bot audio not at 48 kHz; dropped");
+            return;
+        }
+        self.queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(samples);
+    }
+
+    fn clear(&mut self) {
+        self.queue.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+}
+
+struct Handler {
+    events: mpsc::UnboundedSender<PeerEvent>,
+    gathered: Mutex<Option<oneshot::Sender<()>>>,
+    channel: Arc<Mutex<Option<mpsc::UnboundedReceiver<String>>>>,
+}
+
+#[async_trait::async_trait]
+impl PeerConnectionEventHandler for Handler {
+    async fn on_ice_gathering_state_change(&self, state: RTCIceGatheringState) {
+        if state == RTCIceGatheringState::Complete
+            && let Some(done) = self
+                .gathered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+        {
+            let _ = done.send(());
+        }
+    }
+
+    async fn on_connection_state_change(&self, state: RTCPeerConnectionState) {
+        tracing::debug!(%state, "peer connection state");
+        if matches!(
+            state,
+            RTCPeerConnectionState::Failed | RTCPeerConnectionState::Closed
+        ) {
+            let _ = self.events.send(PeerEvent::Closed);
+        }
+    }
+
+    async fn on_track(&self, track: Arc<dyn TrackRemote>) {
+        if track.kind().await != RtpCodecKind::Audio {
+            return;
+        }
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let mut decoder = match opus::Decoder::new(OPUS_RATE, opus::Channels::Mono) {
+                Ok(d) => d,
+                Err(e) => {
+                    tracing::error!(error = %e, "cannot start the Opus decoder");
+                    return;
+                }
+            };
+            let mut pcm = vec![0i16; FRAME * 6];
+            while let Some(event) = track.poll().await {
+                let TrackRemoteEvent::OnRtpPacket(packet) = event else {
+                    continue;
+                };
+                if packet.payload.is_empty() {
+                    continue;
+                }
+                match decoder.decode(&packet.payload, &mut pcm, false) {
+                    Ok(n) => {
+                        if events.send(PeerEvent::Audio(pcm[..n].to_vec())).is_err() {
+                            break;
+                        }
+                    }
+                    // A damaged packet costs 20 ms of audio, not the session.
+                    Err(e) => tracing::debug!(error = %e, "undecodable Opus packet"),
+                }
+            }
+        });
+    }
+
+    async fn on_data_channel(&self, channel: Arc<dyn DataChannel>) {
+        let Some(mut outgoing) = self
+            .channel
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        else {
+            return;
+        };
+        let events = self.events.clone();
+        let sender = channel.clone();
+        tokio::spawn(async move {
+            while let Some(text) = outgoing.recv().await {
+                if sender.send_text(&text).await.is_err() {
+                    break;
+                }
+            }
+        });
+        tokio::spawn(async move {
+            while let Some(event) = channel.poll().await {
+                match event {
+                    DataChannelEvent::OnMessage(message) => {
+                        match String::from_utf8(message.data.to_vec()) {
+                            Ok(text) => {
+                                let _ = events.send(PeerEvent::Message(text));
+                            }
+                            Err(_) => tracing::debug!("binary data-channel message ignored"),
+                        }
+                    }
+                    DataChannelEvent::OnClose => break,
+                    _ => {}
+                }
+            }
+        });
+    }
+}
+
+/// Answers `offer_sdp` with a new connection. Returns the peer, the sink for the bot's voice,
+/// the connection's events, and the answer's SDP.
+pub async fn connect(
+    offer_sdp: String,
+    options: &PeerOptions,
+) -> Result<(Peer, TrackSink, mpsc::UnboundedReceiver<PeerEvent>, String), WebRtcError> {
+    if !offer_sdp.contains("m=audio") {
+        return Err(WebRtcError::Offer("the offer has no audio section".into()));
+    }
+    let mut media = MediaEngine::default();
+    let opus_codec = RTCRtpCodec {
+        mime_type: MIME_TYPE_OPUS.to_owned(),
+        clock_rate: OPUS_RATE,
+        channels: 2,
+        sdp_fmtp_line: "minptime=10;useinbandfec=1".to_owned(),
+        rtcp_feedback: vec![],
+    };
+    media
+        .register_codec(
+            RTCRtpCodecParameters {
+                rtp_codec: opus_codec.clone(),
+                payload_type: 111,
+            },
+            RtpCodecKind::Audio,
+        )
+        .map_err(rtc_err)?;
+    let registry = register_default_interceptors(Registry::new(), &mut media).map_err(rtc_err)?;
+    let config = RTCConfigurationBuilder::new()
+        .with_ice_servers(
+            options
+                .ice_servers
+                .iter()
+                .map(|url| RTCIceServer {
+                    urls: vec![url.clone()],
+                    ..Default::default()
+                })
+                .collect(),
+        )
+        .build();
+    let (events_tx, events) = mpsc::unbounded_channel();
+    let (gathered_tx, gathered) = oneshot::channel();
+    let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
+    let handler = Arc::new(Handler {
+        events: events_tx.clone(),
+        gathered: Mutex::new(Some(gathered_tx)),
+        channel: Arc::new(Mutex::new(Some(outgoing_rx))),
+    });
+    let runtime = webrtc::runtime::default_runtime()
+        .ok_or_else(|| WebRtcError::Rtc("no async runtime for webrtc-rs".into()))?;
+    let connection = PeerConnectionBuilder::new()
+        .with_configuration(config)
+        .with_media_engine(media)
+        .with_interceptor_registry(registry)
+        .with_handler(handler)
+        .with_runtime(runtime)
+        .with_udp_addrs(vec![format!("{}:0", options.bind)])
+        .build()
+        .await
+        .map_err(rtc_err)?;
+    let connection: Arc<dyn PeerConnection> = Arc::new(connection);
+
+    let ssrc = random_u32();
+    let track = Arc::new(
+        TrackLocalStaticSample::new(
+            Instant::now(),
+            MediaStreamTrack::new(
+                "voxide".to_owned(),
+                "voxide-audio".to_owned(),
+                "voxide bot".to_owned(),
+                RtpCodecKind::Audio,
+                vec![RTCRtpEncodingParameters {
+                    rtp_coding_parameters: RTCRtpCodingParameters {
+                        ssrc: Some(ssrc),
+                        ..Default::default()
+                    },
+                    codec: opus_codec,
+                    ..Default::default()
+                }],
+            ),
+        )
+        .map_err(rtc_err)?,
+    );
+    let sender = connection
+        .add_track(track.clone() as Arc<dyn TrackLocal>)
+        .await
+        .map_err(rtc_err)?;
+
+    let sdp = answer(connection.as_ref(), offer_sdp).await?;
+    let _ = tokio::time::timeout(GATHER_TIMEOUT, gathered).await;
+    let sdp = connection
+        .local_description()
+        .await
+        .map(|d| d.sdp)
+        .unwrap_or(sdp);
+
+    let queue = Arc::new(Mutex::new(VecDeque::new()));
+    let sink = TrackSink {
+        queue: queue.clone(),
+    };
+    let payload_type = sender
+        .get_parameters()
+        .await
+        .map_err(rtc_err)?
+        .rtp_parameters
+        .codecs
+        .first()
+        .map(|c| c.payload_type)
+        .ok_or_else(|| WebRtcError::Rtc("no codec was negotiated for the bot's audio".into()))?;
+    let mut encoder = opus::Encoder::new(OPUS_RATE, opus::Channels::Mono, opus::Application::Voip)
+        .map_err(|e| WebRtcError::Opus(e.to_string()))?;
+    let closed = events_tx;
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut packet = vec![0u8; 1500];
+        loop {
+            tick.tick().await;
+            if closed.is_closed() {
+                break;
+            }
+            let frame: Vec<i16> = {
+                let mut queue = queue.lock().unwrap_or_else(|p| p.into_inner());
+                let take = FRAME.min(queue.len());
+                let mut frame: Vec<i16> = queue.drain(..take).collect();
+                frame.resize(FRAME, 0);
+                frame
+            };
+            let Ok(n) = encoder.encode(&frame, &mut packet) else {
+                continue;
+            };
+            let sample = Sample {
+                data: Bytes::copy_from_slice(&packet[..n]),
+                duration: Duration::from_millis(20),
+                ..Sample::new(Instant::now())
+            };
+            if let Err(e) = track
+                .sample_writer(ssrc, payload_type)
+                .write_sample(&sample)
+                .await
+            {
+                tracing::debug!(error = %e, "the bot's audio track closed");
+                break;
+            }
+        }
+    });
+    Ok((
+        Peer {
+            connection,
+            outgoing,
+        },
+        sink,
+        events,
+        sdp,
+    ))
+}
+
+async fn answer(connection: &dyn PeerConnection, offer_sdp: String) -> Result<String, WebRtcError> {
+    let offer =
+        RTCSessionDescription::offer(offer_sdp).map_err(|e| WebRtcError::Offer(e.to_string()))?;
+    connection
+        .set_remote_description(offer)
+        .await
+        .map_err(|e| WebRtcError::Offer(e.to_string()))?;
+    let answer = connection.create_answer(None).await.map_err(rtc_err)?;
+    let sdp = answer.sdp.clone();
+    connection
+        .set_local_description(answer)
+        .await
+        .map_err(rtc_err)?;
+    Ok(sdp)
+}
+
+/// A random number (SSRCs, ids), without a dependency for it.
+pub fn random_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    hasher.finish() as u32
+}

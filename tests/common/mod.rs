@@ -1,0 +1,88 @@
+//! A voxide server on a free loopback port, for the tests that talk to it over sockets.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::oneshot;
+
+use voxide::bot::{BotOptions, Voice};
+use voxide::server::{ServeOptions, serve_until};
+
+/// The shipped question: 1 s of silence, "Hello there. What is the weather like in Paris
+/// today?", 1 s of silence, at 16 kHz.
+pub const HELLO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+
+pub struct Server {
+    pub addr: SocketAddr,
+    pub stop: Option<oneshot::Sender<()>>,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+pub async fn start(max_sessions: usize) -> Server {
+    let options = ServeOptions {
+        addr: "127.0.0.1:0".parse().expect("addr"),
+        max_sessions,
+        shutdown_grace: Duration::from_secs(2),
+        bot: BotOptions {
+            voice: Voice::Espeak,
+            ..BotOptions::default()
+        },
+        ice_servers: Vec::new(),
+    };
+    let (stop, stopped) = oneshot::channel::<()>();
+    let (addr_tx, addr_rx) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        let shutdown = async move {
+            let _ = stopped.await;
+            Ok(())
+        };
+        serve_until(options, shutdown, move |addr| {
+            let _ = addr_tx.send(addr);
+        })
+        .await
+        .expect("the server runs");
+    });
+    let addr = addr_rx.await.expect("listening");
+    // Ready once the models are loaded.
+    for _ in 0..600 {
+        if get(addr, "/readyz").await.0 == 200 {
+            return Server {
+                addr,
+                stop: Some(stop),
+                task,
+            };
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the server never became ready");
+}
+
+/// A plain HTTP/1.1 request: status and body.
+pub async fn request(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.expect("write");
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.expect("read");
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = response
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_owned())
+        .unwrap_or_default();
+    (status, body)
+}
+
+/// A plain HTTP/1.1 GET: status and body.
+pub async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
+    request(addr, "GET", path, "").await
+}
