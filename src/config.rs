@@ -60,6 +60,13 @@ pub struct BotConfig {
     pub max_tokens: Option<usize>,
     /// The system instruction.
     pub instructions: Option<String>,
+    /// `local`, `openai-realtime` or `gemini-live`.
+    pub llm: Option<String>,
+    /// The realtime provider's WebSocket URL (the environment's `OPENAI_REALTIME_URL` /
+    /// `GEMINI_LIVE_URL` wins).
+    pub realtime_url: Option<String>,
+    /// The realtime provider's model.
+    pub realtime_model: Option<String>,
 }
 
 /// Why the file could not be used.

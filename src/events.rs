@@ -119,6 +119,22 @@ pub enum Event {
         /// The timeout.
         seconds: f64,
     },
+    /// A realtime LLM lost its connection and is about to try again.
+    LlmReconnecting {
+        /// Which attempt comes next (1 for the first).
+        attempt: u32,
+        /// How long it waits before that attempt.
+        delay_ms: u64,
+        /// Why the connection was lost or refused.
+        reason: String,
+    },
+    /// A realtime LLM is connected again; a response it was giving is restarted.
+    LlmReconnected {
+        /// Attempts it took.
+        attempts: u32,
+        /// Whether a response was restarted.
+        restarted_response: bool,
+    },
 }
 
 /// Why a session finished.

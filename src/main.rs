@@ -9,9 +9,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use voxide::bench::pipeline::PipelineBench;
-use voxide::bot::{BotOptions, TurnEnd, Voice};
+use voxide::bot::{BotOptions, LlmChoice, TurnEnd, Voice};
 use voxide::config::{BotConfig, Config};
 use voxide::server::ServeOptions;
+use voxide::services::llm::gemini_live::GeminiLiveSettings;
+use voxide::services::llm::openai_realtime::OpenAiRealtimeSettings;
 use voxide::transports::file::{RunOptions, run};
 
 /// A realtime voice-agent server.
@@ -117,9 +119,21 @@ struct BotArgs {
     /// The system instruction (default: a short one of voxide's own).
     #[arg(long, env = "VOXIDE_INSTRUCTIONS")]
     instructions: Option<String>,
+    /// The model: `local` (embedded, offline), `openai-realtime` (needs OPENAI_API_KEY; URL
+    /// from OPENAI_REALTIME_URL) or `gemini-live` (needs GEMINI_API_KEY; URL from
+    /// GEMINI_LIVE_URL). The realtime ones listen and speak themselves. [default: local]
+    #[arg(long, value_enum, env = "VOXIDE_LLM")]
+    llm: Option<LlmArg>,
     /// A TOML config file (see `voxide::config` for its keys).
     #[arg(long, env = "VOXIDE_CONFIG")]
     config: Option<PathBuf>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
+enum LlmArg {
+    Local,
+    OpenaiRealtime,
+    GeminiLive,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -173,7 +187,38 @@ impl BotArgs {
         if !(1..=2048).contains(&max_tokens) {
             anyhow::bail!("max tokens must be between 1 and 2048");
         }
+        let llm = match (self.llm, file.llm.as_deref()) {
+            (Some(LlmArg::Local), _) | (None, None | Some("local")) => LlmChoice::Local,
+            (Some(LlmArg::OpenaiRealtime), _) | (None, Some("openai-realtime")) => {
+                let mut settings = OpenAiRealtimeSettings::from_env()?;
+                if std::env::var_os("OPENAI_REALTIME_URL").is_none()
+                    && let Some(url) = &file.realtime_url
+                {
+                    settings.url = url.clone();
+                }
+                if let Some(model) = &file.realtime_model {
+                    settings.model = model.clone();
+                }
+                LlmChoice::OpenAiRealtime(settings)
+            }
+            (Some(LlmArg::GeminiLive), _) | (None, Some("gemini-live")) => {
+                let mut settings = GeminiLiveSettings::from_env()?;
+                if std::env::var_os("GEMINI_LIVE_URL").is_none()
+                    && let Some(url) = &file.realtime_url
+                {
+                    settings.url = url.clone();
+                }
+                if let Some(model) = &file.realtime_model {
+                    settings.model = model.clone();
+                }
+                LlmChoice::GeminiLive(settings)
+            }
+            (None, Some(other)) => anyhow::bail!(
+                "bot.llm = {other:?} in the config: use \"local\", \"openai-realtime\" or \"gemini-live\""
+            ),
+        };
         Ok(BotOptions {
+            llm,
             voice,
             turn_end,
             turn_timeout: Duration::from_secs_f64(turn_timeout_secs),

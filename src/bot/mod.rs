@@ -14,8 +14,11 @@ use crate::context::{ContextHandle, LlmContext, Message};
 use crate::frames::StartParams;
 use crate::models::ModelError;
 use crate::pipeline::Pipeline;
-use crate::services::llm::LlmService;
+use crate::services::llm::gemini_live::{GeminiLive, GeminiLiveSettings};
 use crate::services::llm::local::{LocalLlm, LocalLlmOptions, LocalModel};
+use crate::services::llm::openai_realtime::{OpenAiRealtime, OpenAiRealtimeSettings};
+use crate::services::llm::realtime::RealtimeProtocol;
+use crate::services::llm::{LlmService, RealtimeOptions, RealtimeService};
 use crate::services::stt::{SttService, Whisper};
 use crate::services::tts::espeak::EspeakError;
 use crate::services::tts::{EspeakVoice, PiperVoice, TtsEngine, TtsService};
@@ -62,9 +65,23 @@ pub enum TurnEnd {
     Silence,
 }
 
+/// Which model listens, thinks and speaks.
+#[derive(Debug, Clone, Default)]
+pub enum LlmChoice {
+    /// The embedded stack: VAD, turns, Whisper, the local LLM and an embedded voice.
+    #[default]
+    Local,
+    /// OpenAI Realtime, speech to speech.
+    OpenAiRealtime(OpenAiRealtimeSettings),
+    /// Gemini Live, speech to speech.
+    GeminiLive(GeminiLiveSettings),
+}
+
 /// What the default bot is made of.
 #[derive(Debug, Clone)]
 pub struct BotOptions {
+    /// The model: embedded, or a realtime provider.
+    pub llm: LlmChoice,
     /// The VAD's parameters.
     pub vad: VadParams,
     /// How a turn ends.
@@ -87,6 +104,7 @@ pub struct BotOptions {
 impl Default for BotOptions {
     fn default() -> Self {
         Self {
+            llm: LlmChoice::Local,
             vad: VadParams::default(),
             turn_end: TurnEnd::SmartTurn,
             turn_timeout: Duration::from_secs(2),
@@ -123,6 +141,10 @@ pub struct Bot {
 /// Loads every embedded engine the bot uses (once per process), so the first session does not
 /// pay for it.
 pub fn preload(options: &BotOptions) -> Result<(), BotError> {
+    if !matches!(options.llm, LlmChoice::Local) {
+        // A realtime provider does the listening, thinking and speaking.
+        return Ok(());
+    }
     VadBatcher::shared()?;
     Whisper::shared()?;
     let model = LocalModel::shared()?;
@@ -148,6 +170,17 @@ pub fn build<S: AudioSink>(
     let mut initial = LlmContext::new(vec![Message::system(options.instructions.clone())]);
     initial.tools = crate::context::ToolsSchema::default();
     let context = ContextHandle::new(initial);
+    match &options.llm {
+        LlmChoice::Local => {}
+        LlmChoice::OpenAiRealtime(settings) => {
+            let protocol = OpenAiRealtime::new(settings.clone());
+            return Ok(realtime(options, protocol, context, sink, output));
+        }
+        LlmChoice::GeminiLive(settings) => {
+            let protocol = GeminiLive::new(settings.clone());
+            return Ok(realtime(options, protocol, context, sink, output));
+        }
+    }
     let stop = match options.turn_end {
         TurnEnd::SmartTurn => TurnStop::SmartTurn {
             model: SmartTurn::shared()?,
@@ -187,6 +220,34 @@ pub fn build<S: AudioSink>(
             ..StartParams::default()
         },
     })
+}
+
+/// The bot on a realtime provider: the service, the output, the assistant aggregator. The
+/// provider's own turn detection drives turns and barge-in.
+fn realtime<P: RealtimeProtocol, S: AudioSink>(
+    options: &BotOptions,
+    protocol: P,
+    context: ContextHandle,
+    sink: S,
+    output: OutputOptions,
+) -> Bot {
+    let mut service = RealtimeService::new(protocol, context.clone(), RealtimeOptions::default());
+    tools::register(service.functions());
+    let pipeline = Pipeline::new()
+        .then(service)
+        .then(AudioOutput::new(sink, output))
+        .then(AssistantAggregator::new(context.clone()));
+    Bot {
+        pipeline,
+        context,
+        params: StartParams {
+            audio_out_sample_rate: options.audio_out_sample_rate,
+            allow_interruptions: options.allow_interruptions,
+            enable_metrics: true,
+            enable_usage_metrics: true,
+            ..StartParams::default()
+        },
+    }
 }
 
 /// Registers the default bot's tools on `llm`.

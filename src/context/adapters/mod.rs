@@ -5,6 +5,7 @@
 
 pub mod anthropic;
 pub mod gemini;
+pub mod gemini_live;
 pub mod openai;
 pub mod openai_realtime;
 

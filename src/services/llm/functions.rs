@@ -224,6 +224,17 @@ impl FunctionRegistry {
     }
 
     /// True when any async function is registered.
+    pub(crate) fn async_names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self
+            .named
+            .iter()
+            .filter(|(_, r)| !r.options.cancel_on_interruption)
+            .map(|(n, _)| n.clone())
+            .collect();
+        names.sort();
+        names
+    }
+
     pub(crate) fn has_async(&self) -> bool {
         self.named
             .values()

@@ -4,8 +4,11 @@
 
 mod engine;
 mod functions;
+pub mod gemini_live;
 pub mod local;
+pub mod openai_realtime;
 mod pricing;
+pub mod realtime;
 mod service;
 
 pub use engine::{LlmEngine, LlmError, LlmEvent, LlmRequest};
@@ -14,4 +17,5 @@ pub use functions::{
     ResultProperties,
 };
 pub use pricing::{Price, PriceTable};
+pub use realtime::{RealtimeOptions, RealtimeService, ReconnectPolicy};
 pub use service::{IN_PROGRESS, LlmService, LlmServiceOptions, cancel_tool_schema};

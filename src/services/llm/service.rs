@@ -18,7 +18,7 @@ use super::functions::{
 };
 use super::pricing::PriceTable;
 use crate::context::async_tool_messages::ASYNC_TOOL_INSTRUCTIONS;
-use crate::context::{Content, ContextHandle, FunctionSchema, Message, StopReason};
+use crate::context::{Content, ContextHandle, FunctionSchema, Message, StopReason, ToolsSchema};
 use crate::events::Event;
 use crate::frames::{
     CancelReason, ControlFrame, DataFrame, ErrorFrame, Frame, FrameBody, FunctionCallCancel,
@@ -85,14 +85,142 @@ fn lock(calls: &Calls) -> std::sync::MutexGuard<'_, HashMap<String, Running>> {
     calls.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Runs an [`LlmEngine`] on the context it is given and runs the tool calls the model makes.
-pub struct LlmService {
-    engine: Arc<dyn LlmEngine>,
+/// The function registry and the calls it runs, shared by the text LLM service and the realtime
+/// ones. Clones share the calls; the service that owns them aborts them when it goes, so none
+/// outlives the session.
+#[derive(Clone)]
+pub(crate) struct ToolRunner {
     registry: Arc<FunctionRegistry>,
     options: LlmServiceOptions,
     calls: Calls,
     groups: Arc<AtomicU64>,
     resources: AppResources,
+}
+
+impl ToolRunner {
+    pub(crate) fn new(options: LlmServiceOptions) -> Self {
+        Self {
+            registry: Arc::new(FunctionRegistry::default()),
+            options,
+            calls: Arc::default(),
+            groups: Arc::default(),
+            resources: AppResources::default(),
+        }
+    }
+
+    pub(crate) fn functions(&mut self) -> &mut FunctionRegistry {
+        Arc::make_mut(&mut self.registry)
+    }
+
+    pub(crate) fn set_resources(&mut self, resources: AppResources) {
+        self.resources = resources;
+    }
+
+    /// True when an async function is registered (the model then needs the async instructions).
+    pub(crate) fn has_async(&self) -> bool {
+        self.registry.has_async()
+    }
+
+    /// The context's tools plus the registry's direct functions and `cancel_<name>` tools.
+    pub(crate) fn tools(&self, mut tools: ToolsSchema) -> ToolsSchema {
+        for schema in self.registry.direct_schemas() {
+            if !tools.standard_tools.iter().any(|t| t.name == schema.name) {
+                tools.standard_tools.push(schema.clone());
+            }
+        }
+        for name in self.registry.cancellable() {
+            tools.standard_tools.push(cancel_tool_schema(name));
+        }
+        tools
+    }
+
+    /// A new batch of calls from one response.
+    pub(crate) fn batch(&self, handle: ContextHandle, pusher: FramePusher) -> ToolBatch {
+        ToolBatch {
+            registry: self.registry.clone(),
+            options: self.options.clone(),
+            calls: self.calls.clone(),
+            group_id: self.groups.fetch_add(1, Ordering::Relaxed) + 1,
+            resources: self.resources.clone(),
+            handle,
+            pusher,
+        }
+    }
+
+    /// Aborts every running call.
+    pub(crate) fn abort_all(&self) {
+        for call in lock(&self.calls).values() {
+            if let Some(task) = &call.task {
+                task.abort();
+            }
+        }
+    }
+
+    /// Names of the async functions.
+    pub(crate) fn async_functions(&self) -> Vec<String> {
+        self.registry.async_names()
+    }
+
+    /// Cancels the calls with these ids (the provider withdrew them); returns the frames that
+    /// report it.
+    pub(crate) fn cancel_ids(&self, ids: &[String]) -> Vec<(Frame, Direction)> {
+        let cancelled: Vec<(String, Running)> = {
+            let mut calls = lock(&self.calls);
+            ids.iter()
+                .filter_map(|id| calls.remove(id).map(|c| (id.clone(), c)))
+                .collect()
+        };
+        let mut frames = Vec::new();
+        for (id, call) in cancelled {
+            if let Some(task) = &call.task {
+                task.abort();
+            }
+            frames.extend(cancel_frames(&id, &call, CancelReason::Llm, Some(false)));
+        }
+        frames
+    }
+
+    /// Cancels the calls an interruption cancels (async calls keep running); returns the frames
+    /// that report it.
+    pub(crate) fn cancel_for_interruption(&self) -> Vec<(Frame, Direction)> {
+        let cancelled: Vec<(String, Running)> = {
+            let mut calls = lock(&self.calls);
+            let ids: Vec<String> = calls
+                .iter()
+                .filter(|(_, c)| c.cancel_on_interruption)
+                .map(|(id, _)| id.clone())
+                .collect();
+            ids.into_iter()
+                .filter_map(|id| calls.remove(&id).map(|c| (id, c)))
+                .collect()
+        };
+        let mut frames = Vec::new();
+        for (id, call) in cancelled {
+            if let Some(task) = &call.task {
+                task.abort();
+            }
+            tracing::debug!(tool_call_id = %id, function = %call.function_name, "call cancelled by interruption");
+            frames.extend(cancel_frames(
+                &id,
+                &call,
+                CancelReason::Interruption,
+                Some(false),
+            ));
+        }
+        frames
+    }
+}
+
+impl Drop for LlmService {
+    fn drop(&mut self) {
+        self.tools.abort_all();
+    }
+}
+
+/// Runs an [`LlmEngine`] on the context it is given and runs the tool calls the model makes.
+pub struct LlmService {
+    engine: Arc<dyn LlmEngine>,
+    tools: ToolRunner,
     params: StartParams,
     last_revision: Option<u64>,
 }
@@ -107,11 +235,7 @@ impl LlmService {
     pub fn with_options(engine: impl LlmEngine, options: LlmServiceOptions) -> Self {
         Self {
             engine: Arc::new(engine),
-            registry: Arc::new(FunctionRegistry::default()),
-            options,
-            calls: Arc::default(),
-            groups: Arc::default(),
-            resources: AppResources::default(),
+            tools: ToolRunner::new(options),
             params: StartParams::default(),
             last_revision: None,
         }
@@ -119,7 +243,7 @@ impl LlmService {
 
     /// The function registry, to register handlers before the session starts.
     pub fn functions(&mut self) -> &mut FunctionRegistry {
-        Arc::make_mut(&mut self.registry)
+        self.tools.functions()
     }
 
     /// Registers `handler` under `name` (`None`: catch-all).
@@ -135,29 +259,6 @@ impl LlmService {
         self.functions().register_function(name, handler, options);
     }
 
-    fn cancel_on_interruption(&self, cx: &mut FrameContext<'_>) {
-        let cancelled: Vec<(String, Running)> = {
-            let mut calls = lock(&self.calls);
-            let ids: Vec<String> = calls
-                .iter()
-                .filter(|(_, c)| c.cancel_on_interruption)
-                .map(|(id, _)| id.clone())
-                .collect();
-            ids.into_iter()
-                .filter_map(|id| calls.remove(&id).map(|c| (id, c)))
-                .collect()
-        };
-        for (id, call) in cancelled {
-            if let Some(task) = &call.task {
-                task.abort();
-            }
-            tracing::debug!(tool_call_id = %id, function = %call.function_name, "call cancelled by interruption");
-            for (frame, dir) in cancel_frames(&id, &call, CancelReason::Interruption, Some(false)) {
-                cx.push(frame, dir);
-            }
-        }
-    }
-
     fn start_inference(&mut self, handle: ContextHandle, cx: &mut FrameContext<'_>) {
         let revision = handle.revision();
         if self.last_revision == Some(revision) {
@@ -168,15 +269,9 @@ impl LlmService {
         let request = self.request(&handle);
         let run = Inference {
             engine: self.engine.clone(),
-            registry: self.registry.clone(),
-            options: self.options.clone(),
-            calls: self.calls.clone(),
-            group_id: self.groups.fetch_add(1, Ordering::Relaxed) + 1,
-            resources: self.resources.clone(),
             metrics: self.params.enable_metrics,
             usage_metrics: self.params.enable_usage_metrics,
-            handle,
-            pusher: cx.pusher(),
+            batch: self.tools.batch(handle, cx.pusher()),
         };
         cx.run(run.run(request));
     }
@@ -185,33 +280,13 @@ impl LlmService {
     fn request(&self, handle: &ContextHandle) -> LlmRequest {
         let context = handle.snapshot();
         let mut messages = context.messages;
-        if self.registry.has_async() {
+        if self.tools.has_async() {
             add_instructions(&mut messages, ASYNC_TOOL_INSTRUCTIONS);
-        }
-        let mut tools = context.tools;
-        for schema in self.registry.direct_schemas() {
-            if !tools.standard_tools.iter().any(|t| t.name == schema.name) {
-                tools.standard_tools.push(schema.clone());
-            }
-        }
-        for name in self.registry.cancellable() {
-            tools.standard_tools.push(cancel_tool_schema(name));
         }
         LlmRequest {
             messages,
-            tools,
+            tools: self.tools.tools(context.tools),
             tool_choice: context.tool_choice,
-        }
-    }
-}
-
-impl Drop for LlmService {
-    fn drop(&mut self) {
-        // The calls belong to the service: none outlives the session.
-        for call in lock(&self.calls).values() {
-            if let Some(task) = &call.task {
-                task.abort();
-            }
         }
     }
 }
@@ -229,10 +304,14 @@ impl FrameProcessor for LlmService {
     ) -> Result<(), ProcessorError> {
         match &frame.body {
             FrameBody::System(SystemFrame::Start(start)) => {
-                self.resources = start.resources.clone();
+                self.tools.set_resources(start.resources.clone());
                 self.params = start.params.clone();
             }
-            FrameBody::System(SystemFrame::Interruption) => self.cancel_on_interruption(cx),
+            FrameBody::System(SystemFrame::Interruption) => {
+                for (frame, dir) in self.tools.cancel_for_interruption() {
+                    cx.push(frame, dir);
+                }
+            }
             FrameBody::Data(DataFrame::LlmContext(handle)) => {
                 self.start_inference(handle.clone(), cx);
                 return Ok(());
@@ -245,7 +324,7 @@ impl FrameProcessor for LlmService {
 }
 
 /// Appends `text` to the first system message, or adds one.
-fn add_instructions(messages: &mut Vec<Message>, text: &str) {
+pub(crate) fn add_instructions(messages: &mut Vec<Message>, text: &str) {
     for message in messages.iter_mut() {
         if let Message::System(m) = message {
             let joined = format!("{}\n\n{text}", m.content.joined_text());
@@ -272,22 +351,17 @@ pub fn cancel_tool_schema(name: &str) -> FunctionSchema {
 /// One run of the engine and the calls it makes.
 struct Inference {
     engine: Arc<dyn LlmEngine>,
-    registry: Arc<FunctionRegistry>,
-    options: LlmServiceOptions,
-    calls: Calls,
-    group_id: u64,
-    resources: AppResources,
     metrics: bool,
     usage_metrics: bool,
-    handle: ContextHandle,
-    pusher: FramePusher,
+    batch: ToolBatch,
 }
 
 impl Inference {
     async fn run(self, request: LlmRequest) -> Result<(), ProcessorError> {
         let down = Direction::Downstream;
-        let _ = self
-            .pusher
+        let pusher = &self.batch.pusher;
+        let options = &self.batch.options;
+        let _ = pusher
             .push(ControlFrame::LlmFullResponseStart.into(), down)
             .await;
         let started = Instant::now();
@@ -299,35 +373,31 @@ impl Inference {
         let mut stop_reason = None;
         let mut failure = None;
         loop {
-            let event =
-                match tokio::time::timeout(self.options.completion_timeout, stream.next()).await {
-                    Ok(Some(event)) => event,
-                    Ok(None) => break,
-                    Err(_) => {
-                        let seconds = self.options.completion_timeout.as_secs_f64();
-                        self.pusher.emit(Event::LlmCompletionTimeout { seconds });
-                        failure = Some(format!("the LLM gave no answer for {seconds} s"));
-                        break;
-                    }
-                };
+            let event = match tokio::time::timeout(options.completion_timeout, stream.next()).await
+            {
+                Ok(Some(event)) => event,
+                Ok(None) => break,
+                Err(_) => {
+                    let seconds = options.completion_timeout.as_secs_f64();
+                    pusher.emit(Event::LlmCompletionTimeout { seconds });
+                    failure = Some(format!("the LLM gave no answer for {seconds} s"));
+                    break;
+                }
+            };
             if first && self.metrics {
                 first = false;
                 let ttfb = MetricsData::Ttfb {
-                    processor: self.pusher.name().to_owned(),
+                    processor: pusher.name().to_owned(),
                     model: Some(self.engine.model().to_owned()),
                     seconds: started.elapsed().as_secs_f64(),
                 };
-                let _ = self
-                    .pusher
+                let _ = pusher
                     .push(SystemFrame::Metrics(vec![ttfb]).into(), down)
                     .await;
             }
             match event {
                 Ok(LlmEvent::Text(text)) => {
-                    let _ = self
-                        .pusher
-                        .push(DataFrame::LlmText(text).into(), down)
-                        .await;
+                    let _ = pusher.push(DataFrame::LlmText(text).into(), down).await;
                 }
                 Ok(LlmEvent::ToolCall {
                     id,
@@ -350,30 +420,27 @@ impl Inference {
         drop(stream);
         let has_calls = !requested.is_empty();
         if has_calls {
-            self.start_calls(requested).await;
+            self.batch.start(requested).await;
         }
         let summary = self.summary(usage, thinking, stop_reason, has_calls, failure.is_some());
         if self.usage_metrics && usage != TokenUsage::default() {
             let data = MetricsData::LlmUsage {
-                processor: self.pusher.name().to_owned(),
+                processor: pusher.name().to_owned(),
                 model: Some(summary.model.clone()),
                 usage,
                 cost_usd: summary.cost_usd,
             };
-            let _ = self
-                .pusher
+            let _ = pusher
                 .push(SystemFrame::Metrics(vec![data]).into(), down)
                 .await;
         }
-        let _ = self
-            .pusher
+        let _ = pusher
             .push(
                 ControlFrame::LlmResponseSummary(Box::new(summary)).into(),
                 down,
             )
             .await;
-        let _ = self
-            .pusher
+        let _ = pusher
             .push(ControlFrame::LlmFullResponseEnd.into(), down)
             .await;
         match failure {
@@ -399,16 +466,29 @@ impl Inference {
         };
         LlmResponseSummary {
             provider: self.engine.provider().to_owned(),
-            cost_usd: self.options.prices.cost(&model, &usage),
+            cost_usd: self.batch.options.prices.cost(&model, &usage),
             model,
             usage,
             stop_reason,
             thinking,
         }
     }
+}
 
+/// The calls of one response: announced together, run in parallel or in order, sharing a group id.
+pub(crate) struct ToolBatch {
+    registry: Arc<FunctionRegistry>,
+    options: LlmServiceOptions,
+    calls: Calls,
+    group_id: u64,
+    resources: AppResources,
+    handle: ContextHandle,
+    pusher: FramePusher,
+}
+
+impl ToolBatch {
     /// Announces the batch, then starts every call.
-    async fn start_calls(&self, requested: Vec<FunctionCallRequest>) {
+    pub(crate) async fn start(&self, requested: Vec<FunctionCallRequest>) {
         let batch: Arc<[FunctionCallRequest]> = requested.clone().into();
         for dir in [Direction::Downstream, Direction::Upstream] {
             let _ = self
@@ -766,7 +846,7 @@ fn cancel_frames(
 }
 
 /// Arguments as the model wrote them, as an object; anything unparsable becomes `{}`.
-fn parse_arguments(arguments: &str) -> Value {
+pub(crate) fn parse_arguments(arguments: &str) -> Value {
     match serde_json::from_str::<Value>(arguments) {
         Ok(v @ Value::Object(_)) => v,
         _ if arguments.trim().is_empty() => Value::Object(Map::new()),

@@ -1,0 +1,433 @@
+//! Google Gemini Live over its WebSocket (`BidiGenerateContent`): PCM16 at 16 kHz in and 24 kHz
+//! out, async tools declared `NON_BLOCKING`, results through `toolResponse`.
+//!
+//! Use it as `RealtimeService::new(GeminiLive::new(settings), context, options)`.
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use serde_json::{Value, json};
+
+use super::realtime::{
+    ConnectRequest, Delivery, DeliveryKind, PlayedAudio, RealtimeError, RealtimeEvent,
+    RealtimeProtocol, SessionSetup, connect_request,
+};
+use crate::context::Message;
+use crate::context::adapters::gemini_live as adapter;
+use crate::frames::{FunctionCallRequest, TokenUsage};
+
+/// Gemini Live's endpoint.
+pub const DEFAULT_URL: &str = "wss://generativelanguage.googleapis.com/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent";
+/// The default model.
+pub const DEFAULT_MODEL: &str = "gemini-2.5-flash-native-audio-preview-09-2025";
+/// The default voice.
+pub const DEFAULT_VOICE: &str = "Puck";
+/// The rate Gemini takes audio at.
+pub const INPUT_RATE: u32 = 16_000;
+/// The rate of Gemini's audio.
+pub const OUTPUT_RATE: u32 = 24_000;
+
+/// Settings of a Gemini Live session.
+#[derive(Clone)]
+pub struct GeminiLiveSettings {
+    /// The API key.
+    pub api_key: String,
+    /// The WebSocket URL (a test double may stand in).
+    pub url: String,
+    /// The model.
+    pub model: String,
+    /// The voice.
+    pub voice: String,
+    /// True: Gemini's own activity detection ends turns; false: voxide's turns do
+    /// (`activityStart` / `activityEnd`).
+    pub server_turns: bool,
+}
+
+// The key stays out of logs.
+impl std::fmt::Debug for GeminiLiveSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GeminiLiveSettings")
+            .field("api_key", &"<redacted>")
+            .field("url", &self.url)
+            .field("model", &self.model)
+            .field("voice", &self.voice)
+            .field("server_turns", &self.server_turns)
+            .finish()
+    }
+}
+
+impl GeminiLiveSettings {
+    /// Settings with `api_key` and the defaults.
+    pub fn new(api_key: impl Into<String>) -> Self {
+        Self {
+            api_key: api_key.into(),
+            url: DEFAULT_URL.to_owned(),
+            model: DEFAULT_MODEL.to_owned(),
+            voice: DEFAULT_VOICE.to_owned(),
+            server_turns: true,
+        }
+    }
+
+    /// Settings from `GEMINI_API_KEY` or `GOOGLE_API_KEY`, and `GEMINI_LIVE_URL` (optional).
+    pub fn from_env() -> Result<Self, RealtimeError> {
+        let key = ["GEMINI_API_KEY", "GOOGLE_API_KEY"]
+            .iter()
+            .find_map(|name| std::env::var(name).ok().filter(|k| !k.trim().is_empty()))
+            .ok_or_else(|| {
+                RealtimeError::Config(
+                    "GEMINI_API_KEY (or GOOGLE_API_KEY) is not set; Gemini Live needs an API key"
+                        .to_owned(),
+                )
+            })?;
+        let mut settings = Self::new(key);
+        if let Ok(url) = std::env::var("GEMINI_LIVE_URL")
+            && !url.trim().is_empty()
+        {
+            settings.url = url;
+        }
+        Ok(settings)
+    }
+}
+
+/// The Gemini Live protocol.
+#[derive(Debug)]
+pub struct GeminiLive {
+    settings: GeminiLiveSettings,
+    /// The model is producing a turn.
+    responding: bool,
+    /// The user's words of this turn so far (Gemini streams them without a final marker).
+    user_text: String,
+}
+
+impl GeminiLive {
+    /// The protocol with `settings`.
+    pub fn new(settings: GeminiLiveSettings) -> Self {
+        Self {
+            settings,
+            responding: false,
+            user_text: String::new(),
+        }
+    }
+
+    fn model_path(&self) -> String {
+        if self.settings.model.starts_with("models/") {
+            self.settings.model.clone()
+        } else {
+            format!("models/{}", self.settings.model)
+        }
+    }
+
+    fn flush_user(&mut self, out: &mut Vec<RealtimeEvent>) {
+        let text = std::mem::take(&mut self.user_text);
+        if !text.trim().is_empty() {
+            out.push(RealtimeEvent::UserTranscript {
+                text: text.trim().to_owned(),
+                is_final: true,
+            });
+        }
+    }
+
+    fn start_response(&mut self, out: &mut Vec<RealtimeEvent>) {
+        if !self.responding {
+            self.responding = true;
+            self.flush_user(out);
+            out.push(RealtimeEvent::ResponseStarted);
+        }
+    }
+
+    fn server_content(
+        &mut self,
+        content: &Value,
+        out: &mut Vec<RealtimeEvent>,
+    ) -> Result<(), String> {
+        if let Some(text) = content
+            .pointer("/inputTranscription/text")
+            .and_then(Value::as_str)
+        {
+            self.user_text.push_str(text);
+            out.push(RealtimeEvent::UserTranscript {
+                text: self.user_text.trim().to_owned(),
+                is_final: false,
+            });
+        }
+        if content.get("interrupted").and_then(Value::as_bool) == Some(true) {
+            self.responding = false;
+            out.push(RealtimeEvent::Interrupted);
+        }
+        if let Some(parts) = content
+            .pointer("/modelTurn/parts")
+            .and_then(Value::as_array)
+        {
+            for part in parts {
+                if let Some(data) = part.pointer("/inlineData/data").and_then(Value::as_str) {
+                    let bytes = STANDARD
+                        .decode(data)
+                        .map_err(|e| format!("audio is not base64: {e}"))?;
+                    self.start_response(out);
+                    out.push(RealtimeEvent::Audio {
+                        samples: bytes
+                            .chunks_exact(2)
+                            .map(|b| i16::from_le_bytes([b[0], b[1]]))
+                            .collect(),
+                        item_id: None,
+                    });
+                }
+            }
+        }
+        if let Some(text) = content
+            .pointer("/outputTranscription/text")
+            .and_then(Value::as_str)
+        {
+            self.start_response(out);
+            out.push(RealtimeEvent::BotText(text.to_owned()));
+        }
+        if content.get("turnComplete").and_then(Value::as_bool) == Some(true) {
+            self.flush_user(out);
+            if std::mem::take(&mut self.responding) {
+                out.push(RealtimeEvent::ResponseDone { cancelled: false });
+            }
+        }
+        Ok(())
+    }
+
+    fn tool_call(&mut self, call: &Value, out: &mut Vec<RealtimeEvent>) -> Result<(), String> {
+        let calls = call
+            .get("functionCalls")
+            .and_then(Value::as_array)
+            .ok_or("toolCall without functionCalls")?
+            .iter()
+            .map(|c| {
+                Ok(FunctionCallRequest {
+                    function_name: c
+                        .get("name")
+                        .and_then(Value::as_str)
+                        .ok_or("a function call without a name")?
+                        .to_owned(),
+                    tool_call_id: c
+                        .get("id")
+                        .and_then(Value::as_str)
+                        .ok_or("a function call without an id")?
+                        .to_owned(),
+                    arguments: match c.get("args") {
+                        Some(args @ Value::Object(_)) => args.clone(),
+                        _ => json!({}),
+                    },
+                })
+            })
+            .collect::<Result<Vec<_>, &str>>()?;
+        self.start_response(out);
+        out.push(RealtimeEvent::ToolCalls(calls));
+        // Gemini's turn pauses on a call: the response is over until it speaks again.
+        self.responding = false;
+        out.push(RealtimeEvent::ResponseDone { cancelled: false });
+        Ok(())
+    }
+}
+
+impl RealtimeProtocol for GeminiLive {
+    fn provider(&self) -> &str {
+        "google"
+    }
+
+    fn model(&self) -> &str {
+        &self.settings.model
+    }
+
+    fn request(&self) -> Result<ConnectRequest, RealtimeError> {
+        let separator = if self.settings.url.contains('?') {
+            '&'
+        } else {
+            '?'
+        };
+        let url = format!(
+            "{}{separator}key={}",
+            self.settings.url, self.settings.api_key
+        );
+        connect_request(&url, &[])
+    }
+
+    fn input_rate(&self) -> u32 {
+        INPUT_RATE
+    }
+
+    fn output_rate(&self) -> u32 {
+        OUTPUT_RATE
+    }
+
+    fn setup(&self, setup: &SessionSetup) -> Vec<Value> {
+        let mut config = json!({
+            "model": self.model_path(),
+            "generationConfig": {
+                "responseModalities": ["AUDIO"],
+                "speechConfig": {"voiceConfig": {"prebuiltVoiceConfig": {"voiceName": self.settings.voice}}},
+            },
+            "tools": adapter::tools(&setup.tools, &setup.async_functions),
+            "inputAudioTranscription": {},
+            "outputAudioTranscription": {},
+        });
+        if let Some(instruction) = adapter::system_instruction(&setup.messages) {
+            config["systemInstruction"] = instruction;
+        }
+        if !self.settings.server_turns {
+            config["realtimeInputConfig"] =
+                json!({"automaticActivityDetection": {"disabled": true}});
+        }
+        vec![json!({"setup": config})]
+    }
+
+    fn audio(&self, samples: &[i16]) -> Value {
+        let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+        json!({"realtimeInput": {"audio": {
+            "data": STANDARD.encode(bytes),
+            "mimeType": format!("audio/pcm;rate={INPUT_RATE}"),
+        }}})
+    }
+
+    fn deliveries(&self, messages: &[Message]) -> Vec<Delivery> {
+        adapter::items(messages)
+            .into_iter()
+            .map(|item| Delivery {
+                kind: if item.key.starts_with("output:") {
+                    DeliveryKind::ToolResult
+                } else if item.key.starts_with("partial:") {
+                    DeliveryKind::PartialResult
+                } else {
+                    DeliveryKind::History
+                },
+                key: item.key,
+                messages: vec![item.message],
+            })
+            .collect()
+    }
+
+    fn respond(&self) -> Option<Value> {
+        // Gemini answers a tool response by itself (per its scheduling).
+        None
+    }
+
+    fn interrupt(&self, _played: Option<&PlayedAudio>) -> Vec<Value> {
+        // Gemini stops on its own when it hears the user (or on activityStart); there is no
+        // truncation message.
+        Vec::new()
+    }
+
+    fn user_started(&self) -> Vec<Value> {
+        if self.settings.server_turns {
+            return Vec::new();
+        }
+        vec![json!({"realtimeInput": {"activityStart": {}}})]
+    }
+
+    fn user_stopped(&self) -> Vec<Value> {
+        if self.settings.server_turns {
+            return Vec::new();
+        }
+        vec![json!({"realtimeInput": {"activityEnd": {}}})]
+    }
+
+    fn parse(&mut self, text: &str) -> Result<Vec<RealtimeEvent>, String> {
+        let message: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+        if !message.is_object() {
+            return Err("a server message that is not an object".to_owned());
+        }
+        let mut out = Vec::new();
+        if message.get("setupComplete").is_some() {
+            out.push(RealtimeEvent::Ready);
+        }
+        if let Some(content) = message.get("serverContent") {
+            self.server_content(content, &mut out)?;
+        }
+        if let Some(call) = message.get("toolCall") {
+            self.tool_call(call, &mut out)?;
+        }
+        if let Some(ids) = message
+            .pointer("/toolCallCancellation/ids")
+            .and_then(Value::as_array)
+        {
+            let ids = ids
+                .iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect();
+            out.push(RealtimeEvent::ToolCallsCancelled(ids));
+        }
+        if let Some(usage) = message.get("usageMetadata") {
+            let count = |name: &str| usage.get(name).and_then(Value::as_u64).unwrap_or(0);
+            let cached = count("cachedContentTokenCount");
+            out.push(RealtimeEvent::Usage(TokenUsage {
+                input: count("promptTokenCount").saturating_sub(cached),
+                output: count("responseTokenCount"),
+                cache_read: cached,
+                cache_write: 0,
+            }));
+        }
+        if let Some(away) = message.get("goAway") {
+            let time_left = away
+                .get("timeLeft")
+                .cloned()
+                .unwrap_or_default()
+                .to_string();
+            tracing::info!(%time_left, "Gemini Live will close this connection soon");
+        }
+        Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_turn_opens_streams_and_closes() {
+        let mut p = GeminiLive::new(GeminiLiveSettings::new("k"));
+        let events = p
+            .parse(r#"{"serverContent":{"inputTranscription":{"text":"hi there"}}}"#)
+            .expect("parses");
+        assert!(matches!(
+            &events[0],
+            RealtimeEvent::UserTranscript {
+                is_final: false,
+                ..
+            }
+        ));
+        let events = p
+            .parse(r#"{"serverContent":{"modelTurn":{"parts":[{"inlineData":{"mimeType":"audio/pcm;rate=24000","data":"AQACAA=="}}]}}}"#)
+            .expect("parses");
+        assert_eq!(
+            events,
+            vec![
+                RealtimeEvent::UserTranscript {
+                    text: "hi there".into(),
+                    is_final: true
+                },
+                RealtimeEvent::ResponseStarted,
+                RealtimeEvent::Audio {
+                    samples: vec![1, 2],
+                    item_id: None
+                },
+            ]
+        );
+        let events = p
+            .parse(r#"{"serverContent":{"turnComplete":true},"usageMetadata":{"promptTokenCount":9,"responseTokenCount":4}}"#)
+            .expect("parses");
+        assert_eq!(events[0], RealtimeEvent::ResponseDone { cancelled: false });
+        assert!(matches!(
+            events[1],
+            RealtimeEvent::Usage(TokenUsage {
+                input: 9,
+                output: 4,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn malformed_messages_are_errors() {
+        let mut p = GeminiLive::new(GeminiLiveSettings::new("k"));
+        assert!(p.parse("[1]").is_err());
+        assert!(
+            p.parse(r#"{"toolCall":{"functionCalls":[{"args":{}}]}}"#)
+                .is_err()
+        );
+        assert_eq!(p.parse(r#"{"somethingNew":{}}"#), Ok(vec![]));
+    }
+}
