@@ -7,6 +7,10 @@ cd "$(dirname "$0")/.."
 # libasound2-dev: cpal (the local microphone and speaker) links ALSA; cmake builds the bundled
 # libopus (WebRTC audio).
 APT_PACKAGES=(pkg-config python3 python3-pip libespeak-ng-dev libasound2-dev cmake)
+# --test: what only the tests need: headless Chromium for the browser end-to-end test.
+if [ "${1:-}" = "--test" ]; then
+  APT_PACKAGES+=(chromium)
+fi
 
 missing=()
 for pkg in "${APT_PACKAGES[@]}"; do
