@@ -117,6 +117,19 @@ impl Default for BotOptions {
     }
 }
 
+impl BotOptions {
+    /// The session parameters the bot runs with.
+    fn start_params(&self) -> StartParams {
+        StartParams {
+            audio_out_sample_rate: self.audio_out_sample_rate,
+            allow_interruptions: self.allow_interruptions,
+            enable_metrics: true,
+            enable_usage_metrics: true,
+            ..StartParams::default()
+        }
+    }
+}
+
 /// Why the bot could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum BotError {
@@ -212,13 +225,7 @@ pub fn build<S: AudioSink>(
     Ok(Bot {
         pipeline,
         context,
-        params: StartParams {
-            audio_out_sample_rate: options.audio_out_sample_rate,
-            allow_interruptions: options.allow_interruptions,
-            enable_metrics: true,
-            enable_usage_metrics: true,
-            ..StartParams::default()
-        },
+        params: options.start_params(),
     })
 }
 
@@ -240,13 +247,7 @@ fn realtime<P: RealtimeProtocol, S: AudioSink>(
     Bot {
         pipeline,
         context,
-        params: StartParams {
-            audio_out_sample_rate: options.audio_out_sample_rate,
-            allow_interruptions: options.allow_interruptions,
-            enable_metrics: true,
-            enable_usage_metrics: true,
-            ..StartParams::default()
-        },
+        params: options.start_params(),
     }
 }
 
