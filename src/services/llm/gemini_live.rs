@@ -3,13 +3,11 @@
 //!
 //! Use it as `RealtimeService::new(GeminiLive::new(settings), context, options)`.
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
 use super::realtime::{
     ConnectRequest, Delivery, DeliveryKind, PlayedAudio, RealtimeError, RealtimeEvent,
-    RealtimeProtocol, SessionSetup, connect_request,
+    RealtimeProtocol, SessionSetup, connect_request, pcm_from_base64, pcm_to_base64, with_query,
 };
 use crate::context::Message;
 use crate::context::adapters::gemini_live as adapter;
@@ -159,15 +157,10 @@ impl GeminiLive {
         {
             for part in parts {
                 if let Some(data) = part.pointer("/inlineData/data").and_then(Value::as_str) {
-                    let bytes = STANDARD
-                        .decode(data)
-                        .map_err(|e| format!("audio is not base64: {e}"))?;
+                    let samples = pcm_from_base64(data)?;
                     self.start_response(out);
                     out.push(RealtimeEvent::Audio {
-                        samples: bytes
-                            .chunks_exact(2)
-                            .map(|b| i16::from_le_bytes([b[0], b[1]]))
-                            .collect(),
+                        samples,
                         item_id: None,
                     });
                 }
@@ -233,16 +226,10 @@ impl RealtimeProtocol for GeminiLive {
     }
 
     fn request(&self) -> Result<ConnectRequest, RealtimeError> {
-        let separator = if self.settings.url.contains('?') {
-            '&'
-        } else {
-            '?'
-        };
-        let url = format!(
-            "{}{separator}key={}",
-            self.settings.url, self.settings.api_key
-        );
-        connect_request(&url, &[])
+        connect_request(
+            &with_query(&self.settings.url, "key", &self.settings.api_key),
+            &[],
+        )
     }
 
     fn input_rate(&self) -> u32 {
@@ -275,9 +262,8 @@ impl RealtimeProtocol for GeminiLive {
     }
 
     fn audio(&self, samples: &[i16]) -> Value {
-        let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
         json!({"realtimeInput": {"audio": {
-            "data": STANDARD.encode(bytes),
+            "data": pcm_to_base64(samples),
             "mimeType": format!("audio/pcm;rate={INPUT_RATE}"),
         }}})
     }

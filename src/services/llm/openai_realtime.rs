@@ -3,13 +3,11 @@
 //!
 //! Use it as `RealtimeService::new(OpenAiRealtime::new(settings), context, options)`.
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
 use super::realtime::{
     ConnectRequest, Delivery, DeliveryKind, PlayedAudio, RealtimeError, RealtimeEvent,
-    RealtimeProtocol, SessionSetup, connect_request,
+    RealtimeProtocol, SessionSetup, connect_request, pcm_from_base64, pcm_to_base64, with_query,
 };
 use crate::context::adapters::openai_realtime as adapter;
 use crate::context::{Message, ToolChoice};
@@ -136,15 +134,7 @@ impl RealtimeProtocol for OpenAiRealtime {
     }
 
     fn request(&self) -> Result<ConnectRequest, RealtimeError> {
-        let separator = if self.settings.url.contains('?') {
-            '&'
-        } else {
-            '?'
-        };
-        let url = format!(
-            "{}{separator}model={}",
-            self.settings.url, self.settings.model
-        );
+        let url = with_query(&self.settings.url, "model", &self.settings.model);
         let auth = format!("Bearer {}", self.settings.api_key);
         connect_request(&url, &[("authorization", &auth)])
     }
@@ -181,8 +171,7 @@ impl RealtimeProtocol for OpenAiRealtime {
     }
 
     fn audio(&self, samples: &[i16]) -> Value {
-        let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
-        json!({"type": "input_audio_buffer.append", "audio": STANDARD.encode(bytes)})
+        json!({"type": "input_audio_buffer.append", "audio": pcm_to_base64(samples)})
     }
 
     fn deliveries(&self, messages: &[Message]) -> Vec<Delivery> {
@@ -268,13 +257,7 @@ impl RealtimeProtocol for OpenAiRealtime {
                 vec![RealtimeEvent::ResponseStarted]
             }
             "response.output_audio.delta" => {
-                let audio = STANDARD
-                    .decode(field_str(&event, "delta")?)
-                    .map_err(|e| format!("audio delta is not base64: {e}"))?;
-                let samples = audio
-                    .chunks_exact(2)
-                    .map(|b| i16::from_le_bytes([b[0], b[1]]))
-                    .collect();
+                let samples = pcm_from_base64(field_str(&event, "delta")?)?;
                 let item_id = event
                     .get("item_id")
                     .and_then(Value::as_str)

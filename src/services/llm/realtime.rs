@@ -1010,6 +1010,31 @@ pub fn connect_request(
     Ok(request)
 }
 
+/// `url` with `name=value` added to its query.
+pub fn with_query(url: &str, name: &str, value: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}{name}={value}")
+}
+
+/// 16-bit little-endian PCM as base64, as both providers carry audio in JSON.
+pub fn pcm_to_base64(samples: &[i16]) -> String {
+    use base64::Engine;
+    let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Base64 16-bit little-endian PCM back to samples (a trailing odd byte is dropped).
+pub fn pcm_from_base64(data: &str) -> Result<Vec<i16>, String> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|e| format!("audio is not base64: {e}"))?;
+    Ok(bytes
+        .chunks_exact(2)
+        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+        .collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1030,6 +1055,18 @@ mod tests {
                 "{attempt}: {delay:?}"
             );
         }
+    }
+
+    #[test]
+    fn pcm_survives_base64_and_bad_data_is_an_error() {
+        let samples = [0i16, 1, -1, i16::MAX, i16::MIN];
+        assert_eq!(
+            pcm_from_base64(&pcm_to_base64(&samples)),
+            Ok(samples.to_vec())
+        );
+        assert!(pcm_from_base64("%%").is_err());
+        assert_eq!(with_query("ws://h/x?a=1", "key", "k"), "ws://h/x?a=1&key=k");
+        assert_eq!(with_query("ws://h/x", "model", "m"), "ws://h/x?model=m");
     }
 
     #[test]
