@@ -50,8 +50,8 @@ enum Command {
         bot: BotArgs,
     },
     /// Talks with the bot through this machine's default microphone and speaker (or the named
-    /// ones). Prints what was heard and said; Ctrl-C ends it. There is no echo cancellation
-    /// yet: use headphones, or the bot may hear (and answer) itself.
+    /// ones). Prints what was heard and said; Ctrl-C ends it. An echo guard keeps the bot from
+    /// taking its own voice from the speaker for the user; headphones still work best.
     Local {
         /// Lists the audio devices and exits.
         #[arg(long)]
@@ -62,6 +62,9 @@ enum Command {
         /// The speaker, by name. [default: the system's default]
         #[arg(long, env = "VOXIDE_OUTPUT_DEVICE")]
         output_device: Option<String>,
+        /// Turns the echo guard off (with headphones, or a device that cancels echo itself).
+        #[arg(long)]
+        no_echo_guard: bool,
         #[command(flatten)]
         bot: BotArgs,
     },
@@ -309,6 +312,7 @@ async fn main() -> Result<()> {
             list_devices,
             input_device,
             output_device,
+            no_echo_guard,
             bot,
         } => {
             if list_devices {
@@ -332,7 +336,10 @@ async fn main() -> Result<()> {
                 }
                 return Ok(());
             }
-            let bot = bot.options(&bot.config()?.bot)?;
+            let mut bot = bot.options(&bot.config()?.bot)?;
+            if !no_echo_guard {
+                bot.echo_guard = Some(Default::default());
+            }
             local(bot, input_device, output_device).await?;
         }
         Command::Serve {

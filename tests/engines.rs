@@ -314,24 +314,31 @@ async fn the_tts_stage_speaks_each_sentence_in_order_as_20_ms_frames() {
                 }
                 continue;
             }
-            FrameBody::Data(DataFrame::TtsText(t)) => spoken.push(t.text.clone()),
+            FrameBody::Data(DataFrame::TtsText(t)) => {
+                let words = t.words.as_deref().unwrap_or_default();
+                let said: Vec<&str> = words.iter().map(|w| w.word.as_str()).collect();
+                assert_eq!(said.join(" "), t.text.trim_end_matches(['.', '?']));
+                assert!(
+                    words
+                        .windows(2)
+                        .all(|w| w[0].end_secs <= w[1].start_secs + 1e-9)
+                );
+                spoken.push(t.text.clone())
+            }
             _ => {}
         }
         names.push(frame.name().to_owned());
     }
+    // The LLM's text stops at the TTS: what goes on is what is spoken, with its word timings.
     assert_eq!(spoken, ["Hello there.", "How are you today?"]);
     assert_eq!(
         names,
         [
             "start",
             "llm_full_response_start",
-            "llm_text",
-            // "Hello there." is a sentence once the space after it arrives.
-            "llm_text",
             "tts_started",
             "tts_text",
             "output_audio",
-            "llm_text",
             "tts_text",
             "output_audio",
             "tts_stopped",

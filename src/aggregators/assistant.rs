@@ -1,6 +1,7 @@
 //! The assistant side: what the bot said, its tool calls and their results.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 
 use serde_json::Map;
 
@@ -14,6 +15,7 @@ use crate::context::{
 };
 use crate::frames::{
     ControlFrame, DataFrame, Frame, FrameBody, FunctionCallResult, LlmResponseSummary, SystemFrame,
+    WordTiming,
 };
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
 use crate::services::llm::IN_PROGRESS;
@@ -22,10 +24,16 @@ use crate::services::llm::IN_PROGRESS;
 /// again when results call for it: per the result's `run_llm`, else once the whole batch has
 /// settled. It never runs the LLM while the user speaks, the bot speaks or a response is still
 /// streaming: the run waits and happens then, so a result is never lost.
+///
+/// Behind a TTS and an output, it records what the listener heard: the TTS's sentences as their
+/// audio plays, and on an interruption only the words whose audio had (mostly) played. Without
+/// a TTS it records the LLM's text.
 pub struct AssistantAggregator {
     context: ContextHandle,
     /// Text of the current response not yet written to the context.
     text: String,
+    /// The sentence being played, with its word timings.
+    playing: Option<Playing>,
     /// The current response as blocks, for the metadata of its last message.
     blocks: Vec<ContentBlock>,
     /// The current response's summary, once the service sent it.
@@ -48,6 +56,7 @@ impl AssistantAggregator {
         Self {
             context,
             text: String::new(),
+            playing: None,
             blocks: Vec::new(),
             summary: None,
             last_model: (String::new(), String::new()),
@@ -60,8 +69,38 @@ impl AssistantAggregator {
         }
     }
 
+    /// Adds words of the current response.
+    fn add_text(&mut self, text: &str) {
+        self.text.push_str(text);
+        match self.blocks.last_mut() {
+            Some(ContentBlock::Text(t)) => t.push_str(text),
+            _ => self.blocks.push(ContentBlock::Text(text.to_owned())),
+        }
+    }
+
+    /// Adds a sentence the listener heard, or the part of it they heard.
+    fn add_heard(&mut self, heard: &str) {
+        if heard.is_empty() {
+            return;
+        }
+        let text = if self.text.is_empty() || self.text.ends_with(char::is_whitespace) {
+            heard.to_owned()
+        } else {
+            format!(" {heard}")
+        };
+        self.add_text(&text);
+    }
+
+    /// The sentence being played was heard to its end.
+    fn finish_playing(&mut self) {
+        if let Some(playing) = self.playing.take() {
+            self.add_heard(playing.text.trim());
+        }
+    }
+
     /// Writes the pending text as an assistant message.
     fn commit_text(&mut self) {
+        self.finish_playing();
         let text = std::mem::take(&mut self.text);
         let text = text.trim();
         if !text.is_empty() {
@@ -239,6 +278,27 @@ impl AssistantAggregator {
     }
 }
 
+/// A sentence whose audio is playing.
+struct Playing {
+    text: String,
+    words: Arc<[WordTiming]>,
+    /// Audio of it that reached the listener.
+    played_secs: f64,
+}
+
+impl Playing {
+    /// The words whose audio had mostly played.
+    fn heard(&self) -> String {
+        let heard: Vec<&str> = self
+            .words
+            .iter()
+            .take_while(|w| (w.start_secs + w.end_secs) / 2.0 <= self.played_secs)
+            .map(|w| w.word.as_str())
+            .collect();
+        heard.join(" ")
+    }
+}
+
 /// Puts the response's reasoning first, as the model produced it.
 fn with_thinking(mut blocks: Vec<ContentBlock>, thinking: String) -> Vec<ContentBlock> {
     if !thinking.is_empty() {
@@ -274,14 +334,33 @@ impl FrameProcessor for AssistantAggregator {
                 return Ok(());
             }
             FrameBody::System(SystemFrame::Interruption) => {
-                // What was said so far stays, marked as cut short.
+                // What the listener heard stays, marked as cut short.
+                if let Some(playing) = self.playing.take() {
+                    self.add_heard(&playing.heard());
+                }
                 if self.in_response {
                     self.finish_response(true);
                 }
                 self.in_response = false;
             }
+            FrameBody::Data(DataFrame::OutputAudio(audio)) => {
+                if let Some(playing) = &mut self.playing {
+                    playing.played_secs += audio.duration().as_secs_f64();
+                }
+            }
+            FrameBody::Data(DataFrame::TtsText(spoken)) if self.in_response && spoken.spoken => {
+                if let Some(words) = &spoken.words {
+                    self.finish_playing();
+                    self.playing = Some(Playing {
+                        text: spoken.text.clone(),
+                        words: words.clone(),
+                        played_secs: 0.0,
+                    });
+                }
+            }
             FrameBody::Control(ControlFrame::LlmFullResponseStart) => {
                 self.in_response = true;
+                self.playing = None;
                 self.text.clear();
                 self.blocks.clear();
                 self.summary = None;
@@ -300,13 +379,7 @@ impl FrameProcessor for AssistantAggregator {
                 self.maybe_run(cx);
                 return Ok(());
             }
-            FrameBody::Data(DataFrame::LlmText(text)) if self.in_response => {
-                self.text.push_str(text);
-                match self.blocks.last_mut() {
-                    Some(ContentBlock::Text(t)) => t.push_str(text),
-                    _ => self.blocks.push(ContentBlock::Text(text.clone())),
-                }
-            }
+            FrameBody::Data(DataFrame::LlmText(text)) if self.in_response => self.add_text(text),
             FrameBody::Control(ControlFrame::FunctionCallInProgress(call))
                 if direction == Direction::Downstream =>
             {

@@ -1,5 +1,6 @@
-//! Audio stages and helpers: WAV files, resampling, voice activity detection.
+//! Audio stages and helpers: WAV files, resampling, voice activity detection, the echo guard.
 
+pub mod echo;
 pub mod mel;
 pub mod mulaw;
 pub mod resample;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::aggregators::{AssistantAggregator, UserAggregator};
+use crate::audio::echo::{EchoGuard, EchoGuardParams, EchoReference};
 use crate::audio::turn::SmartTurn;
 use crate::audio::vad::{VadBatcher, VadParams, VadStage};
 use crate::context::{ContextHandle, LlmContext, Message};
@@ -23,7 +24,7 @@ use crate::services::stt::{SttService, Whisper};
 use crate::services::tts::espeak::EspeakError;
 use crate::services::tts::{EspeakVoice, PiperVoice, TtsEngine, TtsService};
 use crate::transports::{AudioOutput, AudioSink, OutputOptions};
-use crate::turns::{TurnStop, UserTurns};
+use crate::turns::{MuteStrategy, TurnStop, UserMute, UserTurns};
 
 /// The default bot's system instruction: short, because the embedded model is small.
 pub const INSTRUCTIONS: &str = "You are voxide, a friendly voice assistant. Your replies are \
@@ -99,6 +100,11 @@ pub struct BotOptions {
     pub allow_interruptions: bool,
     /// The pipeline's output sample rate.
     pub audio_out_sample_rate: u32,
+    /// Silence the bot's own echo in the input: for a microphone next to a speaker with no
+    /// echo canceller before voxide (browsers cancel their own).
+    pub echo_guard: Option<EchoGuardParams>,
+    /// When the user is not heard (none: always heard).
+    pub mute: Vec<MuteStrategy>,
 }
 
 impl Default for BotOptions {
@@ -113,6 +119,8 @@ impl Default for BotOptions {
             instructions: INSTRUCTIONS.to_owned(),
             allow_interruptions: true,
             audio_out_sample_rate: 24_000,
+            echo_guard: None,
+            mute: Vec::new(),
         }
     }
 }
@@ -213,7 +221,8 @@ pub fn build<S: AudioSink>(
         speech_end_offset: Duration::from_secs_f32(options.vad.stop_secs),
         ..output
     };
-    let pipeline = Pipeline::new()
+    let (front, sink) = input_front(options, sink);
+    let pipeline = front
         .then(VadStage::new(VadBatcher::shared()?, options.vad))
         .then(UserTurns::new(stop))
         .then(SttService::new(Whisper::shared()?, "user"))
@@ -240,7 +249,8 @@ fn realtime<P: RealtimeProtocol, S: AudioSink>(
 ) -> Bot {
     let mut service = RealtimeService::new(protocol, context.clone(), RealtimeOptions::default());
     tools::register(service.functions());
-    let pipeline = Pipeline::new()
+    let (front, sink) = input_front(options, sink);
+    let pipeline = front
         .then(service)
         .then(AudioOutput::new(sink, output))
         .then(AssistantAggregator::new(context.clone()));
@@ -249,6 +259,24 @@ fn realtime<P: RealtimeProtocol, S: AudioSink>(
         context,
         params: options.start_params(),
     }
+}
+
+/// The pipeline's start: the mute filter and the echo guard where the options ask for them, and
+/// the sink tapped for the guard's reference.
+fn input_front<S: AudioSink>(
+    options: &BotOptions,
+    sink: S,
+) -> (Pipeline, crate::audio::echo::EchoTap<S>) {
+    let mut front = Pipeline::new();
+    if !options.mute.is_empty() {
+        front = front.then(UserMute::new(options.mute.iter().copied()));
+    }
+    let reference = EchoReference::new();
+    let tapped = reference.tap(sink);
+    if let Some(params) = options.echo_guard {
+        front = front.then(EchoGuard::new(reference, params));
+    }
+    (front, tapped)
 }
 
 /// Registers the default bot's tools on `llm`.

@@ -446,6 +446,31 @@ pub struct TtsText {
     pub text: String,
     /// False when the text is shown but not spoken.
     pub spoken: bool,
+    /// When each word is heard in the audio that follows this frame, where the TTS knows it: the
+    /// assistant aggregator uses it to keep only the words played before an interruption.
+    pub words: Option<Arc<[WordTiming]>>,
+}
+
+impl TtsText {
+    /// Spoken text without word timings (a provider speaking by itself).
+    pub fn spoken(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            spoken: true,
+            words: None,
+        }
+    }
+}
+
+/// When one word is spoken.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WordTiming {
+    /// The word as written.
+    pub word: String,
+    /// Start, in seconds from the start of the speech.
+    pub start_secs: f64,
+    /// End, in seconds.
+    pub end_secs: f64,
 }
 
 /// A transcript of the user's speech.

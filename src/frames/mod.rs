@@ -18,6 +18,6 @@ pub use frame::{
     CancelReason, ControlFrame, DataFrame, EndFrame, ErrorFrame, Frame, FrameBody, FrameCategory,
     FrameId, FunctionCallCancel, FunctionCallInProgress, FunctionCallRequest, FunctionCallResult,
     FunctionCallResultProperties, LlmResponseSummary, OnContextUpdated, StartFrame, StartParams,
-    SystemFrame, Transcription, TtsText,
+    SystemFrame, Transcription, TtsText, WordTiming,
 };
 pub use metrics::{MetricsData, TokenUsage};

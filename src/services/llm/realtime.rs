@@ -882,10 +882,7 @@ impl<P: RealtimeProtocol> Link<P> {
         let sentence = std::mem::take(&mut self.response.sentence);
         let text = sentence.trim();
         if !text.is_empty() {
-            let spoken = TtsText {
-                text: text.to_owned(),
-                spoken: true,
-            };
+            let spoken = TtsText::spoken(text);
             self.push(DataFrame::TtsText(spoken).into(), Direction::Downstream)
                 .await;
         }

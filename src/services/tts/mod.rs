@@ -20,16 +20,7 @@ pub struct Speech {
     pub words: Vec<WordTiming>,
 }
 
-/// When one word is spoken.
-#[derive(Debug, Clone, PartialEq)]
-pub struct WordTiming {
-    /// The word as written.
-    pub word: String,
-    /// Start, in seconds from the start of the speech.
-    pub start_secs: f64,
-    /// End, in seconds.
-    pub end_secs: f64,
-}
+pub use crate::frames::WordTiming;
 
 /// Why synthesis failed.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -1,8 +1,10 @@
 //! The TTS stage: streamed LLM text in, speech out, a sentence at a time.
 //!
-//! LLM text passes through at once (the assistant aggregator records it); each complete sentence
-//! is synthesised as a job off the async workers, so the first sentence plays while the model is
-//! still writing the next. An interruption aborts the job and drops the rest of the response.
+//! LLM text stops here: each complete sentence is synthesised as a job off the async workers, so
+//! the first sentence plays while the model is still writing the next, and goes on as a `TtsText`
+//! frame carrying its word timings, just before its audio. The assistant aggregator, after the
+//! output, records those words as they are played. An interruption aborts the job and drops the
+//! rest of the response.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -80,7 +82,6 @@ impl FrameProcessor for TtsService {
             }
             FrameBody::Data(DataFrame::LlmText(text)) if direction == Direction::Downstream => {
                 self.text.push_str(text);
-                cx.push(frame, direction);
                 // The first words of a response go out at a clause boundary: the user hears the
                 // bot start sooner, and later sentences are ready before they are needed.
                 let end = sentence_end(&self.text)
@@ -200,6 +201,7 @@ impl Synthesis {
             let tts_text = TtsText {
                 text: text.clone(),
                 spoken: true,
+                words: (!speech.words.is_empty()).then(|| speech.words.clone().into()),
             };
             let _ = self
                 .pusher

@@ -5,7 +5,12 @@
 //! Smart Turn model judges the last seconds of the user's audio (off the audio path, on a
 //! blocking thread) and ends the turn at once when it sounds finished, otherwise waits for more
 //! speech up to a timeout; or a plain speech timeout ends it after a fixed silence. A turn that
-//! starts while the bot speaks interrupts the bot.
+//! starts while the bot speaks interrupts the bot. [`UserMute`] keeps the user out at chosen
+//! moments (the greeting, a tool call).
+
+mod mute;
+
+pub use mute::{MuteStrategy, UserMute};
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,0 +1,220 @@
+//! The echo guard: the bot's own voice coming back through a speaker must not count as the user.
+//!
+//! Where no acoustic echo canceller runs before voxide (a local microphone next to a speaker),
+//! the input carries the bot's speech back, delayed and attenuated. The guard compares each input
+//! chunk with what the output played in the last moments: while the bot is audible, input no
+//! louder than the loudest echo the room could return (`max_echo_gain_db` below the played audio)
+//! is taken for echo and silenced before the VAD and the STT hear it. The user talking over the
+//! bot is louder than their echo and passes. It is a suppressor, not a canceller: what it lets
+//! through still carries the echo underneath.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use crate::frames::{AudioFrame, Frame, FrameBody, SystemFrame};
+use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
+use crate::transports::AudioSink;
+
+/// How the guard tells echo from the user.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct EchoGuardParams {
+    /// The loudest echo expected, relative to the played audio, in dB (negative: quieter).
+    pub max_echo_gain_db: f32,
+    /// How long played audio may take to come back (the speaker-to-mic path plus buffering).
+    pub tail: Duration,
+}
+
+impl Default for EchoGuardParams {
+    fn default() -> Self {
+        Self {
+            max_echo_gain_db: -6.0,
+            tail: Duration::from_millis(300),
+        }
+    }
+}
+
+/// What the output played recently: the guard's reference.
+#[derive(Debug, Clone, Default)]
+pub struct EchoReference(Arc<Mutex<VecDeque<(Instant, f32)>>>);
+
+/// How much played loudness the reference keeps, at most.
+const MAX_BLOCKS: usize = 256;
+
+impl EchoReference {
+    /// An empty reference.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn blocks(&self) -> std::sync::MutexGuard<'_, VecDeque<(Instant, f32)>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Records a chunk played now.
+    pub fn played(&self, samples: &[i16]) {
+        let mut blocks = self.blocks();
+        if blocks.len() == MAX_BLOCKS {
+            blocks.pop_front();
+        }
+        blocks.push_back((Instant::now(), rms(samples)));
+    }
+
+    /// The loudest chunk played within `tail` before now.
+    pub fn loudest_within(&self, tail: Duration) -> f32 {
+        let now = Instant::now();
+        self.blocks()
+            .iter()
+            .rev()
+            .take_while(|(at, _)| now.duration_since(*at) <= tail)
+            .map(|(_, level)| *level)
+            .fold(0.0, f32::max)
+    }
+
+    /// A sink that records what it plays here before handing it to `sink`.
+    pub fn tap<S: AudioSink>(&self, sink: S) -> EchoTap<S> {
+        EchoTap {
+            sink,
+            reference: self.clone(),
+        }
+    }
+}
+
+/// An [`AudioSink`] that feeds an [`EchoReference`].
+pub struct EchoTap<S> {
+    sink: S,
+    reference: EchoReference,
+}
+
+impl<S: AudioSink> AudioSink for EchoTap<S> {
+    fn write(&mut self, samples: &[i16], sample_rate: u32) {
+        self.reference.played(samples);
+        self.sink.write(samples, sample_rate);
+    }
+
+    fn clear(&mut self) {
+        self.sink.clear();
+    }
+}
+
+/// Silences input that is only the bot's echo. Place it first, before the VAD.
+pub struct EchoGuard {
+    reference: EchoReference,
+    params: EchoGuardParams,
+    /// The linear gain of the loudest expected echo.
+    gain: f32,
+    suppressed: u64,
+}
+
+impl EchoGuard {
+    /// A guard comparing the input with `reference`.
+    pub fn new(reference: EchoReference, params: EchoGuardParams) -> Self {
+        Self {
+            reference,
+            params,
+            gain: 10f32.powf(params.max_echo_gain_db / 20.0),
+            suppressed: 0,
+        }
+    }
+
+    /// True when `audio` is no louder than the echo of what was just played.
+    fn is_echo(&self, audio: &AudioFrame) -> bool {
+        let played = self.reference.loudest_within(self.params.tail);
+        played > 0.0 && rms(&audio.samples) <= played * self.gain
+    }
+}
+
+impl FrameProcessor for EchoGuard {
+    fn name(&self) -> &str {
+        "EchoGuard"
+    }
+
+    fn process(
+        &mut self,
+        frame: Frame,
+        direction: Direction,
+        cx: &mut FrameContext<'_>,
+    ) -> Result<(), ProcessorError> {
+        if let FrameBody::System(SystemFrame::InputAudio(audio)) = &frame.body
+            && self.is_echo(audio)
+        {
+            self.suppressed += 1;
+            if self.suppressed.is_power_of_two() {
+                tracing::debug!(chunks = self.suppressed, "input taken for echo, silenced");
+            }
+            let silent = AudioFrame::new(
+                vec![0; audio.samples.len()],
+                audio.sample_rate,
+                audio.channels,
+            );
+            cx.push(SystemFrame::InputAudio(silent).into(), direction);
+            return Ok(());
+        }
+        cx.push(frame, direction);
+        Ok(())
+    }
+}
+
+/// Root mean square of 16-bit samples, full scale 1.0.
+fn rms(samples: &[i16]) -> f32 {
+    if samples.is_empty() {
+        return 0.0;
+    }
+    let sum: f64 = samples.iter().map(|&s| f64::from(s) * f64::from(s)).sum();
+    ((sum / samples.len() as f64).sqrt() / 32_768.0) as f32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pipeline::testing::run_processor;
+
+    fn tone(amplitude: f32, n: usize) -> Vec<i16> {
+        (0..n)
+            .map(|i| (amplitude * 32_767.0 * (i as f32 * 0.1).sin()) as i16)
+            .collect()
+    }
+
+    fn input(samples: Vec<i16>) -> (Frame, Direction) {
+        let frame = SystemFrame::InputAudio(AudioFrame::new(samples, 16_000, 1));
+        (frame.into(), Direction::Downstream)
+    }
+
+    fn levels(out: &crate::pipeline::testing::Output) -> Vec<f32> {
+        out.down
+            .iter()
+            .filter_map(|f| match &f.body {
+                FrameBody::System(SystemFrame::InputAudio(a)) => Some(rms(&a.samples)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn echo_of_what_was_played_is_silenced_and_louder_speech_passes() {
+        let reference = EchoReference::new();
+        reference.played(&tone(0.5, 320));
+        let guard = EchoGuard::new(reference, EchoGuardParams::default());
+        // The echo at -10 dB, then the user at the bot's own level.
+        let out = run_processor(guard, vec![input(tone(0.16, 320)), input(tone(0.5, 320))]).await;
+        let levels = levels(&out);
+        assert_eq!(levels.len(), 2);
+        assert_eq!(levels[0], 0.0, "the echo is silenced");
+        assert!(levels[1] > 0.3, "the user passes: {}", levels[1]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_recent_playback_everything_passes() {
+        let reference = EchoReference::new();
+        reference.played(&tone(0.5, 320));
+        tokio::time::advance(Duration::from_secs(1)).await;
+        let guard = EchoGuard::new(reference, EchoGuardParams::default());
+        let out = run_processor(guard, vec![input(tone(0.05, 320))]).await;
+        assert!(
+            levels(&out)[0] > 0.02,
+            "quiet speech passes once the bot is silent"
+        );
+    }
+}
