@@ -1,0 +1,458 @@
+//! Turn-taking on recorded audio: the real VAD, Smart Turn, Whisper and espeak-ng, fed at
+//! real-time pace, with a scripted LLM so the bot's words are known. Needs the models
+//! (scripts/setup.sh).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::stream::{self, BoxStream};
+use tokio::time::Instant;
+
+use voxide::aggregators::{AssistantAggregator, UserAggregator};
+use voxide::audio::echo::{EchoGuard, EchoGuardParams, EchoReference};
+use voxide::audio::resample::StreamResampler;
+use voxide::audio::turn::SmartTurn;
+use voxide::audio::vad::{VadBatcher, VadParams, VadStage};
+use voxide::context::{ContextHandle, LlmContext, Message, StopReason};
+use voxide::events::Event;
+use voxide::frames::{AudioFrame, StartParams, SystemFrame};
+use voxide::pipeline::{Pipeline, Session};
+use voxide::services::llm::{LlmEngine, LlmError, LlmEvent, LlmRequest, LlmService};
+use voxide::services::stt::{SttService, Whisper};
+use voxide::services::tts::{EspeakVoice, PiperVoice, TtsEngine, TtsService};
+use voxide::transports::{AudioOutput, AudioSink, OutputOptions};
+use voxide::turns::{TurnStop, UserTurns};
+
+const RATE: u32 = 16_000;
+const CHUNK: usize = 320;
+/// The bot's first answer: long enough to be talked over.
+const LONG_REPLY: &str = "The weather in Paris is mild today. There is a light breeze from the \
+west, and the afternoon should stay dry. In the evening the clouds come back, and it may rain \
+a little after midnight.";
+
+/// Answers from a script, then "Okay." for ever.
+struct Scripted(Mutex<VecDeque<String>>);
+
+impl LlmEngine for Scripted {
+    fn model(&self) -> &str {
+        "scripted"
+    }
+
+    fn provider(&self) -> &str {
+        "test"
+    }
+
+    fn generate(&self, _: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
+        let text = self
+            .0
+            .lock()
+            .expect("lock")
+            .pop_front()
+            .unwrap_or_else(|| "Okay.".into());
+        // Word by word, as a model streams.
+        let words: Vec<_> = text
+            .split_inclusive(' ')
+            .map(|w| Ok(LlmEvent::Text(w.to_owned())))
+            .collect();
+        Box::pin(stream::iter(words))
+    }
+}
+
+/// What the bot played, when, and a loopback of it for the echo scenario.
+#[derive(Clone, Default)]
+struct Speaker(Arc<Mutex<SpeakerState>>);
+
+#[derive(Default)]
+struct SpeakerState {
+    played: Vec<Instant>,
+    loopback: VecDeque<i16>,
+}
+
+impl AudioSink for Speaker {
+    fn write(&mut self, samples: &[i16], _: u32) {
+        let mut state = self.0.lock().expect("lock");
+        state.played.push(Instant::now());
+        state.loopback.extend(samples);
+    }
+}
+
+/// One step of what the user does.
+enum Step {
+    Say(Vec<i16>),
+    Silence(Duration),
+    /// Silence until the bot has spoken for this long.
+    WhileBotSpeaks(Duration),
+    /// Silence until the bot has been quiet for this long after speaking.
+    UntilBotDone(Duration),
+}
+
+struct Outcome {
+    messages: Vec<Message>,
+    events: Vec<(Instant, Event)>,
+    played: Vec<Instant>,
+    /// When each `Say` step started.
+    said_at: Vec<Instant>,
+}
+
+impl Outcome {
+    fn count(&self, pick: fn(&Event) -> bool) -> usize {
+        self.events.iter().filter(|(_, e)| pick(e)).count()
+    }
+
+    fn assistant(&self) -> Vec<&voxide::context::AssistantMessage> {
+        self.messages
+            .iter()
+            .filter_map(|m| match m {
+                Message::Assistant(a) if a.tool_calls.is_none() => Some(a),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn users(&self) -> Vec<&str> {
+        self.messages
+            .iter()
+            .filter(|m| matches!(m, Message::User(_)))
+            .filter_map(Message::text)
+            .collect()
+    }
+}
+
+struct Scenario {
+    replies: Vec<&'static str>,
+    echo_db: Option<f32>,
+    guard: bool,
+}
+
+async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
+    let context = ContextHandle::new(LlmContext::new(vec![Message::system("Be brief.")]));
+    let engine = Scripted(Mutex::new(
+        scenario.replies.iter().map(|r| r.to_string()).collect(),
+    ));
+    let speaker = Speaker::default();
+    let reference = EchoReference::new();
+    let mut pipeline = Pipeline::new();
+    if scenario.guard {
+        pipeline = pipeline.then(EchoGuard::new(
+            reference.clone(),
+            EchoGuardParams::default(),
+        ));
+    }
+    let stop = TurnStop::SmartTurn {
+        model: SmartTurn::shared().expect("the Smart Turn model; run scripts/setup.sh"),
+        incomplete_timeout: Duration::from_secs(3),
+    };
+    let voice: Arc<dyn TtsEngine> = Arc::new(EspeakVoice::new("en-us").expect("espeak-ng"));
+    let pipeline = pipeline
+        .then(VadStage::new(
+            VadBatcher::shared().expect("the VAD model"),
+            VadParams::default(),
+        ))
+        .then(UserTurns::new(stop))
+        .then(SttService::new(
+            Whisper::shared().expect("the Whisper model"),
+            "user",
+        ))
+        .then(UserAggregator::new(context.clone()))
+        .then(LlmService::new(engine))
+        .then(TtsService::new(voice))
+        .then(AudioOutput::new(
+            reference.tap(speaker.clone()),
+            OutputOptions::default(),
+        ))
+        .then(AssistantAggregator::new(context.clone()));
+    let builder = Session::builder(pipeline)
+        .params(StartParams {
+            audio_out_sample_rate: RATE,
+            ..StartParams::default()
+        })
+        .idle_timeout(None);
+    let mut subscription = builder.subscribe();
+    let session = builder.spawn();
+    let handle = session.handle();
+    let events = Arc::new(Mutex::new(Vec::new()));
+    let collector = {
+        let events = events.clone();
+        tokio::spawn(async move {
+            while let Ok(e) = subscription.recv().await {
+                let ended = matches!(e.event, Event::SessionEnded { .. });
+                events.lock().expect("lock").push((Instant::now(), e.event));
+                if ended {
+                    break;
+                }
+            }
+        })
+    };
+    // The bot's speaking state, from the events.
+    let bot_state = |events: &Mutex<Vec<(Instant, Event)>>| -> (Option<Instant>, Option<Instant>) {
+        let events = events.lock().expect("lock");
+        let mut started = None;
+        let mut stopped = None;
+        for (at, e) in events.iter() {
+            match e {
+                Event::BotStartedSpeaking => (started, stopped) = (Some(*at), None),
+                Event::BotStoppedSpeaking => stopped = Some(*at),
+                _ => {}
+            }
+        }
+        (started, stopped)
+    };
+    let echo_gain = scenario.echo_db.map(|db| 10f32.powf(db / 20.0));
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    let mut said_at = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for step in steps {
+        let mut audio: VecDeque<i16> = match &step {
+            Step::Say(samples) => {
+                said_at.push(Instant::now());
+                samples.iter().copied().collect()
+            }
+            Step::Silence(d) => {
+                std::iter::repeat_n(0, (d.as_secs_f64() * f64::from(RATE)) as usize).collect()
+            }
+            _ => VecDeque::new(),
+        };
+        loop {
+            let done = match &step {
+                Step::Say(_) | Step::Silence(_) => audio.is_empty(),
+                Step::WhileBotSpeaks(d) => {
+                    matches!(bot_state(&events), (Some(at), None) if at.elapsed() >= *d)
+                }
+                Step::UntilBotDone(d) => {
+                    matches!(bot_state(&events), (Some(_), Some(at)) if at.elapsed() >= *d)
+                }
+            };
+            if done || Instant::now() > deadline {
+                break;
+            }
+            tick.tick().await;
+            let mut chunk: Vec<i16> = (0..CHUNK).map(|_| audio.pop_front().unwrap_or(0)).collect();
+            if let Some(gain) = echo_gain {
+                let mut state = speaker.0.lock().expect("lock");
+                for sample in &mut chunk {
+                    let echo = state.loopback.pop_front().unwrap_or(0);
+                    let mixed = f32::from(*sample) + gain * f32::from(echo);
+                    *sample = mixed.clamp(-32_768.0, 32_767.0) as i16;
+                }
+            }
+            let frame = SystemFrame::InputAudio(AudioFrame::new(chunk, RATE, 1));
+            handle.queue_frame(frame).await.expect("the session runs");
+        }
+    }
+    handle.stop_when_done().await.expect("the session runs");
+    session.join().await;
+    let _ = collector.await;
+    let messages = context.lock().messages.clone();
+    let events = std::mem::take(&mut *events.lock().expect("lock"));
+    let played = speaker.0.lock().expect("lock").played.clone();
+    Outcome {
+        messages,
+        events,
+        played,
+        said_at,
+    }
+}
+
+/// The user's question.
+fn question() -> Vec<i16> {
+    say("What is the weather like in Paris today?")
+}
+
+/// `text` in Piper's voice at 16 kHz.
+fn say(text: &str) -> Vec<i16> {
+    let voice = PiperVoice::shared().expect("the Piper voice; run scripts/setup.sh");
+    let speech = voice.synthesize(text).expect("speech");
+    let mut down = StreamResampler::new(speech.sample_rate, RATE).expect("resampler");
+    down.process(&speech.samples)
+}
+
+fn words(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| {
+            w.trim_matches(|c: char| !c.is_alphanumeric())
+                .to_lowercase()
+        })
+        .collect()
+}
+
+fn is_interruption(e: &Event) -> bool {
+    matches!(e, Event::Interruption)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_question_is_one_turn_and_gets_the_whole_answer() {
+    let out = play(
+        Scenario {
+            replies: vec!["It is sunny in Paris."],
+            echo_db: None,
+            guard: false,
+        },
+        vec![
+            Step::Silence(Duration::from_millis(500)),
+            Step::Say(question()),
+            Step::UntilBotDone(Duration::from_millis(500)),
+        ],
+    )
+    .await;
+    let users = out.users();
+    assert_eq!(users.len(), 1, "one turn: {users:?}");
+    assert!(users[0].to_lowercase().contains("weather"), "{users:?}");
+    let replies = out.assistant();
+    assert_eq!(replies.len(), 1);
+    assert_eq!(
+        Message::Assistant(replies[0].clone()).text(),
+        Some("It is sunny in Paris.")
+    );
+    assert_eq!(out.count(is_interruption), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn talking_over_the_bot_stops_it_and_keeps_only_the_words_played() {
+    let barge = say("Stop, wait a moment please.");
+    let barge_secs = barge.len() as f64 / f64::from(RATE);
+    let out = play(
+        Scenario {
+            replies: vec![LONG_REPLY, "Sure."],
+            echo_db: None,
+            guard: false,
+        },
+        vec![
+            Step::Say(question()),
+            Step::WhileBotSpeaks(Duration::from_millis(2_500)),
+            Step::Say(barge),
+            Step::UntilBotDone(Duration::from_millis(500)),
+        ],
+    )
+    .await;
+    assert!(out.count(is_interruption) >= 1, "the bot was interrupted");
+    // The bot went quiet while the user talked over it (VAD start_secs plus slack for a
+    // loaded machine), and spoke again only to answer.
+    let barge_at = out.said_at[1];
+    let quiet_from = barge_at + Duration::from_millis(800);
+    let quiet_until = barge_at + Duration::from_secs_f64(barge_secs);
+    let during: Vec<_> = out
+        .played
+        .iter()
+        .filter(|t| **t > quiet_from && **t < quiet_until)
+        .collect();
+    assert!(
+        during.is_empty(),
+        "{} chunks played over the user",
+        during.len()
+    );
+    let replies = out.assistant();
+    let first = Message::Assistant(replies[0].clone());
+    let heard = words(first.text().unwrap_or_default());
+    let whole = words(LONG_REPLY);
+    eprintln!("kept after the interruption: {heard:?}");
+    assert!(!heard.is_empty(), "some of the answer was heard");
+    assert!(
+        heard.len() < whole.len() / 2,
+        "only what was played: {heard:?}"
+    );
+    assert_eq!(heard[..], whole[..heard.len()], "a prefix of the answer");
+    assert_eq!(
+        replies[0].meta.as_ref().map(|m| m.stop_reason),
+        Some(StopReason::Aborted)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cough_while_the_bot_speaks_does_not_interrupt() {
+    // 150 ms of loud noise with a fast attack and decay, like a cough.
+    let mut seed = 12_345u32;
+    let cough: Vec<i16> = (0..RATE as usize * 15 / 100)
+        .map(|i| {
+            seed = seed.wrapping_mul(1_664_525).wrapping_add(1_013_904_223);
+            let noise = (seed >> 16) as i16 as f32 / 32_768.0;
+            let envelope = (-(i as f32) / 800.0).exp();
+            (noise * envelope * 20_000.0) as i16
+        })
+        .collect();
+    let out = play(
+        Scenario {
+            replies: vec![LONG_REPLY],
+            echo_db: None,
+            guard: false,
+        },
+        vec![
+            Step::Say(question()),
+            Step::WhileBotSpeaks(Duration::from_millis(1_500)),
+            Step::Say(cough),
+            Step::UntilBotDone(Duration::from_millis(500)),
+        ],
+    )
+    .await;
+    assert_eq!(out.count(is_interruption), 0);
+    let replies = out.assistant();
+    assert_eq!(replies.len(), 1, "{:#?}", out.messages);
+    assert_eq!(
+        words(
+            Message::Assistant(replies[0].clone())
+                .text()
+                .unwrap_or_default()
+        ),
+        words(LONG_REPLY)
+    );
+}
+
+/// The bot's own voice fed back into the input at -10 dB, as from a speaker next to the mic.
+async fn echo_scenario(guard: bool) -> Outcome {
+    play(
+        Scenario {
+            replies: vec![LONG_REPLY],
+            echo_db: Some(-10.0),
+            guard,
+        },
+        vec![
+            Step::Say(question()),
+            Step::UntilBotDone(Duration::from_millis(500)),
+        ],
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bots_own_echo_does_not_interrupt_it_with_the_guard_on() {
+    let out = echo_scenario(true).await;
+    assert_eq!(out.count(is_interruption), 0);
+    let replies = out.assistant();
+    assert_eq!(replies.len(), 1, "{:?}", out.users());
+    assert_eq!(
+        words(
+            Message::Assistant(replies[0].clone())
+                .text()
+                .unwrap_or_default()
+        ),
+        words(LONG_REPLY)
+    );
+    // Without the guard, the same echo is taken for the user.
+    let unguarded = echo_scenario(false).await;
+    assert!(
+        unguarded.count(is_interruption) >= 1,
+        "the echo alone interrupts without the guard"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_mid_sentence_stays_in_the_same_turn() {
+    let out = play(
+        Scenario {
+            replies: vec!["It is sunny."],
+            echo_db: None,
+            guard: false,
+        },
+        vec![
+            Step::Say(say("I would like to know")),
+            Step::Silence(Duration::from_millis(600)),
+            Step::Say(say("what the weather is like in Paris.")),
+            Step::UntilBotDone(Duration::from_millis(500)),
+        ],
+    )
+    .await;
+    let users = out.users();
+    assert_eq!(users.len(), 1, "one turn: {users:?}");
+    let ended = out.count(|e| matches!(e, Event::UserStoppedSpeaking));
+    assert_eq!(ended, 1);
+}
