@@ -145,7 +145,7 @@ enum VoiceArg {
     Espeak,
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum TurnArg {
     Smart,
     Silence,
@@ -278,6 +278,23 @@ enum Bench {
         workdir: PathBuf,
         #[command(flatten)]
         bot: BotArgs,
+    },
+    /// Sessions per core: --sessions input-only sessions (VAD, user turns, user aggregator) in
+    /// this process, each fed --input at real-time pace; prints CPU per session-second, memory
+    /// per session and the sinks' lag behind real time as one JSON line. Pin it with taskset.
+    Sessions {
+        /// Concurrent sessions.
+        #[arg(long, default_value_t = 10)]
+        sessions: usize,
+        /// The recording every session plays (any PCM or float WAV).
+        #[arg(long)]
+        input: PathBuf,
+        /// How turns end: the Smart Turn model, or a silence timeout.
+        #[arg(long, value_enum, default_value_t = TurnArg::Smart)]
+        turn: TurnArg,
+        /// Seconds of the recording to play (0: all).
+        #[arg(long, default_value_t = 0.0)]
+        seconds: f64,
     },
     /// Voice-to-voice latency over a conversation: a Piper-voiced user asks --turns questions
     /// (room for each answer after it) and the default bot answers through `voxide run` at
@@ -480,6 +497,26 @@ async fn main() -> Result<()> {
                 workdir,
             )
             .await?;
+            println!("{}", serde_json::to_string(&report)?);
+        }
+        Command::Bench {
+            bench:
+                Bench::Sessions {
+                    sessions,
+                    input,
+                    turn,
+                    seconds,
+                },
+        } => {
+            if !(1..=10_000).contains(&sessions) || !(0.0..=3_600.0).contains(&seconds) {
+                anyhow::bail!("--sessions must be 1 to 10000 and --seconds 0 to 3600");
+            }
+            let options = voxide::bench::sessions::SessionsOptions {
+                sessions,
+                smart_turn: turn == TurnArg::Smart,
+                seconds,
+            };
+            let report = voxide::bench::sessions::run_sessions(&input, options).await?;
             println!("{}", serde_json::to_string(&report)?);
         }
         Command::Bench { bench: Bench::Wer } => {

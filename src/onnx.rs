@@ -52,6 +52,10 @@ pub fn open(name: &str, path: &Path, threads: usize) -> Result<Session, ModelErr
         .map_err(|e| invalid(e.to_string()))?
         .with_inter_threads(1)
         .map_err(|e| invalid(e.to_string()))?
+        // Idle worker threads sleep rather than spin: a server shares its cores with many
+        // sessions, and a spinning pool burns them between inferences.
+        .with_intra_op_spinning(false)
+        .map_err(|e| invalid(e.to_string()))?
         .commit_from_file(path)
         .map_err(|e| invalid(e.to_string()))
 }

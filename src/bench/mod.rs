@@ -4,5 +4,6 @@ pub mod conversation;
 pub mod engines;
 pub mod interruptions;
 pub mod pipeline;
+pub mod sessions;
 pub mod tools;
 pub mod wer;
