@@ -434,25 +434,3 @@ async fn the_bots_own_echo_does_not_interrupt_it_with_the_guard_on() {
         "the echo alone interrupts without the guard"
     );
 }
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_pause_mid_sentence_stays_in_the_same_turn() {
-    let out = play(
-        Scenario {
-            replies: vec!["It is sunny."],
-            echo_db: None,
-            guard: false,
-        },
-        vec![
-            Step::Say(say("I would like to know")),
-            Step::Silence(Duration::from_millis(600)),
-            Step::Say(say("what the weather is like in Paris.")),
-            Step::UntilBotDone(Duration::from_millis(500)),
-        ],
-    )
-    .await;
-    let users = out.users();
-    assert_eq!(users.len(), 1, "one turn: {users:?}");
-    let ended = out.count(|e| matches!(e, Event::UserStoppedSpeaking));
-    assert_eq!(ended, 1);
-}
