@@ -77,7 +77,7 @@ impl EchoReference {
     pub fn tap<S: AudioSink>(&self, sink: S) -> EchoTap<S> {
         EchoTap {
             sink,
-            reference: self.clone(),
+            reference: Some(self.clone()),
         }
     }
 }
@@ -85,12 +85,24 @@ impl EchoReference {
 /// An [`AudioSink`] that feeds an [`EchoReference`].
 pub struct EchoTap<S> {
     sink: S,
-    reference: EchoReference,
+    reference: Option<EchoReference>,
+}
+
+impl<S> EchoTap<S> {
+    /// `sink` with nothing recorded: for a pipeline without a guard.
+    pub fn untapped(sink: S) -> Self {
+        Self {
+            sink,
+            reference: None,
+        }
+    }
 }
 
 impl<S: AudioSink> AudioSink for EchoTap<S> {
     fn write(&mut self, samples: &[i16], sample_rate: u32) {
-        self.reference.played(samples);
+        if let Some(reference) = &self.reference {
+            reference.played(samples);
+        }
         self.sink.write(samples, sample_rate);
     }
 

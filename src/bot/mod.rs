@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::aggregators::{AssistantAggregator, UserAggregator};
-use crate::audio::echo::{EchoGuard, EchoGuardParams, EchoReference};
+use crate::audio::echo::{EchoGuard, EchoGuardParams, EchoReference, EchoTap};
 use crate::audio::turn::SmartTurn;
 use crate::audio::vad::{VadBatcher, VadParams, VadStage};
 use crate::context::{ContextHandle, LlmContext, Message};
@@ -263,19 +263,19 @@ fn realtime<P: RealtimeProtocol, S: AudioSink>(
 
 /// The pipeline's start: the mute filter and the echo guard where the options ask for them, and
 /// the sink tapped for the guard's reference.
-fn input_front<S: AudioSink>(
-    options: &BotOptions,
-    sink: S,
-) -> (Pipeline, crate::audio::echo::EchoTap<S>) {
+fn input_front<S: AudioSink>(options: &BotOptions, sink: S) -> (Pipeline, EchoTap<S>) {
     let mut front = Pipeline::new();
     if !options.mute.is_empty() {
         front = front.then(UserMute::new(options.mute.iter().copied()));
     }
-    let reference = EchoReference::new();
-    let tapped = reference.tap(sink);
-    if let Some(params) = options.echo_guard {
-        front = front.then(EchoGuard::new(reference, params));
-    }
+    let tapped = match options.echo_guard {
+        Some(params) => {
+            let reference = EchoReference::new();
+            front = front.then(EchoGuard::new(reference.clone(), params));
+            reference.tap(sink)
+        }
+        None => EchoTap::untapped(sink),
+    };
     (front, tapped)
 }
 
