@@ -13,6 +13,8 @@
 //! turn = "smart"           # or "silence"
 //! turn_timeout_secs = 2.0
 //! max_tokens = 60
+//! interrupt_min_words = 0  # words over the bot before it stops
+//! resume_after_secs = 1.0  # pause on speech over the bot; resume if no words come
 //! instructions = "You are a helpful voice assistant."
 //! ```
 
@@ -58,6 +60,10 @@ pub struct BotConfig {
     pub turn_timeout_secs: Option<f64>,
     /// Tokens one reply may have at most.
     pub max_tokens: Option<usize>,
+    /// See `--interrupt-min-words`.
+    pub interrupt_min_words: Option<usize>,
+    /// See `--resume-after-secs`.
+    pub resume_after_secs: Option<f64>,
     /// The system instruction.
     pub instructions: Option<String>,
     /// `local`, `openai-realtime` or `gemini-live`.

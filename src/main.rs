@@ -15,6 +15,7 @@ use voxide::server::ServeOptions;
 use voxide::services::llm::gemini_live::GeminiLiveSettings;
 use voxide::services::llm::openai_realtime::OpenAiRealtimeSettings;
 use voxide::transports::file::{RunOptions, run};
+use voxide::turns::BargeIn;
 
 /// A realtime voice-agent server.
 #[derive(Parser)]
@@ -119,6 +120,14 @@ struct BotArgs {
     /// Tokens one reply may have at most. [default: 60]
     #[arg(long, env = "VOXIDE_MAX_TOKENS")]
     max_tokens: Option<usize>,
+    /// Words the user must say over the bot before it stops; shorter remarks ("mm-hm") are
+    /// dropped. 0: the start of speech interrupts. [default: 0]
+    #[arg(long, env = "VOXIDE_INTERRUPT_MIN_WORDS")]
+    interrupt_min_words: Option<usize>,
+    /// Pause the bot when the user starts speaking over it, and resume it when no words come
+    /// within this many seconds after they stop (a cough, a door). [default: off]
+    #[arg(long, env = "VOXIDE_RESUME_AFTER_SECS")]
+    resume_after_secs: Option<f64>,
     /// The system instruction (default: a short one of voxide's own).
     #[arg(long, env = "VOXIDE_INSTRUCTIONS")]
     instructions: Option<String>,
@@ -190,6 +199,18 @@ impl BotArgs {
         if !(1..=2048).contains(&max_tokens) {
             anyhow::bail!("max tokens must be between 1 and 2048");
         }
+        let resume_after = match self.resume_after_secs.or(file.resume_after_secs) {
+            None => None,
+            Some(secs) if secs > 0.0 && secs < 30.0 => Some(Duration::from_secs_f64(secs)),
+            Some(_) => anyhow::bail!("the resume delay must be between 0 and 30 seconds"),
+        };
+        let barge_in = BargeIn {
+            min_words: self
+                .interrupt_min_words
+                .or(file.interrupt_min_words)
+                .unwrap_or(defaults.barge_in.min_words),
+            resume_after,
+        };
         let llm = match (self.llm, file.llm.as_deref()) {
             (Some(LlmArg::Local), _) | (None, None | Some("local")) => LlmChoice::Local,
             (Some(LlmArg::OpenaiRealtime), _) | (None, Some("openai-realtime")) => {
@@ -226,6 +247,7 @@ impl BotArgs {
             turn_end,
             turn_timeout: Duration::from_secs_f64(turn_timeout_secs),
             max_tokens,
+            barge_in,
             instructions: self
                 .instructions
                 .clone()

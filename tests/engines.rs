@@ -119,6 +119,31 @@ fn smart_turn_hears_a_finished_question_as_complete_and_a_cut_one_as_not() {
 }
 
 #[test]
+fn the_vad_confirms_speech_after_start_secs_of_it_with_no_wait_for_the_loudness() {
+    use voxide::audio::vad::{VadAnalyzer, VadEvent, VadParams};
+    let vad = SileroVad::shared().expect("model");
+    let params = VadParams::default();
+    let mut analyzer = VadAnalyzer::new(vad, 16_000, params).expect("analyzer");
+    let loud: Vec<f32> = (0..512).map(|i| (i as f32 * 0.3).sin() * 0.1).collect();
+    let quiet = vec![0.0f32; 512];
+    for _ in 0..20 {
+        assert_eq!(analyzer.apply(0.0, &quiet), None);
+    }
+    // Confident, loud windows from silence: started on the window that completes start_secs
+    // (6 windows of 32 ms), not later while a smoothed loudness catches up.
+    let needed = (params.start_secs * 16_000.0 / 512.0).round() as usize;
+    let started = (1..=20)
+        .find(|_| analyzer.apply(0.99, &loud) == Some(VadEvent::Started))
+        .expect("started");
+    assert_eq!(started, needed);
+    // Confident but quiet windows (speech far away) never start a turn.
+    let mut analyzer =
+        VadAnalyzer::new(SileroVad::shared().expect("model"), 16_000, params).expect("analyzer");
+    let faint: Vec<f32> = loud.iter().map(|s| s * 0.001).collect();
+    assert!((0..40).all(|_| analyzer.apply(0.99, &faint).is_none()));
+}
+
+#[test]
 fn the_vad_analyzer_finds_one_utterance_at_any_input_rate() {
     use voxide::audio::resample::StreamResampler;
     use voxide::audio::vad::{VadAnalyzer, VadEvent, VadParams, VadState};

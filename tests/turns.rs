@@ -149,11 +149,11 @@ async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
             VadBatcher::shared().expect("the VAD model"),
             VadParams::default(),
         ))
-        .then(UserTurns::new(stop))
         .then(SttService::new(
             Whisper::shared().expect("the Whisper model"),
             "user",
         ))
+        .then(UserTurns::new(stop))
         .then(UserAggregator::new(context.clone()))
         .then(LlmService::new(engine))
         .then(TtsService::new(voice))

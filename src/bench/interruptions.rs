@@ -1,6 +1,7 @@
-//! Interruption latency: the user talks over the bot, and the bot must go quiet. Measured on
-//! the recording itself: from the first sample of the interrupting speech in the input to the
-//! last sample of bot audio emitted before it stops (the output is time-aligned with the input).
+//! Interruption latency: the user talks over the bot, and the bot must go quiet. Measured on the
+//! recording itself, for every user utterance that starts while the bot is audible: from the
+//! utterance's first sample in the input to the last sample of bot audio emitted before it stops
+//! (the output is time-aligned with the input).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -27,12 +28,15 @@ const BARGE_INS: &[&str] = &[
     "Sorry, one question.",
 ];
 
+/// How soon after an utterance starts the session's interruption must come to be its.
+const INTERRUPTION_WINDOW: f64 = 1.0;
+
 /// The figures.
 #[derive(Debug, Clone, Serialize)]
 pub struct InterruptionsReport {
     /// Rounds played.
     pub rounds: usize,
-    /// Rounds where the bot was speaking when the user cut in (the others measure nothing).
+    /// Utterances that started while the bot was speaking (the others measure nothing).
     pub measured: usize,
     /// Median ms from the user's first sample to the bot's last.
     pub p50_ms: f64,
@@ -59,17 +63,20 @@ pub async fn run_interruptions(
         let say = |text: &str| user_speech(&voice, text);
         let mut out = vec![0i16; RATE as usize];
         let mut starts = Vec::new();
-        for round in 0..rounds {
-            out.extend(say(QUESTIONS[round % QUESTIONS.len()])?);
-            out.extend(vec![0; (after.as_secs_f64() * f64::from(RATE)) as usize]);
-            let barge = say(BARGE_INS[round % BARGE_INS.len()])?;
-            // The interruption starts at its first audible sample.
-            let lead = barge
+        // Every utterance may cut in: the barge-ins, and the next question when the answer to
+        // the last barge-in is still playing. Each starts at its first audible sample.
+        let mut speak = |out: &mut Vec<i16>, speech: Vec<i16>| {
+            let lead = speech
                 .iter()
                 .position(|s| s.unsigned_abs() > 300)
                 .unwrap_or(0);
             starts.push((out.len() + lead) as f64 / f64::from(RATE));
-            out.extend(barge);
+            out.extend(speech);
+        };
+        for round in 0..rounds {
+            speak(&mut out, say(QUESTIONS[round % QUESTIONS.len()])?);
+            out.extend(vec![0; (after.as_secs_f64() * f64::from(RATE)) as usize]);
+            speak(&mut out, say(BARGE_INS[round % BARGE_INS.len()])?);
             // Room for the answer to the interruption before the next round.
             out.extend(vec![0; RATE as usize * 9]);
         }
@@ -91,17 +98,27 @@ pub async fn run_interruptions(
     })
     .await?;
     let bot_audio = wav::read(&output).map_err(|e| voice_err(&e))?;
+    // When the session reported interruptions, in seconds on the input's clock.
+    let interrupted: Vec<f64> = std::fs::read_to_string(&events)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["type"] == "interruption")
+        .filter_map(|e| e["t_ms"].as_f64())
+        .map(|ms| ms / 1e3)
+        .collect();
+    let interruptions = interrupted.len();
+    // Only utterances the session took as an interruption count: the bot going quiet on its
+    // own as someone starts talking measures nothing.
     let mut latencies: Vec<f64> = starts
         .iter()
+        .filter(|&&start| {
+            interrupted
+                .iter()
+                .any(|&t| (start..start + INTERRUPTION_WINDOW).contains(&t))
+        })
         .filter_map(|&start| stop_latency(&bot_audio, start))
         .collect();
-    let interruptions = std::fs::read_to_string(&events)
-        .map(|t| {
-            t.lines()
-                .filter(|l| l.contains("\"type\":\"interruption\""))
-                .count()
-        })
-        .unwrap_or(0);
     let measured = latencies.clone();
     latencies.sort_by(f64::total_cmp);
     let pick = |q: f64| {

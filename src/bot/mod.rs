@@ -24,7 +24,7 @@ use crate::services::stt::{SttService, Whisper};
 use crate::services::tts::espeak::EspeakError;
 use crate::services::tts::{EspeakVoice, PiperVoice, TtsEngine, TtsService};
 use crate::transports::{AudioOutput, AudioSink, OutputOptions};
-use crate::turns::{MuteStrategy, TurnStop, UserMute, UserTurns};
+use crate::turns::{BargeIn, MuteStrategy, TurnStop, UserMute, UserTurns};
 
 /// The default bot's system instruction: short, because the embedded model is small.
 pub const INSTRUCTIONS: &str = "You are voxide, a friendly voice assistant. Your replies are \
@@ -105,6 +105,8 @@ pub struct BotOptions {
     pub echo_guard: Option<EchoGuardParams>,
     /// When the user is not heard (none: always heard).
     pub mute: Vec<MuteStrategy>,
+    /// When speech over the bot interrupts it (default: at once, at the VAD's start).
+    pub barge_in: BargeIn,
 }
 
 impl Default for BotOptions {
@@ -121,6 +123,7 @@ impl Default for BotOptions {
             audio_out_sample_rate: 24_000,
             echo_guard: None,
             mute: Vec::new(),
+            barge_in: BargeIn::default(),
         }
     }
 }
@@ -224,8 +227,8 @@ pub fn build<S: AudioSink>(
     let (front, sink) = input_front(options, sink);
     let pipeline = front
         .then(VadStage::new(VadBatcher::shared()?, options.vad))
-        .then(UserTurns::new(stop))
         .then(SttService::new(Whisper::shared()?, "user"))
+        .then(UserTurns::with_barge_in(stop, options.barge_in))
         .then(UserAggregator::new(context.clone()))
         .then(llm)
         .then(TtsService::new(voice))

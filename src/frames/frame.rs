@@ -110,13 +110,15 @@ impl Frame {
                 | ControlFrame::LlmResponseSummary(_) => false,
             },
             FrameBody::Data(d) => match d {
-                DataFrame::FunctionCallResult(_) => true,
+                // The user's words are input, like the user's audio: an interruption is about
+                // the bot's output and never loses them.
+                DataFrame::FunctionCallResult(_)
+                | DataFrame::Transcription(_)
+                | DataFrame::InterimTranscription(_) => true,
                 DataFrame::OutputAudio(_)
                 | DataFrame::Text(_)
                 | DataFrame::LlmText(_)
                 | DataFrame::TtsText(_)
-                | DataFrame::Transcription(_)
-                | DataFrame::InterimTranscription(_)
                 | DataFrame::LlmContext(_)
                 | DataFrame::LlmMessagesAppend { .. }
                 | DataFrame::LlmMessagesUpdate { .. }
@@ -234,6 +236,10 @@ pub enum SystemFrame {
     BotStoppedSpeaking,
     /// A tick while the bot speaks.
     BotSpeaking,
+    /// Hold the bot's audio where it is (the user may be interrupting); nothing is dropped.
+    PausePlayback,
+    /// Play on from where [`SystemFrame::PausePlayback`] held it (it was a false interruption).
+    ResumePlayback,
     /// Nobody spoke for the configured user-idle time.
     UserIdle,
     /// The LLM asked for these function calls (one batch).
@@ -261,6 +267,8 @@ impl SystemFrame {
             SystemFrame::BotStartedSpeaking => "bot_started_speaking",
             SystemFrame::BotStoppedSpeaking => "bot_stopped_speaking",
             SystemFrame::BotSpeaking => "bot_speaking",
+            SystemFrame::PausePlayback => "pause_playback",
+            SystemFrame::ResumePlayback => "resume_playback",
             SystemFrame::UserIdle => "user_idle",
             SystemFrame::FunctionCallsStarted(_) => "function_calls_started",
             SystemFrame::FunctionCallCancel(_) => "function_call_cancel",

@@ -4,12 +4,13 @@
 //! Each output audio frame is played as the stage's job, so the frames behind it (the bot's
 //! text, the end of the response, the end of the session) leave the stage only once the audio
 //! before them has been played. An interruption drops the job mid-frame and the runtime drops
-//! the queued frames: playback stops within one chunk.
+//! the queued frames: playback stops within one chunk. A pause holds playback between chunks
+//! (the bot still counts as speaking) until a resume or an interruption.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::frames::{
@@ -77,6 +78,8 @@ pub struct AudioOutput<S: AudioSink> {
     playback: Arc<Mutex<Playback<S>>>,
     options: OutputOptions,
     wake: Arc<Notify>,
+    /// Playback is held (a possible interruption is being confirmed).
+    paused: watch::Sender<bool>,
 }
 
 fn lock<S>(playback: &Mutex<Playback<S>>) -> std::sync::MutexGuard<'_, Playback<S>> {
@@ -95,6 +98,7 @@ impl<S: AudioSink> AudioOutput<S> {
             })),
             options,
             wake: Arc::new(Notify::new()),
+            paused: watch::Sender::new(false),
         }
     }
 
@@ -139,6 +143,7 @@ impl<S: AudioSink> FrameProcessor for AudioOutput<S> {
                 let watcher = Watcher {
                     playback: self.playback.clone(),
                     wake: self.wake.clone(),
+                    paused: self.paused.subscribe(),
                     options: self.options.clone(),
                     pusher: cx.pusher(),
                 };
@@ -150,7 +155,20 @@ impl<S: AudioSink> FrameProcessor for AudioOutput<S> {
             FrameBody::System(SystemFrame::UserStartedSpeaking) => {
                 lock(&self.playback).user_stopped = None;
             }
+            FrameBody::System(SystemFrame::PausePlayback) => {
+                self.paused.send_replace(true);
+            }
+            FrameBody::System(SystemFrame::ResumePlayback) => {
+                // The pause is not idleness: the stop gap counts from the resume.
+                let mut playback = lock(&self.playback);
+                if playback.next_slot.is_some() {
+                    playback.next_slot = Some(Instant::now());
+                }
+                drop(playback);
+                self.paused.send_replace(false);
+            }
             FrameBody::System(SystemFrame::Interruption) => {
+                self.paused.send_replace(false);
                 let was_speaking = {
                     let mut playback = lock(&self.playback);
                     playback.sink.clear();
@@ -166,6 +184,7 @@ impl<S: AudioSink> FrameProcessor for AudioOutput<S> {
                 self.started_speaking(cx);
                 let job = play(
                     self.playback.clone(),
+                    self.paused.subscribe(),
                     audio.clone(),
                     self.options.chunk,
                     self.options.pacing,
@@ -192,6 +211,7 @@ impl<S: AudioSink> FrameProcessor for AudioOutput<S> {
 /// Plays one frame's audio chunk by chunk.
 async fn play<S: AudioSink>(
     playback: Arc<Mutex<Playback<S>>>,
+    mut paused: watch::Receiver<bool>,
     audio: AudioFrame,
     chunk: Duration,
     pacing: Pacing,
@@ -204,6 +224,8 @@ async fn play<S: AudioSink>(
     };
     let per_chunk = ((u128::from(audio.sample_rate) * chunk.as_micros()) / 1_000_000).max(1);
     for piece in mono.chunks(per_chunk as usize) {
+        // The sender lives as long as the stage; if it is gone, so is this job.
+        let _ = paused.wait_for(|held| !held).await;
         let due = {
             let mut playback = lock(&playback);
             playback.sink.write(piece, audio.sample_rate);
@@ -226,6 +248,7 @@ async fn play<S: AudioSink>(
 struct Watcher<S> {
     playback: Arc<Mutex<Playback<S>>>,
     wake: Arc<Notify>,
+    paused: watch::Receiver<bool>,
     options: OutputOptions,
     pusher: FramePusher,
 }
@@ -237,6 +260,11 @@ impl<S: AudioSink> Watcher<S> {
             let mut last_tick = Instant::now();
             loop {
                 tokio::time::sleep(self.options.chunk).await;
+                if *self.paused.borrow() {
+                    // Held, not finished: the bot still has the floor.
+                    last_tick = Instant::now();
+                    continue;
+                }
                 let stopped = {
                     let mut playback = lock(&self.playback);
                     if !playback.speaking {

@@ -5,14 +5,18 @@
 //! Smart Turn model judges the last seconds of the user's audio (off the audio path, on a
 //! blocking thread) and ends the turn at once when it sounds finished, otherwise waits for more
 //! speech up to a timeout; or a plain speech timeout ends it after a fixed silence. A turn that
-//! starts while the bot speaks interrupts the bot. [`UserMute`] keeps the user out at chosen
-//! moments (the greeting, a tool call).
+//! starts while the bot speaks interrupts the bot, at once or, per [`BargeIn`], once enough of
+//! the user's words are transcribed, with the bot paused meanwhile and resumed when none come
+//! (a false interruption). [`UserMute`] keeps the user out at chosen moments (the greeting, a
+//! tool call).
+//!
+//! The stage sits after the STT so it sees the transcripts that confirm a barge-in.
 
 mod mute;
 
 pub use mute::{MuteStrategy, UserMute};
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::mpsc;
@@ -22,7 +26,7 @@ use crate::audio::resample::StreamResampler;
 use crate::audio::turn::SmartTurn;
 use crate::audio::turn::smart_turn::WINDOW_SECS;
 use crate::audio::wav::to_f32;
-use crate::frames::{AudioFrame, Frame, FrameBody, SystemFrame};
+use crate::frames::{AudioFrame, DataFrame, Frame, FrameBody, SystemFrame};
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
 
 /// The sample rate the turn model reads.
@@ -57,17 +61,95 @@ impl std::fmt::Debug for TurnStop {
     }
 }
 
+/// When speech over the bot interrupts it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct BargeIn {
+    /// Words the user's transcript must reach before speech over the bot interrupts it; 0: the
+    /// VAD's start is enough. Shorter remarks ("mm-hm") are dropped while the bot talks on.
+    pub min_words: usize,
+    /// Pause the bot as soon as the user starts speaking over it and, when this long after the
+    /// user stops no transcript has confirmed the interruption, resume it where it paused (a
+    /// cough, a door). `None`: the bot keeps talking until the interruption is confirmed.
+    pub resume_after: Option<Duration>,
+}
+
+impl BargeIn {
+    /// Whether an interruption waits for words (otherwise the VAD's start interrupts).
+    fn waits(&self) -> bool {
+        self.min_words > 0 || self.resume_after.is_some()
+    }
+
+    /// The words that confirm an interruption.
+    fn words_needed(&self) -> usize {
+        self.min_words.max(1)
+    }
+}
+
 /// Turns VAD events into user turns.
 pub struct UserTurns {
     stop: TurnStop,
+    barge_in: BargeIn,
     events: Option<mpsc::UnboundedSender<Input>>,
+    pending: Arc<Mutex<Pending>>,
 }
 
 impl UserTurns {
-    /// Turns ended by `stop`.
+    /// Turns ended by `stop`; speech over the bot interrupts it at the VAD's start.
     pub fn new(stop: TurnStop) -> Self {
-        Self { stop, events: None }
+        Self::with_barge_in(stop, BargeIn::default())
     }
+
+    /// Turns ended by `stop`; speech over the bot interrupts it as `barge_in` says.
+    pub fn with_barge_in(stop: TurnStop, barge_in: BargeIn) -> Self {
+        Self {
+            stop,
+            barge_in,
+            events: None,
+            pending: Arc::default(),
+        }
+    }
+
+    /// A transcript: counts toward a pending interruption; returns whether to pass it on.
+    fn on_transcript(&self, text: &str, is_final: bool, cx: &mut FrameContext<'_>) -> bool {
+        let mut pending = lock(&self.pending);
+        if !pending.active {
+            return true;
+        }
+        let words = text
+            .split_whitespace()
+            .filter(|w| w.chars().any(char::is_alphanumeric))
+            .count();
+        let heard = pending.final_words + words;
+        if is_final {
+            pending.final_words += words;
+        }
+        if heard >= self.barge_in.words_needed() {
+            *pending = Pending::default();
+            tracing::debug!(words = heard, "barge-in confirmed");
+            // Transcripts are uninterruptible, so this one still reaches the aggregator.
+            cx.push_downstream(SystemFrame::Interruption);
+            return true;
+        }
+        // Too short to interrupt: while the bot talks on, the remark is not a turn.
+        !pending.turn_over
+    }
+}
+
+/// An interruption waiting for the user's words.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Speech started over the bot and no transcript has confirmed it yet.
+    active: bool,
+    /// The bot's playback is paused for it.
+    paused: bool,
+    /// The turn it started has ended.
+    turn_over: bool,
+    /// Words in the turn's final transcripts so far.
+    final_words: usize,
+}
+
+fn lock(pending: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
+    pending.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// What the turn task learns from the frames passing by.
@@ -77,6 +159,8 @@ enum Input {
     VadStopped,
     BotSpeaking(bool),
     Interruptions(bool),
+    /// The pending interruption was confirmed or dropped elsewhere: forget its timer.
+    Settled,
 }
 
 impl FrameProcessor for UserTurns {
@@ -97,6 +181,8 @@ impl FrameProcessor for UserTurns {
                 self.events = Some(tx);
                 let task = TurnTask {
                     stop: self.stop.clone(),
+                    barge_in: self.barge_in,
+                    pending: self.pending.clone(),
                     pusher: cx.pusher(),
                     audio: Vec::new(),
                     resampler: None,
@@ -109,6 +195,15 @@ impl FrameProcessor for UserTurns {
             FrameBody::System(SystemFrame::VadUserStoppedSpeaking) => Some(Input::VadStopped),
             FrameBody::System(SystemFrame::BotStartedSpeaking) => Some(Input::BotSpeaking(true)),
             FrameBody::System(SystemFrame::BotStoppedSpeaking) => Some(Input::BotSpeaking(false)),
+            FrameBody::Data(DataFrame::Transcription(t) | DataFrame::InterimTranscription(t)) => {
+                let is_final = matches!(&frame.body, FrameBody::Data(DataFrame::Transcription(_)));
+                let was_pending = lock(&self.pending).active;
+                if !self.on_transcript(&t.text, is_final, cx) {
+                    tracing::debug!(text = %t.text, "remark over the bot dropped");
+                    return Ok(());
+                }
+                (was_pending && !lock(&self.pending).active).then_some(Input::Settled)
+            }
             _ => None,
         };
         if let (Some(input), Some(events)) = (input, &self.events) {
@@ -121,6 +216,8 @@ impl FrameProcessor for UserTurns {
 
 struct TurnTask {
     stop: TurnStop,
+    barge_in: BargeIn,
+    pending: Arc<Mutex<Pending>>,
     pusher: FramePusher,
     /// The user's recent audio at 16 kHz, for the turn model.
     audio: Vec<f32>,
@@ -133,15 +230,26 @@ impl TurnTask {
         mut inputs: mpsc::UnboundedReceiver<Input>,
     ) -> Result<(), ProcessorError> {
         let (mut in_turn, mut bot_speaking, mut interruptions) = (false, false, true);
+        // The turn's end (silence or an unfinished-sounding pause running out).
         let mut deadline: Option<Instant> = None;
+        // When a paused bot resumes if no words confirm the interruption.
+        let mut resume_at: Option<Instant> = None;
         loop {
-            let input = match deadline {
+            let next = [deadline, resume_at].into_iter().flatten().min();
+            let input = match next {
                 Some(at) => match tokio::time::timeout_at(at, inputs.recv()).await {
                     Ok(input) => input,
                     Err(_) => {
-                        deadline = None;
-                        in_turn = false;
-                        self.end_turn().await;
+                        let now = Instant::now();
+                        if deadline.is_some_and(|d| d <= now) {
+                            deadline = None;
+                            in_turn = false;
+                            self.end_turn(&mut resume_at).await;
+                        }
+                        if resume_at.is_some_and(|r| r <= now) {
+                            resume_at = None;
+                            self.resume().await;
+                        }
                         continue;
                     }
                 },
@@ -151,14 +259,24 @@ impl TurnTask {
             match input {
                 Input::Audio(audio) => self.keep(&audio),
                 Input::Interruptions(allowed) => interruptions = allowed,
-                Input::BotSpeaking(speaking) => bot_speaking = speaking,
+                Input::BotSpeaking(speaking) => {
+                    bot_speaking = speaking;
+                    // The bot finished on its own: what the user says now is a plain turn.
+                    if !speaking {
+                        let mut pending = lock(&self.pending);
+                        if pending.active && !pending.paused {
+                            *pending = Pending::default();
+                        }
+                    }
+                }
+                Input::Settled => resume_at = None,
                 Input::VadStarted => {
                     deadline = None;
                     if !in_turn {
                         in_turn = true;
                         self.push(SystemFrame::UserStartedSpeaking).await;
                         if bot_speaking && interruptions {
-                            self.push(SystemFrame::Interruption).await;
+                            self.barge_in_started(&mut resume_at).await;
                         }
                     }
                 }
@@ -175,7 +293,7 @@ impl TurnTask {
                             Ok(Ok(p)) if p.complete => {
                                 tracing::debug!(probability = p.probability, "turn complete");
                                 in_turn = false;
-                                self.end_turn().await;
+                                self.end_turn(&mut resume_at).await;
                             }
                             Ok(Ok(p)) => {
                                 tracing::debug!(probability = p.probability, "turn unfinished");
@@ -184,7 +302,7 @@ impl TurnTask {
                             Ok(Err(e)) => {
                                 tracing::warn!(error = %e, "turn model failed; ending the turn");
                                 in_turn = false;
-                                self.end_turn().await;
+                                self.end_turn(&mut resume_at).await;
                             }
                             Err(e) => return Err(ProcessorError::new(e.to_string())),
                         }
@@ -196,6 +314,44 @@ impl TurnTask {
         Ok(())
     }
 
+    /// The user started talking over the bot: interrupt now, or wait for words (paused).
+    async fn barge_in_started(&mut self, resume_at: &mut Option<Instant>) {
+        if !self.barge_in.waits() {
+            self.push(SystemFrame::Interruption).await;
+            return;
+        }
+        let pause = self.barge_in.resume_after.is_some();
+        let was_paused = {
+            let mut pending = lock(&self.pending);
+            let was_paused = pending.paused;
+            *pending = Pending {
+                active: true,
+                paused: was_paused || pause,
+                ..Pending::default()
+            };
+            was_paused
+        };
+        *resume_at = None;
+        if pause && !was_paused {
+            self.push(SystemFrame::PausePlayback).await;
+        }
+    }
+
+    /// A paused bot whose interruption no words confirmed plays on.
+    async fn resume(&mut self) {
+        let resumed = {
+            let mut pending = lock(&self.pending);
+            let resumed = pending.active && pending.paused;
+            if resumed {
+                pending.paused = false;
+            }
+            resumed
+        };
+        if resumed {
+            tracing::debug!("false interruption: the bot resumes");
+            self.push(SystemFrame::ResumePlayback).await;
+        }
+    }
     /// Keeps the last seconds of the user's audio, resampled for the model.
     fn keep(&mut self, audio: &AudioFrame) {
         if self
@@ -224,7 +380,15 @@ impl TurnTask {
         }
     }
 
-    async fn end_turn(&mut self) {
+    async fn end_turn(&mut self, resume_at: &mut Option<Instant>) {
+        let paused = {
+            let mut pending = lock(&self.pending);
+            pending.turn_over = pending.active;
+            pending.active && pending.paused
+        };
+        if paused && let Some(after) = self.barge_in.resume_after {
+            *resume_at = Some(Instant::now() + after);
+        }
         self.push(SystemFrame::UserStoppedSpeaking).await;
     }
 

@@ -67,8 +67,10 @@ pub enum VadError {
     Resample(#[from] ResampleError),
 }
 
-/// Smoothing of the loudness between windows (weight of the newest window).
-const VOLUME_SMOOTHING: f32 = 0.2;
+/// Smoothing of falling loudness between windows (weight of the newest window). Rising loudness
+/// is taken at once: a symmetric average needs ~5 windows (160 ms) to lift speech over
+/// `min_volume`, and that wait would add to every start and every barge-in.
+const VOLUME_RELEASE: f32 = 0.2;
 
 /// One stream's VAD: resampling to the model's rate, the model's state and the state machine.
 pub struct VadAnalyzer {
@@ -145,7 +147,12 @@ impl VadAnalyzer {
 
     /// Advances the state machine by one window whose speech confidence is `confidence`.
     pub fn apply(&mut self, confidence: f32, window: &[f32]) -> Option<VadEvent> {
-        self.volume = VOLUME_SMOOTHING * loudness(window) + (1.0 - VOLUME_SMOOTHING) * self.volume;
+        let loudness = loudness(window);
+        self.volume = if loudness >= self.volume {
+            loudness
+        } else {
+            VOLUME_RELEASE * loudness + (1.0 - VOLUME_RELEASE) * self.volume
+        };
         let speech = confidence >= self.params.confidence && self.volume >= self.params.min_volume;
         self.step(speech)
     }

@@ -1,0 +1,293 @@
+//! Barge-in policies of the user-turn stage, frame by frame on a paused clock: interrupt at the
+//! VAD's start, wait for enough words, pause the bot and resume it when no words come; and the
+//! output holding its audio while paused.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use voxide::events::Event;
+use voxide::frames::{AudioFrame, DataFrame, Frame, FrameBody, SystemFrame, Transcription};
+use voxide::pipeline::{
+    Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session,
+};
+use voxide::transports::{AudioOutput, AudioSink, OutputOptions};
+use voxide::turns::{BargeIn, TurnStop, UserTurns};
+
+/// Records the turn-taking frames that leave the stage, and the transcripts' words.
+#[derive(Clone, Default)]
+struct Recorder(Arc<Mutex<Vec<String>>>);
+
+impl Recorder {
+    fn seen(&self) -> Vec<String> {
+        self.0.lock().expect("lock").clone()
+    }
+}
+
+impl FrameProcessor for Recorder {
+    fn process(
+        &mut self,
+        frame: Frame,
+        direction: Direction,
+        cx: &mut FrameContext<'_>,
+    ) -> Result<(), ProcessorError> {
+        let label = match &frame.body {
+            FrameBody::Data(DataFrame::Transcription(t)) => Some(format!("final: {}", t.text)),
+            FrameBody::Data(DataFrame::InterimTranscription(t)) => {
+                Some(format!("interim: {}", t.text))
+            }
+            FrameBody::System(
+                SystemFrame::Interruption
+                | SystemFrame::PausePlayback
+                | SystemFrame::ResumePlayback
+                | SystemFrame::UserStartedSpeaking
+                | SystemFrame::UserStoppedSpeaking,
+            ) => Some(frame.name().to_owned()),
+            _ => None,
+        };
+        if let Some(label) = label {
+            self.0.lock().expect("lock").push(label);
+        }
+        cx.push(frame, direction);
+        Ok(())
+    }
+}
+
+enum Step {
+    Frame(Frame),
+    Wait(u64),
+}
+
+fn vad_start() -> Step {
+    Step::Frame(SystemFrame::VadUserStartedSpeaking.into())
+}
+
+fn vad_stop() -> Step {
+    Step::Frame(SystemFrame::VadUserStoppedSpeaking.into())
+}
+
+fn interim(text: &str) -> Step {
+    Step::Frame(DataFrame::InterimTranscription(Box::new(Transcription::new(text, "user"))).into())
+}
+
+fn final_(text: &str) -> Step {
+    Step::Frame(DataFrame::Transcription(Box::new(Transcription::new(text, "user"))).into())
+}
+
+/// Plays `steps` to a turn stage (300 ms of silence ends a turn) while the bot is speaking and
+/// returns what left it.
+async fn play(barge_in: BargeIn, steps: Vec<Step>) -> Vec<String> {
+    let recorder = Recorder::default();
+    let stage = UserTurns::with_barge_in(
+        TurnStop::SpeechTimeout(Duration::from_millis(300)),
+        barge_in,
+    );
+    let session = Session::builder(Pipeline::new().then(stage).then(recorder.clone()))
+        .idle_timeout(None)
+        .spawn();
+    let handle = session.handle();
+    handle
+        .queue_frame(SystemFrame::BotStartedSpeaking)
+        .await
+        .expect("queued");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    for step in steps {
+        match step {
+            Step::Frame(frame) => handle.queue_frame(frame).await.expect("queued"),
+            Step::Wait(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+        }
+        // Let the stage's task see each frame before the next.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    handle.cancel();
+    let _ = session.join().await;
+    recorder.seen()
+}
+
+#[tokio::test(start_paused = true)]
+async fn by_default_speech_over_the_bot_interrupts_at_once() {
+    let seen = play(BargeIn::default(), vec![vad_start(), Step::Wait(100)]).await;
+    assert_eq!(seen, ["user_started_speaking", "interruption"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_bot_resumes_when_no_words_come() {
+    let barge_in = BargeIn {
+        min_words: 0,
+        resume_after: Some(Duration::from_millis(500)),
+    };
+    let seen = play(
+        barge_in,
+        vec![vad_start(), Step::Wait(200), vad_stop(), Step::Wait(1_000)],
+    )
+    .await;
+    assert_eq!(
+        seen,
+        [
+            "user_started_speaking",
+            "pause_playback",
+            "user_stopped_speaking",
+            "resume_playback"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn words_confirm_the_interruption_before_their_transcript_goes_on() {
+    let barge_in = BargeIn {
+        min_words: 2,
+        resume_after: Some(Duration::from_millis(500)),
+    };
+    let seen = play(
+        barge_in,
+        vec![
+            vad_start(),
+            interim("wait"),
+            Step::Wait(200),
+            interim("wait stop"),
+            vad_stop(),
+            final_("Wait, stop."),
+            Step::Wait(1_000),
+        ],
+    )
+    .await;
+    assert_eq!(
+        seen,
+        [
+            "user_started_speaking",
+            "pause_playback",
+            "interim: wait",
+            "interruption",
+            "interim: wait stop",
+            "final: Wait, stop.",
+            "user_stopped_speaking"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_short_remark_over_the_bot_is_dropped_and_the_bot_talks_on() {
+    let barge_in = BargeIn {
+        min_words: 3,
+        resume_after: None,
+    };
+    let seen = play(
+        barge_in,
+        vec![
+            vad_start(),
+            interim("yeah"),
+            vad_stop(),
+            Step::Wait(400),
+            final_("Yeah."),
+            Step::Wait(200),
+        ],
+    )
+    .await;
+    // The turn starts and ends (the aggregator gets no words); no pause, no interruption.
+    assert_eq!(
+        seen,
+        [
+            "user_started_speaking",
+            "interim: yeah",
+            "user_stopped_speaking"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_late_transcript_with_enough_words_still_interrupts_a_resumed_bot() {
+    let barge_in = BargeIn {
+        min_words: 2,
+        resume_after: Some(Duration::from_millis(300)),
+    };
+    let seen = play(
+        barge_in,
+        vec![
+            vad_start(),
+            vad_stop(),
+            Step::Wait(800),
+            final_("Hold on please."),
+            Step::Wait(100),
+        ],
+    )
+    .await;
+    assert_eq!(
+        seen,
+        [
+            "user_started_speaking",
+            "pause_playback",
+            "user_stopped_speaking",
+            "resume_playback",
+            "interruption",
+            "final: Hold on please."
+        ]
+    );
+}
+
+/// Counts the samples the output hands its sink, and when.
+#[derive(Clone, Default)]
+struct CountingSink(Arc<Mutex<Vec<(tokio::time::Instant, usize)>>>);
+
+impl AudioSink for CountingSink {
+    fn write(&mut self, samples: &[i16], _sample_rate: u32) {
+        self.0
+            .lock()
+            .expect("lock")
+            .push((tokio::time::Instant::now(), samples.len()));
+    }
+}
+
+impl CountingSink {
+    fn samples(&self) -> usize {
+        self.0.lock().expect("lock").iter().map(|(_, n)| n).sum()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_paused_output_holds_its_audio_and_the_floor_until_it_resumes() {
+    let sink = CountingSink::default();
+    let recorder = Recorder::default();
+    let output = AudioOutput::new(sink.clone(), OutputOptions::default());
+    let session = Session::builder(Pipeline::new().then(output).then(recorder.clone()))
+        .idle_timeout(None)
+        .spawn();
+    let mut events = session.handle().subscribe();
+    let handle = session.handle();
+    // One second of audio at 16 kHz.
+    let audio = AudioFrame::new(vec![1_000i16; 16_000], 16_000, 1);
+    handle
+        .queue_frame(DataFrame::OutputAudio(audio))
+        .await
+        .expect("queued");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    handle
+        .queue_frame(SystemFrame::PausePlayback)
+        .await
+        .expect("queued");
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    let at_pause = sink.samples();
+    assert!((4_000..=6_000).contains(&at_pause), "{at_pause}");
+    // Held for two seconds: nothing more is played, and the bot has not stopped speaking.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(sink.samples(), at_pause);
+    handle
+        .queue_frame(SystemFrame::ResumePlayback)
+        .await
+        .expect("queued");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(sink.samples(), 16_000, "the rest played after the resume");
+    handle.cancel();
+    let _ = session.join().await;
+    let mut speaking = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        match event.event {
+            Event::BotStartedSpeaking => speaking.push("started"),
+            Event::BotStoppedSpeaking => speaking.push("stopped"),
+            _ => {}
+        }
+    }
+    assert_eq!(
+        speaking,
+        ["started", "stopped"],
+        "one utterance, paused in the middle"
+    );
+}
