@@ -434,3 +434,31 @@ async fn the_bots_own_echo_does_not_interrupt_it_with_the_guard_on() {
         "the echo alone interrupts without the guard"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_mid_sentence_stays_in_the_same_turn() {
+    // A filler before the pause: Smart Turn rates "What is the weather like in, uh," at 0.007
+    // (finished ≥ 0.5), far from its threshold, so the verdict holds under any load.
+    let out = play(
+        Scenario {
+            replies: vec!["It is sunny."],
+            echo_db: None,
+            guard: false,
+        },
+        vec![
+            Step::Say(say("What is the weather like in, uh,")),
+            Step::Silence(Duration::from_millis(700)),
+            Step::Say(say("Paris?")),
+            Step::UntilBotDone(Duration::from_millis(500)),
+        ],
+    )
+    .await;
+    let users = out.users();
+    assert_eq!(users.len(), 1, "one turn: {users:?}");
+    assert!(
+        words(&users[0]).iter().any(|w| w == "paris"),
+        "both halves in the turn: {users:?}"
+    );
+    let ended = out.count(|e| matches!(e, Event::UserStoppedSpeaking));
+    assert_eq!(ended, 1);
+}
