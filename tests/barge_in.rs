@@ -291,3 +291,36 @@ async fn a_paused_output_holds_its_audio_and_the_floor_until_it_resumes() {
         "one utterance, paused in the middle"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn once_the_bot_has_finished_a_short_answer_is_a_turn_again() {
+    let barge_in = BargeIn {
+        min_words: 3,
+        resume_after: None,
+    };
+    let seen = play(
+        barge_in,
+        vec![
+            vad_start(),
+            vad_stop(),
+            Step::Wait(400),
+            final_("Yeah."),
+            Step::Frame(SystemFrame::BotStoppedSpeaking.into()),
+            vad_start(),
+            vad_stop(),
+            final_("Okay."),
+            Step::Wait(400),
+        ],
+    )
+    .await;
+    assert_eq!(
+        seen,
+        [
+            "user_started_speaking",
+            "user_stopped_speaking",
+            "user_started_speaking",
+            "final: Okay.",
+            "user_stopped_speaking"
+        ]
+    );
+}

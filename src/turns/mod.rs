@@ -277,6 +277,9 @@ impl TurnTask {
                         self.push(SystemFrame::UserStartedSpeaking).await;
                         if bot_speaking && interruptions {
                             self.barge_in_started(&mut resume_at).await;
+                        } else {
+                            // A turn over silence is a plain turn, whatever came before it.
+                            *lock(&self.pending) = Pending::default();
                         }
                     }
                 }
