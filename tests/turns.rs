@@ -18,7 +18,9 @@ use voxide::context::{ContextHandle, LlmContext, Message, StopReason};
 use voxide::events::Event;
 use voxide::frames::{AudioFrame, StartParams, SystemFrame};
 use voxide::pipeline::{Pipeline, Session};
-use voxide::services::llm::{LlmEngine, LlmError, LlmEvent, LlmRequest, LlmService};
+use voxide::services::llm::{
+    FunctionCallParams, FunctionOptions, LlmEngine, LlmError, LlmEvent, LlmRequest, LlmService,
+};
 use voxide::services::stt::{SttService, Whisper};
 use voxide::services::tts::{EspeakVoice, PiperVoice, TtsEngine, TtsService};
 use voxide::transports::{AudioOutput, AudioSink, OutputOptions};
@@ -31,8 +33,19 @@ const LONG_REPLY: &str = "The weather in Paris is mild today. There is a light b
 west, and the afternoon should stay dry. In the evening the clouds come back, and it may rain \
 a little after midnight.";
 
-/// Answers from a script, then "Okay." for ever.
-struct Scripted(Mutex<VecDeque<String>>);
+/// Answers from a script, then "Okay." for ever. A reply `call:NAME` is a call of tool NAME.
+/// Remembers when each run started and whether its request carried a tool's result.
+struct Scripted {
+    replies: Mutex<VecDeque<String>>,
+    runs: Arc<Mutex<Vec<LlmRun>>>,
+}
+
+/// One run of the scripted LLM.
+struct LlmRun {
+    at: Instant,
+    /// The request's messages as JSON text.
+    request: String,
+}
 
 impl LlmEngine for Scripted {
     fn model(&self) -> &str {
@@ -43,13 +56,24 @@ impl LlmEngine for Scripted {
         "test"
     }
 
-    fn generate(&self, _: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
+    fn generate(&self, request: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
+        self.runs.lock().expect("lock").push(LlmRun {
+            at: Instant::now(),
+            request: serde_json::to_string(&request.messages).expect("json"),
+        });
         let text = self
-            .0
+            .replies
             .lock()
             .expect("lock")
             .pop_front()
             .unwrap_or_else(|| "Okay.".into());
+        if let Some(name) = text.strip_prefix("call:") {
+            return Box::pin(stream::iter([Ok(LlmEvent::ToolCall {
+                id: "call_1".into(),
+                name: name.to_owned(),
+                arguments: "{}".into(),
+            })]));
+        }
         // Word by word, as a model streams.
         let words: Vec<_> = text
             .split_inclusive(' ')
@@ -85,6 +109,8 @@ enum Step {
     WhileBotSpeaks(Duration),
     /// Silence until the bot has been quiet for this long after speaking.
     UntilBotDone(Duration),
+    /// Lets the scenario's async tool finish.
+    Release,
 }
 
 struct Outcome {
@@ -93,6 +119,7 @@ struct Outcome {
     played: Vec<Instant>,
     /// When each `Say` step started.
     said_at: Vec<Instant>,
+    llm_runs: Vec<LlmRun>,
 }
 
 impl Outcome {
@@ -125,11 +152,34 @@ struct Scenario {
     guard: bool,
 }
 
+/// The async tool of the scenarios that call one: `check_order` answers "shipped yesterday"
+/// once a `Step::Release` lets it.
+const ASYNC_TOOL: &str = "check_order";
+
 async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
     let context = ContextHandle::new(LlmContext::new(vec![Message::system("Be brief.")]));
-    let engine = Scripted(Mutex::new(
-        scenario.replies.iter().map(|r| r.to_string()).collect(),
-    ));
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let engine = Scripted {
+        replies: Mutex::new(scenario.replies.iter().map(|r| r.to_string()).collect()),
+        runs: runs.clone(),
+    };
+    let release = Arc::new(tokio::sync::Notify::new());
+    let mut llm = LlmService::new(engine);
+    {
+        let release = release.clone();
+        llm.register_function(
+            Some(ASYNC_TOOL),
+            move |call: FunctionCallParams| {
+                let release = release.clone();
+                async move {
+                    release.notified().await;
+                    call.result_callback
+                        .done(serde_json::json!("shipped yesterday"));
+                }
+            },
+            FunctionOptions::asynchronous(),
+        );
+    }
     let speaker = Speaker::default();
     let reference = EchoReference::new();
     let mut pipeline = Pipeline::new();
@@ -155,7 +205,7 @@ async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
         ))
         .then(UserTurns::new(stop))
         .then(UserAggregator::new(context.clone()))
-        .then(LlmService::new(engine))
+        .then(llm)
         .then(TtsService::new(voice))
         .then(AudioOutput::new(
             reference.tap(speaker.clone()),
@@ -211,6 +261,10 @@ async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
             Step::Silence(d) => {
                 std::iter::repeat_n(0, (d.as_secs_f64() * f64::from(RATE)) as usize).collect()
             }
+            Step::Release => {
+                release.notify_one();
+                VecDeque::new()
+            }
             _ => VecDeque::new(),
         };
         loop {
@@ -222,6 +276,7 @@ async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
                 Step::UntilBotDone(d) => {
                     matches!(bot_state(&events), (Some(_), Some(at)) if at.elapsed() >= *d)
                 }
+                Step::Release => true,
             };
             if done || Instant::now() > deadline {
                 break;
@@ -246,11 +301,13 @@ async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
     let messages = context.lock().messages.clone();
     let events = std::mem::take(&mut *events.lock().expect("lock"));
     let played = speaker.0.lock().expect("lock").played.clone();
+    let llm_runs = std::mem::take(&mut *runs.lock().expect("lock"));
     Outcome {
         messages,
         events,
         played,
         said_at,
+        llm_runs,
     }
 }
 
@@ -456,9 +513,74 @@ async fn a_pause_mid_sentence_stays_in_the_same_turn() {
     let users = out.users();
     assert_eq!(users.len(), 1, "one turn: {users:?}");
     assert!(
-        words(&users[0]).iter().any(|w| w == "paris"),
+        words(users[0]).iter().any(|w| w == "paris"),
         "both halves in the turn: {users:?}"
     );
     let ended = out.count(|e| matches!(e, Event::UserStoppedSpeaking));
     assert_eq!(ended, 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_async_result_that_lands_while_the_user_speaks_waits_for_the_turn() {
+    let follow_up = say("And could you also send me the receipt by email please");
+    let half = follow_up.len() / 2;
+    let out = play(
+        Scenario {
+            replies: vec!["call:check_order", "Let me check.", "It shipped yesterday."],
+            echo_db: None,
+            guard: false,
+        },
+        vec![
+            Step::Say(say("Where is my order?")),
+            Step::UntilBotDone(Duration::from_millis(800)),
+            // The tool's result arrives in the middle of the user's next sentence.
+            Step::Say(follow_up[..half].to_vec()),
+            Step::Release,
+            Step::Say(follow_up[half..].to_vec()),
+            // Until the answer after the turn has been spoken.
+            Step::WhileBotSpeaks(Duration::from_millis(100)),
+            Step::UntilBotDone(Duration::from_millis(500)),
+        ],
+    )
+    .await;
+    let turns: Vec<Instant> = out
+        .events
+        .iter()
+        .filter(|(_, e)| matches!(e, Event::UserStartedSpeaking))
+        .map(|(at, _)| *at)
+        .collect();
+    let ends: Vec<Instant> = out
+        .events
+        .iter()
+        .filter(|(_, e)| matches!(e, Event::UserStoppedSpeaking))
+        .map(|(at, _)| *at)
+        .collect();
+    assert_eq!((turns.len(), ends.len()), (2, 2), "two user turns");
+    let (start, end) = (turns[1], ends[1]);
+    let released = out.said_at[2];
+    assert!(
+        start < released && released < end,
+        "the result came mid-turn"
+    );
+    assert!(
+        out.llm_runs.iter().all(|r| r.at < start || r.at > end),
+        "the LLM ran while the user was speaking"
+    );
+    let after: Vec<&LlmRun> = out.llm_runs.iter().filter(|r| r.at > end).collect();
+    assert!(
+        after
+            .iter()
+            .any(|r| r.request.contains("shipped yesterday")),
+        "a run after the turn has the result"
+    );
+    assert!(
+        after.iter().any(|r| r.request.contains("receipt")),
+        "a run after the turn has the user's words"
+    );
+    assert!(
+        out.messages
+            .iter()
+            .any(|m| m.text().is_some_and(|t| t.contains("shipped yesterday"))),
+        "the result is in the context"
+    );
 }
