@@ -287,7 +287,8 @@ enum Bench {
     Wer,
     /// Interruption latency: a Piper-voiced user asks for a long answer and talks over it
     /// --after-secs after asking, --rounds times; reports the ms from the first sample of the
-    /// interrupting speech to the last sample of bot audio (p50/p99).
+    /// interrupting speech to the last sample of bot audio (p50/p99). The bot is told to answer
+    /// at length (up to 200 tokens) unless --instructions or --max-tokens say otherwise.
     Interruptions {
         /// Rounds played.
         #[arg(long, default_value_t = 20)]
@@ -511,6 +512,11 @@ async fn main() -> Result<()> {
             if !(1..=200).contains(&rounds) || !(0.5..=30.0).contains(&after_secs) {
                 anyhow::bail!("--rounds must be 1 to 200 and --after-secs 0.5 to 30");
             }
+            // Long answers, so that the user's cut-ins land on speech.
+            let mut bot = bot;
+            bot.instructions
+                .get_or_insert_with(|| voxide::bench::interruptions::LONG_ANSWERS.to_owned());
+            bot.max_tokens.get_or_insert(200);
             let bot = preloaded(&bot).await?;
             let report = voxide::bench::interruptions::run_interruptions(
                 rounds,

@@ -21,6 +21,9 @@ const QUESTIONS: &[&str] = &[
     "Explain how the moon affects the tides.",
     "Tell me everything about the history of bread.",
 ];
+/// The bench's instruction unless one is given: answers long enough to be talked over.
+pub const LONG_ANSWERS: &str = "You are a storyteller. Answer every message with a long, \
+detailed story of at least six sentences.";
 /// What the user says over the bot.
 const BARGE_INS: &[&str] = &[
     "Stop, wait a moment.",
