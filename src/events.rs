@@ -60,6 +60,10 @@ pub enum Event {
     BotStoppedSpeaking,
     /// The user interrupted the bot.
     Interruption,
+    /// The bot paused: the user started speaking over it and the barge-in waits for words.
+    BotPaused,
+    /// The paused bot plays on: no words came (a false interruption).
+    BotResumed,
     /// A transcript of the user's speech.
     UserTranscription {
         /// The words.

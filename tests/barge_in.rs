@@ -76,6 +76,11 @@ fn final_(text: &str) -> Step {
 /// Plays `steps` to a turn stage (300 ms of silence ends a turn) while the bot is speaking and
 /// returns what left it.
 async fn play(barge_in: BargeIn, steps: Vec<Step>) -> Vec<String> {
+    play_with_events(barge_in, steps).await.0
+}
+
+/// [`play`], plus the session's pause, resume and interruption events.
+async fn play_with_events(barge_in: BargeIn, steps: Vec<Step>) -> (Vec<String>, Vec<String>) {
     let recorder = Recorder::default();
     let stage = UserTurns::with_barge_in(
         TurnStop::SpeechTimeout(Duration::from_millis(300)),
@@ -84,6 +89,7 @@ async fn play(barge_in: BargeIn, steps: Vec<Step>) -> Vec<String> {
     let session = Session::builder(Pipeline::new().then(stage).then(recorder.clone()))
         .idle_timeout(None)
         .spawn();
+    let mut events = session.handle().subscribe();
     let handle = session.handle();
     handle
         .queue_frame(SystemFrame::BotStartedSpeaking)
@@ -100,7 +106,16 @@ async fn play(barge_in: BargeIn, steps: Vec<Step>) -> Vec<String> {
     }
     handle.cancel();
     let _ = session.join().await;
-    recorder.seen()
+    let mut names = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        match event.event {
+            Event::BotPaused => names.push("bot_paused".to_owned()),
+            Event::BotResumed => names.push("bot_resumed".to_owned()),
+            Event::Interruption => names.push("interruption".to_owned()),
+            _ => {}
+        }
+    }
+    (recorder.seen(), names)
 }
 
 #[tokio::test(start_paused = true)]
@@ -115,11 +130,12 @@ async fn a_paused_bot_resumes_when_no_words_come() {
         min_words: 0,
         resume_after: Some(Duration::from_millis(500)),
     };
-    let seen = play(
+    let (seen, events) = play_with_events(
         barge_in,
         vec![vad_start(), Step::Wait(200), vad_stop(), Step::Wait(1_000)],
     )
     .await;
+    assert_eq!(events, ["bot_paused", "bot_resumed"]);
     assert_eq!(
         seen,
         [

@@ -492,6 +492,8 @@ impl Observer for EventObserver {
                     Event::BotStoppedSpeaking
                 }
                 SystemFrame::Interruption => Event::Interruption,
+                SystemFrame::PausePlayback => Event::BotPaused,
+                SystemFrame::ResumePlayback => Event::BotResumed,
                 SystemFrame::Metrics(data) => Event::Metrics { data: data.clone() },
                 // Function-call frames go both ways as separate frames: report the downstream ones.
                 SystemFrame::FunctionCallCancel(cancel)
