@@ -17,6 +17,8 @@ use crate::frames::MetricsData;
 pub const LABEL: &str = "rtvi-ai";
 /// The protocol version voxide speaks to current clients.
 pub const VERSION: &str = "2.0.0";
+/// The major version of [`VERSION`].
+const MAJOR: u64 = 2;
 /// The oldest major version still served, in its own message shapes.
 const LEGACY_MAJOR: u64 = 1;
 
@@ -102,7 +104,7 @@ impl Rtvi {
                 if parts[0] == LEGACY_MAJOR {
                     self.legacy = true;
                     answer = v.to_owned();
-                } else if v.split('.').next() != VERSION.split('.').next() {
+                } else if parts[0] != MAJOR {
                     replies.push(error_response(
                         id,
                         format!("RTVI version {v} is not compatible with {VERSION}; compatibility issues may occur"),
