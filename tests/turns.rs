@@ -21,7 +21,7 @@ use voxide::pipeline::{Pipeline, Session};
 use voxide::services::llm::{
     FunctionCallParams, FunctionOptions, LlmEngine, LlmError, LlmEvent, LlmRequest, LlmService,
 };
-use voxide::services::stt::{SttService, Whisper};
+use voxide::services::stt::{SttEngine, SttError, SttService, Whisper};
 use voxide::services::tts::{EspeakVoice, PiperVoice, TtsEngine, TtsService};
 use voxide::transports::{AudioOutput, AudioSink, OutputOptions};
 use voxide::turns::{TurnStop, UserTurns};
@@ -83,6 +83,23 @@ impl LlmEngine for Scripted {
     }
 }
 
+/// An STT that takes `delay` longer than its engine.
+struct Slow {
+    engine: Arc<Whisper>,
+    delay: Duration,
+}
+
+impl SttEngine for Slow {
+    fn name(&self) -> &str {
+        "slow"
+    }
+
+    fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
+        std::thread::sleep(self.delay);
+        self.engine.transcribe(audio)
+    }
+}
+
 /// What the bot played, when, and a loopback of it for the echo scenario.
 #[derive(Clone, Default)]
 struct Speaker(Arc<Mutex<SpeakerState>>);
@@ -137,6 +154,18 @@ impl Outcome {
             .collect()
     }
 
+    /// The turn-taking events, with milliseconds since the first, for failure messages.
+    fn timeline(&self) -> String {
+        let Some((first, _)) = self.events.first() else {
+            return String::new();
+        };
+        self.events
+            .iter()
+            .filter(|(_, e)| !matches!(e, Event::Metrics { .. }))
+            .map(|(at, e)| format!("\n{:>6} {e:?}", at.duration_since(*first).as_millis()))
+            .collect()
+    }
+
     fn users(&self) -> Vec<&str> {
         self.messages
             .iter()
@@ -146,10 +175,13 @@ impl Outcome {
     }
 }
 
+#[derive(Default)]
 struct Scenario {
     replies: Vec<&'static str>,
     echo_db: Option<f32>,
     guard: bool,
+    /// Extra time each transcription takes, as a slow or loaded STT would.
+    stt_delay: Duration,
 }
 
 /// The async tool of the scenarios that call one: `check_order` answers "shipped yesterday"
@@ -200,7 +232,10 @@ async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
             VadParams::default(),
         ))
         .then(SttService::new(
-            Whisper::shared().expect("the Whisper model"),
+            Arc::new(Slow {
+                engine: Whisper::shared().expect("the Whisper model"),
+                delay: scenario.stt_delay,
+            }),
             "user",
         ))
         .then(UserTurns::new(stop))
@@ -342,8 +377,7 @@ async fn one_question_is_one_turn_and_gets_the_whole_answer() {
     let out = play(
         Scenario {
             replies: vec!["It is sunny in Paris."],
-            echo_db: None,
-            guard: false,
+            ..Scenario::default()
         },
         vec![
             Step::Silence(Duration::from_millis(500)),
@@ -371,8 +405,7 @@ async fn talking_over_the_bot_stops_it_and_keeps_only_the_words_played() {
     let out = play(
         Scenario {
             replies: vec![LONG_REPLY, "Sure."],
-            echo_db: None,
-            guard: false,
+            ..Scenario::default()
         },
         vec![
             Step::Say(question()),
@@ -430,8 +463,7 @@ async fn a_cough_while_the_bot_speaks_does_not_interrupt() {
     let out = play(
         Scenario {
             replies: vec![LONG_REPLY],
-            echo_db: None,
-            guard: false,
+            ..Scenario::default()
         },
         vec![
             Step::Say(question()),
@@ -461,6 +493,7 @@ async fn echo_scenario(guard: bool) -> Outcome {
             replies: vec![LONG_REPLY],
             echo_db: Some(-10.0),
             guard,
+            ..Scenario::default()
         },
         vec![
             Step::Say(question()),
@@ -499,8 +532,7 @@ async fn a_pause_mid_sentence_stays_in_the_same_turn() {
     let out = play(
         Scenario {
             replies: vec!["It is sunny."],
-            echo_db: None,
-            guard: false,
+            ..Scenario::default()
         },
         vec![
             Step::Say(say("What is the weather like in, uh,")),
@@ -510,14 +542,45 @@ async fn a_pause_mid_sentence_stays_in_the_same_turn() {
         ],
     )
     .await;
-    let users = out.users();
-    assert_eq!(users.len(), 1, "one turn: {users:?}");
+    let (users, timeline) = (out.users(), out.timeline());
+    assert_eq!(users.len(), 1, "one turn: {users:?}{timeline}");
     assert!(
         words(users[0]).iter().any(|w| w == "paris"),
-        "both halves in the turn: {users:?}"
+        "both halves in the turn: {users:?}{timeline}"
     );
     let ended = out.count(|e| matches!(e, Event::UserStoppedSpeaking));
-    assert_eq!(ended, 1);
+    assert_eq!(ended, 1, "{timeline}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_that_ends_before_its_transcript_is_one_message() {
+    // Each decode takes a second longer: Smart Turn ends the turn long before Whisper has the
+    // second half's words, as on a loaded machine or with a slow network STT.
+    let out = play(
+        Scenario {
+            replies: vec!["It is sunny."],
+            stt_delay: Duration::from_secs(1),
+            ..Scenario::default()
+        },
+        vec![
+            Step::Say(say("What is the weather like in, uh,")),
+            Step::Silence(Duration::from_millis(700)),
+            Step::Say(say("Paris?")),
+            Step::UntilBotDone(Duration::from_millis(500)),
+        ],
+    )
+    .await;
+    let (users, timeline) = (out.users(), out.timeline());
+    assert_eq!(
+        users.len(),
+        1,
+        "one message for the turn: {users:?}{timeline}"
+    );
+    assert!(
+        words(users[0]).iter().any(|w| w == "paris"),
+        "both halves in the message: {users:?}{timeline}"
+    );
+    assert_eq!(out.llm_runs.len(), 1, "one answer for the turn{timeline}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -527,8 +590,7 @@ async fn an_async_result_that_lands_while_the_user_speaks_waits_for_the_turn() {
     let out = play(
         Scenario {
             replies: vec!["call:check_order", "Let me check.", "It shipped yesterday."],
-            echo_db: None,
-            guard: false,
+            ..Scenario::default()
         },
         vec![
             Step::Say(say("Where is my order?")),

@@ -102,6 +102,7 @@ impl Frame {
             FrameBody::Control(c) => match c {
                 ControlFrame::End(_)
                 | ControlFrame::Stop
+                | ControlFrame::TranscriptionDone
                 | ControlFrame::FunctionCallInProgress(_) => true,
                 ControlFrame::LlmFullResponseStart
                 | ControlFrame::LlmFullResponseEnd
@@ -224,6 +225,9 @@ pub enum SystemFrame {
     VadUserStartedSpeaking,
     /// The VAD heard speech stop (confirmed after its stop delay).
     VadUserStoppedSpeaking,
+    /// The STT owes a final transcript for speech that is ending (sent just before the VAD's
+    /// stop); a [`ControlFrame::TranscriptionDone`] follows once it is delivered.
+    TranscriptionPending,
     /// The user's turn started.
     UserStartedSpeaking,
     /// The user's turn ended.
@@ -261,6 +265,7 @@ impl SystemFrame {
             SystemFrame::InputAudio(_) => "input_audio",
             SystemFrame::VadUserStartedSpeaking => "vad_user_started_speaking",
             SystemFrame::VadUserStoppedSpeaking => "vad_user_stopped_speaking",
+            SystemFrame::TranscriptionPending => "transcription_pending",
             SystemFrame::UserStartedSpeaking => "user_started_speaking",
             SystemFrame::UserStoppedSpeaking => "user_stopped_speaking",
             SystemFrame::UserSpeaking => "user_speaking",
@@ -292,6 +297,9 @@ pub enum ControlFrame {
     TtsStarted,
     /// The TTS finished producing audio for a response.
     TtsStopped,
+    /// The STT delivered the final transcript it owed (or heard no words in the speech), after
+    /// the transcript itself.
+    TranscriptionDone,
     /// A function call began running.
     FunctionCallInProgress(Box<FunctionCallInProgress>),
     /// Who answered, what it cost and why it stopped; sent just before the response's end.
@@ -307,6 +315,7 @@ impl ControlFrame {
             ControlFrame::LlmFullResponseEnd => "llm_full_response_end",
             ControlFrame::TtsStarted => "tts_started",
             ControlFrame::TtsStopped => "tts_stopped",
+            ControlFrame::TranscriptionDone => "transcription_done",
             ControlFrame::FunctionCallInProgress(_) => "function_call_in_progress",
             ControlFrame::LlmResponseSummary(_) => "llm_response_summary",
         }

@@ -4,7 +4,10 @@
 //! so the first syllable is not lost. While the user speaks, the growing utterance is re-decoded
 //! every half second for interim transcripts (turn logic and the UI use them); when the VAD hears
 //! the end, the whole utterance is decoded for the final transcript. One worker per session runs
-//! the requests in order and skips interim ones that a newer request made stale.
+//! the requests in order and skips interim ones that a newer request made stale. Each final is
+//! announced at the VAD stop ([`SystemFrame::TranscriptionPending`]) and closed after its
+//! transcript ([`ControlFrame::TranscriptionDone`]), so the user aggregator knows when a turn's
+//! words are all in.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -15,7 +18,9 @@ use tokio::sync::mpsc;
 use super::SttError;
 use crate::audio::mel;
 use crate::audio::resample::StreamResampler;
-use crate::frames::{DataFrame, Frame, FrameBody, MetricsData, SystemFrame, Transcription};
+use crate::frames::{
+    ControlFrame, DataFrame, Frame, FrameBody, MetricsData, SystemFrame, Transcription,
+};
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
 
 /// Something that transcribes 16 kHz mono audio. Blocking: the stage calls it off the async
@@ -155,6 +160,10 @@ impl FrameProcessor for SttService {
                 self.speaking = false;
                 let utterance = std::mem::take(&mut self.utterance);
                 self.send(Request::Final(utterance));
+                // The turn may end before the final transcript is ready; this tells the user
+                // aggregator to wait for it rather than commit the turn without its last words.
+                // Sent ahead of the VAD stop, so it is ahead of any turn end that stop causes.
+                cx.push_downstream(SystemFrame::TranscriptionPending);
             }
             _ => {}
         }
@@ -191,6 +200,16 @@ impl Worker {
     }
 
     async fn transcribe(&self, request: Request) {
+        let is_final = matches!(request, Request::Final(_));
+        self.decode(request).await;
+        if is_final {
+            // Owed for every final, words or not, so the aggregator never waits in vain.
+            let done = ControlFrame::TranscriptionDone.into();
+            let _ = self.pusher.push(done, Direction::Downstream).await;
+        }
+    }
+
+    async fn decode(&self, request: Request) {
         let (audio, is_final) = match request {
             Request::Interim(a) => (a, false),
             Request::Final(a) => (a, true),
