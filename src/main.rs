@@ -51,8 +51,8 @@ enum Command {
         bot: BotArgs,
     },
     /// Talks with the bot through this machine's default microphone and speaker (or the named
-    /// ones). Prints what was heard and said; Ctrl-C ends it. An echo guard keeps the bot from
-    /// taking its own voice from the speaker for the user; headphones still work best.
+    /// ones). Prints what was heard and said; Ctrl-C ends it. An echo canceller takes the bot's
+    /// own voice out of what the microphone hears, so it is not taken for the user.
     Local {
         /// Lists the audio devices and exits.
         #[arg(long)]
@@ -63,9 +63,11 @@ enum Command {
         /// The speaker, by name. [default: the system's default]
         #[arg(long, env = "VOXIDE_OUTPUT_DEVICE")]
         output_device: Option<String>,
-        /// Turns the echo guard off (with headphones, or a device that cancels echo itself).
-        #[arg(long)]
-        no_echo_guard: bool,
+        /// What keeps the bot's voice from the speaker out of the input: `cancel` subtracts it
+        /// (AEC3, with what was played as the reference), `guard` silences input no louder than
+        /// its echo, `off` for headphones or a device that cancels echo itself.
+        #[arg(long, value_enum, default_value_t = EchoArg::Cancel)]
+        echo: EchoArg,
         #[command(flatten)]
         bot: BotArgs,
     },
@@ -152,6 +154,13 @@ enum LlmArg {
 enum VoiceArg {
     Piper,
     Espeak,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum EchoArg {
+    Cancel,
+    Guard,
+    Off,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -352,7 +361,7 @@ async fn main() -> Result<()> {
             list_devices,
             input_device,
             output_device,
-            no_echo_guard,
+            echo,
             bot,
         } => {
             if list_devices {
@@ -377,8 +386,10 @@ async fn main() -> Result<()> {
                 return Ok(());
             }
             let mut bot = bot.options(&bot.config()?.bot)?;
-            if !no_echo_guard {
-                bot.echo_guard = Some(Default::default());
+            match echo {
+                EchoArg::Cancel => bot.echo_canceller = true,
+                EchoArg::Guard => bot.echo_guard = Some(Default::default()),
+                EchoArg::Off => {}
             }
             local(bot, input_device, output_device).await?;
         }

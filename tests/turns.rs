@@ -10,6 +10,7 @@ use futures_util::stream::{self, BoxStream};
 use tokio::time::Instant;
 
 use voxide::aggregators::{AssistantAggregator, UserAggregator};
+use voxide::audio::aec::EchoCanceller;
 use voxide::audio::echo::{EchoGuard, EchoGuardParams, EchoReference};
 use voxide::audio::resample::StreamResampler;
 use voxide::audio::turn::SmartTurn;
@@ -180,6 +181,8 @@ struct Scenario {
     replies: Vec<&'static str>,
     echo_db: Option<f32>,
     guard: bool,
+    /// Cancel the echo with the played audio as the reference.
+    canceller: bool,
     /// Extra time each transcription takes, as a slow or loaded STT would.
     stt_delay: Duration,
 }
@@ -215,6 +218,9 @@ async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
     let speaker = Speaker::default();
     let reference = EchoReference::new();
     let mut pipeline = Pipeline::new();
+    if scenario.canceller {
+        pipeline = pipeline.then(EchoCanceller::new(reference.clone()));
+    }
     if scenario.guard {
         pipeline = pipeline.then(EchoGuard::new(
             reference.clone(),
@@ -284,6 +290,8 @@ async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
         (started, stopped)
     };
     let echo_gain = scenario.echo_db.map(|db| 10f32.powf(db / 20.0));
+    // Sound takes a while from the speaker to the mic (device buffers, the room): 30 ms here.
+    let mut echo_path: VecDeque<i16> = std::iter::repeat_n(0, RATE as usize * 30 / 1000).collect();
     let mut tick = tokio::time::interval(Duration::from_millis(20));
     let mut said_at = Vec::new();
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -321,7 +329,8 @@ async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
             if let Some(gain) = echo_gain {
                 let mut state = speaker.0.lock().expect("lock");
                 for sample in &mut chunk {
-                    let echo = state.loopback.pop_front().unwrap_or(0);
+                    echo_path.push_back(state.loopback.pop_front().unwrap_or(0));
+                    let echo = echo_path.pop_front().unwrap_or(0);
                     let mixed = f32::from(*sample) + gain * f32::from(echo);
                     *sample = mixed.clamp(-32_768.0, 32_767.0) as i16;
                 }
@@ -522,6 +531,42 @@ async fn the_bots_own_echo_does_not_interrupt_it_with_the_guard_on() {
     assert!(
         unguarded.count(is_interruption) >= 1,
         "the echo alone interrupts without the guard"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_canceller_removes_the_bots_echo_but_not_the_user() {
+    // The bot's voice comes back 10 dB down the whole time; the user talks over it once.
+    let out = play(
+        Scenario {
+            replies: vec![LONG_REPLY, "Sure."],
+            echo_db: Some(-10.0),
+            canceller: true,
+            ..Scenario::default()
+        },
+        vec![
+            Step::Say(question()),
+            Step::WhileBotSpeaks(Duration::from_millis(3_000)),
+            Step::Say(say("Stop, wait a moment please.")),
+            Step::UntilBotDone(Duration::from_millis(500)),
+        ],
+    )
+    .await;
+    let timeline = out.timeline();
+    let barge_at = out.said_at[1];
+    let interruptions: Vec<Instant> = out
+        .events
+        .iter()
+        .filter(|(_, e)| is_interruption(e))
+        .map(|(at, _)| *at)
+        .collect();
+    assert!(
+        interruptions.iter().all(|at| *at >= barge_at),
+        "only the user interrupts, never the echo{timeline}"
+    );
+    assert!(
+        !interruptions.is_empty(),
+        "the user's voice came through the canceller{timeline}"
     );
 }
 

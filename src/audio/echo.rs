@@ -36,12 +36,29 @@ impl Default for EchoGuardParams {
     }
 }
 
-/// What the output played recently: the guard's reference.
+/// What the output played recently: the guard's and the canceller's reference.
 #[derive(Debug, Clone, Default)]
-pub struct EchoReference(Arc<Mutex<VecDeque<(Instant, f32)>>>);
+pub struct EchoReference(Arc<Mutex<Played>>);
+
+#[derive(Debug, Default)]
+struct Played {
+    /// Loudness of the last chunks, for the guard.
+    blocks: VecDeque<(Instant, f32)>,
+    /// The samples themselves, kept only once a canceller reads them.
+    samples: Option<PlayedSamples>,
+}
+
+/// Played samples not yet read by the canceller.
+#[derive(Debug, Default)]
+struct PlayedSamples {
+    rate: u32,
+    queue: VecDeque<i16>,
+}
 
 /// How much played loudness the reference keeps, at most.
 const MAX_BLOCKS: usize = 256;
+/// Seconds of played samples kept for a canceller that has not read them.
+const MAX_UNREAD_SECS: usize = 2;
 
 impl EchoReference {
     /// An empty reference.
@@ -49,28 +66,54 @@ impl EchoReference {
         Self::default()
     }
 
-    fn blocks(&self) -> std::sync::MutexGuard<'_, VecDeque<(Instant, f32)>> {
+    fn played_state(&self) -> std::sync::MutexGuard<'_, Played> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Records a chunk played now.
-    pub fn played(&self, samples: &[i16]) {
-        let mut blocks = self.blocks();
-        if blocks.len() == MAX_BLOCKS {
-            blocks.pop_front();
+    /// Records a chunk of mono audio at `rate` played now.
+    pub fn played(&self, samples: &[i16], rate: u32) {
+        let mut played = self.played_state();
+        if played.blocks.len() == MAX_BLOCKS {
+            played.blocks.pop_front();
         }
-        blocks.push_back((Instant::now(), rms(samples)));
+        played.blocks.push_back((Instant::now(), rms(samples)));
+        if let Some(kept) = &mut played.samples {
+            if kept.rate != rate {
+                kept.queue.clear();
+                kept.rate = rate;
+            }
+            kept.queue.extend(samples);
+            let excess = kept
+                .queue
+                .len()
+                .saturating_sub(MAX_UNREAD_SECS * rate as usize);
+            kept.queue.drain(..excess);
+        }
     }
 
     /// The loudest chunk played within `tail` before now.
     pub fn loudest_within(&self, tail: Duration) -> f32 {
         let now = Instant::now();
-        self.blocks()
+        self.played_state()
+            .blocks
             .iter()
             .rev()
             .take_while(|(at, _)| now.duration_since(*at) <= tail)
             .map(|(_, level)| *level)
             .fold(0.0, f32::max)
+    }
+
+    /// The samples played since the last call, with their rate; the first call starts keeping
+    /// them.
+    pub fn take_samples(&self) -> Option<(u32, Vec<i16>)> {
+        let mut played = self.played_state();
+        match &mut played.samples {
+            Some(kept) => Some((kept.rate, kept.queue.drain(..).collect())),
+            None => {
+                played.samples = Some(PlayedSamples::default());
+                None
+            }
+        }
     }
 
     /// A sink that records what it plays here before handing it to `sink`.
@@ -101,7 +144,7 @@ impl<S> EchoTap<S> {
 impl<S: AudioSink> AudioSink for EchoTap<S> {
     fn write(&mut self, samples: &[i16], sample_rate: u32) {
         if let Some(reference) = &self.reference {
-            reference.played(samples);
+            reference.played(samples, sample_rate);
         }
         self.sink.write(samples, sample_rate);
     }
@@ -207,7 +250,7 @@ mod tests {
     #[tokio::test]
     async fn echo_of_what_was_played_is_silenced_and_louder_speech_passes() {
         let reference = EchoReference::new();
-        reference.played(&tone(0.5, 320));
+        reference.played(&tone(0.5, 320), 16_000);
         let guard = EchoGuard::new(reference, EchoGuardParams::default());
         // The echo at -10 dB, then the user at the bot's own level.
         let out = run_processor(guard, vec![input(tone(0.16, 320)), input(tone(0.5, 320))]).await;
@@ -220,7 +263,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn without_recent_playback_everything_passes() {
         let reference = EchoReference::new();
-        reference.played(&tone(0.5, 320));
+        reference.played(&tone(0.5, 320), 16_000);
         tokio::time::advance(Duration::from_secs(1)).await;
         let guard = EchoGuard::new(reference, EchoGuardParams::default());
         let out = run_processor(guard, vec![input(tone(0.05, 320))]).await;

@@ -1,5 +1,7 @@
-//! Audio stages and helpers: WAV files, resampling, voice activity detection, the echo guard.
+//! Audio stages and helpers: WAV files, resampling, voice activity detection, echo
+//! cancellation and the echo guard.
 
+pub mod aec;
 pub mod echo;
 pub mod mel;
 pub mod mulaw;

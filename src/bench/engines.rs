@@ -30,6 +30,11 @@ pub struct EnginesReport {
     pub smart_turn_p50_ms: f64,
     /// Of which the log-mel features, median ms.
     pub smart_turn_features_p50_ms: f64,
+    /// Echo canceller (AEC3), one stream at 16 kHz: µs of CPU per 20 ms of input.
+    pub aec_us_per_20ms: f64,
+    /// Echo canceller: echo removed from Piper speech played through a simulated room (60 ms,
+    /// four reflections, 10 dB down), in dB, after the first two seconds.
+    pub aec_erle_db: f64,
     /// Piper, ms from text to the audio of a short first sentence.
     pub tts_first_audio_ms: f64,
     /// Piper, synthesis time over audio duration for a longer sentence.
@@ -77,6 +82,9 @@ pub enum EnginesBenchError {
     /// The local LLM failed.
     #[error("the local LLM failed: {0}")]
     Llm(String),
+    /// The echo canceller failed.
+    #[error("the echo canceller failed: {0}")]
+    Aec(String),
 }
 
 /// Runs every measurement once (after a warm-up) and reports medians.
@@ -137,6 +145,8 @@ pub fn run(vad_batch: usize) -> Result<EnginesReport, EnginesBenchError> {
     let audio_secs = long.samples.len() as f64 / f64::from(long.sample_rate);
     let tts_rtf = started.elapsed().as_secs_f64() / audio_secs.max(1e-9);
 
+    let (aec_us_per_20ms, aec_erle_db) = aec_figures(&long.samples, long.sample_rate)?;
+
     let whisper = Whisper::shared()?;
     let mut stt = Vec::new();
     for text in [
@@ -180,9 +190,41 @@ pub fn run(vad_batch: usize) -> Result<EnginesReport, EnginesBenchError> {
         vad_batch,
         smart_turn_p50_ms: times[times.len() / 2],
         smart_turn_features_p50_ms: feature_times[feature_times.len() / 2],
+        aec_us_per_20ms,
+        aec_erle_db,
         tts_first_audio_ms,
         tts_rtf,
     })
+}
+
+/// The echo canceller's cost and echo reduction on `speech` played into a simulated room.
+fn aec_figures(speech: &[i16], rate: u32) -> Result<(f64, f64), EnginesBenchError> {
+    const RATE: u32 = 16_000;
+    let mut down = StreamResampler::new(rate, RATE)?;
+    // Three passes of the sentence: time to converge, then steady state.
+    let played: Vec<i16> = down.process(&[speech, speech, speech].concat());
+    let delay = RATE as usize * 60 / 1000;
+    let taps = [(0, 0.25f32), (41, 0.1), (113, -0.06), (257, 0.03)];
+    let mut mic = vec![0.0f32; played.len()];
+    for (i, &p) in played.iter().enumerate() {
+        for &(t, g) in &taps {
+            if let Some(m) = mic.get_mut(i + delay + t) {
+                *m += f32::from(p) * g;
+            }
+        }
+    }
+    let mic: Vec<i16> = mic.iter().map(|&v| v as i16).collect();
+    let started = Instant::now();
+    let out = crate::audio::aec::cancel_recording(RATE, &played, &mic)
+        .map_err(|e| EnginesBenchError::Aec(e.to_string()))?;
+    let chunks = mic.len() as f64 / (RATE as f64 / 50.0);
+    let us_per_20ms = started.elapsed().as_secs_f64() * 1e6 / chunks;
+    let power = |x: &[i16]| {
+        x.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / x.len().max(1) as f64 + 1e-9
+    };
+    let from = (2 * RATE as usize).min(out.len());
+    let erle = 10.0 * (power(&mic[from..out.len()]) / power(&out[from..])).log10();
+    Ok((us_per_20ms, erle))
 }
 
 /// First-token latency, prompt speed and generation speed of the local LLM.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::aggregators::{AssistantAggregator, UserAggregator};
+use crate::audio::aec::EchoCanceller;
 use crate::audio::echo::{EchoGuard, EchoGuardParams, EchoReference, EchoTap};
 use crate::audio::turn::SmartTurn;
 use crate::audio::vad::{VadBatcher, VadParams, VadStage};
@@ -100,8 +101,11 @@ pub struct BotOptions {
     pub allow_interruptions: bool,
     /// The pipeline's output sample rate.
     pub audio_out_sample_rate: u32,
-    /// Silence the bot's own echo in the input: for a microphone next to a speaker with no
-    /// echo canceller before voxide (browsers cancel their own).
+    /// Cancel the bot's own echo in the input (AEC3, with what was played as the reference): for
+    /// a microphone next to a speaker with no echo canceller before voxide (browsers cancel
+    /// their own).
+    pub echo_canceller: bool,
+    /// Silence input no louder than the bot's echo: the cheap alternative to the canceller.
     pub echo_guard: Option<EchoGuardParams>,
     /// When the user is not heard (none: always heard).
     pub mute: Vec<MuteStrategy>,
@@ -121,6 +125,7 @@ impl Default for BotOptions {
             instructions: INSTRUCTIONS.to_owned(),
             allow_interruptions: true,
             audio_out_sample_rate: 24_000,
+            echo_canceller: false,
             echo_guard: None,
             mute: Vec::new(),
             barge_in: BargeIn::default(),
@@ -264,20 +269,25 @@ fn realtime<P: RealtimeProtocol, S: AudioSink>(
     }
 }
 
-/// The pipeline's start: the mute filter and the echo guard where the options ask for them, and
-/// the sink tapped for the guard's reference.
+/// The pipeline's start: the echo canceller, the mute filter and the echo guard where the options
+/// ask for them, and the sink tapped for their reference.
 fn input_front<S: AudioSink>(options: &BotOptions, sink: S) -> (Pipeline, EchoTap<S>) {
+    let reference = EchoReference::new();
     let mut front = Pipeline::new();
+    // First, so it sees every input frame in step with what was played.
+    if options.echo_canceller {
+        front = front.then(EchoCanceller::new(reference.clone()));
+    }
     if !options.mute.is_empty() {
         front = front.then(UserMute::new(options.mute.iter().copied()));
     }
-    let tapped = match options.echo_guard {
-        Some(params) => {
-            let reference = EchoReference::new();
-            front = front.then(EchoGuard::new(reference.clone(), params));
-            reference.tap(sink)
-        }
-        None => EchoTap::untapped(sink),
+    if let Some(params) = options.echo_guard {
+        front = front.then(EchoGuard::new(reference.clone(), params));
+    }
+    let tapped = if options.echo_canceller || options.echo_guard.is_some() {
+        reference.tap(sink)
+    } else {
+        EchoTap::untapped(sink)
     };
     (front, tapped)
 }
