@@ -119,6 +119,21 @@ fn smart_turn_hears_a_finished_question_as_complete_and_a_cut_one_as_not() {
 }
 
 #[test]
+fn smart_turn_skips_a_request_the_user_made_stale_and_counts_its_work() {
+    use voxide::audio::turn::SmartTurn;
+    // A model of its own, so other tests' inferences do not show in its counts.
+    let model = SmartTurn::load().expect("the Smart Turn model loads; run scripts/setup.sh");
+    let hello = wav::to_f32(&wav::read(HELLO).expect("test audio").to_mono());
+    let skipped = model.predict_unless(&hello, || true).expect("no error");
+    assert_eq!(skipped, None);
+    let ran = model.predict_unless(&hello, || false).expect("prediction");
+    assert!(ran.is_some());
+    let stats = model.stats();
+    assert_eq!((stats.inferences, stats.skipped), (1, 1));
+    assert!(stats.busy_secs > 0.0);
+}
+
+#[test]
 fn the_vad_confirms_speech_after_start_secs_of_it_with_no_wait_for_the_loudness() {
     use voxide::audio::vad::{VadAnalyzer, VadEvent, VadParams};
     let vad = SileroVad::shared().expect("model");

@@ -14,7 +14,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::aggregators::UserAggregator;
-use crate::audio::turn::SmartTurn;
+use crate::audio::turn::{SmartTurn, SmartTurnStats};
 use crate::audio::vad::{VadBatcher, VadParams, VadStage};
 use crate::audio::wav;
 use crate::context::{ContextHandle, LlmContext};
@@ -78,6 +78,8 @@ pub struct SessionsReport {
     pub rss_peak_mb: f64,
     /// (peak − base) / sessions, MB.
     pub rss_per_session_mb: f64,
+    /// Smart Turn's work in the run: inferences, requests skipped as stale, seconds busy.
+    pub smart_turn: Option<SmartTurnStats>,
 }
 
 /// Lag percentiles, ms.
@@ -116,6 +118,7 @@ pub async fn run_sessions(
     let smart = options.smart_turn.then(SmartTurn::shared).transpose()?;
     let k = options.sessions.max(1);
     let rss_base = rss_mb("VmRSS");
+    let turn_stats_start = smart.as_ref().map(|m| m.stats());
     let cpu_start = cpu_seconds();
     let wall_start = std::time::Instant::now();
     let start = Instant::now() + Duration::from_millis(200);
@@ -176,6 +179,14 @@ pub async fn run_sessions(
     all.sort_by(f64::total_cmp);
     let audio_secs = chunks as f64 * CHUNK.as_secs_f64();
     let rss_peak = rss_mb("VmHWM");
+    let smart_turn = smart.as_ref().zip(turn_stats_start).map(|(m, before)| {
+        let after = m.stats();
+        SmartTurnStats {
+            inferences: after.inferences - before.inferences,
+            skipped: after.skipped - before.skipped,
+            busy_secs: after.busy_secs - before.busy_secs,
+        }
+    });
     Ok(SessionsReport {
         sessions: k,
         turn: if options.smart_turn {
@@ -201,6 +212,7 @@ pub async fn run_sessions(
         rss_base_mb: rss_base,
         rss_peak_mb: rss_peak,
         rss_per_session_mb: (rss_peak - rss_base).max(0.0) / k as f64,
+        smart_turn,
     })
 }
 

@@ -16,6 +16,7 @@ mod mute;
 
 pub use mute::{MuteStrategy, UserMute};
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -91,6 +92,9 @@ pub struct UserTurns {
     barge_in: BargeIn,
     events: Option<mpsc::UnboundedSender<Input>>,
     pending: Arc<Mutex<Pending>>,
+    /// VAD starts so far, counted as they pass (not when the turn task gets to them), so a turn
+    /// verdict can tell that the user spoke again while it was worked out.
+    speech_starts: Arc<AtomicU64>,
 }
 
 impl UserTurns {
@@ -106,6 +110,7 @@ impl UserTurns {
             barge_in,
             events: None,
             pending: Arc::default(),
+            speech_starts: Arc::default(),
         }
     }
 
@@ -186,12 +191,16 @@ impl FrameProcessor for UserTurns {
                     pusher: cx.pusher(),
                     audio: Vec::new(),
                     resampler: None,
+                    speech_starts: self.speech_starts.clone(),
                 };
                 cx.spawn(task.run(rx));
                 None
             }
             FrameBody::System(SystemFrame::InputAudio(audio)) => Some(Input::Audio(audio.clone())),
-            FrameBody::System(SystemFrame::VadUserStartedSpeaking) => Some(Input::VadStarted),
+            FrameBody::System(SystemFrame::VadUserStartedSpeaking) => {
+                self.speech_starts.fetch_add(1, Ordering::SeqCst);
+                Some(Input::VadStarted)
+            }
             FrameBody::System(SystemFrame::VadUserStoppedSpeaking) => Some(Input::VadStopped),
             FrameBody::System(SystemFrame::BotStartedSpeaking) => Some(Input::BotSpeaking(true)),
             FrameBody::System(SystemFrame::BotStoppedSpeaking) => Some(Input::BotSpeaking(false)),
@@ -222,6 +231,7 @@ struct TurnTask {
     /// The user's recent audio at 16 kHz, for the turn model.
     audio: Vec<f32>,
     resampler: Option<(u32, StreamResampler)>,
+    speech_starts: Arc<AtomicU64>,
 }
 
 impl TurnTask {
@@ -290,24 +300,40 @@ impl TurnTask {
                         incomplete_timeout,
                     } => {
                         let (model, audio) = (model.clone(), self.audio.clone());
-                        let verdict =
-                            tokio::task::spawn_blocking(move || model.predict(&audio)).await;
+                        let starts = self.speech_starts.clone();
+                        let seen = starts.load(Ordering::SeqCst);
+                        let spoke_again = move || starts.load(Ordering::SeqCst) != seen;
+                        let verdict = tokio::task::spawn_blocking(move || {
+                            model.predict_unless(&audio, &spoke_again)
+                        })
+                        .await;
+                        let verdict = match verdict {
+                            Ok(Ok(Some(p))) => Ok(p),
+                            // Skipped: the user spoke again before the model was free.
+                            Ok(Ok(None)) => continue,
+                            Ok(Err(e)) => Err(e),
+                            Err(e) => return Err(ProcessorError::new(e.to_string())),
+                        };
+                        if self.speech_starts.load(Ordering::SeqCst) != seen {
+                            // The user spoke again while the model worked: the pause was not
+                            // the end, whatever it says; the queued start carries the turn on.
+                            continue;
+                        }
                         match verdict {
-                            Ok(Ok(p)) if p.complete => {
+                            Ok(p) if p.complete => {
                                 tracing::debug!(probability = p.probability, "turn complete");
                                 in_turn = false;
                                 self.end_turn(&mut resume_at).await;
                             }
-                            Ok(Ok(p)) => {
+                            Ok(p) => {
                                 tracing::debug!(probability = p.probability, "turn unfinished");
                                 deadline = Some(Instant::now() + *incomplete_timeout);
                             }
-                            Ok(Err(e)) => {
+                            Err(e) => {
                                 tracing::warn!(error = %e, "turn model failed; ending the turn");
                                 in_turn = false;
                                 self.end_turn(&mut resume_at).await;
                             }
-                            Err(e) => return Err(ProcessorError::new(e.to_string())),
                         }
                     }
                 },

@@ -2,4 +2,4 @@
 
 pub mod smart_turn;
 
-pub use smart_turn::{SmartTurn, TurnPrediction};
+pub use smart_turn::{SmartTurn, SmartTurnStats, TurnPrediction};

@@ -3,7 +3,9 @@
 //! The model reads the Whisper log-mel features of the last 8 s of the user's audio (shorter
 //! audio is padded with silence in front) and returns the probability that the turn is complete.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
 
 use ort::session::Session;
 use ort::value::Tensor;
@@ -29,6 +31,20 @@ pub struct TurnPrediction {
 /// The Smart Turn v3.2 model, shared by every session.
 pub struct SmartTurn {
     session: Mutex<Session>,
+    inferences: AtomicU64,
+    skipped: AtomicU64,
+    busy_ns: AtomicU64,
+}
+
+/// What the shared model has done since it was loaded.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct SmartTurnStats {
+    /// Inferences run.
+    pub inferences: u64,
+    /// Requests dropped unrun because the user spoke again while they waited.
+    pub skipped: u64,
+    /// Seconds spent in inferences (features included).
+    pub busy_secs: f64,
 }
 
 static SHARED: OnceLock<Arc<SmartTurn>> = OnceLock::new();
@@ -40,6 +56,9 @@ impl SmartTurn {
         // runs off every session's audio path.
         Ok(Self {
             session: Mutex::new(crate::onnx::session(NAME, FILE, 2)?),
+            inferences: AtomicU64::new(0),
+            skipped: AtomicU64::new(0),
+            busy_ns: AtomicU64::new(0),
         })
     }
 
@@ -52,9 +71,48 @@ impl SmartTurn {
         Ok(SHARED.get_or_init(|| model).clone())
     }
 
+    /// What the model has done so far.
+    pub fn stats(&self) -> SmartTurnStats {
+        SmartTurnStats {
+            inferences: self.inferences.load(Ordering::Relaxed),
+            skipped: self.skipped.load(Ordering::Relaxed),
+            busy_secs: self.busy_ns.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+
     /// Judges the turn from the user's audio at 16 kHz in [-1, 1] (only the last 8 s count).
     /// Blocking, tens of milliseconds: call it off the async runtime.
     pub fn predict(&self, audio: &[f32]) -> Result<TurnPrediction, ModelError> {
+        self.predict_unless(audio, || false)?
+            .ok_or_else(|| ModelError::Inference {
+                name: NAME.into(),
+                reason: "skipped".into(),
+            })
+    }
+
+    /// Like [`SmartTurn::predict`], but returns `None` without running when `stale` says, once
+    /// the model is free, that the answer is no longer wanted (the user spoke again). Sessions
+    /// share the model, so under load requests wait for it, and the wait makes many of them
+    /// stale: skipping those keeps the model's work to the pauses that still matter.
+    pub fn predict_unless(
+        &self,
+        audio: &[f32],
+        stale: impl Fn() -> bool,
+    ) -> Result<Option<TurnPrediction>, ModelError> {
+        let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        if stale() {
+            self.skipped.fetch_add(1, Ordering::Relaxed);
+            return Ok(None);
+        }
+        let started = Instant::now();
+        let verdict = self.infer(&mut session, audio);
+        self.inferences.fetch_add(1, Ordering::Relaxed);
+        let busy = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.busy_ns.fetch_add(busy, Ordering::Relaxed);
+        verdict.map(Some)
+    }
+
+    fn infer(&self, session: &mut Session, audio: &[f32]) -> Result<TurnPrediction, ModelError> {
         let tail = &audio[audio.len().saturating_sub(SAMPLES)..];
         let mut window = vec![0.0f32; SAMPLES - tail.len()];
         window.extend_from_slice(tail);
@@ -66,7 +124,6 @@ impl SmartTurn {
         };
         let input = Tensor::from_array(([1, mel::N_MELS, frames], features))
             .map_err(|e| inference(e.to_string()))?;
-        let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
         let outputs = session
             .run(ort::inputs!["input_features" => input])
             .map_err(|e| inference(e.to_string()))?;
