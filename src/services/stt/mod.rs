@@ -2,6 +2,7 @@
 //! the stage that transcribes the user's turns.
 
 pub mod ct2;
+mod decoder;
 mod service;
 pub mod whisper;
 

@@ -3,18 +3,21 @@
 //! The CTranslate2 file stores the same weights as OpenAI's checkpoint in float16 under its own
 //! names, with self-attention q/k/v fused into one matrix and cross-attention k/v into another.
 //! Loading splits them back, drops the key biases (Whisper's keys have none; the file stores
-//! zeros) and hands candle's Whisper model the names it expects.
+//! zeros) and hands candle's Whisper model the names it expects. candle's encoder runs the audio;
+//! the text is decoded with voxide's own decoder, which caches its self-attention
+//! ([`decoder`](super::decoder)).
 
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use candle_core::{DType, Device, IndexOp, Tensor};
+use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
 use candle_transformers::models::whisper::{Config, model::Whisper as WhisperModel};
 use serde::Deserialize;
 
 use super::ct2::{self, Ct2Model};
+use super::decoder::CachedDecoder;
 use crate::audio::mel::{self, LogMel};
 use crate::models::{ModelError, model_path};
 
@@ -25,7 +28,9 @@ const MAX_TOKENS: usize = 200;
 
 /// A loaded Whisper model with its tokenizer, shared by every session.
 pub struct Whisper {
+    /// The encoder (candle's model; its decoder goes unused).
     model: Mutex<WhisperModel>,
+    decoder: CachedDecoder,
     tokens: TokenText,
     special: SpecialTokens,
     suppress: Vec<u32>,
@@ -126,6 +131,9 @@ impl Whisper {
         let (tensors, config) = to_candle(&ct2).map_err(|e| invalid(&bin, e))?;
         drop(ct2);
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
+        // Both read the same F32 tensors, so the weights are not copied.
+        let decoder =
+            CachedDecoder::load(vb.pp("model.decoder"), &config).map_err(|e| invalid(&bin, e))?;
         let model = WhisperModel::load(&vb, config).map_err(|e| invalid(&bin, e))?;
 
         let tokenizer = dir.join("tokenizer.json");
@@ -148,6 +156,7 @@ impl Whisper {
             serde_json::from_str(&text).map_err(|e| invalid(&config_path, e))?;
         Ok(Self {
             model: Mutex::new(model),
+            decoder,
             tokens,
             special,
             suppress: suppress.suppress_ids,
@@ -173,11 +182,13 @@ impl Whisper {
         let frames = features.len() / mel::N_MELS;
         let mel =
             Tensor::from_vec(features, (1, mel::N_MELS, frames), &Device::Cpu).map_err(err)?;
-        let mut model = self.model.lock().unwrap_or_else(|p| p.into_inner());
-        let audio_features = model.encoder.forward(&mel, true).map_err(err)?;
+        let audio_features = {
+            let mut model = self.model.lock().unwrap_or_else(|p| p.into_inner());
+            model.encoder.forward(&mel, true).map_err(err)?
+        };
         let prompt = [self.special.sot, self.special.no_timestamps];
         let mut tokens: Vec<u32> = prompt.to_vec();
-        let vocab = model.config.vocab_size;
+        let vocab = self.decoder.vocab();
         let mut mask = vec![0f32; vocab];
         for &id in &self.suppress {
             if let Some(m) = mask.get_mut(id as usize) {
@@ -188,23 +199,18 @@ impl Whisper {
         for m in mask.iter_mut().skip(self.special.eot as usize + 1) {
             *m = f32::NEG_INFINITY;
         }
-        let mask = Tensor::from_vec(mask, vocab, &Device::Cpu).map_err(err)?;
-        for step in 0..MAX_TOKENS {
-            let input = Tensor::new(tokens.as_slice(), &Device::Cpu)
-                .and_then(|t| t.unsqueeze(0))
-                .map_err(err)?;
-            let hidden = model
+        let mut state = self.decoder.start(&audio_features).map_err(err)?;
+        let limit = MAX_TOKENS.min(self.decoder.max_tokens().saturating_sub(prompt.len()));
+        let mut input = prompt.to_vec();
+        for step in 0..limit {
+            let mut logits = self
                 .decoder
-                .forward(&input, &audio_features, step == 0)
+                .step(&mut state, &input)
+                .and_then(|l| l.to_vec1::<f32>())
                 .map_err(err)?;
-            let last = hidden.i((.., tokens.len() - 1..)).map_err(err)?;
-            let logits = model
-                .decoder
-                .final_linear(&last)
-                .and_then(|l| l.i((0, 0)))
-                .and_then(|l| l.broadcast_add(&mask))
-                .map_err(err)?;
-            let mut logits = logits.to_vec1::<f32>().map_err(err)?;
+            for (l, m) in logits.iter_mut().zip(&mask) {
+                *l += m;
+            }
             if step == 0 {
                 for &id in &self.suppress_begin {
                     if let Some(l) = logits.get_mut(id as usize) {
@@ -217,6 +223,7 @@ impl Whisper {
                 break;
             }
             tokens.push(next);
+            input = vec![next];
             if let Some(copy) = repeated_tail(&tokens[prompt.len()..]) {
                 tokens.truncate(tokens.len() - copy);
                 break;
@@ -494,6 +501,53 @@ fn to_candle(ct2: &Ct2Model) -> Result<(HashMap<String, Tensor>, Config), String
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cached decoder must give what candle's full decoder gives, token after token. Needs
+    /// the model (scripts/setup.sh).
+    #[test]
+    fn the_cached_decoder_matches_the_full_one() {
+        let whisper = Whisper::load_default().expect("the Whisper model");
+        let (sr, tone) = (mel::SAMPLE_RATE as f32, 220.0);
+        let audio: Vec<f32> = (0..3 * mel::SAMPLE_RATE as usize)
+            .map(|i| 0.2 * (i as f32 * tone * std::f32::consts::TAU / sr).sin())
+            .collect();
+        let features = LogMel::shared().features(&audio, false);
+        let frames = features.len() / mel::N_MELS;
+        let mel = Tensor::from_vec(features, (1, mel::N_MELS, frames), &Device::Cpu).expect("mel");
+        let mut model = whisper.model.lock().expect("lock");
+        let audio_features = model.encoder.forward(&mel, true).expect("encoder");
+        let mut state = whisper.decoder.start(&audio_features).expect("state");
+        let mut tokens = vec![whisper.special.sot, whisper.special.no_timestamps];
+        let mut input = tokens.clone();
+        for step in 0..4 {
+            let cached = whisper
+                .decoder
+                .step(&mut state, &input)
+                .and_then(|l| l.to_vec1::<f32>())
+                .expect("cached step");
+            let ids = Tensor::new(tokens.as_slice(), &Device::Cpu)
+                .and_then(|t| t.unsqueeze(0))
+                .expect("ids");
+            let hidden = model
+                .decoder
+                .forward(&ids, &audio_features, step == 0)
+                .expect("full step");
+            let full = candle_core::IndexOp::i(&hidden, (.., tokens.len() - 1..))
+                .and_then(|last| model.decoder.final_linear(&last))
+                .and_then(|l| candle_core::IndexOp::i(&l, (0, 0)))
+                .and_then(|l| l.to_vec1::<f32>())
+                .expect("logits");
+            let worst = cached
+                .iter()
+                .zip(&full)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            assert!(worst < 1e-3, "step {step}: logits differ by {worst}");
+            let next = argmax(&cached);
+            tokens.push(next);
+            input = vec![next];
+        }
+    }
 
     #[test]
     fn a_decoding_loop_is_caught_and_normal_text_is_not() {
