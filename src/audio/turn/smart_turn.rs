@@ -52,10 +52,12 @@ static SHARED: OnceLock<Arc<SmartTurn>> = OnceLock::new();
 impl SmartTurn {
     /// Loads the model from the models folder.
     pub fn load() -> Result<Self, ModelError> {
-        // Two threads: an inference is long enough (tens of ms) to gain from both cores, and it
-        // runs off every session's audio path.
+        // Two threads where two cores are free to us: an inference is long enough (tens of ms)
+        // to gain from both, and it runs off every session's audio path. Never more threads
+        // than cores: on one core two threads only take turns (76 ms an inference, not 48).
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         Ok(Self {
-            session: Mutex::new(crate::onnx::session(NAME, FILE, 2)?),
+            session: Mutex::new(crate::onnx::session(NAME, FILE, cores.min(2))?),
             inferences: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
