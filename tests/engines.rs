@@ -467,8 +467,69 @@ async fn the_stt_stage_transcribes_a_turn_with_interim_results_first() {
     );
 }
 
+/// Answers with the number of samples it was given; remembers each call's length.
+struct Counting(std::sync::Mutex<Vec<usize>>);
+
+impl voxide::services::stt::SttEngine for Counting {
+    fn name(&self) -> &str {
+        "counting"
+    }
+
+    fn transcribe(&self, audio: &[f32]) -> Result<String, voxide::services::stt::SttError> {
+        self.0.lock().expect("lock").push(audio.len());
+        Ok(format!("heard {}", audio.len()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_after_a_silence_start_takes_the_words_decoded_at_the_silence() {
+    use voxide::frames::{AudioFrame, DataFrame, FrameBody, SystemFrame};
+    use voxide::pipeline::{Pipeline, Session};
+    use voxide::services::stt::SttService;
+    let engine = std::sync::Arc::new(Counting(std::sync::Mutex::new(Vec::new())));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let pipeline = Pipeline::new()
+        .then(SttService::new(engine.clone(), "user"))
+        .then(Collect(tx));
+    let session = Session::builder(pipeline).idle_timeout(None).spawn();
+    let handle = session.handle();
+    // 20 ms chunks: speech confirmed at chunk 40, silence from chunk 60, stop at chunk 70.
+    for i in 0..80 {
+        let marker = match i {
+            40 => Some(SystemFrame::VadUserStartedSpeaking),
+            60 => Some(SystemFrame::VadSilenceStarted),
+            70 => Some(SystemFrame::VadUserStoppedSpeaking),
+            _ => None,
+        };
+        if let Some(marker) = marker {
+            handle.queue_frame(marker).await.expect("queued");
+        }
+        let frame = SystemFrame::InputAudio(AudioFrame::new(vec![100; 320], 16_000, 1));
+        handle.queue_frame(frame).await.expect("queued");
+    }
+    let last = loop {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv())
+            .await
+            .expect("a final transcript in time")
+            .expect("a final transcript");
+        if let FrameBody::Data(DataFrame::Transcription(t)) = frame.body {
+            break t.text;
+        }
+    };
+    handle.cancel();
+    let _ = session.join().await;
+    // 0.6 s of pre-roll and 20 chunks of speech at the silence; 10 more chunks at the stop.
+    let at_silence = 9_600 + 20 * 320;
+    assert_eq!(last, format!("heard {at_silence}"));
+    let calls = engine.0.lock().expect("lock").clone();
+    assert!(
+        !calls.contains(&(at_silence + 10 * 320)),
+        "the whole utterance was decoded again: {calls:?}"
+    );
+}
+
 /// Runs the shipped sentence through a VAD stage (optionally only its first `secs`) and returns
-/// the VAD frames that came out, waiting at most `wait` after the last audio.
+/// the VAD starts and stops that came out, waiting at most `wait` after the last audio.
 async fn vad_stage_events(secs: f32, wait: std::time::Duration) -> Vec<String> {
     use voxide::audio::vad::{VadBatcher, VadParams, VadStage};
     use voxide::frames::{AudioFrame, SystemFrame};
@@ -495,6 +556,17 @@ async fn vad_stage_events(secs: f32, wait: std::time::Duration) -> Vec<String> {
     }
     handle.cancel();
     let _ = session.join().await;
+    // Every stop comes right after the silence start that marks where the speech ended.
+    for (i, e) in events.iter().enumerate() {
+        if e == "vad_user_stopped_speaking" {
+            assert_eq!(
+                i.checked_sub(1).map(|p| events[p].as_str()),
+                Some("vad_silence_started"),
+                "{events:?}"
+            );
+        }
+    }
+    events.retain(|e| e != "vad_silence_started");
     events
 }
 

@@ -223,6 +223,10 @@ pub enum SystemFrame {
     InputAudio(AudioFrame),
     /// The VAD heard speech start (confirmed after its start delay).
     VadUserStartedSpeaking,
+    /// The VAD heard the first silence after speech; a [`SystemFrame::VadUserStoppedSpeaking`]
+    /// follows if it lasts the stop delay. Each stop has one of these before it, marking where
+    /// the speech ended.
+    VadSilenceStarted,
     /// The VAD heard speech stop (confirmed after its stop delay).
     VadUserStoppedSpeaking,
     /// The STT owes a final transcript for speech that is ending (sent just before the VAD's
@@ -264,6 +268,7 @@ impl SystemFrame {
             SystemFrame::Metrics(_) => "metrics",
             SystemFrame::InputAudio(_) => "input_audio",
             SystemFrame::VadUserStartedSpeaking => "vad_user_started_speaking",
+            SystemFrame::VadSilenceStarted => "vad_silence_started",
             SystemFrame::VadUserStoppedSpeaking => "vad_user_stopped_speaking",
             SystemFrame::TranscriptionPending => "transcription_pending",
             SystemFrame::UserStartedSpeaking => "user_started_speaking",

@@ -1,4 +1,5 @@
-//! The VAD stage: input audio in, `VadUserStartedSpeaking` / `VadUserStoppedSpeaking` out.
+//! The VAD stage: input audio in, `VadUserStartedSpeaking` / `VadSilenceStarted` /
+//! `VadUserStoppedSpeaking` out.
 //!
 //! Audio passes through untouched at once; a task per session feeds it to the state machine,
 //! with the model run by the process-wide [`VadBatcher`] thread. If audio stops arriving while
@@ -98,11 +99,15 @@ impl Detector {
                 match tokio::time::timeout(self.idle, audio.recv()).await {
                     Ok(next) => next,
                     Err(_) => {
-                        if let Some((_, a)) = &mut analyzer
-                            && let Some(event) = a.force_stop()
-                        {
-                            tracing::debug!("audio stopped mid-speech; ending the speech");
-                            self.push(event).await;
+                        if let Some((_, a)) = &mut analyzer {
+                            let was_speaking = a.state() == VadState::Speaking;
+                            if let Some(event) = a.force_stop() {
+                                tracing::debug!("audio stopped mid-speech; ending the speech");
+                                if was_speaking {
+                                    self.push_frame(SystemFrame::VadSilenceStarted).await;
+                                }
+                                self.push(event).await;
+                            }
                         }
                         continue;
                     }
@@ -134,7 +139,14 @@ impl Detector {
                     .await
                     .map_err(|e| ProcessorError::new(e.to_string()))?;
                 state = Some(next_state);
-                if let Some(event) = a.apply(confidence, &window) {
+                let before = a.state();
+                let event = a.apply(confidence, &window);
+                // Quiet straight after speaking: a stop delay of one window.
+                let silent = matches!(a.state(), VadState::Stopping | VadState::Quiet);
+                if before == VadState::Speaking && silent {
+                    self.push_frame(SystemFrame::VadSilenceStarted).await;
+                }
+                if let Some(event) = event {
                     self.push(event).await;
                 }
             }
@@ -147,6 +159,10 @@ impl Detector {
             VadEvent::Started => SystemFrame::VadUserStartedSpeaking,
             VadEvent::Stopped => SystemFrame::VadUserStoppedSpeaking,
         };
+        self.push_frame(frame).await;
+    }
+
+    async fn push_frame(&self, frame: SystemFrame) {
         let _ = self.pusher.push(frame.into(), Direction::Downstream).await;
     }
 }

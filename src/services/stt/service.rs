@@ -3,7 +3,10 @@
 //! Audio is kept from a little before the VAD confirmed speech (it confirms after `start_secs`),
 //! so the first syllable is not lost. While the user speaks, the growing utterance is re-decoded
 //! every half second for interim transcripts (turn logic and the UI use them); when the VAD hears
-//! the end, the whole utterance is decoded for the final transcript. One worker per session runs
+//! the end, the whole utterance is decoded for the final transcript. Better: at the first silence
+//! after speech (`VadSilenceStarted`) the utterance so far is decoded at once, and when that
+//! silence becomes the VAD's stop, those words are the final ones, ready a stop delay sooner;
+//! speech that resumes makes a new silence start and a new decode. One worker per session runs
 //! the requests in order and skips interim ones that a newer request made stale. Each final is
 //! announced at the VAD stop ([`SystemFrame::TranscriptionPending`]) and closed after its
 //! transcript ([`ControlFrame::TranscriptionDone`]), so the user aggregator knows when a turn's
@@ -50,8 +53,30 @@ const INTERIM_SECS: f32 = 0.5;
 const RATE: usize = mel::SAMPLE_RATE as usize;
 
 enum Request {
+    /// The utterance so far, for an interim transcript.
     Interim(Vec<i16>),
-    Final(Vec<i16>),
+    /// The utterance up to the silence that may end it, decoded at once: if that silence
+    /// becomes the VAD's stop, these are the final words, ready a stop delay sooner.
+    Speculative(u64, Vec<i16>),
+    /// The whole utterance, and the speculative decode that may already hold its words.
+    Final {
+        audio: Vec<i16>,
+        speculative: Option<u64>,
+    },
+}
+
+impl Request {
+    /// Whether this request must still run when `newer` is queued behind it (a pending interim
+    /// is pointless once a newer request exists).
+    fn wanted_before(&self, newer: &Request) -> bool {
+        match (self, newer) {
+            (Request::Final { .. }, _) => true,
+            (Request::Speculative(id, _), Request::Final { speculative, .. }) => {
+                *speculative == Some(*id)
+            }
+            _ => false,
+        }
+    }
 }
 
 /// Transcribes the user's turns with an [`SttEngine`].
@@ -63,6 +88,9 @@ pub struct SttService {
     utterance: Vec<i16>,
     speaking: bool,
     since_interim: usize,
+    /// The speculative decode of the latest silence in this utterance.
+    speculative: Option<u64>,
+    next_speculative: u64,
     requests: Option<mpsc::UnboundedSender<Request>>,
     metrics: bool,
 }
@@ -78,6 +106,8 @@ impl SttService {
             utterance: Vec::new(),
             speaking: false,
             since_interim: 0,
+            speculative: None,
+            next_speculative: 0,
             requests: None,
             metrics: false,
         }
@@ -142,6 +172,7 @@ impl FrameProcessor for SttService {
                     user_id: self.user_id.clone(),
                     pusher: cx.pusher(),
                     metrics: self.metrics,
+                    speculative: None,
                 };
                 cx.spawn(worker.run(rx));
             }
@@ -153,13 +184,26 @@ impl FrameProcessor for SttService {
             }
             FrameBody::System(SystemFrame::VadUserStartedSpeaking) => {
                 self.speaking = true;
+                self.speculative = None;
                 self.since_interim = 0;
                 self.utterance = self.preroll.drain(..).collect();
             }
+            FrameBody::System(SystemFrame::VadSilenceStarted) if self.speaking => {
+                self.next_speculative += 1;
+                self.speculative = Some(self.next_speculative);
+                self.since_interim = 0;
+                self.send(Request::Speculative(
+                    self.next_speculative,
+                    self.utterance.clone(),
+                ));
+            }
             FrameBody::System(SystemFrame::VadUserStoppedSpeaking) if self.speaking => {
                 self.speaking = false;
-                let utterance = std::mem::take(&mut self.utterance);
-                self.send(Request::Final(utterance));
+                let audio = std::mem::take(&mut self.utterance);
+                // Every stop follows a silence start, so the last speculative decode ends where
+                // the speech did.
+                let speculative = self.speculative.take();
+                self.send(Request::Final { audio, speculative });
                 // The turn may end before the final transcript is ready; this tells the user
                 // aggregator to wait for it rather than commit the turn without its last words.
                 // Sent ahead of the VAD stop, so it is ahead of any turn end that stop causes.
@@ -178,70 +222,97 @@ struct Worker {
     user_id: String,
     pusher: FramePusher,
     metrics: bool,
+    /// The last speculative decode: its id and words.
+    speculative: Option<(u64, String)>,
 }
 
 impl Worker {
     async fn run(
-        self,
+        mut self,
         mut requests: mpsc::UnboundedReceiver<Request>,
     ) -> Result<(), ProcessorError> {
         while let Some(mut request) = requests.recv().await {
             // A newer request makes a pending interim one pointless.
             while let Ok(newer) = requests.try_recv() {
-                if let Request::Final(_) = request {
-                    // Never skip a final transcript: run it first, keep the newer for later.
-                    self.transcribe(request).await;
+                if request.wanted_before(&newer) {
+                    self.handle(request).await;
                 }
                 request = newer;
             }
-            self.transcribe(request).await;
+            self.handle(request).await;
         }
         Ok(())
     }
 
-    async fn transcribe(&self, request: Request) {
-        let is_final = matches!(request, Request::Final(_));
-        self.decode(request).await;
-        if is_final {
-            // Owed for every final, words or not, so the aggregator never waits in vain.
-            let done = ControlFrame::TranscriptionDone.into();
-            let _ = self.pusher.push(done, Direction::Downstream).await;
+    async fn handle(&mut self, request: Request) {
+        match request {
+            Request::Interim(audio) => {
+                if let Some(text) = self.decode(&audio).await {
+                    self.emit(text, false).await;
+                }
+            }
+            Request::Speculative(id, audio) => {
+                let text = self.decode(&audio).await.unwrap_or_default();
+                self.emit(text.clone(), false).await;
+                self.speculative = Some((id, text));
+            }
+            Request::Final { audio, speculative } => {
+                let started = Instant::now();
+                // The speech ended where the speculative decode was cut: its words are the
+                // final ones, and they are ready already.
+                let known = match (speculative, self.speculative.take()) {
+                    (Some(id), Some((done, text))) if id == done => Some(text),
+                    _ => None,
+                };
+                let text = match known {
+                    Some(text) => Some(text),
+                    None => self.decode(&audio).await,
+                };
+                if self.metrics {
+                    let time = MetricsData::ProcessingTime {
+                        processor: self.pusher.name().to_owned(),
+                        seconds: started.elapsed().as_secs_f64(),
+                    };
+                    let _ = self
+                        .pusher
+                        .push(
+                            SystemFrame::Metrics(vec![time]).into(),
+                            Direction::Downstream,
+                        )
+                        .await;
+                }
+                if let Some(text) = text {
+                    self.emit(text, true).await;
+                }
+                // Owed for every final, words or not, so the aggregator never waits in vain.
+                let done = ControlFrame::TranscriptionDone.into();
+                let _ = self.pusher.push(done, Direction::Downstream).await;
+            }
         }
     }
 
-    async fn decode(&self, request: Request) {
-        let (audio, is_final) = match request {
-            Request::Interim(a) => (a, false),
-            Request::Final(a) => (a, true),
-        };
+    /// The words in `audio`, or `None` after reporting an error.
+    async fn decode(&self, audio: &[i16]) -> Option<String> {
         if audio.is_empty() {
-            return;
+            return Some(String::new());
         }
-        let started = Instant::now();
         let engine = self.engine.clone();
-        let samples = crate::audio::wav::to_f32(&audio);
-        let text = match tokio::task::spawn_blocking(move || engine.transcribe(&samples)).await {
-            Ok(Ok(text)) => text,
+        let samples = crate::audio::wav::to_f32(audio);
+        match tokio::task::spawn_blocking(move || engine.transcribe(&samples)).await {
+            Ok(Ok(text)) => Some(text),
             Ok(Err(e)) => {
                 self.error(e.to_string()).await;
-                return;
+                None
             }
             Err(e) => {
                 self.error(format!("transcription stopped: {e}")).await;
-                return;
+                None
             }
-        };
-        let down = Direction::Downstream;
-        if self.metrics && is_final {
-            let time = MetricsData::ProcessingTime {
-                processor: self.pusher.name().to_owned(),
-                seconds: started.elapsed().as_secs_f64(),
-            };
-            let _ = self
-                .pusher
-                .push(SystemFrame::Metrics(vec![time]).into(), down)
-                .await;
         }
+    }
+
+    /// Pushes `text` as a transcript, unless it holds no words.
+    async fn emit(&self, text: String, is_final: bool) {
         if text.trim().is_empty() {
             return;
         }
@@ -251,7 +322,7 @@ impl Worker {
         } else {
             DataFrame::InterimTranscription(transcription)
         };
-        let _ = self.pusher.push(frame.into(), down).await;
+        let _ = self.pusher.push(frame.into(), Direction::Downstream).await;
     }
 
     async fn error(&self, message: String) {
