@@ -355,6 +355,16 @@ async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
     }
 }
 
+/// A question with a pause in the middle, then silence until the bot has answered.
+fn paused_question() -> Vec<Step> {
+    vec![
+        Step::Say(say("What is the weather like in, uh,")),
+        Step::Silence(Duration::from_millis(700)),
+        Step::Say(say("Paris?")),
+        Step::UntilBotDone(Duration::from_millis(500)),
+    ]
+}
+
 /// The user's question.
 fn question() -> Vec<i16> {
     say("What is the weather like in Paris today?")
@@ -579,12 +589,7 @@ async fn a_pause_mid_sentence_stays_in_the_same_turn() {
             replies: vec!["It is sunny."],
             ..Scenario::default()
         },
-        vec![
-            Step::Say(say("What is the weather like in, uh,")),
-            Step::Silence(Duration::from_millis(700)),
-            Step::Say(say("Paris?")),
-            Step::UntilBotDone(Duration::from_millis(500)),
-        ],
+        paused_question(),
     )
     .await;
     let (users, timeline) = (out.users(), out.timeline());
@@ -607,12 +612,7 @@ async fn a_turn_that_ends_before_its_transcript_is_one_message() {
             stt_delay: Duration::from_secs(1),
             ..Scenario::default()
         },
-        vec![
-            Step::Say(say("What is the weather like in, uh,")),
-            Step::Silence(Duration::from_millis(700)),
-            Step::Say(say("Paris?")),
-            Step::UntilBotDone(Duration::from_millis(500)),
-        ],
+        paused_question(),
     )
     .await;
     let (users, timeline) = (out.users(), out.timeline());

@@ -203,16 +203,7 @@ fn aec_figures(speech: &[i16], rate: u32) -> Result<(f64, f64), EnginesBenchErro
     let mut down = StreamResampler::new(rate, RATE)?;
     // Three passes of the sentence: time to converge, then steady state.
     let played: Vec<i16> = down.process(&[speech, speech, speech].concat());
-    let delay = RATE as usize * 60 / 1000;
-    let taps = [(0, 0.25f32), (41, 0.1), (113, -0.06), (257, 0.03)];
-    let mut mic = vec![0.0f32; played.len()];
-    for (i, &p) in played.iter().enumerate() {
-        for &(t, g) in &taps {
-            if let Some(m) = mic.get_mut(i + delay + t) {
-                *m += f32::from(p) * g;
-            }
-        }
-    }
+    let mic = crate::audio::aec::simulated_room(&played, RATE);
     let mic: Vec<i16> = mic.iter().map(|&v| v as i16).collect();
     let started = Instant::now();
     let out = crate::audio::aec::cancel_recording(RATE, &played, &mic)
