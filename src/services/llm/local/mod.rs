@@ -7,22 +7,21 @@
 //! added since the last one.
 
 mod grammar;
+pub mod llama;
 mod tokenizer;
 mod tool_call;
 
 use std::collections::HashMap;
-use std::io::Cursor;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use candle_core::quantized::{GgmlDType, QTensor, gguf_file};
-use candle_core::{Device, Tensor};
-use candle_transformers::models::quantized_llama::ModelWeights;
+use candle_core::quantized::{GgmlDType, gguf_file};
 use futures_util::stream::BoxStream;
 use tokio::sync::mpsc;
 
 pub use grammar::{ArgumentsGrammar, Field, ValueKind, Verdict};
+use llama::{KvCache, Llama};
 pub use tokenizer::Tokenizer;
 pub use tool_call::{Decision, ToolExample, ToolSet};
 
@@ -66,7 +65,7 @@ impl Default for LocalLlmOptions {
 
 /// Weights and tokenizer, loaded once per process.
 pub struct LocalModel {
-    weights: ModelWeights,
+    llama: Llama,
     tokenizer: Tokenizer,
     /// Each token's text, for the argument grammar.
     pieces: Vec<String>,
@@ -125,38 +124,13 @@ impl LocalModel {
             token("<|endoftext|>")?,
         );
 
-        // Re-quantize every matrix to Q8_0 and hand candle a GGUF of those.
-        let device = Device::Cpu;
-        let mut tensors = Vec::with_capacity(content.tensor_infos.len());
-        for name in content.tensor_infos.keys() {
-            let q = content
-                .tensor(&mut file, name, &device)
-                .map_err(|e| invalid(path, e))?;
-            let t = q
-                .dequantize(&device)
-                .and_then(|t| QTensor::quantize(&t, GgmlDType::Q8_0))
-                .map_err(|e| invalid(path, e))?;
-            tensors.push((name.clone(), t));
-        }
-        let metadata: Vec<(&str, &gguf_file::Value)> = content
-            .metadata
-            .iter()
-            .map(|(k, v)| (k.as_str(), v))
-            .collect();
-        let tensor_refs: Vec<(&str, &QTensor)> =
-            tensors.iter().map(|(n, t)| (n.as_str(), t)).collect();
-        let mut buffer = Cursor::new(Vec::new());
-        gguf_file::write(&mut buffer, &metadata, &tensor_refs).map_err(|e| invalid(path, e))?;
-        drop(tensors);
-        buffer.set_position(0);
-        let dense = gguf_file::Content::read(&mut buffer).map_err(|e| invalid(path, e))?;
-        let weights =
-            ModelWeights::from_gguf(dense, &mut buffer, &device).map_err(|e| invalid(path, e))?;
+        let llama =
+            Llama::from_gguf(&content, &mut file, GgmlDType::Q8_0).map_err(|e| invalid(path, e))?;
         let pieces = (0..tokenizer.len() as u32)
             .map(|id| String::from_utf8_lossy(&tokenizer.bytes(id)).into_owned())
             .collect();
         Ok(Self {
-            weights,
+            llama,
             tokenizer,
             pieces,
             prefixes: Mutex::default(),
@@ -297,6 +271,24 @@ fn pending_user_text(messages: &[Message]) -> Option<String> {
     }
 }
 
+/// Makes each token in `recent` less likely (once, however often it occurs): positive logits
+/// are divided by `penalty`, negative ones multiplied, as llama.cpp and candle do.
+fn penalize_repeats(logits: &mut [f32], penalty: f32, recent: &[u32]) {
+    let mut seen = std::collections::HashSet::new();
+    for &token in recent {
+        if let Some(logit) = logits
+            .get_mut(token as usize)
+            .filter(|_| seen.insert(token))
+        {
+            *logit = if *logit >= 0.0 {
+                *logit / penalty
+            } else {
+                *logit * penalty
+            };
+        }
+    }
+}
+
 /// Numbers the local model's tool calls, process-wide, so ids never repeat.
 static CALL_IDS: AtomicU64 = AtomicU64::new(1);
 
@@ -308,7 +300,7 @@ pub struct LocalLlm {
 }
 
 struct CacheState {
-    weights: ModelWeights,
+    cache: KvCache,
     /// Tokens whose keys and values are in the cache.
     cached: Vec<u32>,
 }
@@ -321,11 +313,10 @@ impl LocalLlm {
 
     /// A conversation on the shared model.
     pub fn new(model: Arc<LocalModel>, options: LocalLlmOptions) -> Self {
-        let weights = model.weights.clone();
         Self {
             model,
             state: Arc::new(Mutex::new(CacheState {
-                weights,
+                cache: KvCache::default(),
                 cached: Vec::new(),
             })),
             options,
@@ -372,7 +363,7 @@ impl LlmEngine for LocalLlm {
             let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
             if let Err(e) = run(&model, &mut state, &prompt, &options, &tx) {
                 // The cache may hold half a step: start clean next time.
-                state.weights.clear_kv_cache();
+                state.cache.clear();
                 state.cached.clear();
                 let _ = tx.send(Err(LlmError::Provider(e.to_string())));
             }
@@ -389,28 +380,21 @@ fn run(
     options: &LocalLlmOptions,
     tx: &mpsc::UnboundedSender<Result<LlmEvent, LlmError>>,
 ) -> candle_core::Result<()> {
-    let device = Device::Cpu;
     let reuse = state.cached.len() < prompt.len() && prompt.starts_with(&state.cached);
     if !reuse {
-        state.weights.clear_kv_cache();
+        state.cache.clear();
         state.cached.clear();
     }
     let start = state.cached.len();
     let fresh = &prompt[start..];
-    let input = Tensor::new(fresh, &device)?.unsqueeze(0)?;
-    let mut logits = state.weights.forward(&input, start)?.squeeze(0)?;
+    let mut logits = model.llama.forward(&mut state.cache, fresh)?;
     state.cached.extend_from_slice(fresh);
     let mut generated: Vec<u32> = Vec::new();
     let mut pending = Vec::new();
     for _ in 0..options.max_tokens {
         let window = &generated[generated.len().saturating_sub(options.repeat_window)..];
-        let logits_vec = candle_transformers::utils::apply_repeat_penalty(
-            &logits,
-            options.repeat_penalty,
-            window,
-        )?
-        .to_vec1::<f32>()?;
-        let next = logits_vec
+        penalize_repeats(&mut logits, options.repeat_penalty, window);
+        let next = logits
             .iter()
             .enumerate()
             .max_by(|a, b| a.1.total_cmp(b.1))
@@ -433,11 +417,7 @@ fn run(
                 break;
             }
         }
-        let input = Tensor::new(&[next], &device)?.unsqueeze(0)?;
-        logits = state
-            .weights
-            .forward(&input, state.cached.len())?
-            .squeeze(0)?;
+        logits = model.llama.forward(&mut state.cache, &[next])?;
         state.cached.push(next);
     }
     let _ = tx.send(Ok(LlmEvent::Usage(TokenUsage {

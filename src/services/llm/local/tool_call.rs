@@ -12,12 +12,11 @@
 
 use std::collections::BTreeMap;
 
-use candle_core::{Device, Tensor};
-use candle_transformers::models::quantized_llama::ModelWeights;
 use serde_json::{Map, Value};
 
 use super::LocalModel;
 use super::grammar::{ArgumentsGrammar, ValueKind, Verdict};
+use super::llama::KvCache;
 use crate::context::{FunctionSchema, ToolChoice};
 
 /// The pseudo tool that means "answer in words".
@@ -168,23 +167,11 @@ fn kind_name(kind: &ValueKind) -> String {
 /// The model's state after the side prompt's instructions, kept per tool set.
 #[derive(Default)]
 pub(super) struct PrefixCache {
-    prefixes: BTreeMap<Vec<u32>, ModelWeights>,
+    prefixes: BTreeMap<Vec<u32>, KvCache>,
 }
 
 /// Prefixes kept at most (one per distinct tool set).
 const MAX_PREFIXES: usize = 8;
-
-/// A forward pass over `tokens` at `*position`; returns the last position's logits.
-fn step(
-    weights: &mut ModelWeights,
-    position: &mut usize,
-    tokens: &[u32],
-) -> candle_core::Result<Vec<f32>> {
-    let input = Tensor::new(tokens, &Device::Cpu)?.unsqueeze(0)?;
-    let logits = weights.forward(&input, *position)?.squeeze(0)?;
-    *position += tokens.len();
-    logits.to_vec1::<f32>()
-}
 
 fn log_softmax(logits: &[f32]) -> Vec<f32> {
     let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
@@ -223,13 +210,13 @@ impl LocalModel {
             prefix.extend(self.chat_turn("user", &example.user));
             prefix.extend(self.chat_turn("assistant", &example.reply()));
         }
-        let (mut weights, mut position) = (self.prefilled(&prefix)?, prefix.len());
-        let logits = self.open_call(&mut weights, &mut position, user_text)?;
+        let mut cache = self.prefilled(&prefix)?;
+        let logits = self.open_call(&mut cache, user_text)?;
 
         let name = if candidates.len() == 1 {
             candidates[0]
         } else {
-            let mut scores = self.rank(&weights, position, &logits, &candidates)?;
+            let mut scores = self.rank(&cache, &logits, &candidates)?;
             tracing::debug!(?candidates, ?scores, "local tool routing");
             // A wrong call costs a voice user more than a missed one (they can ask again), so
             // a call has to beat answering in words by a margin.
@@ -260,9 +247,10 @@ impl LocalModel {
             if field.kind.quoted() {
                 forced.push('"');
             }
-            let logits = step(&mut weights, &mut position, &self.tokenizer.encode(&forced))?;
-            let Some(text) = self.write_value(&mut weights, &mut position, logits, &field.kind)?
-            else {
+            let logits = self
+                .llama
+                .forward(&mut cache, &self.tokenizer.encode(&forced))?;
+            let Some(text) = self.write_value(&mut cache, logits, &field.kind)? else {
                 tracing::debug!(tool = name, field = %field.name, "no valid value; answering in words");
                 return Ok(None);
             };
@@ -296,23 +284,17 @@ impl LocalModel {
     }
 
     /// Feeds the user's turn and the opening of a call; returns the logits for the name.
-    fn open_call(
-        &self,
-        weights: &mut ModelWeights,
-        position: &mut usize,
-        user_text: &str,
-    ) -> candle_core::Result<Vec<f32>> {
+    fn open_call(&self, cache: &mut KvCache, user_text: &str) -> candle_core::Result<Vec<f32>> {
         let mut rest = self.chat_turn("user", user_text);
         rest.push(self.im_start);
         rest.extend(self.tokenizer.encode("assistant\n{\"name\": \""));
-        step(weights, position, &rest)
+        self.llama.forward(cache, &rest)
     }
 
     /// The log-probability of each candidate name after the opening of a call.
     fn rank(
         &self,
-        weights: &ModelWeights,
-        position: usize,
+        cache: &KvCache,
         logits: &[f32],
         candidates: &[&str],
     ) -> candle_core::Result<Vec<f32>> {
@@ -322,33 +304,30 @@ impl LocalModel {
             .collect();
         let mut scores = vec![0.0f32; tokens.len()];
         let all: Vec<usize> = (0..tokens.len()).collect();
-        self.score(weights, position, logits, &tokens, &all, 0, &mut scores)?;
+        self.score(cache, logits, &tokens, &all, 0, &mut scores)?;
         Ok(scores)
     }
 
-    /// A copy of the weights with `prefix` in the KV cache, prefilled once per prefix.
-    fn prefilled(&self, prefix: &[u32]) -> candle_core::Result<ModelWeights> {
-        let mut cache = self.prefixes.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(weights) = cache.prefixes.get(prefix) {
-            return Ok(weights.clone());
+    /// A KV cache holding `prefix`, prefilled once per prefix.
+    fn prefilled(&self, prefix: &[u32]) -> candle_core::Result<KvCache> {
+        let mut kept = self.prefixes.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(cache) = kept.prefixes.get(prefix) {
+            return Ok(cache.clone());
         }
-        let mut weights = self.weights.clone();
-        weights.clear_kv_cache();
-        step(&mut weights, &mut 0, prefix)?;
-        if cache.prefixes.len() >= MAX_PREFIXES {
-            cache.prefixes.clear();
+        let mut cache = KvCache::default();
+        self.llama.forward(&mut cache, prefix)?;
+        if kept.prefixes.len() >= MAX_PREFIXES {
+            kept.prefixes.clear();
         }
-        cache.prefixes.insert(prefix.to_vec(), weights.clone());
-        Ok(weights)
+        kept.prefixes.insert(prefix.to_vec(), cache.clone());
+        Ok(cache)
     }
 
     /// Adds to `scores` the log-probability of each candidate's tokens from `depth` on, walking
     /// only as deep as needed to tell the candidates in `group` apart.
-    #[allow(clippy::too_many_arguments)]
     fn score(
         &self,
-        weights: &ModelWeights,
-        position: usize,
+        cache: &KvCache,
         logits: &[f32],
         candidates: &[(&str, Vec<u32>)],
         group: &[usize],
@@ -370,10 +349,9 @@ impl LocalModel {
                     .unwrap_or(f32::NEG_INFINITY);
             }
             if members.len() > 1 {
-                let mut branch = weights.clone();
-                let mut at = position;
-                let next = step(&mut branch, &mut at, &[token])?;
-                self.score(&branch, at, &next, candidates, &members, depth + 1, scores)?;
+                let mut branch = cache.clone();
+                let next = self.llama.forward(&mut branch, &[token])?;
+                self.score(&branch, &next, candidates, &members, depth + 1, scores)?;
             }
         }
         Ok(())
@@ -382,8 +360,7 @@ impl LocalModel {
     /// Writes one value under `kind`'s grammar; `None` when the model finds no valid value.
     fn write_value(
         &self,
-        weights: &mut ModelWeights,
-        position: &mut usize,
+        cache: &mut KvCache,
         mut logits: Vec<f32>,
         kind: &ValueKind,
     ) -> candle_core::Result<Option<String>> {
@@ -399,7 +376,7 @@ impl LocalModel {
                 break;
             }
             text.push_str(&self.pieces[token as usize]);
-            logits = step(weights, position, &[token])?;
+            logits = self.llama.forward(cache, &[token])?;
         }
         Ok(kind.valid(&text).then_some(text))
     }
