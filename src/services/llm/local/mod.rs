@@ -126,6 +126,11 @@ impl LocalModel {
 
         let llama =
             Llama::from_gguf(&content, &mut file, GgmlDType::Q8_0).map_err(|e| invalid(path, e))?;
+        // candle lays the weights out for its kernels on first use; do it now, not in the
+        // first user's turn.
+        llama
+            .forward(&mut KvCache::default(), &[im_start])
+            .map_err(|e| invalid(path, e))?;
         let pieces = (0..tokenizer.len() as u32)
             .map(|id| String::from_utf8_lossy(&tokenizer.bytes(id)).into_owned())
             .collect();
