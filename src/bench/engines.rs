@@ -150,9 +150,11 @@ pub fn run(vad_batch: usize) -> Result<EnginesReport, EnginesBenchError> {
     let whisper = Whisper::shared()?;
     let mut stt = Vec::new();
     for text in [
-        "Good morning.",
-        "What time is it in Tokyo right now?",
-        "Please set a timer for ten minutes and tell me when the pasta is ready to eat.",
+        // About 1, 3 and 6 seconds of speech.
+        "Good morning to you.",
+        "What time is it in Tokyo right now, and will it rain there today?",
+        "Please set a timer for ten minutes and tell me when the pasta is ready, then remind me \
+         to call my sister this weekend.",
     ] {
         let speech = voice.synthesize(text)?;
         let mut down = StreamResampler::new(speech.sample_rate, 16_000)?;
