@@ -57,6 +57,14 @@ static SHARED: OnceLock<Arc<PiperVoice>> = OnceLock::new();
 type WeightedWord = (String, usize);
 
 impl PiperVoice {
+    /// The same voice without sampling noise (`noise_scale` and `noise_w` zero): a text always
+    /// gives the same audio, pauses included, as recorded test speech needs.
+    pub fn deterministic(mut self) -> Self {
+        self.scales[0] = 0.0;
+        self.scales[2] = 0.0;
+        self
+    }
+
     /// Loads the default voice (en_US joe, medium) from the models folder.
     pub fn load_default() -> Result<Self, ModelError> {
         Self::load(&model_path(NAME, MODEL)?, &model_path(NAME, CONFIG)?)
