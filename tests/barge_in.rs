@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use voxide::events::Event;
-use voxide::frames::{AudioFrame, DataFrame, Frame, FrameBody, SystemFrame, Transcription};
+use voxide::frames::{
+    AudioFrame, ControlFrame, DataFrame, Frame, FrameBody, SystemFrame, Transcription,
+};
 use voxide::pipeline::{
     Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session,
 };
@@ -337,6 +339,59 @@ async fn once_the_bot_has_finished_a_short_answer_is_a_turn_again() {
             "user_started_speaking",
             "final: Okay.",
             "user_stopped_speaking"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_transcript_of_speech_the_vad_missed_interrupts_and_is_a_turn() {
+    let seen = play(
+        BargeIn::default(),
+        vec![
+            interim("what time"),
+            Step::Wait(500),
+            final_("What time is it?"),
+            Step::Wait(900),
+            // Still open: a second after the last words, not the first.
+            Step::Frame(SystemFrame::BotStoppedSpeaking.into()),
+            Step::Wait(300),
+        ],
+    )
+    .await;
+    assert_eq!(
+        seen,
+        [
+            "user_started_speaking",
+            "interruption",
+            "interim: what time",
+            "final: What time is it?",
+            "user_stopped_speaking"
+        ]
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_final_announced_in_a_vad_turn_that_lands_after_it_opens_no_turn() {
+    let seen = play(
+        BargeIn::default(),
+        vec![
+            vad_start(),
+            Step::Frame(SystemFrame::TranscriptionPending.into()),
+            vad_stop(),
+            Step::Wait(400),
+            final_("Hello there."),
+            Step::Frame(ControlFrame::TranscriptionDone.into()),
+            Step::Wait(1_500),
+        ],
+    )
+    .await;
+    assert_eq!(
+        seen,
+        [
+            "user_started_speaking",
+            "interruption",
+            "user_stopped_speaking",
+            "final: Hello there."
         ]
     );
 }

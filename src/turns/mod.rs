@@ -10,13 +10,17 @@
 //! (a false interruption). [`UserMute`] keeps the user out at chosen moments (the greeting, a
 //! tool call).
 //!
+//! A transcript that comes with no speech the VAD heard (a soft voice under its thresholds, or
+//! an STT that listens on its own) starts a turn too, which ends after a second without more
+//! words.
+//!
 //! The stage sits after the STT so it sees the transcripts that confirm a barge-in.
 
 mod mute;
 
 pub use mute::{MuteStrategy, UserMute};
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,11 +31,13 @@ use crate::audio::resample::StreamResampler;
 use crate::audio::turn::SmartTurn;
 use crate::audio::turn::smart_turn::WINDOW_SECS;
 use crate::audio::wav::to_f32;
-use crate::frames::{AudioFrame, DataFrame, Frame, FrameBody, SystemFrame};
+use crate::frames::{AudioFrame, ControlFrame, DataFrame, Frame, FrameBody, SystemFrame};
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
 
 /// The sample rate the turn model reads.
 const MODEL_RATE: u32 = 16_000;
+/// Silence after the last transcript that ends a turn the VAD never heard.
+const TRANSCRIPT_TURN_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// How a user turn ends once the VAD hears silence.
 #[derive(Clone)]
@@ -95,6 +101,14 @@ pub struct UserTurns {
     /// VAD starts so far, counted as they pass (not when the turn task gets to them), so a turn
     /// verdict can tell that the user spoke again while it was worked out.
     speech_starts: Arc<AtomicU64>,
+    /// A user turn is open: set here when one starts, cleared by the turn task when it ends.
+    turn_open: Arc<AtomicBool>,
+    /// The VAD hears speech (between its start and stop frames).
+    vad_speaking: bool,
+    /// Finals the STT announced and has not delivered yet: transcripts of speech the VAD heard.
+    owed: usize,
+    bot_speaking: bool,
+    interruptions: bool,
 }
 
 impl UserTurns {
@@ -111,7 +125,42 @@ impl UserTurns {
             events: None,
             pending: Arc::default(),
             speech_starts: Arc::default(),
+            turn_open: Arc::default(),
+            vad_speaking: false,
+            owed: 0,
+            bot_speaking: false,
+            interruptions: true,
         }
+    }
+
+    /// A transcript of speech the VAD did not hear, outside any turn: opens a turn, ahead of
+    /// the transcript so the aggregator keeps its words for it; returns whether it did.
+    fn missed_speech(&mut self, text: &str, cx: &mut FrameContext<'_>) -> bool {
+        let words = word_count(text);
+        // Words of a barge-in still waiting for them belong to that barge-in.
+        if words == 0
+            || self.vad_speaking
+            || self.owed > 0
+            || self.turn_open.load(Ordering::SeqCst)
+            || lock(&self.pending).active
+        {
+            return false;
+        }
+        let interrupts = self.bot_speaking && self.interruptions;
+        if interrupts && words < self.barge_in.min_words {
+            // A remark over the bot, as for speech the VAD heard.
+            return false;
+        }
+        tracing::debug!(
+            text,
+            "transcript without VAD speech: the user's turn starts"
+        );
+        self.turn_open.store(true, Ordering::SeqCst);
+        cx.push_downstream(SystemFrame::UserStartedSpeaking);
+        if interrupts {
+            cx.push_downstream(SystemFrame::Interruption);
+        }
+        true
     }
 
     /// A transcript: counts toward a pending interruption; returns whether to pass it on.
@@ -120,10 +169,7 @@ impl UserTurns {
         if !pending.active {
             return true;
         }
-        let words = text
-            .split_whitespace()
-            .filter(|w| w.chars().any(char::is_alphanumeric))
-            .count();
+        let words = word_count(text);
         let heard = pending.final_words + words;
         if is_final {
             pending.final_words += words;
@@ -153,6 +199,13 @@ struct Pending {
     final_words: usize,
 }
 
+/// Words in a transcript, punctuation aside.
+fn word_count(text: &str) -> usize {
+    text.split_whitespace()
+        .filter(|w| w.chars().any(char::is_alphanumeric))
+        .count()
+}
+
 fn lock(pending: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
     pending.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -166,6 +219,10 @@ enum Input {
     Interruptions(bool),
     /// The pending interruption was confirmed or dropped elsewhere: forget its timer.
     Settled,
+    /// A transcript opened a turn the VAD did not hear.
+    TranscriptTurn,
+    /// A transcript came while the VAD heard nothing: it keeps such a turn open.
+    Words,
 }
 
 impl FrameProcessor for UserTurns {
@@ -183,6 +240,7 @@ impl FrameProcessor for UserTurns {
             FrameBody::System(SystemFrame::Start(start)) => {
                 let (tx, rx) = mpsc::unbounded_channel();
                 let _ = tx.send(Input::Interruptions(start.params.allow_interruptions));
+                self.interruptions = start.params.allow_interruptions;
                 self.events = Some(tx);
                 let task = TurnTask {
                     stop: self.stop.clone(),
@@ -192,6 +250,7 @@ impl FrameProcessor for UserTurns {
                     audio: Vec::new(),
                     resampler: None,
                     speech_starts: self.speech_starts.clone(),
+                    turn_open: self.turn_open.clone(),
                 };
                 cx.spawn(task.run(rx));
                 None
@@ -199,12 +258,44 @@ impl FrameProcessor for UserTurns {
             FrameBody::System(SystemFrame::InputAudio(audio)) => Some(Input::Audio(audio.clone())),
             FrameBody::System(SystemFrame::VadUserStartedSpeaking) => {
                 self.speech_starts.fetch_add(1, Ordering::SeqCst);
+                self.vad_speaking = true;
+                self.turn_open.store(true, Ordering::SeqCst);
                 Some(Input::VadStarted)
             }
-            FrameBody::System(SystemFrame::VadUserStoppedSpeaking) => Some(Input::VadStopped),
-            FrameBody::System(SystemFrame::BotStartedSpeaking) => Some(Input::BotSpeaking(true)),
-            FrameBody::System(SystemFrame::BotStoppedSpeaking) => Some(Input::BotSpeaking(false)),
+            FrameBody::System(SystemFrame::VadUserStoppedSpeaking) => {
+                self.vad_speaking = false;
+                Some(Input::VadStopped)
+            }
+            FrameBody::System(SystemFrame::TranscriptionPending) => {
+                self.owed += 1;
+                None
+            }
+            FrameBody::Control(ControlFrame::TranscriptionDone) => {
+                self.owed = self.owed.saturating_sub(1);
+                None
+            }
+            FrameBody::System(SystemFrame::BotStartedSpeaking) => {
+                self.bot_speaking = true;
+                Some(Input::BotSpeaking(true))
+            }
+            FrameBody::System(SystemFrame::BotStoppedSpeaking) => {
+                self.bot_speaking = false;
+                Some(Input::BotSpeaking(false))
+            }
             FrameBody::Data(DataFrame::Transcription(t) | DataFrame::InterimTranscription(t)) => {
+                if self.missed_speech(&t.text, cx) {
+                    if let Some(events) = &self.events {
+                        let _ = events.send(Input::TranscriptTurn);
+                    }
+                    cx.push(frame, direction);
+                    return Ok(());
+                }
+                if !self.vad_speaking
+                    && self.owed == 0
+                    && let Some(events) = &self.events
+                {
+                    let _ = events.send(Input::Words);
+                }
                 let is_final = matches!(&frame.body, FrameBody::Data(DataFrame::Transcription(_)));
                 let was_pending = lock(&self.pending).active;
                 if !self.on_transcript(&t.text, is_final, cx) {
@@ -232,6 +323,7 @@ struct TurnTask {
     audio: Vec<f32>,
     resampler: Option<(u32, StreamResampler)>,
     speech_starts: Arc<AtomicU64>,
+    turn_open: Arc<AtomicBool>,
 }
 
 impl TurnTask {
@@ -240,6 +332,8 @@ impl TurnTask {
         mut inputs: mpsc::UnboundedReceiver<Input>,
     ) -> Result<(), ProcessorError> {
         let (mut in_turn, mut bot_speaking, mut interruptions) = (false, false, true);
+        // The open turn was started by a transcript, not the VAD: words keep it open.
+        let mut by_transcript = false;
         // The turn's end (silence or an unfinished-sounding pause running out).
         let mut deadline: Option<Instant> = None;
         // When a paused bot resumes if no words confirm the interruption.
@@ -254,6 +348,7 @@ impl TurnTask {
                         if deadline.is_some_and(|d| d <= now) {
                             deadline = None;
                             in_turn = false;
+                            by_transcript = false;
                             self.end_turn(&mut resume_at).await;
                         }
                         if resume_at.is_some_and(|r| r <= now) {
@@ -280,8 +375,20 @@ impl TurnTask {
                     }
                 }
                 Input::Settled => resume_at = None,
+                Input::TranscriptTurn => {
+                    // The stage announced the turn (and any interruption) ahead of the words.
+                    in_turn = true;
+                    by_transcript = true;
+                    *lock(&self.pending) = Pending::default();
+                    deadline = Some(Instant::now() + TRANSCRIPT_TURN_TIMEOUT);
+                }
+                Input::Words if in_turn && by_transcript => {
+                    deadline = Some(Instant::now() + TRANSCRIPT_TURN_TIMEOUT);
+                }
+                Input::Words => {}
                 Input::VadStarted => {
                     deadline = None;
+                    by_transcript = false;
                     if !in_turn {
                         in_turn = true;
                         self.push(SystemFrame::UserStartedSpeaking).await;
@@ -410,6 +517,7 @@ impl TurnTask {
     }
 
     async fn end_turn(&mut self, resume_at: &mut Option<Instant>) {
+        self.turn_open.store(false, Ordering::SeqCst);
         let paused = {
             let mut pending = lock(&self.pending);
             pending.turn_over = pending.active;
