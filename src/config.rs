@@ -15,6 +15,7 @@
 //! max_tokens = 60
 //! interrupt_min_words = 0  # words over the bot before it stops
 //! resume_after_secs = 1.0  # pause on speech over the bot; resume if no words come
+//! pause_at_onset = true    # hold the bot at the first sound of speech over it
 //! instructions = "You are a helpful voice assistant."
 //! ```
 
@@ -64,6 +65,8 @@ pub struct BotConfig {
     pub interrupt_min_words: Option<usize>,
     /// See `--resume-after-secs`.
     pub resume_after_secs: Option<f64>,
+    /// See `--pause-at-onset`.
+    pub pause_at_onset: Option<bool>,
     /// The system instruction.
     pub instructions: Option<String>,
     /// `local`, `openai-realtime` or `gemini-live`.

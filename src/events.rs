@@ -60,9 +60,10 @@ pub enum Event {
     BotStoppedSpeaking,
     /// The user interrupted the bot.
     Interruption,
-    /// The bot paused: the user started speaking over it and the barge-in waits for words.
+    /// The bot paused: the user may be speaking over it (an onset the VAD has not confirmed, or
+    /// a barge-in waiting for words).
     BotPaused,
-    /// The paused bot plays on: no words came (a false interruption).
+    /// The paused bot plays on: the onset faded or no words came (a false interruption).
     BotResumed,
     /// A transcript of the user's speech.
     UserTranscription {

@@ -130,6 +130,10 @@ struct BotArgs {
     /// within this many seconds after they stop (a cough, a door). [default: off]
     #[arg(long, env = "VOXIDE_RESUME_AFTER_SECS")]
     resume_after_secs: Option<f64>,
+    /// Hold the bot's audio from the first moment of speech over it, before the VAD confirms
+    /// the start, and play on if it fades (`true` or `false`). [default: true]
+    #[arg(long, env = "VOXIDE_PAUSE_AT_ONSET")]
+    pause_at_onset: Option<bool>,
     /// The system instruction (default: a short one of voxide's own).
     #[arg(long, env = "VOXIDE_INSTRUCTIONS")]
     instructions: Option<String>,
@@ -219,6 +223,10 @@ impl BotArgs {
                 .or(file.interrupt_min_words)
                 .unwrap_or(defaults.barge_in.min_words),
             resume_after,
+            pause_at_onset: self
+                .pause_at_onset
+                .or(file.pause_at_onset)
+                .unwrap_or(defaults.barge_in.pause_at_onset),
         };
         let llm = match (self.llm, file.llm.as_deref()) {
             (Some(LlmArg::Local), _) | (None, None | Some("local")) => LlmChoice::Local,

@@ -63,6 +63,14 @@ fn vad_start() -> Step {
     Step::Frame(SystemFrame::VadUserStartedSpeaking.into())
 }
 
+fn onset() -> Step {
+    Step::Frame(SystemFrame::VadSpeechOnset.into())
+}
+
+fn onset_faded() -> Step {
+    Step::Frame(SystemFrame::VadOnsetFaded.into())
+}
+
 fn vad_stop() -> Step {
     Step::Frame(SystemFrame::VadUserStoppedSpeaking.into())
 }
@@ -127,10 +135,97 @@ async fn by_default_speech_over_the_bot_interrupts_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn the_bot_holds_at_an_onset_and_plays_on_when_it_fades() {
+    let (seen, events) = play_with_events(
+        BargeIn::default(),
+        vec![onset(), Step::Wait(60), onset_faded()],
+    )
+    .await;
+    assert_eq!(seen, ["pause_playback", "resume_playback"]);
+    assert_eq!(events, ["bot_paused", "bot_resumed"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_onset_that_starts_speech_turns_the_hold_into_an_interruption() {
+    let (seen, events) = play_with_events(
+        BargeIn::default(),
+        vec![onset(), Step::Wait(150), vad_start(), Step::Wait(100)],
+    )
+    .await;
+    assert_eq!(
+        seen,
+        ["pause_playback", "user_started_speaking", "interruption"]
+    );
+    assert_eq!(events, ["bot_paused", "interruption"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn with_the_onset_hold_off_the_bot_talks_until_the_start() {
+    let barge_in = BargeIn {
+        pause_at_onset: false,
+        ..BargeIn::default()
+    };
+    let seen = play(
+        barge_in,
+        vec![
+            onset(),
+            onset_faded(),
+            onset(),
+            Step::Wait(150),
+            vad_start(),
+        ],
+    )
+    .await;
+    assert_eq!(seen, ["user_started_speaking", "interruption"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hold_at_the_onset_carries_into_a_barge_in_waiting_for_words() {
+    // Resuming if no words come: the onset's hold is the barge-in's pause, not a second one.
+    let barge_in = BargeIn {
+        resume_after: Some(Duration::from_millis(300)),
+        ..BargeIn::default()
+    };
+    let (seen, events) = play_with_events(
+        barge_in,
+        vec![
+            onset(),
+            Step::Wait(150),
+            vad_start(),
+            Step::Wait(200),
+            vad_stop(),
+            Step::Wait(1_000),
+        ],
+    )
+    .await;
+    assert_eq!(
+        seen,
+        [
+            "pause_playback",
+            "user_started_speaking",
+            "user_stopped_speaking",
+            "resume_playback"
+        ]
+    );
+    assert_eq!(events, ["bot_paused", "bot_resumed"]);
+    // Talking on until words confirm it: the hold ends at the start.
+    let barge_in = BargeIn {
+        min_words: 3,
+        ..BargeIn::default()
+    };
+    let seen = play(barge_in, vec![onset(), Step::Wait(150), vad_start()]).await;
+    assert_eq!(
+        seen,
+        ["pause_playback", "user_started_speaking", "resume_playback"]
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_paused_bot_resumes_when_no_words_come() {
     let barge_in = BargeIn {
         min_words: 0,
         resume_after: Some(Duration::from_millis(500)),
+        ..BargeIn::default()
     };
     let (seen, events) = play_with_events(
         barge_in,
@@ -154,6 +249,7 @@ async fn words_confirm_the_interruption_before_their_transcript_goes_on() {
     let barge_in = BargeIn {
         min_words: 2,
         resume_after: Some(Duration::from_millis(500)),
+        ..BargeIn::default()
     };
     let seen = play(
         barge_in,
@@ -187,6 +283,7 @@ async fn a_short_remark_over_the_bot_is_dropped_and_the_bot_talks_on() {
     let barge_in = BargeIn {
         min_words: 3,
         resume_after: None,
+        ..BargeIn::default()
     };
     let seen = play(
         barge_in,
@@ -216,6 +313,7 @@ async fn a_late_transcript_with_enough_words_still_interrupts_a_resumed_bot() {
     let barge_in = BargeIn {
         min_words: 2,
         resume_after: Some(Duration::from_millis(300)),
+        ..BargeIn::default()
     };
     let seen = play(
         barge_in,
@@ -315,6 +413,7 @@ async fn once_the_bot_has_finished_a_short_answer_is_a_turn_again() {
     let barge_in = BargeIn {
         min_words: 3,
         resume_after: None,
+        ..BargeIn::default()
     };
     let seen = play(
         barge_in,

@@ -147,10 +147,21 @@ fn the_vad_confirms_speech_after_start_secs_of_it_with_no_wait_for_the_loudness(
     // Confident, loud windows from silence: started on the window that completes start_secs
     // (6 windows of 32 ms), not later while a smoothed loudness catches up.
     let needed = (params.start_secs * 16_000.0 / 512.0).round() as usize;
-    let started = (1..=20)
+    assert_eq!(analyzer.apply(0.99, &loud), Some(VadEvent::Onset));
+    let started = (2..=20)
         .find(|_| analyzer.apply(0.99, &loud) == Some(VadEvent::Started))
         .expect("started");
     assert_eq!(started, needed);
+    // A burst shorter than start_secs is an onset that fades, not a start.
+    let mut analyzer =
+        VadAnalyzer::new(SileroVad::shared().expect("model"), 16_000, params).expect("analyzer");
+    let windows = (0..needed - 1)
+        .map(|_| (0.99, &loud))
+        .chain((0..needed).map(|_| (0.0, &quiet)));
+    let burst: Vec<_> = windows
+        .filter_map(|(confidence, window)| analyzer.apply(confidence, window))
+        .collect();
+    assert_eq!(burst, [VadEvent::Onset, VadEvent::OnsetFaded]);
     // Confident but quiet windows (speech far away) never start a turn.
     let mut analyzer =
         VadAnalyzer::new(SileroVad::shared().expect("model"), 16_000, params).expect("analyzer");
@@ -179,6 +190,8 @@ fn the_vad_analyzer_finds_one_utterance_at_any_input_rate() {
                 events.push((e, i as f32 * 0.02));
             }
         }
+        // Onsets come and go before the start; the starts and stops are the utterance.
+        events.retain(|(e, _)| matches!(e, VadEvent::Started | VadEvent::Stopped));
         let kinds: Vec<_> = events.iter().map(|(e, _)| *e).collect();
         // espeak's pauses between sentences may split the utterance; it always starts first
         // and ends last.
@@ -531,6 +544,13 @@ async fn a_stop_after_a_silence_start_takes_the_words_decoded_at_the_silence() {
 /// Runs the shipped sentence through a VAD stage (optionally only its first `secs`) and returns
 /// the VAD starts and stops that came out, waiting at most `wait` after the last audio.
 async fn vad_stage_events(secs: f32, wait: std::time::Duration) -> Vec<String> {
+    let mut events = vad_stage_frames(secs, wait).await;
+    events.retain(|e| e.ends_with("_speaking"));
+    events
+}
+
+/// Every VAD frame [`vad_stage_events`] sees, onsets included.
+async fn vad_stage_frames(secs: f32, wait: std::time::Duration) -> Vec<String> {
     use voxide::audio::vad::{VadBatcher, VadParams, VadStage};
     use voxide::frames::{AudioFrame, SystemFrame};
     use voxide::pipeline::{Pipeline, Session};
@@ -566,7 +586,16 @@ async fn vad_stage_events(secs: f32, wait: std::time::Duration) -> Vec<String> {
             );
         }
     }
-    events.retain(|e| e != "vad_silence_started");
+    // Every start is an onset that lasted; onsets may also fade.
+    for (i, e) in events.iter().enumerate() {
+        if e == "vad_user_started_speaking" {
+            assert_eq!(
+                i.checked_sub(1).map(|p| events[p].as_str()),
+                Some("vad_speech_onset"),
+                "{events:?}"
+            );
+        }
+    }
     events
 }
 
@@ -585,6 +614,14 @@ async fn the_vad_stage_reports_speech_for_several_sessions_at_once() {
         );
         assert_eq!(events.len() % 2, 0, "{events:?}");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_onset_whose_audio_stops_arriving_fades() {
+    // Silero hears the speech from the window ending at 1.088 s; cut three windows in, well
+    // before the six of the start delay.
+    let events = vad_stage_frames(1.16, std::time::Duration::from_secs(2)).await;
+    assert_eq!(events, ["vad_speech_onset", "vad_onset_faded"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

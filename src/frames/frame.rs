@@ -221,6 +221,11 @@ pub enum SystemFrame {
     Metrics(Vec<MetricsData>),
     /// Audio from the input transport. System, so an interruption never discards the user's voice.
     InputAudio(AudioFrame),
+    /// The VAD heard speech in silence, not yet confirmed as a start: a
+    /// [`SystemFrame::VadUserStartedSpeaking`] or a [`SystemFrame::VadOnsetFaded`] follows.
+    VadSpeechOnset,
+    /// The onset fell quiet before the start delay: it was not speech (a click, a cough).
+    VadOnsetFaded,
     /// The VAD heard speech start (confirmed after its start delay).
     VadUserStartedSpeaking,
     /// The VAD heard the first silence after speech; a [`SystemFrame::VadUserStoppedSpeaking`]
@@ -268,6 +273,8 @@ impl SystemFrame {
             SystemFrame::Metrics(_) => "metrics",
             SystemFrame::InputAudio(_) => "input_audio",
             SystemFrame::VadUserStartedSpeaking => "vad_user_started_speaking",
+            SystemFrame::VadSpeechOnset => "vad_speech_onset",
+            SystemFrame::VadOnsetFaded => "vad_onset_faded",
             SystemFrame::VadSilenceStarted => "vad_silence_started",
             SystemFrame::VadUserStoppedSpeaking => "vad_user_stopped_speaking",
             SystemFrame::TranscriptionPending => "transcription_pending",

@@ -7,7 +7,10 @@
 //! speech up to a timeout; or a plain speech timeout ends it after a fixed silence. A turn that
 //! starts while the bot speaks interrupts the bot, at once or, per [`BargeIn`], once enough of
 //! the user's words are transcribed, with the bot paused meanwhile and resumed when none come
-//! (a false interruption). [`UserMute`] keeps the user out at chosen moments (the greeting, a
+//! (a false interruption). Unless told not to, the stage holds the bot's audio from the VAD's
+//! first window of speech over it and plays on if the onset fades: the bot goes quiet within a
+//! chunk of the user's first word, not `start_secs` later, and a cough costs a short gap rather
+//! than the answer. [`UserMute`] keeps the user out at chosen moments (the greeting, a
 //! tool call).
 //!
 //! A transcript that comes with no speech the VAD heard (a soft voice under its thresholds, or
@@ -69,7 +72,7 @@ impl std::fmt::Debug for TurnStop {
 }
 
 /// When speech over the bot interrupts it.
-#[derive(Debug, Clone, Copy, PartialEq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct BargeIn {
     /// Words the user's transcript must reach before speech over the bot interrupts it; 0: the
     /// VAD's start is enough. Shorter remarks ("mm-hm") are dropped while the bot talks on.
@@ -78,6 +81,20 @@ pub struct BargeIn {
     /// user stops no transcript has confirmed the interruption, resume it where it paused (a
     /// cough, a door). `None`: the bot keeps talking until the interruption is confirmed.
     pub resume_after: Option<Duration>,
+    /// Hold the bot's audio from the VAD's first window of speech over it, before the start is
+    /// confirmed, and play on if the onset fades (a click, a cough). Off: the bot talks on
+    /// until the start is confirmed, `start_secs` into the user's speech.
+    pub pause_at_onset: bool,
+}
+
+impl Default for BargeIn {
+    fn default() -> Self {
+        Self {
+            min_words: 0,
+            resume_after: None,
+            pause_at_onset: true,
+        }
+    }
 }
 
 impl BargeIn {
@@ -109,6 +126,8 @@ pub struct UserTurns {
     owed: usize,
     bot_speaking: bool,
     interruptions: bool,
+    /// The bot's audio is held for a VAD onset that has neither started nor faded yet.
+    onset_paused: bool,
 }
 
 impl UserTurns {
@@ -130,6 +149,7 @@ impl UserTurns {
             owed: 0,
             bot_speaking: false,
             interruptions: true,
+            onset_paused: false,
         }
     }
 
@@ -158,13 +178,28 @@ impl UserTurns {
         self.turn_open.store(true, Ordering::SeqCst);
         cx.push_downstream(SystemFrame::UserStartedSpeaking);
         if interrupts {
+            self.onset_paused = false;
             cx.push_downstream(SystemFrame::Interruption);
         }
         true
     }
 
+    /// Speech may be starting over the bot: hold its audio until the VAD decides.
+    fn on_onset(&mut self, cx: &mut FrameContext<'_>) {
+        let hold = self.barge_in.pause_at_onset
+            && self.bot_speaking
+            && self.interruptions
+            && !self.onset_paused
+            && !self.turn_open.load(Ordering::SeqCst)
+            && !lock(&self.pending).paused;
+        if hold {
+            self.onset_paused = true;
+            cx.push_downstream(SystemFrame::PausePlayback);
+        }
+    }
+
     /// A transcript: counts toward a pending interruption; returns whether to pass it on.
-    fn on_transcript(&self, text: &str, is_final: bool, cx: &mut FrameContext<'_>) -> bool {
+    fn on_transcript(&mut self, text: &str, is_final: bool, cx: &mut FrameContext<'_>) -> bool {
         let mut pending = lock(&self.pending);
         if !pending.active {
             return true;
@@ -177,6 +212,7 @@ impl UserTurns {
         if heard >= self.barge_in.words_needed() {
             *pending = Pending::default();
             tracing::debug!(words = heard, "barge-in confirmed");
+            self.onset_paused = false;
             // Transcripts are uninterruptible, so this one still reaches the aggregator.
             cx.push_downstream(SystemFrame::Interruption);
             return true;
@@ -213,7 +249,11 @@ fn lock(pending: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
 /// What the turn task learns from the frames passing by.
 enum Input {
     Audio(AudioFrame),
-    VadStarted,
+    /// The VAD confirmed a start; `held`: the bot's audio is held for its onset, and the task
+    /// now owns releasing it.
+    VadStarted {
+        held: bool,
+    },
     VadStopped,
     BotSpeaking(bool),
     Interruptions(bool),
@@ -256,11 +296,29 @@ impl FrameProcessor for UserTurns {
                 None
             }
             FrameBody::System(SystemFrame::InputAudio(audio)) => Some(Input::Audio(audio.clone())),
+            FrameBody::System(SystemFrame::VadSpeechOnset) => {
+                self.on_onset(cx);
+                None
+            }
+            FrameBody::System(SystemFrame::VadOnsetFaded) => {
+                if std::mem::take(&mut self.onset_paused) {
+                    tracing::debug!("the onset faded: the bot plays on");
+                    cx.push_downstream(SystemFrame::ResumePlayback);
+                }
+                None
+            }
+            FrameBody::System(SystemFrame::Interruption) => {
+                // An interruption from upstream released the hold as it cut the bot off.
+                self.onset_paused = false;
+                None
+            }
             FrameBody::System(SystemFrame::VadUserStartedSpeaking) => {
                 self.speech_starts.fetch_add(1, Ordering::SeqCst);
                 self.vad_speaking = true;
                 self.turn_open.store(true, Ordering::SeqCst);
-                Some(Input::VadStarted)
+                Some(Input::VadStarted {
+                    held: std::mem::take(&mut self.onset_paused),
+                })
             }
             FrameBody::System(SystemFrame::VadUserStoppedSpeaking) => {
                 self.vad_speaking = false;
@@ -386,18 +444,21 @@ impl TurnTask {
                     deadline = Some(Instant::now() + TRANSCRIPT_TURN_TIMEOUT);
                 }
                 Input::Words => {}
-                Input::VadStarted => {
+                Input::VadStarted { mut held } => {
                     deadline = None;
                     by_transcript = false;
                     if !in_turn {
                         in_turn = true;
                         self.push(SystemFrame::UserStartedSpeaking).await;
                         if bot_speaking && interruptions {
-                            self.barge_in_started(&mut resume_at).await;
+                            held = self.barge_in_started(&mut resume_at, held).await;
                         } else {
                             // A turn over silence is a plain turn, whatever came before it.
                             *lock(&self.pending) = Pending::default();
                         }
+                    }
+                    if held {
+                        self.push(SystemFrame::ResumePlayback).await;
                     }
                 }
                 Input::VadStopped if in_turn => match &self.stop {
@@ -451,10 +512,13 @@ impl TurnTask {
     }
 
     /// The user started talking over the bot: interrupt now, or wait for words (paused).
-    async fn barge_in_started(&mut self, resume_at: &mut Option<Instant>) {
+    /// `held`: the bot is already paused for the onset. Returns whether it still needs
+    /// resuming (the policy lets the bot talk on while words are awaited).
+    async fn barge_in_started(&mut self, resume_at: &mut Option<Instant>, held: bool) -> bool {
         if !self.barge_in.waits() {
+            // The interruption releases any pause as it drops the bot's audio.
             self.push(SystemFrame::Interruption).await;
-            return;
+            return false;
         }
         let pause = self.barge_in.resume_after.is_some();
         let was_paused = {
@@ -468,9 +532,10 @@ impl TurnTask {
             was_paused
         };
         *resume_at = None;
-        if pause && !was_paused {
+        if pause && !was_paused && !held {
             self.push(SystemFrame::PausePlayback).await;
         }
+        held && !pause
     }
 
     /// A paused bot whose interruption no words confirmed plays on.

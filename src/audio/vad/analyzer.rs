@@ -47,9 +47,13 @@ pub enum VadState {
     Stopping,
 }
 
-/// A confirmed change.
+/// A change of state worth telling.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VadEvent {
+    /// Speech heard in silence, not yet `start_secs` of it: a start may follow.
+    Onset,
+    /// The onset fell quiet before `start_secs`: no start (a click, a cough).
+    OnsetFaded,
     /// Speech lasted `start_secs`.
     Started,
     /// Silence lasted `stop_secs`.
@@ -119,7 +123,7 @@ impl VadAnalyzer {
         self.state
     }
 
-    /// Feeds audio; returns the changes it confirmed, in order.
+    /// Feeds audio; returns the changes it saw, in order.
     pub fn analyze(&mut self, audio: &[i16]) -> Result<Vec<VadEvent>, VadError> {
         let mut events = Vec::new();
         for window in self.windows(audio) {
@@ -166,14 +170,19 @@ impl VadAnalyzer {
         }
     }
 
-    /// Forces a stop (the audio stopped arriving mid-speech); returns it if speaking.
+    /// Forces silence (the audio stopped arriving mid-speech); returns the stop, or the faded
+    /// onset, that this makes.
     pub fn force_stop(&mut self) -> Option<VadEvent> {
-        let speaking = matches!(self.state, VadState::Speaking | VadState::Stopping);
+        let event = match self.state {
+            VadState::Speaking | VadState::Stopping => Some(VadEvent::Stopped),
+            VadState::Starting => Some(VadEvent::OnsetFaded),
+            VadState::Quiet => None,
+        };
         self.state = VadState::Quiet;
         self.count = 0;
         self.buffer.clear();
         self.model_state.reset();
-        speaking.then_some(VadEvent::Stopped)
+        event
     }
 
     fn step(&mut self, speech: bool) -> Option<VadEvent> {
@@ -187,7 +196,10 @@ impl VadAnalyzer {
                 self.count += 1;
                 self.state
             }
-            (Starting, false) => Quiet,
+            (Starting, false) => {
+                self.state = Quiet;
+                return Some(VadEvent::OnsetFaded);
+            }
             (Speaking, false) => {
                 self.count = 1;
                 Stopping
@@ -204,6 +216,7 @@ impl VadAnalyzer {
                 self.state = Quiet;
                 Some(VadEvent::Stopped)
             }
+            Starting if self.count == 1 => Some(VadEvent::Onset),
             _ => None,
         }
     }

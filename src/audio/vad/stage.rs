@@ -1,5 +1,5 @@
-//! The VAD stage: input audio in, `VadUserStartedSpeaking` / `VadSilenceStarted` /
-//! `VadUserStoppedSpeaking` out.
+//! The VAD stage: input audio in, `VadSpeechOnset` / `VadOnsetFaded` /
+//! `VadUserStartedSpeaking` / `VadSilenceStarted` / `VadUserStoppedSpeaking` out.
 //!
 //! Audio passes through untouched at once; a task per session feeds it to the state machine,
 //! with the model run by the process-wide [`VadBatcher`] thread. If audio stops arriving while
@@ -92,10 +92,12 @@ impl Detector {
         let mut analyzer: Option<(u32, VadAnalyzer)> = None;
         let mut state = None;
         loop {
-            let speaking = analyzer
+            // Anything but silence waits for audio only so long: speech, and an onset (the bot
+            // may be paused for it), must not outlast the audio.
+            let hearing = analyzer
                 .as_ref()
-                .is_some_and(|(_, a)| matches!(a.state(), VadState::Speaking | VadState::Stopping));
-            let next = if speaking {
+                .is_some_and(|(_, a)| a.state() != VadState::Quiet);
+            let next = if hearing {
                 match tokio::time::timeout(self.idle, audio.recv()).await {
                     Ok(next) => next,
                     Err(_) => {
@@ -156,6 +158,8 @@ impl Detector {
 
     async fn push(&self, event: VadEvent) {
         let frame = match event {
+            VadEvent::Onset => SystemFrame::VadSpeechOnset,
+            VadEvent::OnsetFaded => SystemFrame::VadOnsetFaded,
             VadEvent::Started => SystemFrame::VadUserStartedSpeaking,
             VadEvent::Stopped => SystemFrame::VadUserStoppedSpeaking,
         };
