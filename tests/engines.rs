@@ -152,6 +152,12 @@ fn the_vad_confirms_speech_after_start_secs_of_it_with_no_wait_for_the_loudness(
         .find(|_| analyzer.apply(0.99, &loud) == Some(VadEvent::Started))
         .expect("started");
     assert_eq!(started, needed);
+    // Speaking on: a tick every 0.2 s of it.
+    let tick = (voxide::audio::vad::SPEAKING_TICK_SECS * 16_000.0 / 512.0).round() as usize;
+    let ticks: Vec<_> = (0..tick * 3)
+        .filter_map(|_| analyzer.apply(0.99, &loud))
+        .collect();
+    assert_eq!(ticks, [VadEvent::Speaking; 3]);
     // A burst shorter than start_secs is an onset that fades, not a start.
     let mut analyzer =
         VadAnalyzer::new(SileroVad::shared().expect("model"), 16_000, params).expect("analyzer");
@@ -545,7 +551,7 @@ async fn a_stop_after_a_silence_start_takes_the_words_decoded_at_the_silence() {
 /// the VAD starts and stops that came out, waiting at most `wait` after the last audio.
 async fn vad_stage_events(secs: f32, wait: std::time::Duration) -> Vec<String> {
     let mut events = vad_stage_frames(secs, wait).await;
-    events.retain(|e| e.ends_with("_speaking"));
+    events.retain(|e| e.starts_with("vad_user_"));
     events
 }
 
@@ -570,7 +576,7 @@ async fn vad_stage_frames(secs: f32, wait: std::time::Duration) -> Vec<String> {
     let mut events = Vec::new();
     while let Ok(Some(frame)) = tokio::time::timeout(wait, rx.recv()).await {
         let name = frame.name();
-        if name.starts_with("vad_") {
+        if name.starts_with("vad_") || name == "user_speaking" {
             events.push(name.to_owned());
         }
     }
@@ -584,6 +590,16 @@ async fn vad_stage_frames(secs: f32, wait: std::time::Duration) -> Vec<String> {
                 Some("vad_silence_started"),
                 "{events:?}"
             );
+        }
+    }
+    // Ticks come only between a start and its stop.
+    let mut speaking = false;
+    for e in &events {
+        match e.as_str() {
+            "vad_user_started_speaking" => speaking = true,
+            "vad_user_stopped_speaking" => speaking = false,
+            "user_speaking" => assert!(speaking, "{events:?}"),
+            _ => {}
         }
     }
     // Every start is an onset that lasted; onsets may also fade.
@@ -602,6 +618,10 @@ async fn vad_stage_frames(secs: f32, wait: std::time::Duration) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_vad_stage_reports_speech_for_several_sessions_at_once() {
     let wait = std::time::Duration::from_secs(3);
+    // About 3 s of speech: ticks every 0.2 s of it.
+    let frames = vad_stage_frames(10.0, wait).await;
+    let ticks = frames.iter().filter(|e| *e == "user_speaking").count();
+    assert!((8..=16).contains(&ticks), "{frames:?}");
     let runs = futures_util::future::join_all((0..3).map(|_| vad_stage_events(10.0, wait))).await;
     for events in runs {
         assert_eq!(

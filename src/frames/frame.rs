@@ -241,7 +241,7 @@ pub enum SystemFrame {
     UserStartedSpeaking,
     /// The user's turn ended.
     UserStoppedSpeaking,
-    /// A tick while the user speaks.
+    /// A tick while the user speaks (the VAD's, every 0.2 s of speech).
     UserSpeaking,
     /// The output transport started playing bot audio.
     BotStartedSpeaking,

@@ -56,6 +56,8 @@ pub enum VadEvent {
     OnsetFaded,
     /// Speech lasted `start_secs`.
     Started,
+    /// Still speaking: a tick every [`SPEAKING_TICK_SECS`] of speech after the start.
+    Speaking,
     /// Silence lasted `stop_secs`.
     Stopped,
 }
@@ -76,6 +78,9 @@ pub enum VadError {
 /// `min_volume`, and that wait would add to every start and every barge-in.
 const VOLUME_RELEASE: f32 = 0.2;
 
+/// Seconds of speech between two [`VadEvent::Speaking`] ticks.
+pub const SPEAKING_TICK_SECS: f32 = 0.2;
+
 /// One stream's VAD: resampling to the model's rate, the model's state and the state machine.
 pub struct VadAnalyzer {
     params: VadParams,
@@ -88,6 +93,9 @@ pub struct VadAnalyzer {
     count: u32,
     start_windows: u32,
     stop_windows: u32,
+    tick_windows: u32,
+    /// Speaking windows since the start or the last tick.
+    since_tick: u32,
     volume: f32,
 }
 
@@ -113,6 +121,8 @@ impl VadAnalyzer {
             count: 0,
             start_windows: windows_for(params.start_secs),
             stop_windows: windows_for(params.stop_secs),
+            tick_windows: windows_for(SPEAKING_TICK_SECS),
+            since_tick: 0,
             params,
             volume: 0.0,
         })
@@ -210,7 +220,15 @@ impl VadAnalyzer {
         match self.state {
             Starting if self.count >= self.start_windows => {
                 self.state = Speaking;
+                self.since_tick = 0;
                 Some(VadEvent::Started)
+            }
+            Speaking => {
+                self.since_tick += 1;
+                (self.since_tick >= self.tick_windows).then(|| {
+                    self.since_tick = 0;
+                    VadEvent::Speaking
+                })
             }
             Stopping if self.count >= self.stop_windows => {
                 self.state = Quiet;

@@ -6,7 +6,7 @@ pub mod batcher;
 pub mod silero;
 mod stage;
 
-pub use analyzer::{VadAnalyzer, VadError, VadEvent, VadParams, VadState};
+pub use analyzer::{SPEAKING_TICK_SECS, VadAnalyzer, VadError, VadEvent, VadParams, VadState};
 pub use batcher::VadBatcher;
 pub use silero::{SileroState, SileroVad};
 pub use stage::VadStage;

@@ -1,5 +1,6 @@
 //! The VAD stage: input audio in, `VadSpeechOnset` / `VadOnsetFaded` /
-//! `VadUserStartedSpeaking` / `VadSilenceStarted` / `VadUserStoppedSpeaking` out.
+//! `VadUserStartedSpeaking` / `UserSpeaking` (ticks) / `VadSilenceStarted` /
+//! `VadUserStoppedSpeaking` out.
 //!
 //! Audio passes through untouched at once; a task per session feeds it to the state machine,
 //! with the model run by the process-wide [`VadBatcher`] thread. If audio stops arriving while
@@ -161,6 +162,7 @@ impl Detector {
             VadEvent::Onset => SystemFrame::VadSpeechOnset,
             VadEvent::OnsetFaded => SystemFrame::VadOnsetFaded,
             VadEvent::Started => SystemFrame::VadUserStartedSpeaking,
+            VadEvent::Speaking => SystemFrame::UserSpeaking,
             VadEvent::Stopped => SystemFrame::VadUserStoppedSpeaking,
         };
         self.push_frame(frame).await;
