@@ -31,10 +31,11 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::audio::resample::StreamResampler;
-use crate::audio::turn::SmartTurn;
 use crate::audio::turn::smart_turn::WINDOW_SECS;
+use crate::audio::turn::{SmartTurn, TurnPrediction};
 use crate::audio::wav::to_f32;
 use crate::frames::{AudioFrame, ControlFrame, DataFrame, Frame, FrameBody, SystemFrame};
+use crate::models::ModelError;
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
 
 /// The sample rate the turn model reads.
@@ -246,6 +247,21 @@ fn lock(pending: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
     pending.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// A turn-model verdict being worked out on the blocking pool. Dropped, it is no longer
+/// wanted: a request still waiting for the model is skipped.
+struct Verdict {
+    handle: tokio::task::JoinHandle<Result<Option<TurnPrediction>, ModelError>>,
+    /// The VAD starts counted when it was asked: more since, and the pause was not the end.
+    seen: u64,
+    wanted: Arc<AtomicBool>,
+}
+
+impl Drop for Verdict {
+    fn drop(&mut self) {
+        self.wanted.store(false, Ordering::SeqCst);
+    }
+}
+
 /// What the turn task learns from the frames passing by.
 enum Input {
     Audio(AudioFrame),
@@ -396,27 +412,73 @@ impl TurnTask {
         let mut deadline: Option<Instant> = None;
         // When a paused bot resumes if no words confirm the interruption.
         let mut resume_at: Option<Instant> = None;
+        // The turn model's verdict on the latest pause, while it is worked out.
+        let mut verdict: Option<Verdict> = None;
         loop {
             let next = [deadline, resume_at].into_iter().flatten().min();
-            let input = match next {
-                Some(at) => match tokio::time::timeout_at(at, inputs.recv()).await {
-                    Ok(input) => input,
-                    Err(_) => {
-                        let now = Instant::now();
-                        if deadline.is_some_and(|d| d <= now) {
-                            deadline = None;
-                            in_turn = false;
-                            by_transcript = false;
-                            self.end_turn(&mut resume_at).await;
-                        }
-                        if resume_at.is_some_and(|r| r <= now) {
-                            resume_at = None;
-                            self.resume().await;
-                        }
+            let input = tokio::select! {
+                biased;
+                input = inputs.recv() => input,
+                judged = async {
+                    match &mut verdict {
+                        Some(v) => (&mut v.handle).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let seen = verdict.take().map_or(0, |v| v.seen);
+                    let judged = match judged {
+                        Ok(Ok(Some(p))) => Ok(p),
+                        // Skipped: the user spoke again before the model was free.
+                        Ok(Ok(None)) => continue,
+                        Ok(Err(e)) => Err(e),
+                        Err(e) => return Err(ProcessorError::new(e.to_string())),
+                    };
+                    if !in_turn || self.speech_starts.load(Ordering::SeqCst) != seen {
+                        // The user spoke again while the model worked (the pause was not the
+                        // end, whatever it says), or the turn has ended already.
                         continue;
                     }
-                },
-                None => inputs.recv().await,
+                    match judged {
+                        Ok(p) if p.complete => {
+                            tracing::debug!(probability = p.probability, "turn complete");
+                            in_turn = false;
+                            deadline = None;
+                            self.end_turn(&mut resume_at).await;
+                        }
+                        Ok(p) => {
+                            // The deadline set at the pause stands: more speech, or the end.
+                            tracing::debug!(probability = p.probability, "turn unfinished");
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "turn model failed; ending the turn");
+                            in_turn = false;
+                            deadline = None;
+                            self.end_turn(&mut resume_at).await;
+                        }
+                    }
+                    continue;
+                }
+                () = async {
+                    match next {
+                        Some(at) => tokio::time::sleep_until(at).await,
+                        None => std::future::pending().await,
+                    }
+                } => {
+                    let now = Instant::now();
+                    if deadline.is_some_and(|d| d <= now) {
+                        deadline = None;
+                        in_turn = false;
+                        by_transcript = false;
+                        // A verdict still to come is too late: the turn ends now, judged or not.
+                        verdict = None;
+                        self.end_turn(&mut resume_at).await;
+                    }
+                    if resume_at.is_some_and(|r| r <= now) {
+                        resume_at = None;
+                        self.resume().await;
+                    }
+                    continue;
+                }
             };
             let Some(input) = input else { break };
             match input {
@@ -447,6 +509,8 @@ impl TurnTask {
                 Input::VadStarted { mut held } => {
                     deadline = None;
                     by_transcript = false;
+                    // The pause being judged was not the end.
+                    verdict = None;
                     if !in_turn {
                         in_turn = true;
                         self.push(SystemFrame::UserStartedSpeaking).await;
@@ -467,42 +531,26 @@ impl TurnTask {
                         model,
                         incomplete_timeout,
                     } => {
+                        // The turn ends by this time whatever the model says, or however long
+                        // it takes to say it (sessions share it, so under load it queues).
+                        deadline = Some(Instant::now() + *incomplete_timeout);
                         let (model, audio) = (model.clone(), self.audio.clone());
                         let starts = self.speech_starts.clone();
                         let seen = starts.load(Ordering::SeqCst);
-                        let spoke_again = move || starts.load(Ordering::SeqCst) != seen;
-                        let verdict = tokio::task::spawn_blocking(move || {
-                            model.predict_unless(&audio, &spoke_again)
-                        })
-                        .await;
-                        let verdict = match verdict {
-                            Ok(Ok(Some(p))) => Ok(p),
-                            // Skipped: the user spoke again before the model was free.
-                            Ok(Ok(None)) => continue,
-                            Ok(Err(e)) => Err(e),
-                            Err(e) => return Err(ProcessorError::new(e.to_string())),
+                        let wanted = Arc::new(AtomicBool::new(true));
+                        let still_wanted = wanted.clone();
+                        let stale = move || {
+                            starts.load(Ordering::SeqCst) != seen
+                                || !still_wanted.load(Ordering::SeqCst)
                         };
-                        if self.speech_starts.load(Ordering::SeqCst) != seen {
-                            // The user spoke again while the model worked: the pause was not
-                            // the end, whatever it says; the queued start carries the turn on.
-                            continue;
-                        }
-                        match verdict {
-                            Ok(p) if p.complete => {
-                                tracing::debug!(probability = p.probability, "turn complete");
-                                in_turn = false;
-                                self.end_turn(&mut resume_at).await;
-                            }
-                            Ok(p) => {
-                                tracing::debug!(probability = p.probability, "turn unfinished");
-                                deadline = Some(Instant::now() + *incomplete_timeout);
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %e, "turn model failed; ending the turn");
-                                in_turn = false;
-                                self.end_turn(&mut resume_at).await;
-                            }
-                        }
+                        let handle = tokio::task::spawn_blocking(move || {
+                            model.predict_unless(&audio, &stale)
+                        });
+                        verdict = Some(Verdict {
+                            handle,
+                            seen,
+                            wanted,
+                        });
                     }
                 },
                 Input::VadStopped => {}

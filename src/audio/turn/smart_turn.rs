@@ -41,7 +41,8 @@ pub struct SmartTurn {
 pub struct SmartTurnStats {
     /// Inferences run.
     pub inferences: u64,
-    /// Requests dropped unrun because the user spoke again while they waited.
+    /// Requests dropped unrun because, while they waited, the user spoke again or the turn
+    /// ended without them.
     pub skipped: u64,
     /// Seconds spent in inferences (features included).
     pub busy_secs: f64,
@@ -93,7 +94,8 @@ impl SmartTurn {
     }
 
     /// Like [`SmartTurn::predict`], but returns `None` without running when `stale` says, once
-    /// the model is free, that the answer is no longer wanted (the user spoke again). Sessions
+    /// the model is free, that the answer is no longer wanted (the user spoke again, or the
+    /// turn ended by its timeout). Sessions
     /// share the model, so under load requests wait for it, and the wait makes many of them
     /// stale: skipping those keeps the model's work to the pauses that still matter.
     pub fn predict_unless(
