@@ -229,12 +229,56 @@ impl Whisper {
                 break;
             }
         }
-        Ok(self
-            .tokens
-            .decode(&tokens[prompt.len()..])
-            .trim()
-            .to_owned())
+        let text = self.tokens.decode(&tokens[prompt.len()..]);
+        Ok(without_repeated_sentences(text.trim()))
     }
+}
+
+/// `text` with every sentence that repeats the one before it dropped. On a short window Whisper
+/// tends to say a short utterance twice ("Stop," heard as "Stop. Stop."); the token-level loop
+/// check misses that, as the copy's first token carries a leading space the original lacks.
+fn without_repeated_sentences(text: &str) -> String {
+    let key = |sentence: &str| -> String {
+        sentence
+            .chars()
+            .filter(|c| c.is_alphanumeric())
+            .flat_map(char::to_lowercase)
+            .collect()
+    };
+    let mut out = String::with_capacity(text.len());
+    let mut last = String::new();
+    for sentence in sentences(text) {
+        let this = key(sentence);
+        if this.is_empty() || this != last {
+            out.push_str(sentence);
+        }
+        if !this.is_empty() {
+            last = this;
+        }
+    }
+    out.trim().to_owned()
+}
+
+/// `text` cut after each run of sentence-ending marks, each piece keeping its leading space.
+fn sentences(text: &str) -> Vec<&str> {
+    let mut pieces = Vec::new();
+    let mut start = 0;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let ends = matches!(c, '.' | '!' | '?' | '…');
+        let next_ends = chars
+            .peek()
+            .is_some_and(|&(_, n)| matches!(n, '.' | '!' | '?' | '…'));
+        if ends && !next_ends {
+            let end = i + c.len_utf8();
+            pieces.push(&text[start..end]);
+            start = end;
+        }
+    }
+    if start < text.len() {
+        pieces.push(&text[start..]);
+    }
+    pieces
 }
 
 fn argmax(values: &[f32]) -> u32 {
@@ -558,6 +602,27 @@ mod tests {
             None,
             "short runs like '...' are fine"
         );
+    }
+
+    #[test]
+    fn a_sentence_said_twice_in_a_row_is_kept_once() {
+        assert_eq!(without_repeated_sentences("Stop. Stop."), "Stop.");
+        assert_eq!(without_repeated_sentences("Sorry... Sorry..."), "Sorry...");
+        assert_eq!(
+            without_repeated_sentences("Stop. stop! Wait a moment."),
+            "Stop. Wait a moment."
+        );
+        // Repeats that are not whole sentences in a row stay.
+        assert_eq!(without_repeated_sentences("No, no, no."), "No, no, no.");
+        assert_eq!(
+            without_repeated_sentences("Stop. Wait. Stop."),
+            "Stop. Wait. Stop."
+        );
+        assert_eq!(
+            without_repeated_sentences("It is 3.5 degrees. Really"),
+            "It is 3.5 degrees. Really"
+        );
+        assert_eq!(without_repeated_sentences(""), "");
     }
 
     #[test]
