@@ -133,6 +133,30 @@ fn smart_turn_skips_a_request_the_user_made_stale_and_counts_its_work() {
     assert!(stats.busy_secs > 0.0);
 }
 
+#[tokio::test]
+async fn smart_turn_judges_in_order_on_its_thread_and_skips_what_nobody_awaits() {
+    use std::sync::{Arc, Mutex};
+    use voxide::audio::turn::SmartTurn;
+    let model = Arc::new(SmartTurn::load().expect("the Smart Turn model; run scripts/setup.sh"));
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    // The first request holds the model's thread (in its staleness check) until released, so
+    // the second is queued behind it when its caller gives up on it.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let held = Mutex::new(held);
+    let first = model.judge(hello.clone(), move || {
+        let _ = held.lock().map(|h| h.recv());
+        false
+    });
+    drop(model.judge(hello.clone(), || false));
+    release.send(()).expect("release");
+    drop(release);
+    assert!(first.await.expect("judged").is_some());
+    // Stale when its turn comes: skipped.
+    assert_eq!(model.judge(hello, || true).await.expect("no error"), None);
+    let stats = model.stats();
+    assert_eq!((stats.inferences, stats.skipped), (1, 2));
+}
+
 #[test]
 fn the_vad_confirms_speech_after_start_secs_of_it_with_no_wait_for_the_loudness() {
     use voxide::audio::vad::{VadAnalyzer, VadEvent, VadParams};

@@ -23,6 +23,9 @@ mod mute;
 
 pub use mute::{MuteStrategy, UserMute};
 
+use std::collections::VecDeque;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -33,13 +36,14 @@ use tokio::time::Instant;
 use crate::audio::resample::StreamResampler;
 use crate::audio::turn::smart_turn::WINDOW_SECS;
 use crate::audio::turn::{SmartTurn, TurnPrediction};
-use crate::audio::wav::to_f32;
 use crate::frames::{AudioFrame, ControlFrame, DataFrame, Frame, FrameBody, SystemFrame};
 use crate::models::ModelError;
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
 
 /// The sample rate the turn model reads.
 const MODEL_RATE: u32 = 16_000;
+/// Samples of the user's audio kept for the turn model: all it reads.
+const KEPT_SAMPLES: usize = WINDOW_SECS * MODEL_RATE as usize;
 /// Silence after the last transcript that ends a turn the VAD never heard.
 const TRANSCRIPT_TURN_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -247,19 +251,12 @@ fn lock(pending: &Mutex<Pending>) -> std::sync::MutexGuard<'_, Pending> {
     pending.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// A turn-model verdict being worked out on the blocking pool. Dropped, it is no longer
-/// wanted: a request still waiting for the model is skipped.
+/// A turn-model verdict being worked out. Dropped, it is no longer wanted: a request still
+/// waiting for the model is skipped.
 struct Verdict {
-    handle: tokio::task::JoinHandle<Result<Option<TurnPrediction>, ModelError>>,
+    judged: Pin<Box<dyn Future<Output = Result<Option<TurnPrediction>, ModelError>> + Send>>,
     /// The VAD starts counted when it was asked: more since, and the pause was not the end.
     seen: u64,
-    wanted: Arc<AtomicBool>,
-}
-
-impl Drop for Verdict {
-    fn drop(&mut self) {
-        self.wanted.store(false, Ordering::SeqCst);
-    }
 }
 
 /// What the turn task learns from the frames passing by.
@@ -303,7 +300,7 @@ impl FrameProcessor for UserTurns {
                     barge_in: self.barge_in,
                     pending: self.pending.clone(),
                     pusher: cx.pusher(),
-                    audio: Vec::new(),
+                    audio: VecDeque::with_capacity(KEPT_SAMPLES),
                     resampler: None,
                     speech_starts: self.speech_starts.clone(),
                     turn_open: self.turn_open.clone(),
@@ -393,8 +390,9 @@ struct TurnTask {
     barge_in: BargeIn,
     pending: Arc<Mutex<Pending>>,
     pusher: FramePusher,
-    /// The user's recent audio at 16 kHz, for the turn model.
-    audio: Vec<f32>,
+    /// The user's last [`WINDOW_SECS`] of audio at 16 kHz, for the turn model (a ring that
+    /// never grows past that: a session's largest buffer).
+    audio: VecDeque<i16>,
     resampler: Option<(u32, StreamResampler)>,
     speech_starts: Arc<AtomicU64>,
     turn_open: Arc<AtomicBool>,
@@ -421,17 +419,16 @@ impl TurnTask {
                 input = inputs.recv() => input,
                 judged = async {
                     match &mut verdict {
-                        Some(v) => (&mut v.handle).await,
+                        Some(v) => v.judged.as_mut().await,
                         None => std::future::pending().await,
                     }
                 } => {
                     let seen = verdict.take().map_or(0, |v| v.seen);
                     let judged = match judged {
-                        Ok(Ok(Some(p))) => Ok(p),
+                        Ok(Some(p)) => Ok(p),
                         // Skipped: the user spoke again before the model was free.
-                        Ok(Ok(None)) => continue,
-                        Ok(Err(e)) => Err(e),
-                        Err(e) => return Err(ProcessorError::new(e.to_string())),
+                        Ok(None) => continue,
+                        Err(e) => Err(e),
                     };
                     if !in_turn || self.speech_starts.load(Ordering::SeqCst) != seen {
                         // The user spoke again while the model worked (the pause was not the
@@ -534,23 +531,13 @@ impl TurnTask {
                         // The turn ends by this time whatever the model says, or however long
                         // it takes to say it (sessions share it, so under load it queues).
                         deadline = Some(Instant::now() + *incomplete_timeout);
-                        let (model, audio) = (model.clone(), self.audio.clone());
+                        let model = model.clone();
+                        let audio: Vec<i16> = self.audio.iter().copied().collect();
                         let starts = self.speech_starts.clone();
                         let seen = starts.load(Ordering::SeqCst);
-                        let wanted = Arc::new(AtomicBool::new(true));
-                        let still_wanted = wanted.clone();
-                        let stale = move || {
-                            starts.load(Ordering::SeqCst) != seen
-                                || !still_wanted.load(Ordering::SeqCst)
-                        };
-                        let handle = tokio::task::spawn_blocking(move || {
-                            model.predict_unless(&audio, &stale)
-                        });
-                        verdict = Some(Verdict {
-                            handle,
-                            seen,
-                            wanted,
-                        });
+                        let spoke_again = move || starts.load(Ordering::SeqCst) != seen;
+                        let judged = Box::pin(model.judge(audio, spoke_again));
+                        verdict = Some(Verdict { judged, seen });
                     }
                 },
                 Input::VadStopped => {}
@@ -621,12 +608,12 @@ impl TurnTask {
         };
         let channels = usize::from(audio.channels.max(1));
         let mono: Vec<i16> = audio.samples.iter().step_by(channels).copied().collect();
-        self.audio.extend(to_f32(&resampler.process(&mono)));
-        let keep = WINDOW_SECS * MODEL_RATE as usize;
-        // Trim in steps so the buffer is not shifted on every frame.
-        if self.audio.len() > keep + MODEL_RATE as usize {
-            self.audio.drain(..self.audio.len() - keep);
-        }
+        let fresh = resampler.process(&mono);
+        let fresh = &fresh[fresh.len().saturating_sub(KEPT_SAMPLES)..];
+        // Make room first, so the ring never reallocates.
+        let excess = (self.audio.len() + fresh.len()).saturating_sub(KEPT_SAMPLES);
+        self.audio.drain(..excess);
+        self.audio.extend(fresh);
     }
 
     async fn end_turn(&mut self, resume_at: &mut Option<Instant>) {

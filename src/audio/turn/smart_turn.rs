@@ -3,14 +3,18 @@
 //! The model reads the Whisper log-mel features of the last 8 s of the user's audio (shorter
 //! audio is padded with silence in front) and returns the probability that the turn is complete.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, mpsc};
 use std::time::Instant;
+
+use tokio::sync::oneshot;
 
 use ort::session::Session;
 use ort::value::Tensor;
 
 use crate::audio::mel::{self, LogMel};
+use crate::audio::wav::to_f32;
 use crate::models::ModelError;
 
 const NAME: &str = "smart-turn-v3.2";
@@ -34,6 +38,15 @@ pub struct SmartTurn {
     inferences: AtomicU64,
     skipped: AtomicU64,
     busy_ns: AtomicU64,
+    /// The model's own thread, for [`SmartTurn::judge`], started on first use.
+    worker: OnceLock<mpsc::Sender<Job>>,
+}
+
+/// A verdict one session waits for.
+struct Job {
+    audio: Vec<i16>,
+    stale: Box<dyn Fn() -> bool + Send>,
+    reply: oneshot::Sender<Result<Option<TurnPrediction>, ModelError>>,
 }
 
 /// What the shared model has done since it was loaded.
@@ -50,6 +63,13 @@ pub struct SmartTurnStats {
 
 static SHARED: OnceLock<Arc<SmartTurn>> = OnceLock::new();
 
+fn gone() -> ModelError {
+    ModelError::Inference {
+        name: NAME.into(),
+        reason: "the model's thread is gone".into(),
+    }
+}
+
 impl SmartTurn {
     /// Loads the model from the models folder.
     pub fn load() -> Result<Self, ModelError> {
@@ -62,6 +82,7 @@ impl SmartTurn {
             inferences: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
+            worker: OnceLock::new(),
         })
     }
 
@@ -80,6 +101,69 @@ impl SmartTurn {
             inferences: self.inferences.load(Ordering::Relaxed),
             skipped: self.skipped.load(Ordering::Relaxed),
             busy_secs: self.busy_ns.load(Ordering::Relaxed) as f64 / 1e9,
+        }
+    }
+
+    /// Judges the turn from the user's audio at 16 kHz (only the last 8 s count) on the model's
+    /// own thread, in the order sessions ask; `None` when `stale` says, as its turn comes, that
+    /// the answer is no longer wanted, or the caller stopped waiting for it. A waiting request
+    /// holds its audio and nothing more: no blocking-pool thread, no buffers of the model's.
+    /// The request is queued at the call, not when the future is first polled.
+    pub fn judge(
+        self: &Arc<Self>,
+        audio: Vec<i16>,
+        stale: impl Fn() -> bool + Send + 'static,
+    ) -> impl Future<Output = Result<Option<TurnPrediction>, ModelError>> + Send + 'static {
+        let queued = self.queue(audio, Box::new(stale));
+        async move {
+            let verdict = queued?;
+            verdict.await.map_err(|_| gone())?
+        }
+    }
+
+    fn queue(
+        self: &Arc<Self>,
+        audio: Vec<i16>,
+        stale: Box<dyn Fn() -> bool + Send>,
+    ) -> Result<oneshot::Receiver<Result<Option<TurnPrediction>, ModelError>>, ModelError> {
+        let worker = match self.worker.get() {
+            Some(worker) => worker,
+            None => {
+                let (tx, rx) = mpsc::channel();
+                let model = self.clone();
+                std::thread::Builder::new()
+                    .name("voxide-smart-turn".into())
+                    .spawn(move || model.serve(rx))
+                    .map_err(|e| ModelError::Inference {
+                        name: NAME.into(),
+                        reason: e.to_string(),
+                    })?;
+                // Two first callers at once: the loser's thread finds its queue closed and ends.
+                self.worker.get_or_init(|| tx)
+            }
+        };
+        let (reply, verdict) = oneshot::channel();
+        let job = Job {
+            audio,
+            stale,
+            reply,
+        };
+        worker.send(job).map_err(|_| gone())?;
+        Ok(verdict)
+    }
+
+    /// The model's thread: runs the queued requests in order. It holds the model for the rest
+    /// of the process, as the shared model lives that long anyway.
+    fn serve(&self, jobs: mpsc::Receiver<Job>) {
+        while let Ok(job) = jobs.recv() {
+            let unwanted = || job.reply.is_closed() || (job.stale)();
+            if unwanted() {
+                self.skipped.fetch_add(1, Ordering::Relaxed);
+                let _ = job.reply.send(Ok(None));
+                continue;
+            }
+            let verdict = self.predict_unless(&to_f32(&job.audio), unwanted);
+            let _ = job.reply.send(verdict);
         }
     }
 
