@@ -607,15 +607,7 @@ async fn vad_stage_frames(secs: f32, wait: std::time::Duration) -> Vec<String> {
     handle.cancel();
     let _ = session.join().await;
     // Every stop comes right after the silence start that marks where the speech ended.
-    for (i, e) in events.iter().enumerate() {
-        if e == "vad_user_stopped_speaking" {
-            assert_eq!(
-                i.checked_sub(1).map(|p| events[p].as_str()),
-                Some("vad_silence_started"),
-                "{events:?}"
-            );
-        }
-    }
+    assert_each_follows(&events, "vad_user_stopped_speaking", "vad_silence_started");
     // Ticks come only between a start and its stop.
     let mut speaking = false;
     for e in &events {
@@ -627,16 +619,21 @@ async fn vad_stage_frames(secs: f32, wait: std::time::Duration) -> Vec<String> {
         }
     }
     // Every start is an onset that lasted; onsets may also fade.
+    assert_each_follows(&events, "vad_user_started_speaking", "vad_speech_onset");
+    events
+}
+
+/// Every `event` in `events` comes right after a `before`.
+fn assert_each_follows(events: &[String], event: &str, before: &str) {
     for (i, e) in events.iter().enumerate() {
-        if e == "vad_user_started_speaking" {
+        if e == event {
             assert_eq!(
                 i.checked_sub(1).map(|p| events[p].as_str()),
-                Some("vad_speech_onset"),
+                Some(before),
                 "{events:?}"
             );
         }
     }
-    events
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
