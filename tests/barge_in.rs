@@ -494,3 +494,36 @@ async fn a_final_announced_in_a_vad_turn_that_lands_after_it_opens_no_turn() {
         ]
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn speech_while_the_bot_works_out_its_answer_interrupts_it_at_once() {
+    // Even a policy that waits for words over the bot's voice: a half-question's answer that
+    // has not been spoken yet is not worth keeping.
+    let barge_in = BargeIn {
+        min_words: 3,
+        ..BargeIn::default()
+    };
+    let turn = || [vad_start(), vad_stop(), Step::Wait(400)];
+    let mut steps = vec![Step::Frame(SystemFrame::BotStoppedSpeaking.into())];
+    // The question, then more of it before the bot answers.
+    steps.extend(turn());
+    steps.extend(turn());
+    // The bot answers and finishes; the next turn owes it nothing.
+    steps.push(Step::Frame(SystemFrame::BotStartedSpeaking.into()));
+    steps.push(Step::Frame(SystemFrame::BotStoppedSpeaking.into()));
+    steps.extend(turn());
+    let (seen, events) = play_with_events(barge_in, steps).await;
+    assert_eq!(
+        seen,
+        [
+            "user_started_speaking",
+            "user_stopped_speaking",
+            "user_started_speaking",
+            "interruption",
+            "user_stopped_speaking",
+            "user_started_speaking",
+            "user_stopped_speaking"
+        ]
+    );
+    assert_eq!(events, ["interruption"]);
+}

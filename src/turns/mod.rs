@@ -7,7 +7,9 @@
 //! speech up to a timeout; or a plain speech timeout ends it after a fixed silence. A turn that
 //! starts while the bot speaks interrupts the bot, at once or, per [`BargeIn`], once enough of
 //! the user's words are transcribed, with the bot paused meanwhile and resumed when none come
-//! (a false interruption). Unless told not to, the stage holds the bot's audio from the VAD's
+//! (a false interruption). A turn that starts while the bot is still working out its answer to
+//! the last one (the user went on after a pause) interrupts at once: that answer is to half a
+//! question. Unless told not to, the stage holds the bot's audio from the VAD's
 //! first window of speech over it and plays on if the onset fades: the bot goes quiet within a
 //! chunk of the user's first word, not `start_secs` later, and a cough costs a short gap rather
 //! than the answer. [`UserMute`] keeps the user out at chosen moments (the greeting, a
@@ -125,6 +127,9 @@ pub struct UserTurns {
     speech_starts: Arc<AtomicU64>,
     /// A user turn is open: set here when one starts, cleared by the turn task when it ends.
     turn_open: Arc<AtomicBool>,
+    /// The bot owes an answer: set by the turn task when a turn ends, cleared here when the
+    /// bot stops speaking or is interrupted.
+    answer_due: Arc<AtomicBool>,
     /// The VAD hears speech (between its start and stop frames).
     vad_speaking: bool,
     /// Finals the STT announced and has not delivered yet: transcripts of speech the VAD heard.
@@ -150,6 +155,7 @@ impl UserTurns {
             pending: Arc::default(),
             speech_starts: Arc::default(),
             turn_open: Arc::default(),
+            answer_due: Arc::default(),
             vad_speaking: false,
             owed: 0,
             bot_speaking: false,
@@ -171,8 +177,7 @@ impl UserTurns {
         {
             return false;
         }
-        let interrupts = self.bot_speaking && self.interruptions;
-        if interrupts && words < self.barge_in.min_words {
+        if self.bot_speaking && self.interruptions && words < self.barge_in.min_words {
             // A remark over the bot, as for speech the VAD heard.
             return false;
         }
@@ -182,7 +187,8 @@ impl UserTurns {
         );
         self.turn_open.store(true, Ordering::SeqCst);
         cx.push_downstream(SystemFrame::UserStartedSpeaking);
-        if interrupts {
+        let answering = self.answer_due.swap(false, Ordering::SeqCst);
+        if self.interruptions && (self.bot_speaking || answering) {
             self.onset_paused = false;
             cx.push_downstream(SystemFrame::Interruption);
         }
@@ -304,6 +310,7 @@ impl FrameProcessor for UserTurns {
                     resampler: None,
                     speech_starts: self.speech_starts.clone(),
                     turn_open: self.turn_open.clone(),
+                    answer_due: self.answer_due.clone(),
                 };
                 cx.spawn(task.run(rx));
                 None
@@ -321,8 +328,10 @@ impl FrameProcessor for UserTurns {
                 None
             }
             FrameBody::System(SystemFrame::Interruption) => {
-                // An interruption from upstream released the hold as it cut the bot off.
+                // An interruption from upstream released the hold as it cut the bot off, and
+                // dropped the answer in the making.
                 self.onset_paused = false;
+                self.answer_due.store(false, Ordering::SeqCst);
                 None
             }
             FrameBody::System(SystemFrame::VadUserStartedSpeaking) => {
@@ -351,6 +360,7 @@ impl FrameProcessor for UserTurns {
             }
             FrameBody::System(SystemFrame::BotStoppedSpeaking) => {
                 self.bot_speaking = false;
+                self.answer_due.store(false, Ordering::SeqCst);
                 Some(Input::BotSpeaking(false))
             }
             FrameBody::Data(DataFrame::Transcription(t) | DataFrame::InterimTranscription(t)) => {
@@ -396,6 +406,7 @@ struct TurnTask {
     resampler: Option<(u32, StreamResampler)>,
     speech_starts: Arc<AtomicU64>,
     turn_open: Arc<AtomicBool>,
+    answer_due: Arc<AtomicBool>,
 }
 
 impl TurnTask {
@@ -511,11 +522,17 @@ impl TurnTask {
                     if !in_turn {
                         in_turn = true;
                         self.push(SystemFrame::UserStartedSpeaking).await;
+                        let answering = self.answer_due.swap(false, Ordering::SeqCst);
                         if bot_speaking && interruptions {
                             held = self.barge_in_started(&mut resume_at, held).await;
                         } else {
                             // A turn over silence is a plain turn, whatever came before it.
                             *lock(&self.pending) = Pending::default();
+                            if answering && interruptions {
+                                // The user went on: the answer being worked out is to half
+                                // of what they meant.
+                                self.push(SystemFrame::Interruption).await;
+                            }
                         }
                     }
                     if held {
@@ -621,6 +638,10 @@ impl TurnTask {
         let paused = {
             let mut pending = lock(&self.pending);
             pending.turn_over = pending.active;
+            // A remark over the bot (a barge-in still short of words) is not a turn to answer.
+            if !pending.active {
+                self.answer_due.store(true, Ordering::SeqCst);
+            }
             pending.active && pending.paused
         };
         if paused && let Some(after) = self.barge_in.resume_after {
