@@ -54,6 +54,25 @@ impl FrameProcessor for Recorder {
     }
 }
 
+/// Counts the interruptions that leave the stage upstream.
+#[derive(Clone, Default)]
+struct UpstreamInterruptions(Arc<Mutex<usize>>);
+
+impl FrameProcessor for UpstreamInterruptions {
+    fn process(
+        &mut self,
+        frame: Frame,
+        direction: Direction,
+        cx: &mut FrameContext<'_>,
+    ) -> Result<(), ProcessorError> {
+        if direction == Direction::Upstream && frame.is_interruption() {
+            *self.0.lock().expect("lock") += 1;
+        }
+        cx.push(frame, direction);
+        Ok(())
+    }
+}
+
 enum Step {
     Frame(Frame),
     Wait(u64),
@@ -96,9 +115,12 @@ async fn play_with_events(barge_in: BargeIn, steps: Vec<Step>) -> (Vec<String>, 
         TurnStop::SpeechTimeout(Duration::from_millis(300)),
         barge_in,
     );
-    let session = Session::builder(Pipeline::new().then(stage).then(recorder.clone()))
-        .idle_timeout(None)
-        .spawn();
+    let upstream = UpstreamInterruptions::default();
+    let pipeline = Pipeline::new()
+        .then(upstream.clone())
+        .then(stage)
+        .then(recorder.clone());
+    let session = Session::builder(pipeline).idle_timeout(None).spawn();
     let mut events = session.handle().subscribe();
     let handle = session.handle();
     handle
@@ -125,7 +147,15 @@ async fn play_with_events(barge_in: BargeIn, steps: Vec<Step>) -> (Vec<String>, 
             _ => {}
         }
     }
-    (recorder.seen(), names)
+    let seen = recorder.seen();
+    // Every interruption goes both ways, and the session reports it once.
+    let interruptions = seen.iter().filter(|s| *s == "interruption").count();
+    assert_eq!(*upstream.0.lock().expect("lock"), interruptions);
+    assert_eq!(
+        names.iter().filter(|n| *n == "interruption").count(),
+        interruptions
+    );
+    (seen, names)
 }
 
 #[tokio::test(start_paused = true)]

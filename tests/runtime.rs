@@ -573,3 +573,75 @@ async fn session_events_report_start_voice_frames_and_end() {
         vec!["session_started", "user_started_speaking", "session_ended"]
     );
 }
+
+/// Sends an interruption upstream when a user-idle frame passes, as the turn stage does.
+struct InterruptsUpstream;
+
+impl FrameProcessor for InterruptsUpstream {
+    fn process(
+        &mut self,
+        frame: Frame,
+        direction: Direction,
+        cx: &mut FrameContext<'_>,
+    ) -> Result<(), ProcessorError> {
+        if matches!(frame.body, FrameBody::System(SystemFrame::UserIdle)) {
+            cx.push_upstream(SystemFrame::Interruption);
+        }
+        cx.push(frame, direction);
+        Ok(())
+    }
+}
+
+/// Signals an interruption that comes back up past it.
+struct HeardUpstream(mpsc::UnboundedSender<()>);
+
+impl FrameProcessor for HeardUpstream {
+    fn process(
+        &mut self,
+        frame: Frame,
+        direction: Direction,
+        cx: &mut FrameContext<'_>,
+    ) -> Result<(), ProcessorError> {
+        if direction == Direction::Upstream && frame.is_interruption() {
+            let _ = self.0.send(());
+        }
+        cx.push(frame, direction);
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn an_interruption_going_upstream_informs_and_discards_nothing() {
+    let (gate, open, mut started, aborted) = gate();
+    let recorder = Recorder::default();
+    let (heard_tx, mut heard) = mpsc::unbounded_channel();
+    let session = Session::builder(
+        Pipeline::new()
+            .then(HeardUpstream(heard_tx))
+            .then(gate)
+            .then(InterruptsUpstream)
+            .then(recorder.clone()),
+    )
+    .idle_timeout(None)
+    .spawn();
+    let handle = session.handle();
+    handle.queue_frame(text("slow")).await.expect("queued");
+    started.recv().await.expect("job started");
+    for frame in [text("a"), text("b")] {
+        handle.queue_frame(frame).await.expect("queued");
+    }
+    handle
+        .queue_frame(SystemFrame::UserIdle)
+        .await
+        .expect("queued");
+    // The gate passed the interruption on while its job and queue waited.
+    heard.recv().await.expect("the interruption came up");
+    open.notify_one();
+    handle.stop_when_done().await.expect("queued");
+    assert_eq!(session.join().await, EndReason::Completed);
+    assert!(!aborted.load(Ordering::SeqCst), "the slow job was aborted");
+    assert_eq!(
+        recorder.seen(),
+        vec!["start", "user_idle", "slow", "a", "b", "end"]
+    );
+}

@@ -174,7 +174,11 @@ impl<P: FrameProcessor> Node<P> {
                 After::Stop
             }
             FrameBody::System(SystemFrame::Interruption) => {
-                self.interrupt();
+                // Going downstream it clears the bot's output ahead of it. Going upstream it
+                // only informs: what waits here is input on its way in, which nothing discards.
+                if direction == Direction::Downstream {
+                    self.interrupt();
+                }
                 self.process(frame, direction, true);
                 self.flush();
                 After::Continue

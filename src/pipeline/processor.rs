@@ -103,6 +103,14 @@ impl<'a> FrameContext<'a> {
         self.push(frame.into(), Direction::Upstream);
     }
 
+    /// Queues a copy of `frame` each way (two frames, each with its own id), as for an
+    /// interruption, which the stages on both sides must hear of.
+    pub fn push_both_ways(&mut self, frame: impl Into<Frame>) {
+        let frame = frame.into();
+        self.push(Frame::new(frame.body.clone()), Direction::Upstream);
+        self.push(frame, Direction::Downstream);
+    }
+
     /// Reports a non-fatal error upstream.
     pub fn push_error(&mut self, message: impl Into<String>) {
         let mut error = ErrorFrame::new(message);

@@ -491,7 +491,10 @@ impl Observer for EventObserver {
                 SystemFrame::BotStoppedSpeaking if pushed.direction == Direction::Downstream => {
                     Event::BotStoppedSpeaking
                 }
-                SystemFrame::Interruption => Event::Interruption,
+                // Interruptions go both ways as two frames: report the downstream one.
+                SystemFrame::Interruption if pushed.direction == Direction::Downstream => {
+                    Event::Interruption
+                }
                 SystemFrame::PausePlayback => Event::BotPaused,
                 SystemFrame::ResumePlayback => Event::BotResumed,
                 SystemFrame::Metrics(data) => Event::Metrics { data: data.clone() },

@@ -190,7 +190,7 @@ impl UserTurns {
         let answering = self.answer_due.swap(false, Ordering::SeqCst);
         if self.interruptions && (self.bot_speaking || answering) {
             self.onset_paused = false;
-            cx.push_downstream(SystemFrame::Interruption);
+            cx.push_both_ways(SystemFrame::Interruption);
         }
         true
     }
@@ -225,7 +225,7 @@ impl UserTurns {
             tracing::debug!(words = heard, "barge-in confirmed");
             self.onset_paused = false;
             // Transcripts are uninterruptible, so this one still reaches the aggregator.
-            cx.push_downstream(SystemFrame::Interruption);
+            cx.push_both_ways(SystemFrame::Interruption);
             return true;
         }
         // Too short to interrupt: while the bot talks on, the remark is not a turn.
@@ -328,8 +328,9 @@ impl FrameProcessor for UserTurns {
                 None
             }
             FrameBody::System(SystemFrame::Interruption) => {
-                // An interruption from upstream released the hold as it cut the bot off, and
-                // dropped the answer in the making.
+                // An interruption from elsewhere (the session, a realtime LLM's own turn
+                // detection) released the hold as it cut the bot off, and dropped the answer in
+                // the making.
                 self.onset_paused = false;
                 self.answer_due.store(false, Ordering::SeqCst);
                 None
@@ -531,7 +532,7 @@ impl TurnTask {
                             if answering && interruptions {
                                 // The user went on: the answer being worked out is to half
                                 // of what they meant.
-                                self.push(SystemFrame::Interruption).await;
+                                self.interrupt().await;
                             }
                         }
                     }
@@ -569,7 +570,7 @@ impl TurnTask {
     async fn barge_in_started(&mut self, resume_at: &mut Option<Instant>, held: bool) -> bool {
         if !self.barge_in.waits() {
             // The interruption releases any pause as it drops the bot's audio.
-            self.push(SystemFrame::Interruption).await;
+            self.interrupt().await;
             return false;
         }
         let pause = self.barge_in.resume_after.is_some();
@@ -648,6 +649,16 @@ impl TurnTask {
             *resume_at = Some(Instant::now() + after);
         }
         self.push(SystemFrame::UserStoppedSpeaking).await;
+    }
+
+    /// Interrupts the bot: downstream to cut its output, upstream so the stages before this one
+    /// hear of it too.
+    async fn interrupt(&self) {
+        let _ = self
+            .pusher
+            .push(SystemFrame::Interruption.into(), Direction::Upstream)
+            .await;
+        self.push(SystemFrame::Interruption).await;
     }
 
     async fn push(&self, frame: SystemFrame) {

@@ -827,6 +827,8 @@ impl<P: RealtimeProtocol> Link<P> {
 
     /// The provider heard the user cut in: everything downstream stops, and so does the response.
     async fn barge_in(&mut self, socket: &mut Socket) -> Result<(), String> {
+        self.push(SystemFrame::Interruption.into(), Direction::Upstream)
+            .await;
         self.push(SystemFrame::Interruption.into(), Direction::Downstream)
             .await;
         for (frame, dir) in self.tools.cancel_for_interruption() {
