@@ -356,11 +356,24 @@ async fn the_local_llm_answers_a_factual_question_and_reuses_its_cache() {
 
     messages.push(Message::assistant(answer.trim()));
     messages.push(Message::user("And of Italy?"));
-    let (second, usage) = ask(messages).await;
+    let (second, usage) = ask(messages.clone()).await;
     eprintln!("llm: {second:?} {usage:?}");
     assert!(
         usage.cache_read > 20,
         "the first turn came from the cache: {usage:?}"
+    );
+
+    // Interrupted after its first word: the context keeps only that, and departs from the
+    // cache inside the answer. Everything before the answer still comes from the cache.
+    let before_answer = usage.cache_read + usage.input;
+    let first_word = second.split_whitespace().next().unwrap_or("The");
+    messages.push(Message::assistant(first_word));
+    messages.push(Message::user("Go on."));
+    let (_, usage) = ask(messages).await;
+    eprintln!("llm after an interruption: {usage:?}");
+    assert!(
+        usage.cache_read >= before_answer,
+        "only the cut answer is run again: {usage:?}, {before_answer} tokens came before it"
     );
 }
 

@@ -37,6 +37,25 @@ impl KvCache {
         self.layers.clear();
         self.len = 0;
     }
+
+    /// Keeps the first `len` positions and forgets the rest, so a prompt that departs from
+    /// the cached one only part-way (an interrupted answer cut to its spoken words) reuses the
+    /// part they share.
+    pub fn truncate(&mut self, len: usize) -> Result<()> {
+        if len >= self.len {
+            return Ok(());
+        }
+        if len == 0 {
+            self.clear();
+            return Ok(());
+        }
+        for (k, v) in &mut self.layers {
+            *k = k.narrow(2, 0, len)?;
+            *v = v.narrow(2, 0, len)?;
+        }
+        self.len = len;
+        Ok(())
+    }
 }
 
 struct Layer {
@@ -286,6 +305,42 @@ mod tests {
 
     use super::*;
     use crate::models::model_path;
+
+    /// A cache cut back to a shared prefix continues exactly as a fresh one would: what the
+    /// local LLM relies on after an interrupted answer. Needs the model (scripts/setup.sh).
+    #[test]
+    fn a_truncated_cache_continues_like_a_fresh_one() {
+        let path = model_path(super::super::NAME, super::super::FILE).expect("the local LLM");
+        let mut file = std::fs::File::open(&path).expect("open");
+        let content = gguf_file::Content::read(&mut file).expect("gguf");
+        let model = Llama::from_gguf(&content, &mut file, GgmlDType::Q8_0).expect("model");
+        let shared: &[u32] = &[1, 9690, 198, 2683, 359, 253, 1789, 30, 2, 198];
+        let (old_tail, new_tail): (&[u32], &[u32]) = (&[42, 7, 19, 88], &[300, 301]);
+
+        let mut cache = KvCache::default();
+        model
+            .forward(&mut cache, &[shared, old_tail].concat())
+            .expect("first prompt");
+        cache.truncate(shared.len()).expect("truncate");
+        assert_eq!(cache.len(), shared.len());
+        let reused = model.forward(&mut cache, new_tail).expect("continuation");
+
+        let mut fresh = KvCache::default();
+        model.forward(&mut fresh, shared).expect("shared part");
+        let expected = model
+            .forward(&mut fresh, new_tail)
+            .expect("fresh continuation");
+        assert_eq!(cache.len(), fresh.len());
+        let worst = reused
+            .iter()
+            .zip(&expected)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0f32, f32::max);
+        assert!(worst < 1e-4, "the logits differ by {worst}");
+        // Cutting to nothing starts over.
+        cache.truncate(0).expect("truncate");
+        assert!(cache.is_empty());
+    }
 
     /// With unquantized weights this forward pass must give what candle's llama gives, for a
     /// prompt, a continuation of it and single steps. Needs the model (scripts/setup.sh).

@@ -385,11 +385,18 @@ fn run(
     options: &LocalLlmOptions,
     tx: &mpsc::UnboundedSender<Result<LlmEvent, LlmError>>,
 ) -> candle_core::Result<()> {
-    let reuse = state.cached.len() < prompt.len() && prompt.starts_with(&state.cached);
-    if !reuse {
-        state.cache.clear();
-        state.cached.clear();
-    }
+    // Reuse what the prompt shares with the cache (at least one token must run, for the
+    // logits): after an interruption the context holds only the spoken part of the answer,
+    // and everything before it is still good.
+    let shared = state
+        .cached
+        .iter()
+        .zip(prompt)
+        .take_while(|(a, b)| a == b)
+        .count()
+        .min(prompt.len().saturating_sub(1));
+    state.cache.truncate(shared)?;
+    state.cached.truncate(shared);
     let start = state.cached.len();
     let fresh = &prompt[start..];
     let mut logits = model.llama.forward(&mut state.cache, fresh)?;
