@@ -2,8 +2,8 @@
 //!
 //! The VAD says when speech starts and stops; a pause is not always the end of a turn ("Hello
 //! there. [pause] What is the weather like?"). At each VAD stop the stop strategy decides: the
-//! Smart Turn model judges the last seconds of the user's audio (off the audio path, on a
-//! blocking thread) and ends the turn at once when it sounds finished, otherwise waits for more
+//! Smart Turn model judges the turn's audio so far (off the audio path, on its own
+//! thread) and ends the turn at once when it sounds finished, otherwise waits for more
 //! speech up to a timeout; or a plain speech timeout ends it after a fixed silence. A turn that
 //! starts while the bot speaks interrupts the bot, at once or, per [`BargeIn`], once enough of
 //! the user's words are transcribed, with the bot paused meanwhile and resumed when none come
@@ -21,11 +21,13 @@
 //!
 //! The stage sits after the STT so it sees the transcripts that confirm a barge-in.
 
+mod audio;
 mod mute;
 
 pub use mute::{MuteStrategy, UserMute};
 
-use std::collections::VecDeque;
+use audio::TurnAudio;
+
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -35,17 +37,11 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use crate::audio::resample::StreamResampler;
-use crate::audio::turn::smart_turn::WINDOW_SECS;
 use crate::audio::turn::{SmartTurn, TurnPrediction};
 use crate::frames::{AudioFrame, ControlFrame, DataFrame, Frame, FrameBody, SystemFrame};
 use crate::models::ModelError;
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
 
-/// The sample rate the turn model reads.
-const MODEL_RATE: u32 = 16_000;
-/// Samples of the user's audio kept for the turn model: all it reads.
-const KEPT_SAMPLES: usize = WINDOW_SECS * MODEL_RATE as usize;
 /// Silence after the last transcript that ends a turn the VAD never heard.
 const TRANSCRIPT_TURN_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -268,6 +264,8 @@ struct Verdict {
 /// What the turn task learns from the frames passing by.
 enum Input {
     Audio(AudioFrame),
+    /// The VAD heard what may be the start of speech.
+    Onset,
     /// The VAD confirmed a start; `held`: the bot's audio is held for its onset, and the task
     /// now owns releasing it.
     VadStarted {
@@ -306,8 +304,7 @@ impl FrameProcessor for UserTurns {
                     barge_in: self.barge_in,
                     pending: self.pending.clone(),
                     pusher: cx.pusher(),
-                    audio: VecDeque::with_capacity(KEPT_SAMPLES),
-                    resampler: None,
+                    audio: TurnAudio::default(),
                     speech_starts: self.speech_starts.clone(),
                     turn_open: self.turn_open.clone(),
                     answer_due: self.answer_due.clone(),
@@ -318,7 +315,7 @@ impl FrameProcessor for UserTurns {
             FrameBody::System(SystemFrame::InputAudio(audio)) => Some(Input::Audio(audio.clone())),
             FrameBody::System(SystemFrame::VadSpeechOnset) => {
                 self.on_onset(cx);
-                None
+                Some(Input::Onset)
             }
             FrameBody::System(SystemFrame::VadOnsetFaded) => {
                 if std::mem::take(&mut self.onset_paused) {
@@ -401,10 +398,8 @@ struct TurnTask {
     barge_in: BargeIn,
     pending: Arc<Mutex<Pending>>,
     pusher: FramePusher,
-    /// The user's last [`WINDOW_SECS`] of audio at 16 kHz, for the turn model (a ring that
-    /// never grows past that: a session's largest buffer).
-    audio: VecDeque<i16>,
-    resampler: Option<(u32, StreamResampler)>,
+    /// The user's recent audio, for the turn model.
+    audio: TurnAudio,
     speech_starts: Arc<AtomicU64>,
     turn_open: Arc<AtomicBool>,
     answer_due: Arc<AtomicBool>,
@@ -491,7 +486,8 @@ impl TurnTask {
             };
             let Some(input) = input else { break };
             match input {
-                Input::Audio(audio) => self.keep(&audio),
+                Input::Audio(audio) => self.audio.keep(&audio),
+                Input::Onset => self.audio.onset(),
                 Input::Interruptions(allowed) => interruptions = allowed,
                 Input::BotSpeaking(speaking) => {
                     bot_speaking = speaking;
@@ -522,6 +518,7 @@ impl TurnTask {
                     verdict = None;
                     if !in_turn {
                         in_turn = true;
+                        self.audio.start_turn();
                         self.push(SystemFrame::UserStartedSpeaking).await;
                         let answering = self.answer_due.swap(false, Ordering::SeqCst);
                         if bot_speaking && interruptions {
@@ -550,7 +547,7 @@ impl TurnTask {
                         // it takes to say it (sessions share it, so under load it queues).
                         deadline = Some(Instant::now() + *incomplete_timeout);
                         let model = model.clone();
-                        let audio: Vec<i16> = self.audio.iter().copied().collect();
+                        let audio = self.audio.turn();
                         let starts = self.speech_starts.clone();
                         let seen = starts.load(Ordering::SeqCst);
                         let spoke_again = move || starts.load(Ordering::SeqCst) != seen;
@@ -606,36 +603,9 @@ impl TurnTask {
             self.push(SystemFrame::ResumePlayback).await;
         }
     }
-    /// Keeps the last seconds of the user's audio, resampled for the model.
-    fn keep(&mut self, audio: &AudioFrame) {
-        if self
-            .resampler
-            .as_ref()
-            .is_none_or(|(rate, _)| *rate != audio.sample_rate)
-        {
-            match StreamResampler::new(audio.sample_rate, MODEL_RATE) {
-                Ok(r) => self.resampler = Some((audio.sample_rate, r)),
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot resample the input for the turn model");
-                    return;
-                }
-            }
-        }
-        let Some((_, resampler)) = &mut self.resampler else {
-            return;
-        };
-        let channels = usize::from(audio.channels.max(1));
-        let mono: Vec<i16> = audio.samples.iter().step_by(channels).copied().collect();
-        let fresh = resampler.process(&mono);
-        let fresh = &fresh[fresh.len().saturating_sub(KEPT_SAMPLES)..];
-        // Make room first, so the ring never reallocates.
-        let excess = (self.audio.len() + fresh.len()).saturating_sub(KEPT_SAMPLES);
-        self.audio.drain(..excess);
-        self.audio.extend(fresh);
-    }
-
     async fn end_turn(&mut self, resume_at: &mut Option<Instant>) {
         self.turn_open.store(false, Ordering::SeqCst);
+        self.audio.end_turn();
         let paused = {
             let mut pending = lock(&self.pending);
             pending.turn_over = pending.active;
