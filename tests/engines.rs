@@ -584,6 +584,55 @@ async fn a_stop_after_a_silence_start_takes_the_words_decoded_at_the_silence() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn speech_soon_after_an_utterance_gets_the_preroll_since_its_stop() {
+    use voxide::frames::{AudioFrame, DataFrame, FrameBody, SystemFrame};
+    use voxide::pipeline::{Pipeline, Session};
+    use voxide::services::stt::SttService;
+    let engine = std::sync::Arc::new(Counting(std::sync::Mutex::new(Vec::new())));
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let pipeline = Pipeline::new()
+        .then(SttService::new(engine.clone(), "user"))
+        .then(Collect(tx));
+    let session = Session::builder(pipeline).idle_timeout(None).spawn();
+    let handle = session.handle();
+    // 20 ms chunks: one utterance from chunk 40 to 70, the next confirmed 5 chunks after its
+    // stop, until chunk 100.
+    for i in 0..110 {
+        let marker = match i {
+            40 | 75 => Some(SystemFrame::VadUserStartedSpeaking),
+            70 | 100 => Some(SystemFrame::VadUserStoppedSpeaking),
+            _ => None,
+        };
+        if let Some(marker) = marker {
+            handle.queue_frame(marker).await.expect("queued");
+        }
+        let frame = SystemFrame::InputAudio(AudioFrame::new(vec![100; 320], 16_000, 1));
+        handle.queue_frame(frame).await.expect("queued");
+    }
+    let mut finals = Vec::new();
+    while finals.len() < 2 {
+        let frame = tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv())
+            .await
+            .expect("final transcripts in time")
+            .expect("a final transcript");
+        if let FrameBody::Data(DataFrame::Transcription(t)) = frame.body {
+            finals.push(t.text);
+        }
+    }
+    handle.cancel();
+    let _ = session.join().await;
+    // The first: the full 0.6 s pre-roll and 30 chunks. The second: the 5 chunks since the
+    // stop and 0.15 s before it (the stop's silence), not 0.6 s, then 25 chunks.
+    assert_eq!(
+        finals,
+        [
+            format!("heard {}", 9_600 + 30 * 320),
+            format!("heard {}", 5 * 320 + 2_400 + 25 * 320)
+        ]
+    );
+}
+
 /// Runs the shipped sentence through a VAD stage (optionally only its first `secs`) and returns
 /// the VAD starts and stops that came out, waiting at most `wait` after the last audio.
 async fn vad_stage_events(secs: f32, wait: std::time::Duration) -> Vec<String> {

@@ -48,6 +48,10 @@ impl SttEngine for super::Whisper {
 
 /// Audio kept from before the VAD confirmed speech.
 const PREROLL_SECS: f32 = 0.6;
+/// The pre-roll may reach this far back past the last VAD stop: the VAD stops only after
+/// `stop_secs` (0.2 s by default) without speech, so the end of that span is silence, while the
+/// next speech may begin well before the VAD is sure of it.
+const BEFORE_STOP_SECS: f32 = 0.15;
 /// New audio between two interim transcripts.
 const INTERIM_SECS: f32 = 0.5;
 const RATE: usize = mel::SAMPLE_RATE as usize;
@@ -84,7 +88,10 @@ pub struct SttService {
     engine: Arc<dyn SttEngine>,
     user_id: String,
     resampler: Option<(u32, StreamResampler)>,
+    /// The last [`PREROLL_SECS`] of audio, whatever the VAD says.
     preroll: VecDeque<i16>,
+    /// Samples since the last VAD stop.
+    since_stop: usize,
     utterance: Vec<i16>,
     speaking: bool,
     since_interim: usize,
@@ -103,6 +110,7 @@ impl SttService {
             user_id: user_id.into(),
             resampler: None,
             preroll: VecDeque::with_capacity((PREROLL_SECS * RATE as f32) as usize),
+            since_stop: usize::MAX,
             utterance: Vec::new(),
             speaking: false,
             since_interim: 0,
@@ -134,6 +142,11 @@ impl SttService {
                 None => Vec::new(),
             }
         };
+        let cap = (PREROLL_SECS * RATE as f32) as usize;
+        let excess = (self.preroll.len() + audio.len()).saturating_sub(cap);
+        self.preroll.drain(..excess.min(self.preroll.len()));
+        self.preroll
+            .extend(&audio[audio.len().saturating_sub(cap)..]);
         if self.speaking {
             self.utterance.extend_from_slice(&audio);
             self.since_interim += audio.len();
@@ -142,10 +155,7 @@ impl SttService {
                 self.send(Request::Interim(self.utterance.clone()));
             }
         } else {
-            let cap = (PREROLL_SECS * RATE as f32) as usize;
-            self.preroll.extend(audio);
-            let excess = self.preroll.len().saturating_sub(cap);
-            self.preroll.drain(..excess);
+            self.since_stop = self.since_stop.saturating_add(audio.len());
         }
         Ok(())
     }
@@ -186,7 +196,13 @@ impl FrameProcessor for SttService {
                 self.speaking = true;
                 self.speculative = None;
                 self.since_interim = 0;
-                self.utterance = self.preroll.drain(..).collect();
+                // Speech that follows the last utterance closely must not lose its first
+                // syllable, nor take that utterance's last words with it.
+                let reach = self
+                    .since_stop
+                    .saturating_add((BEFORE_STOP_SECS * RATE as f32) as usize);
+                let skip = self.preroll.len().saturating_sub(reach);
+                self.utterance = self.preroll.iter().skip(skip).copied().collect();
             }
             FrameBody::System(SystemFrame::VadSilenceStarted) if self.speaking => {
                 self.next_speculative += 1;
@@ -199,6 +215,7 @@ impl FrameProcessor for SttService {
             }
             FrameBody::System(SystemFrame::VadUserStoppedSpeaking) if self.speaking => {
                 self.speaking = false;
+                self.since_stop = 0;
                 let audio = std::mem::take(&mut self.utterance);
                 // Every stop follows a silence start, so the last speculative decode ends where
                 // the speech did.
