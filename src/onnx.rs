@@ -56,6 +56,11 @@ pub fn open(name: &str, path: &Path, threads: usize) -> Result<Session, ModelErr
         // sessions, and a spinning pool burns them between inferences.
         .with_intra_op_spinning(false)
         .map_err(|e| invalid(e.to_string()))?
+        // No memory pattern: it plans one block for all of a run's intermediates (per input
+        // shape), where the arena reuses what each op frees: Smart Turn then peaks about 10 MB
+        // lower, at the same speed.
+        .with_memory_pattern(false)
+        .map_err(|e| invalid(e.to_string()))?
         .commit_from_file(path)
         .map_err(|e| invalid(e.to_string()))
 }
