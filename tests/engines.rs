@@ -537,8 +537,14 @@ impl voxide::services::stt::SttEngine for Counting {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stop_after_a_silence_start_takes_the_words_decoded_at_the_silence() {
+/// Feeds `chunks` 20 ms chunks of steady sound to an STT stage over [`Counting`], with the VAD
+/// frame `marker` gives ahead of each chunk, and returns the first `finals` final transcripts
+/// and the length of every decode.
+async fn counting_stt(
+    chunks: usize,
+    marker: impl Fn(usize) -> Option<voxide::frames::SystemFrame>,
+    finals: usize,
+) -> (Vec<String>, Vec<usize>) {
     use voxide::frames::{AudioFrame, DataFrame, FrameBody, SystemFrame};
     use voxide::pipeline::{Pipeline, Session};
     use voxide::services::stt::SttService;
@@ -549,35 +555,43 @@ async fn a_stop_after_a_silence_start_takes_the_words_decoded_at_the_silence() {
         .then(Collect(tx));
     let session = Session::builder(pipeline).idle_timeout(None).spawn();
     let handle = session.handle();
-    // 20 ms chunks: speech confirmed at chunk 40, silence from chunk 60, stop at chunk 70.
-    for i in 0..80 {
-        let marker = match i {
-            40 => Some(SystemFrame::VadUserStartedSpeaking),
-            60 => Some(SystemFrame::VadSilenceStarted),
-            70 => Some(SystemFrame::VadUserStoppedSpeaking),
-            _ => None,
-        };
-        if let Some(marker) = marker {
+    for i in 0..chunks {
+        if let Some(marker) = marker(i) {
             handle.queue_frame(marker).await.expect("queued");
         }
         let frame = SystemFrame::InputAudio(AudioFrame::new(vec![100; 320], 16_000, 1));
         handle.queue_frame(frame).await.expect("queued");
     }
-    let last = loop {
+    let mut texts = Vec::new();
+    while texts.len() < finals {
         let frame = tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv())
             .await
-            .expect("a final transcript in time")
+            .expect("final transcripts in time")
             .expect("a final transcript");
         if let FrameBody::Data(DataFrame::Transcription(t)) = frame.body {
-            break t.text;
+            texts.push(t.text);
         }
-    };
+    }
     handle.cancel();
     let _ = session.join().await;
+    let calls = engine.0.lock().expect("lock").clone();
+    (texts, calls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_after_a_silence_start_takes_the_words_decoded_at_the_silence() {
+    use voxide::frames::SystemFrame;
+    // Speech confirmed at chunk 40, silence from chunk 60, stop at chunk 70.
+    let marker = |i| match i {
+        40 => Some(SystemFrame::VadUserStartedSpeaking),
+        60 => Some(SystemFrame::VadSilenceStarted),
+        70 => Some(SystemFrame::VadUserStoppedSpeaking),
+        _ => None,
+    };
+    let (finals, calls) = counting_stt(80, marker, 1).await;
     // 0.6 s of pre-roll and 20 chunks of speech at the silence; 10 more chunks at the stop.
     let at_silence = 9_600 + 20 * 320;
-    assert_eq!(last, format!("heard {at_silence}"));
-    let calls = engine.0.lock().expect("lock").clone();
+    assert_eq!(finals, [format!("heard {at_silence}")]);
     assert!(
         !calls.contains(&(at_silence + 10 * 320)),
         "the whole utterance was decoded again: {calls:?}"
@@ -586,42 +600,15 @@ async fn a_stop_after_a_silence_start_takes_the_words_decoded_at_the_silence() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn speech_soon_after_an_utterance_gets_the_preroll_since_its_stop() {
-    use voxide::frames::{AudioFrame, DataFrame, FrameBody, SystemFrame};
-    use voxide::pipeline::{Pipeline, Session};
-    use voxide::services::stt::SttService;
-    let engine = std::sync::Arc::new(Counting(std::sync::Mutex::new(Vec::new())));
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-    let pipeline = Pipeline::new()
-        .then(SttService::new(engine.clone(), "user"))
-        .then(Collect(tx));
-    let session = Session::builder(pipeline).idle_timeout(None).spawn();
-    let handle = session.handle();
-    // 20 ms chunks: one utterance from chunk 40 to 70, the next confirmed 5 chunks after its
-    // stop, until chunk 100.
-    for i in 0..110 {
-        let marker = match i {
-            40 | 75 => Some(SystemFrame::VadUserStartedSpeaking),
-            70 | 100 => Some(SystemFrame::VadUserStoppedSpeaking),
-            _ => None,
-        };
-        if let Some(marker) = marker {
-            handle.queue_frame(marker).await.expect("queued");
-        }
-        let frame = SystemFrame::InputAudio(AudioFrame::new(vec![100; 320], 16_000, 1));
-        handle.queue_frame(frame).await.expect("queued");
-    }
-    let mut finals = Vec::new();
-    while finals.len() < 2 {
-        let frame = tokio::time::timeout(std::time::Duration::from_secs(10), rx.recv())
-            .await
-            .expect("final transcripts in time")
-            .expect("a final transcript");
-        if let FrameBody::Data(DataFrame::Transcription(t)) = frame.body {
-            finals.push(t.text);
-        }
-    }
-    handle.cancel();
-    let _ = session.join().await;
+    use voxide::frames::SystemFrame;
+    // One utterance from chunk 40 to 70, the next confirmed 5 chunks after its stop, until
+    // chunk 100.
+    let marker = |i| match i {
+        40 | 75 => Some(SystemFrame::VadUserStartedSpeaking),
+        70 | 100 => Some(SystemFrame::VadUserStoppedSpeaking),
+        _ => None,
+    };
+    let (finals, _) = counting_stt(110, marker, 2).await;
     // The first: the full 0.6 s pre-roll and 30 chunks. The second: the 5 chunks since the
     // stop and 0.15 s before it (the stop's silence), not 0.6 s, then 25 chunks.
     assert_eq!(
