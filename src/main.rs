@@ -362,7 +362,13 @@ async fn main() -> Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    let result = run_command(Cli::parse()).await;
+    // The models' threads may be mid-inference: let them finish before the runtime goes.
+    voxide::onnx::close();
+    result
+}
+
+async fn run_command(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Models => list_models(),
         Command::Local {

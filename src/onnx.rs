@@ -3,7 +3,7 @@
 //! ort's `load-dynamic` mode opens `libonnxruntime.so` at run time, so the build downloads nothing.
 
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{OnceLock, PoisonError, RwLock, RwLockReadGuard};
 
 use ort::environment::Environment;
 use ort::session::Session;
@@ -14,6 +14,27 @@ use crate::models::{ModelError, model_path};
 pub const LIBRARY: &str = "libonnxruntime.so.1.31.1";
 
 static ENVIRONMENT: OnceLock<Result<Environment, String>> = OnceLock::new();
+
+/// Whether the models are closed, read-locked by every inference in flight.
+static CLOSED: RwLock<bool> = RwLock::new(false);
+
+/// Leave to run a model, held for the length of the run: [`close`] waits for it.
+pub struct Running {
+    _closed: RwLockReadGuard<'static, bool>,
+}
+
+/// Leave to start an inference; `None` once [`close`] was called.
+pub fn running() -> Option<Running> {
+    let closed = CLOSED.read().unwrap_or_else(PoisonError::into_inner);
+    (!*closed).then_some(Running { _closed: closed })
+}
+
+/// Waits for the inferences in flight and lets no new one start. The process calls it before it
+/// exits: the models' own threads are never joined, and ORT torn down under a running model
+/// fails it with a bogus error ("GetElementType is not implemented").
+pub fn close() {
+    *CLOSED.write().unwrap_or_else(PoisonError::into_inner) = true;
+}
 
 /// The process-wide ONNX environment, loading the library on first use.
 pub fn environment() -> Result<&'static Environment, ModelError> {

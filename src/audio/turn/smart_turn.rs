@@ -212,6 +212,8 @@ impl SmartTurn {
         };
         let input = Tensor::from_array(([1, mel::N_MELS, frames], features))
             .map_err(|e| inference(e.to_string()))?;
+        let _running =
+            crate::onnx::running().ok_or_else(|| inference("the process is exiting".into()))?;
         let outputs = session
             .run(ort::inputs!["input_features" => input])
             .map_err(|e| inference(e.to_string()))?;

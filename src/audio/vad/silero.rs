@@ -126,6 +126,8 @@ impl SileroVad {
         let sr = Tensor::from_array(((), vec![i64::from(rate)]))
             .map_err(|e| inference(e.to_string()))?;
         let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let _running =
+            crate::onnx::running().ok_or_else(|| inference("the process is exiting".into()))?;
         let outputs = session
             .run(ort::inputs!["input" => input, "state" => state_in, "sr" => sr])
             .map_err(|e| inference(e.to_string()))?;

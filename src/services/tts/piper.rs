@@ -168,6 +168,8 @@ impl PiperVoice {
         let lengths = Tensor::from_array(([1], vec![n as i64])).map_err(engine)?;
         let scales = Tensor::from_array(([3], self.scales.to_vec())).map_err(engine)?;
         let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let _running = crate::onnx::running()
+            .ok_or_else(|| TtsError::Engine("the process is exiting".into()))?;
         let outputs = session
             .run(ort::inputs!["input" => input, "input_lengths" => lengths, "scales" => scales])
             .map_err(engine)?;
