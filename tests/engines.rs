@@ -134,7 +134,7 @@ fn smart_turn_skips_a_request_the_user_made_stale_and_counts_its_work() {
 }
 
 #[tokio::test]
-async fn smart_turn_judges_in_order_on_its_thread_and_skips_what_nobody_awaits() {
+async fn smart_turn_judges_on_its_thread_and_skips_what_nobody_awaits() {
     use std::sync::{Arc, Mutex};
     use voxide::audio::turn::SmartTurn;
     let model = Arc::new(SmartTurn::load().expect("the Smart Turn model; run scripts/setup.sh"));
@@ -155,6 +155,47 @@ async fn smart_turn_judges_in_order_on_its_thread_and_skips_what_nobody_awaits()
     assert_eq!(model.judge(hello, || true).await.expect("no error"), None);
     let stats = model.stats();
     assert_eq!((stats.inferences, stats.skipped), (1, 2));
+}
+
+#[tokio::test]
+async fn smart_turn_judges_the_newest_waiting_request_first() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, Mutex};
+    use voxide::audio::turn::SmartTurn;
+    let model = Arc::new(SmartTurn::load().expect("the Smart Turn model; run scripts/setup.sh"));
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    // The first request holds the model's thread until both others wait behind it.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (entered, holding) = std::sync::mpsc::channel::<()>();
+    let held = Mutex::new(held);
+    let first = model.judge(hello.clone(), move || {
+        let _ = entered.send(());
+        let _ = held.lock().map(|h| h.recv());
+        false
+    });
+    holding
+        .recv()
+        .expect("the model's thread took the first request");
+    // The older request notes how many inferences had run each time it was asked whether it
+    // is stale: the last time is just before its own.
+    let seen_by_older = Arc::new(AtomicU64::new(0));
+    let older = {
+        let (model, seen) = (model.clone(), seen_by_older.clone());
+        model.clone().judge(hello.clone(), move || {
+            seen.fetch_max(model.stats().inferences, Ordering::SeqCst);
+            false
+        })
+    };
+    let newer = model.judge(hello, || false);
+    release.send(()).expect("release");
+    drop(release);
+    let (first, older, newer) = tokio::join!(first, older, newer);
+    for verdict in [first, older, newer] {
+        assert!(verdict.expect("judged").is_some());
+    }
+    // The first and the newer request had run when the older one's turn came.
+    assert_eq!(seen_by_older.load(Ordering::SeqCst), 2);
+    assert_eq!(model.stats().inferences, 3);
 }
 
 #[test]

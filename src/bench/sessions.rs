@@ -72,6 +72,9 @@ pub struct SessionsReport {
     pub worst_session_p99_lag_ms: f64,
     /// User turns the sessions ended.
     pub turns: u64,
+    /// From the VAD's stop to the turn's end, ms: the turn model's verdict, or the timeout
+    /// where none came in time (3 s for Smart Turn, 0.6 s for the silence strategy).
+    pub turn_end_ms: LagReport,
     /// Resident memory once the models were loaded, MB.
     pub rss_base_mb: f64,
     /// Peak resident memory, MB.
@@ -93,6 +96,17 @@ pub struct LagReport {
     pub p99: f64,
     /// Largest.
     pub max: f64,
+}
+
+impl LagReport {
+    fn of(sorted: &[f64]) -> Self {
+        Self {
+            p50: percentile(sorted, 0.5),
+            p90: percentile(sorted, 0.9),
+            p99: percentile(sorted, 0.99),
+            max: sorted.last().copied().unwrap_or(0.0),
+        }
+    }
 }
 
 const CHUNK: Duration = Duration::from_millis(20);
@@ -163,12 +177,14 @@ pub async fn run_sessions(
     let mut all = Vec::new();
     let mut worst = 0.0f64;
     let (mut seen, mut turns) = (0u64, 0u64);
+    let mut turn_ends = Vec::new();
     for (session, feeder, lags) in runs {
         let _ = feeder.await;
         session.join().await;
         let lags = lags.lock().unwrap_or_else(|p| p.into_inner());
         seen += lags.lags_ms.len() as u64;
-        turns += lags.turns;
+        turns += lags.turn_ends_ms.len() as u64;
+        turn_ends.extend_from_slice(&lags.turn_ends_ms);
         let mut own = lags.lags_ms.clone();
         own.sort_by(f64::total_cmp);
         worst = worst.max(percentile(&own, 0.99));
@@ -177,6 +193,7 @@ pub async fn run_sessions(
     let cpu = cpu_seconds() - cpu_start;
     let wall = wall_start.elapsed().as_secs_f64();
     all.sort_by(f64::total_cmp);
+    turn_ends.sort_by(f64::total_cmp);
     let audio_secs = chunks as f64 * CHUNK.as_secs_f64();
     let rss_peak = rss_mb("VmHWM");
     let smart_turn = smart.as_ref().zip(turn_stats_start).map(|(m, before)| {
@@ -184,6 +201,7 @@ pub async fn run_sessions(
         SmartTurnStats {
             inferences: after.inferences - before.inferences,
             skipped: after.skipped - before.skipped,
+            late: after.late - before.late,
             busy_secs: after.busy_secs - before.busy_secs,
         }
     });
@@ -201,14 +219,10 @@ pub async fn run_sessions(
         stream_wall_s: wall,
         cpu_s: cpu,
         cpu_s_per_session_s: cpu / (audio_secs * k as f64),
-        lag_ms: LagReport {
-            p50: percentile(&all, 0.5),
-            p90: percentile(&all, 0.9),
-            p99: percentile(&all, 0.99),
-            max: all.last().copied().unwrap_or(0.0),
-        },
+        lag_ms: LagReport::of(&all),
         worst_session_p99_lag_ms: worst,
         turns,
+        turn_end_ms: LagReport::of(&turn_ends),
         rss_base_mb: rss_base,
         rss_peak_mb: rss_peak,
         rss_per_session_mb: (rss_peak - rss_base).max(0.0) / k as f64,
@@ -224,7 +238,10 @@ struct LagSink(Arc<Mutex<Lags>>);
 struct Lags {
     first: Option<Instant>,
     lags_ms: Vec<f64>,
-    turns: u64,
+    /// The VAD's latest stop, while the turn is open.
+    vad_stopped: Option<Instant>,
+    /// From the VAD's stop to the end of each turn, ms.
+    turn_ends_ms: Vec<f64>,
 }
 
 impl FrameProcessor for LagSink {
@@ -249,8 +266,15 @@ impl FrameProcessor for LagSink {
                 // Chunks end here: the sink stands for the rest of a bot.
                 return Ok(());
             }
+            FrameBody::System(SystemFrame::VadUserStoppedSpeaking) => {
+                self.0.lock().unwrap_or_else(|p| p.into_inner()).vad_stopped = Some(Instant::now());
+            }
             FrameBody::System(SystemFrame::UserStoppedSpeaking) => {
-                self.0.lock().unwrap_or_else(|p| p.into_inner()).turns += 1;
+                let mut lags = self.0.lock().unwrap_or_else(|p| p.into_inner());
+                if let Some(stopped) = lags.vad_stopped.take() {
+                    lags.turn_ends_ms
+                        .push(stopped.elapsed().as_secs_f64() * 1e3);
+                }
             }
             _ => {}
         }

@@ -37,6 +37,7 @@ pub struct SmartTurn {
     session: Mutex<Session>,
     inferences: AtomicU64,
     skipped: AtomicU64,
+    late: AtomicU64,
     busy_ns: AtomicU64,
     /// The model's own thread, for [`SmartTurn::judge`], started on first use.
     worker: OnceLock<mpsc::Sender<Job>>,
@@ -49,6 +50,13 @@ struct Job {
     reply: oneshot::Sender<Result<Option<TurnPrediction>, ModelError>>,
 }
 
+impl Job {
+    /// Nobody wants the verdict any more: the caller stopped waiting, or the request is stale.
+    fn unwanted(&self) -> bool {
+        self.reply.is_closed() || (self.stale)()
+    }
+}
+
 /// What the shared model has done since it was loaded.
 #[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
 pub struct SmartTurnStats {
@@ -57,6 +65,9 @@ pub struct SmartTurnStats {
     /// Requests dropped unrun because, while they waited, the user spoke again or the turn
     /// ended without them.
     pub skipped: u64,
+    /// Verdicts worked out after their caller had stopped waiting (the turn ended by its
+    /// timeout meanwhile).
+    pub late: u64,
     /// Seconds spent in inferences (features included).
     pub busy_secs: f64,
 }
@@ -81,6 +92,7 @@ impl SmartTurn {
             session: Mutex::new(crate::onnx::session(NAME, FILE, cores.min(2))?),
             inferences: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
+            late: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
             worker: OnceLock::new(),
         })
@@ -100,12 +112,13 @@ impl SmartTurn {
         SmartTurnStats {
             inferences: self.inferences.load(Ordering::Relaxed),
             skipped: self.skipped.load(Ordering::Relaxed),
+            late: self.late.load(Ordering::Relaxed),
             busy_secs: self.busy_ns.load(Ordering::Relaxed) as f64 / 1e9,
         }
     }
 
     /// Judges the turn from the user's audio at 16 kHz (only the last 8 s count) on the model's
-    /// own thread, in the order sessions ask; `None` when `stale` says, as its turn comes, that
+    /// own thread, newest request first; `None` when `stale` says, as its turn comes, that
     /// the answer is no longer wanted, or the caller stopped waiting for it. A waiting request
     /// holds its audio and nothing more: no blocking-pool thread, no buffers of the model's.
     /// The request is queued at the call, not when the future is first polled.
@@ -152,18 +165,34 @@ impl SmartTurn {
         Ok(verdict)
     }
 
-    /// The model's thread: runs the queued requests in order. It holds the model for the rest
-    /// of the process, as the shared model lives that long anyway.
+    /// The model's thread: runs the waiting requests newest first. It holds the model for the
+    /// rest of the process, as the shared model lives that long anyway.
+    ///
+    /// Newest first, because under overload the oldest requests are the ones least likely to
+    /// be answered in time: their turns are nearest their timeouts, and their users the likeliest
+    /// to have spoken again. Served in order, every request would wait out the whole queue and
+    /// every verdict would come late; served newest first, most come at once and the rest end by
+    /// their timeouts. Below saturation at most one request waits, and the order is moot.
     fn serve(&self, jobs: mpsc::Receiver<Job>) {
-        while let Ok(job) = jobs.recv() {
-            let unwanted = || job.reply.is_closed() || (job.stale)();
-            if unwanted() {
+        let mut waiting: Vec<Job> = Vec::new();
+        loop {
+            if waiting.is_empty() {
+                match jobs.recv() {
+                    Ok(job) => waiting.push(job),
+                    Err(_) => return,
+                }
+            }
+            waiting.extend(jobs.try_iter());
+            for job in waiting.extract_if(.., |job| job.unwanted()) {
                 self.skipped.fetch_add(1, Ordering::Relaxed);
                 let _ = job.reply.send(Ok(None));
-                continue;
             }
-            let verdict = self.predict_unless(&to_f32(&job.audio), unwanted);
-            let _ = job.reply.send(verdict);
+            let Some(job) = waiting.pop() else { continue };
+            let verdict = self.predict_unless(&to_f32(&job.audio), || job.unwanted());
+            if job.reply.send(verdict).is_err() {
+                // The turn ended by its timeout while the model worked.
+                self.late.fetch_add(1, Ordering::Relaxed);
+            }
         }
     }
 
