@@ -715,3 +715,63 @@ async fn an_async_result_that_lands_while_the_user_speaks_waits_for_the_turn() {
         "the result is in the context"
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_pause_the_busy_turn_model_cannot_judge_in_time_ends_the_turn_a_second_on() {
+    let model = Arc::new(SmartTurn::load().expect("the Smart Turn model; run scripts/setup.sh"));
+    // Another session's request holds the model's thread until the end of the test.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (entered, holding) = std::sync::mpsc::channel::<()>();
+    let held = Mutex::new(held);
+    let busy = model.judge(vec![0; RATE as usize], move || {
+        let _ = entered.send(());
+        let _ = held.lock().map(|h| h.recv());
+        false
+    });
+    holding
+        .recv()
+        .expect("the model's thread took the other request");
+
+    let stop = TurnStop::SmartTurn {
+        model: model.clone(),
+        incomplete_timeout: Duration::from_secs(3),
+    };
+    let session = Session::builder(Pipeline::new().then(UserTurns::new(stop)))
+        .idle_timeout(None)
+        .spawn();
+    let mut events = session.handle().subscribe();
+    let handle = session.handle();
+    handle
+        .queue_frame(SystemFrame::VadUserStartedSpeaking)
+        .await
+        .expect("queued");
+    let speech = AudioFrame::new(vec![0; RATE as usize], RATE, 1);
+    handle
+        .queue_frame(SystemFrame::InputAudio(speech))
+        .await
+        .expect("queued");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    handle
+        .queue_frame(SystemFrame::VadUserStoppedSpeaking)
+        .await
+        .expect("queued");
+    let paused = Instant::now();
+    let ended = loop {
+        match events.recv().await.expect("the session's events").event {
+            Event::UserStoppedSpeaking => break Instant::now(),
+            _ => continue,
+        }
+    };
+    // Not the 3 s an unfinished-sounding turn may wait: no verdict came.
+    let waited = ended - paused;
+    assert!(
+        waited >= voxide::turns::VERDICT_WAIT
+            && waited < voxide::turns::VERDICT_WAIT + Duration::from_millis(100),
+        "{waited:?}"
+    );
+    release.send(()).expect("release");
+    drop(release);
+    assert!(busy.await.expect("judged").is_some());
+    handle.cancel();
+    let _ = session.join().await;
+}

@@ -45,6 +45,12 @@ use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, Proc
 /// Silence after the last transcript that ends a turn the VAD never heard.
 const TRANSCRIPT_TURN_TIMEOUT: Duration = Duration::from_secs(1);
 
+/// Silence after which a pause the turn model has not judged yet ends the turn, as a silence
+/// strategy would. The model is shared: when it is overloaded it serves the newest requests and
+/// the rest never get a verdict, and such a turn should not wait out `incomplete_timeout`.
+/// Verdicts come well inside it below saturation (p99 0.6 s at 30 sessions on one core).
+pub const VERDICT_WAIT: Duration = Duration::from_secs(1);
+
 /// How a user turn ends once the VAD hears silence.
 #[derive(Clone)]
 pub enum TurnStop {
@@ -259,6 +265,8 @@ struct Verdict {
     judged: Pin<Box<dyn Future<Output = Result<Option<TurnPrediction>, ModelError>> + Send>>,
     /// The VAD starts counted when it was asked: more since, and the pause was not the end.
     seen: u64,
+    /// Not back by then: the turn ends without it ([`VERDICT_WAIT`]).
+    by: Instant,
 }
 
 /// What the turn task learns from the frames passing by.
@@ -420,7 +428,10 @@ impl TurnTask {
         // The turn model's verdict on the latest pause, while it is worked out.
         let mut verdict: Option<Verdict> = None;
         loop {
-            let next = [deadline, resume_at].into_iter().flatten().min();
+            let next = [deadline, resume_at, verdict.as_ref().map(|v| v.by)]
+                .into_iter()
+                .flatten()
+                .min();
             let input = tokio::select! {
                 biased;
                 input = inputs.recv() => input,
@@ -469,6 +480,10 @@ impl TurnTask {
                     }
                 } => {
                     let now = Instant::now();
+                    if verdict.as_ref().is_some_and(|v| v.by <= now) {
+                        tracing::debug!("no verdict in time: the turn ends on its silence");
+                        deadline = Some(now);
+                    }
                     if deadline.is_some_and(|d| d <= now) {
                         deadline = None;
                         in_turn = false;
@@ -552,7 +567,11 @@ impl TurnTask {
                         let seen = starts.load(Ordering::SeqCst);
                         let spoke_again = move || starts.load(Ordering::SeqCst) != seen;
                         let judged = Box::pin(model.judge(audio, spoke_again));
-                        verdict = Some(Verdict { judged, seen });
+                        verdict = Some(Verdict {
+                            judged,
+                            seen,
+                            by: Instant::now() + VERDICT_WAIT,
+                        });
                     }
                 },
                 Input::VadStopped => {}
