@@ -434,7 +434,7 @@ async fn one_question_is_one_turn_and_gets_the_whole_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn talking_over_the_bot_stops_it_and_keeps_only_the_words_played() {
-    let barge = say("Stop, wait a moment please.");
+    let barge = say("Hold on a moment please.");
     let barge_secs = barge.len() as f64 / f64::from(RATE);
     let out = play(
         Scenario {

@@ -9,12 +9,20 @@ use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
 ///
 /// The turn can end (the turn model is quick) before the STT has the final transcript of its
 /// last words; the message waits for every final the STT announced, so a turn is one message.
+///
+/// A new turn interrupts an answer still being worked out (the user went on). Should that turn
+/// bring no words (a cough, a door), the LLM runs again on the context as it stands, so noise
+/// never costs the user the answer to their question.
 pub struct UserAggregator {
     context: ContextHandle,
     text: String,
     in_turn: bool,
     /// Final transcripts announced by the STT and not yet delivered.
     owed: usize,
+    /// The LLM was run for the user's words and the bot has not started speaking since.
+    answer_owed: bool,
+    /// An interruption cancelled that answer before the bot said any of it.
+    answer_cut: bool,
 }
 
 impl UserAggregator {
@@ -25,20 +33,28 @@ impl UserAggregator {
             text: String::new(),
             in_turn: false,
             owed: 0,
+            answer_owed: false,
+            answer_cut: false,
         }
     }
 
-    /// Commits the turn's words once the turn is over and all its transcripts are in.
+    /// Commits the turn's words once the turn is over and all its transcripts are in; a turn
+    /// without words that cut off an answer asks for it again.
     fn commit(&mut self, cx: &mut FrameContext<'_>) {
         if self.in_turn || self.owed > 0 {
             return;
         }
         let text = std::mem::take(&mut self.text);
         let text = text.trim();
-        if text.is_empty() {
+        if !text.is_empty() {
+            self.context.lock().messages.push(Message::user(text));
+        } else if self.answer_cut {
+            tracing::debug!("a turn without words cut off the answer: the LLM runs again");
+        } else {
             return;
         }
-        self.context.lock().messages.push(Message::user(text));
+        self.answer_owed = true;
+        self.answer_cut = false;
         cx.push_downstream(DataFrame::LlmContext(self.context.clone()));
     }
 }
@@ -56,6 +72,10 @@ impl FrameProcessor for UserAggregator {
     ) -> Result<(), ProcessorError> {
         match &frame.body {
             FrameBody::System(SystemFrame::UserStartedSpeaking) => self.in_turn = true,
+            FrameBody::System(SystemFrame::BotStartedSpeaking) => self.answer_owed = false,
+            FrameBody::System(SystemFrame::Interruption) if self.answer_owed => {
+                self.answer_cut = true;
+            }
             FrameBody::System(SystemFrame::UserStoppedSpeaking) => {
                 self.in_turn = false;
                 cx.push(frame, direction);
@@ -183,6 +203,94 @@ mod tests {
         .await;
         assert_eq!(users, ["Hello."]);
         assert_eq!(runs, 1);
+    }
+
+    /// Counts the LLM runs that leave the aggregator.
+    #[derive(Clone, Default)]
+    struct Runs(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl FrameProcessor for Runs {
+        fn process(
+            &mut self,
+            frame: Frame,
+            direction: Direction,
+            cx: &mut FrameContext<'_>,
+        ) -> Result<(), ProcessorError> {
+            if matches!(frame.body, FrameBody::Data(DataFrame::LlmContext(_))) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+            cx.push(frame, direction);
+            Ok(())
+        }
+    }
+
+    /// A question, then a turn with no words (a cough) that interrupts the answer in the making,
+    /// with `bot_spoke` saying whether the bot had begun the answer by then; one frame at a time,
+    /// as system frames overtake data frames. Returns the user messages and the LLM runs.
+    async fn question_then_wordless_turn(bot_spoke: bool) -> (Vec<String>, usize) {
+        use crate::pipeline::{Pipeline, Session};
+        let context = ContextHandle::new(LlmContext::new(Vec::new()));
+        let runs = Runs::default();
+        let pipeline = Pipeline::new()
+            .then(UserAggregator::new(context.clone()))
+            .then(runs.clone());
+        let session = Session::builder(pipeline).idle_timeout(None).spawn();
+        let handle = session.handle();
+        let mut frames = vec![
+            system(SystemFrame::UserStartedSpeaking),
+            transcript("What time is it?"),
+            system(SystemFrame::UserStoppedSpeaking),
+        ];
+        if bot_spoke {
+            frames.push(system(SystemFrame::BotStartedSpeaking));
+        }
+        frames.extend([
+            system(SystemFrame::Interruption),
+            system(SystemFrame::UserStartedSpeaking),
+            system(SystemFrame::TranscriptionPending),
+            system(SystemFrame::UserStoppedSpeaking),
+            (
+                Frame::new(ControlFrame::TranscriptionDone),
+                Direction::Downstream,
+            ),
+        ]);
+        for (frame, _) in frames {
+            handle.queue_frame(frame).await.expect("queued");
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        handle.cancel();
+        let _ = session.join().await;
+        let users = context
+            .lock()
+            .messages
+            .iter()
+            .filter_map(|m| m.text().map(str::to_owned))
+            .collect();
+        (users, runs.0.load(std::sync::atomic::Ordering::SeqCst))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cough_that_cut_off_the_answer_in_the_making_asks_for_it_again() {
+        let (users, runs) = question_then_wordless_turn(false).await;
+        assert_eq!(users, ["What time is it?"]);
+        assert_eq!(runs, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cough_over_an_answer_the_bot_had_begun_to_speak_asks_for_nothing() {
+        let (users, runs) = question_then_wordless_turn(true).await;
+        assert_eq!(users, ["What time is it?"]);
+        assert_eq!(runs, 1);
+    }
+
+    #[tokio::test]
+    async fn a_turn_without_words_and_nothing_cut_off_runs_nothing() {
+        let (_, runs) = aggregate(vec![
+            system(SystemFrame::UserStartedSpeaking),
+            system(SystemFrame::UserStoppedSpeaking),
+        ])
+        .await;
+        assert_eq!(runs, 0);
     }
 
     #[tokio::test]
