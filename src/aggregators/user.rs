@@ -150,6 +150,16 @@ mod tests {
         (Frame::new(frame), Direction::Downstream)
     }
 
+    /// The texts of the context's messages.
+    fn user_texts(context: &ContextHandle) -> Vec<String> {
+        context
+            .lock()
+            .messages
+            .iter()
+            .filter_map(|m| m.text().map(str::to_owned))
+            .collect()
+    }
+
     /// The user messages and the number of LLM runs after `frames`.
     async fn aggregate(frames: Vec<(Frame, Direction)>) -> (Vec<String>, usize) {
         let context = ContextHandle::new(LlmContext::new(Vec::new()));
@@ -159,13 +169,7 @@ mod tests {
             .iter()
             .filter(|f| matches!(f.body, FrameBody::Data(DataFrame::LlmContext(_))))
             .count();
-        let users = context
-            .lock()
-            .messages
-            .iter()
-            .filter_map(|m| m.text().map(str::to_owned))
-            .collect();
-        (users, runs)
+        (user_texts(&context), runs)
     }
 
     #[tokio::test]
@@ -260,13 +264,10 @@ mod tests {
         }
         handle.cancel();
         let _ = session.join().await;
-        let users = context
-            .lock()
-            .messages
-            .iter()
-            .filter_map(|m| m.text().map(str::to_owned))
-            .collect();
-        (users, runs.0.load(std::sync::atomic::Ordering::SeqCst))
+        (
+            user_texts(&context),
+            runs.0.load(std::sync::atomic::Ordering::SeqCst),
+        )
     }
 
     #[tokio::test(start_paused = true)]
