@@ -8,7 +8,7 @@ use serde::Serialize;
 
 use crate::audio::mel::LogMel;
 use crate::audio::resample::StreamResampler;
-use crate::audio::turn::SmartTurn;
+use crate::audio::turn::{SmartTurn, SmartTurnEngine};
 use crate::audio::vad::SileroVad;
 use crate::context::{Message, ToolsSchema};
 use crate::models::ModelError;
@@ -26,8 +26,13 @@ pub struct EnginesReport {
     pub vad_batched_us_per_20ms: f64,
     /// Streams per batched inference.
     pub vad_batch: usize,
-    /// Smart Turn, median ms per inference on 8 s of audio (features included).
+    /// Smart Turn, median ms per inference on 8 s of audio (features included), on the engine
+    /// voxide picks for this CPU.
     pub smart_turn_p50_ms: f64,
+    /// That engine.
+    pub smart_turn_engine: SmartTurnEngine,
+    /// Smart Turn on ONNX Runtime, median ms per inference, for comparison.
+    pub smart_turn_onnx_runtime_p50_ms: f64,
     /// Of which the log-mel features, median ms.
     pub smart_turn_features_p50_ms: f64,
     /// Echo canceller (AEC3), one stream at 16 kHz: µs of CPU per 20 ms of input.
@@ -115,15 +120,9 @@ pub fn run(vad_batch: usize) -> Result<EnginesReport, EnginesBenchError> {
     let vad_batched_us_per_20ms = per_stream * 1e6 * 20.0 / 32.0;
 
     let turn = SmartTurn::shared()?;
-    turn.predict(&speech)?;
-    let mut times: Vec<f64> = (0..9)
-        .map(|_| {
-            let started = Instant::now();
-            turn.predict(&speech)
-                .map(|_| started.elapsed().as_secs_f64() * 1e3)
-        })
-        .collect::<Result<_, _>>()?;
-    times.sort_by(f64::total_cmp);
+    let smart_turn_p50_ms = median_ms(&turn, &speech)?;
+    let ort = SmartTurn::load_on(SmartTurnEngine::OnnxRuntime)?;
+    let smart_turn_onnx_runtime_p50_ms = median_ms(&ort, &speech)?;
     let mut feature_times: Vec<f64> = (0..9)
         .map(|_| {
             let started = Instant::now();
@@ -190,7 +189,9 @@ pub fn run(vad_batch: usize) -> Result<EnginesReport, EnginesBenchError> {
         vad_us_per_20ms,
         vad_batched_us_per_20ms,
         vad_batch,
-        smart_turn_p50_ms: times[times.len() / 2],
+        smart_turn_p50_ms,
+        smart_turn_engine: turn.engine(),
+        smart_turn_onnx_runtime_p50_ms,
         smart_turn_features_p50_ms: feature_times[feature_times.len() / 2],
         aec_us_per_20ms,
         aec_erle_db,
@@ -200,6 +201,21 @@ pub fn run(vad_batch: usize) -> Result<EnginesReport, EnginesBenchError> {
 }
 
 /// The echo canceller's cost and echo reduction on `speech` played into a simulated room.
+/// Smart Turn's median time per inference on `speech`, after one to warm up.
+fn median_ms(model: &SmartTurn, speech: &[f32]) -> Result<f64, ModelError> {
+    model.predict(speech)?;
+    let mut times: Vec<f64> = (0..15)
+        .map(|_| {
+            let started = Instant::now();
+            model
+                .predict(speech)
+                .map(|_| started.elapsed().as_secs_f64() * 1e3)
+        })
+        .collect::<Result<_, _>>()?;
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
 fn aec_figures(speech: &[i16], rate: u32) -> Result<(f64, f64), EnginesBenchError> {
     const RATE: u32 = 16_000;
     let mut down = StreamResampler::new(rate, RATE)?;

@@ -13,6 +13,7 @@ use tokio::sync::oneshot;
 use ort::session::Session;
 use ort::value::Tensor;
 
+use super::engine::Network;
 use crate::audio::mel::{self, LogMel};
 use crate::audio::wav::to_f32;
 use crate::models::ModelError;
@@ -32,9 +33,36 @@ pub struct TurnPrediction {
     pub probability: f32,
 }
 
+/// What runs the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SmartTurnEngine {
+    /// voxide's own int8 engine ([`super::engine`]), where the CPU has AVX-512 VNNI.
+    Native,
+    /// ONNX Runtime.
+    OnnxRuntime,
+}
+
+impl SmartTurnEngine {
+    /// The faster engine on this CPU: the native one needs VNNI to beat ONNX Runtime.
+    pub fn best() -> Self {
+        if super::engine::vectorised() {
+            SmartTurnEngine::Native
+        } else {
+            SmartTurnEngine::OnnxRuntime
+        }
+    }
+}
+
+enum Runner {
+    Native(Box<Network>),
+    Ort(Session),
+}
+
 /// The Smart Turn v3.2 model, shared by every session.
 pub struct SmartTurn {
-    session: Mutex<Session>,
+    runner: Mutex<Runner>,
+    threads: usize,
     inferences: AtomicU64,
     skipped: AtomicU64,
     late: AtomicU64,
@@ -82,14 +110,36 @@ fn gone() -> ModelError {
 }
 
 impl SmartTurn {
-    /// Loads the model from the models folder.
+    /// Loads the model from the models folder, on the faster engine for this CPU.
     pub fn load() -> Result<Self, ModelError> {
+        Self::load_on(SmartTurnEngine::best())
+    }
+
+    /// Loads the model from the models folder, on `engine`.
+    pub fn load_on(engine: SmartTurnEngine) -> Result<Self, ModelError> {
         // Two threads where two cores are free to us: an inference is long enough (tens of ms)
         // to gain from both, and it runs off every session's audio path. Never more threads
         // than cores: on one core two threads only take turns (76 ms an inference, not 48).
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = cores.min(2);
+        let runner = match engine {
+            SmartTurnEngine::OnnxRuntime => Runner::Ort(crate::onnx::session(NAME, FILE, threads)?),
+            SmartTurnEngine::Native => {
+                let path = crate::models::model_path(NAME, FILE)?;
+                let invalid = |reason: String| ModelError::Invalid {
+                    name: NAME.into(),
+                    path: path.clone(),
+                    reason,
+                };
+                let bytes = std::fs::read(&path).map_err(|e| invalid(e.to_string()))?;
+                Runner::Native(Box::new(
+                    Network::load(&bytes).map_err(|e| invalid(e.to_string()))?,
+                ))
+            }
+        };
         Ok(Self {
-            session: Mutex::new(crate::onnx::session(NAME, FILE, cores.min(2))?),
+            runner: Mutex::new(runner),
+            threads,
             inferences: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             late: AtomicU64::new(0),
@@ -105,6 +155,14 @@ impl SmartTurn {
         }
         let model = Arc::new(Self::load()?);
         Ok(SHARED.get_or_init(|| model).clone())
+    }
+
+    /// The engine that runs the network.
+    pub fn engine(&self) -> SmartTurnEngine {
+        match *self.runner.lock().unwrap_or_else(|p| p.into_inner()) {
+            Runner::Native(_) => SmartTurnEngine::Native,
+            Runner::Ort(_) => SmartTurnEngine::OnnxRuntime,
+        }
     }
 
     /// What the model has done so far.
@@ -216,20 +274,20 @@ impl SmartTurn {
         audio: &[f32],
         stale: impl Fn() -> bool,
     ) -> Result<Option<TurnPrediction>, ModelError> {
-        let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let mut runner = self.runner.lock().unwrap_or_else(|p| p.into_inner());
         if stale() {
             self.skipped.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         }
         let started = Instant::now();
-        let verdict = self.infer(&mut session, audio);
+        let verdict = self.infer(&mut runner, audio);
         self.inferences.fetch_add(1, Ordering::Relaxed);
         let busy = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.busy_ns.fetch_add(busy, Ordering::Relaxed);
         verdict.map(Some)
     }
 
-    fn infer(&self, session: &mut Session, audio: &[f32]) -> Result<TurnPrediction, ModelError> {
+    fn infer(&self, runner: &mut Runner, audio: &[f32]) -> Result<TurnPrediction, ModelError> {
         let tail = &audio[audio.len().saturating_sub(SAMPLES)..];
         let mut window = vec![0.0f32; SAMPLES - tail.len()];
         window.extend_from_slice(tail);
@@ -239,21 +297,28 @@ impl SmartTurn {
             name: NAME.into(),
             reason,
         };
-        let input = Tensor::from_array(([1, mel::N_MELS, frames], features))
-            .map_err(|e| inference(e.to_string()))?;
-        let _running =
-            crate::onnx::running().ok_or_else(|| inference("the process is exiting".into()))?;
-        let outputs = session
-            .run(ort::inputs!["input_features" => input])
-            .map_err(|e| inference(e.to_string()))?;
-        let (_, logits) = outputs["logits"]
-            .try_extract_tensor::<f32>()
-            .map_err(|e| inference(e.to_string()))?;
-        // The exported model ends in a sigmoid: its "logits" are probabilities already.
-        let probability = logits
-            .first()
-            .copied()
-            .ok_or_else(|| inference("empty output".into()))?;
+        let probability = match runner {
+            Runner::Native(network) => network
+                .probability(&features, self.threads)
+                .map_err(|e| inference(e.to_string()))?,
+            Runner::Ort(session) => {
+                let input = Tensor::from_array(([1, mel::N_MELS, frames], features))
+                    .map_err(|e| inference(e.to_string()))?;
+                let _running = crate::onnx::running()
+                    .ok_or_else(|| inference("the process is exiting".into()))?;
+                let outputs = session
+                    .run(ort::inputs!["input_features" => input])
+                    .map_err(|e| inference(e.to_string()))?;
+                let (_, logits) = outputs["logits"]
+                    .try_extract_tensor::<f32>()
+                    .map_err(|e| inference(e.to_string()))?;
+                // The exported model ends in a sigmoid: its "logits" are probabilities already.
+                logits
+                    .first()
+                    .copied()
+                    .ok_or_else(|| inference("empty output".into()))?
+            }
+        };
         Ok(TurnPrediction {
             complete: probability > 0.5,
             probability,
