@@ -44,9 +44,10 @@ pub enum SmartTurnEngine {
 }
 
 impl SmartTurnEngine {
-    /// The faster engine on this CPU: the native one needs VNNI to beat ONNX Runtime.
+    /// The faster engine here: the native one needs VNNI, and an optimised build (unoptimised,
+    /// voxide's own arithmetic is tens of times slower than ONNX Runtime's optimised library).
     pub fn best() -> Self {
-        if super::engine::vectorised() {
+        if super::engine::vectorised() && !cfg!(debug_assertions) {
             SmartTurnEngine::Native
         } else {
             SmartTurnEngine::OnnxRuntime
@@ -297,6 +298,9 @@ impl SmartTurn {
             name: NAME.into(),
             reason,
         };
+        // Either engine: once the models are closed, no new inference starts.
+        let _running =
+            crate::onnx::running().ok_or_else(|| inference("the process is exiting".into()))?;
         let probability = match runner {
             Runner::Native(network) => network
                 .probability(&features, self.threads)
@@ -304,8 +308,6 @@ impl SmartTurn {
             Runner::Ort(session) => {
                 let input = Tensor::from_array(([1, mel::N_MELS, frames], features))
                     .map_err(|e| inference(e.to_string()))?;
-                let _running = crate::onnx::running()
-                    .ok_or_else(|| inference("the process is exiting".into()))?;
                 let outputs = session
                     .run(ort::inputs!["input_features" => input])
                     .map_err(|e| inference(e.to_string()))?;
