@@ -335,6 +335,10 @@ enum Bench {
         /// Seconds of the recording to play (0: all).
         #[arg(long, default_value_t = 0.0)]
         seconds: f64,
+        /// Smart Turn's worker threads, each judging one pause at a time (default: one per
+        /// two cores).
+        #[arg(long)]
+        turn_workers: Option<usize>,
     },
     /// Voice-to-voice latency over a conversation: a Piper-voiced user asks --turns questions
     /// (room for each answer after it) and the default bot answers through `voxide run` at
@@ -559,15 +563,20 @@ async fn run_command(cli: Cli) -> Result<()> {
                     input,
                     turn,
                     seconds,
+                    turn_workers,
                 },
         } => {
             if !(1..=10_000).contains(&sessions) || !(0.0..=3_600.0).contains(&seconds) {
                 anyhow::bail!("--sessions must be 1 to 10000 and --seconds 0 to 3600");
             }
+            if turn_workers.is_some_and(|n| !(1..=256).contains(&n)) {
+                anyhow::bail!("--turn-workers must be 1 to 256");
+            }
             let options = voxide::bench::sessions::SessionsOptions {
                 sessions,
                 smart_turn: turn == TurnArg::Smart,
                 seconds,
+                turn_workers,
             };
             let report = voxide::bench::sessions::run_sessions(&input, options).await?;
             println!("{}", serde_json::to_string(&report)?);

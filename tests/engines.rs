@@ -136,8 +136,7 @@ fn smart_turn_skips_a_request_the_user_made_stale_and_counts_its_work() {
 #[tokio::test]
 async fn smart_turn_judges_on_its_thread_and_skips_what_nobody_awaits() {
     use std::sync::{Arc, Mutex};
-    use voxide::audio::turn::SmartTurn;
-    let model = Arc::new(SmartTurn::load().expect("the Smart Turn model; run scripts/setup.sh"));
+    let model = Arc::new(one_worker());
     let hello = wav::read(HELLO).expect("test audio").to_mono();
     // The first request holds the model's thread (in its staleness check) until released, so
     // the second is queued behind it when its caller gives up on it.
@@ -157,25 +156,73 @@ async fn smart_turn_judges_on_its_thread_and_skips_what_nobody_awaits() {
     assert_eq!((stats.inferences, stats.skipped), (1, 2));
 }
 
-#[tokio::test]
-async fn smart_turn_judges_the_newest_waiting_request_first() {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::sync::{Arc, Mutex};
-    use voxide::audio::turn::SmartTurn;
-    let model = Arc::new(SmartTurn::load().expect("the Smart Turn model; run scripts/setup.sh"));
-    let hello = wav::read(HELLO).expect("test audio").to_mono();
-    // The first request holds the model's thread until both others wait behind it.
+/// A model of its own with one worker, so that one held request holds all of it.
+fn one_worker() -> voxide::audio::turn::SmartTurn {
+    use voxide::audio::turn::{SmartTurn, SmartTurnEngine};
+    SmartTurn::load_with(SmartTurnEngine::best(), 1)
+        .expect("the Smart Turn model; run scripts/setup.sh")
+}
+
+/// Queues a request that holds the worker taking it (in its staleness check) until the
+/// returned sender sends or drops; returns once a worker holds it.
+fn held_request(
+    model: &std::sync::Arc<voxide::audio::turn::SmartTurn>,
+    audio: Vec<i16>,
+) -> (
+    impl std::future::Future<
+        Output = Result<Option<voxide::audio::turn::TurnPrediction>, voxide::models::ModelError>,
+    >,
+    std::sync::mpsc::Sender<()>,
+) {
     let (release, held) = std::sync::mpsc::channel::<()>();
     let (entered, holding) = std::sync::mpsc::channel::<()>();
-    let held = Mutex::new(held);
-    let first = model.judge(hello.clone(), move || {
+    let held = std::sync::Mutex::new(held);
+    let verdict = model.judge(audio, move || {
         let _ = entered.send(());
         let _ = held.lock().map(|h| h.recv());
         false
     });
-    holding
-        .recv()
-        .expect("the model's thread took the first request");
+    holding.recv().expect("a worker took the request");
+    (verdict, release)
+}
+
+#[tokio::test]
+async fn smart_turn_with_two_workers_judges_a_request_while_another_is_held() {
+    use std::sync::Arc;
+    use voxide::audio::turn::{SmartTurn, SmartTurnEngine};
+    let model = Arc::new(
+        SmartTurn::load_with(SmartTurnEngine::best(), 2)
+            .expect("the Smart Turn model; run scripts/setup.sh"),
+    );
+    assert_eq!(model.workers(), 2);
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    let (first, release) = held_request(&model, hello.clone());
+    // With one worker this would wait for the release, which never comes before it.
+    let second = tokio::time::timeout(
+        std::time::Duration::from_secs(120),
+        model.judge(hello, || false),
+    )
+    .await;
+    assert!(
+        second
+            .expect("judged by the other worker")
+            .expect("no error")
+            .is_some()
+    );
+    release.send(()).expect("release");
+    drop(release);
+    assert!(first.await.expect("judged").is_some());
+    assert_eq!(model.stats().inferences, 2);
+}
+
+#[tokio::test]
+async fn smart_turn_judges_the_newest_waiting_request_first() {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+    let model = Arc::new(one_worker());
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    // The first request holds the model's thread until both others wait behind it.
+    let (first, release) = held_request(&model, hello.clone());
     // The older request notes how many inferences had run each time it was asked whether it
     // is stale: the last time is just before its own.
     let seen_by_older = Arc::new(AtomicU64::new(0));

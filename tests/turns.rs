@@ -716,9 +716,15 @@ async fn an_async_result_that_lands_while_the_user_speaks_waits_for_the_turn() {
     );
 }
 
+/// A model of its own with one worker, so that one held request holds all of it.
+fn one_worker() -> SmartTurn {
+    SmartTurn::load_with(voxide::audio::turn::SmartTurnEngine::best(), 1)
+        .expect("the Smart Turn model; run scripts/setup.sh")
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_pause_the_busy_turn_model_cannot_judge_in_time_ends_the_turn_a_second_on() {
-    let model = Arc::new(SmartTurn::load().expect("the Smart Turn model; run scripts/setup.sh"));
+    let model = Arc::new(one_worker());
     // Another session's request holds the model's thread until the end of the test.
     let (release, held) = std::sync::mpsc::channel::<()>();
     let (entered, holding) = std::sync::mpsc::channel::<()>();

@@ -14,7 +14,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::aggregators::UserAggregator;
-use crate::audio::turn::{SmartTurn, SmartTurnStats};
+use crate::audio::turn::{SmartTurn, SmartTurnEngine, SmartTurnStats};
 use crate::audio::vad::{VadBatcher, VadParams, VadStage};
 use crate::audio::wav;
 use crate::context::{ContextHandle, LlmContext};
@@ -30,6 +30,8 @@ pub struct SessionsOptions {
     pub sessions: usize,
     /// Smart Turn at each pause (else a plain silence timeout).
     pub smart_turn: bool,
+    /// Smart Turn's worker threads (`None`: the shared model's, one per two cores).
+    pub turn_workers: Option<usize>,
     /// Seconds of the recording each session plays (0: all of it).
     pub seconds: f64,
 }
@@ -83,6 +85,8 @@ pub struct SessionsReport {
     pub rss_per_session_mb: f64,
     /// Smart Turn's work in the run: inferences, requests skipped as stale, seconds busy.
     pub smart_turn: Option<SmartTurnStats>,
+    /// Smart Turn's worker threads.
+    pub smart_turn_workers: Option<usize>,
 }
 
 /// Lag percentiles, ms.
@@ -129,7 +133,14 @@ pub async fn run_sessions(
     }
     let audio: Arc<[i16]> = audio.into();
     let batcher = VadBatcher::shared()?;
-    let smart = options.smart_turn.then(SmartTurn::shared).transpose()?;
+    let smart = match (options.smart_turn, options.turn_workers) {
+        (false, _) => None,
+        (true, None) => Some(SmartTurn::shared()?),
+        (true, Some(workers)) => Some(Arc::new(SmartTurn::load_with(
+            SmartTurnEngine::best(),
+            workers,
+        )?)),
+    };
     let k = options.sessions.max(1);
     let rss_base = rss_mb("VmRSS");
     let turn_stats_start = smart.as_ref().map(|m| m.stats());
@@ -227,6 +238,7 @@ pub async fn run_sessions(
         rss_peak_mb: rss_peak,
         rss_per_session_mb: (rss_peak - rss_base).max(0.0) / k as f64,
         smart_turn,
+        smart_turn_workers: smart.as_ref().map(|m| m.workers()),
     })
 }
 

@@ -4,8 +4,8 @@
 //! audio is padded with silence in front) and returns the probability that the turn is complete.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, mpsc};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, TryLockError};
 use std::time::Instant;
 
 use tokio::sync::oneshot;
@@ -56,20 +56,29 @@ impl SmartTurnEngine {
 }
 
 enum Runner {
-    Native(Box<Network>),
+    /// The network's weights are read-only while it runs, so every worker shares one copy.
+    Native(Arc<Network>),
+    /// An ONNX Runtime session runs one inference at a time: one a worker.
     Ort(Session),
 }
 
 /// The Smart Turn v3.2 model, shared by every session.
 pub struct SmartTurn {
-    runner: Mutex<Runner>,
-    threads: usize,
+    /// One runner a worker thread.
+    runners: Vec<Mutex<Runner>>,
+    cores: usize,
+    /// Inferences running now on voxide's engine, which sizes each one's threads by it.
+    judging: AtomicUsize,
     inferences: AtomicU64,
     skipped: AtomicU64,
     late: AtomicU64,
     busy_ns: AtomicU64,
-    /// The model's own thread, for [`SmartTurn::judge`], started on first use.
-    worker: OnceLock<mpsc::Sender<Job>>,
+    /// Requests waiting for a worker, oldest first.
+    waiting: Mutex<Vec<Job>>,
+    /// Rung when a request joins `waiting`.
+    arrived: Condvar,
+    /// How many worker threads started, for [`SmartTurn::judge`]; they start on first use.
+    started: OnceLock<usize>,
 }
 
 /// A verdict one session waits for.
@@ -116,15 +125,37 @@ impl SmartTurn {
         Self::load_on(SmartTurnEngine::best())
     }
 
-    /// Loads the model from the models folder, on `engine`.
+    /// Loads the model from the models folder, on `engine`, with as many workers as it uses
+    /// well: one a core on voxide's engine, one for every two cores on ONNX Runtime.
     pub fn load_on(engine: SmartTurnEngine) -> Result<Self, ModelError> {
-        // Two threads where two cores are free to us: an inference is long enough (tens of ms)
-        // to gain from both, and it runs off every session's audio path. Never more threads
-        // than cores: on one core two threads only take turns (76 ms an inference, not 48).
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let threads = cores.min(2);
-        let runner = match engine {
-            SmartTurnEngine::OnnxRuntime => Runner::Ort(crate::onnx::session(NAME, FILE, threads)?),
+        let workers = match engine {
+            SmartTurnEngine::Native => cores(),
+            SmartTurnEngine::OnnxRuntime => cores() / 2,
+        };
+        Self::load_with(engine, workers)
+    }
+
+    /// Loads the model from the models folder, on `engine`, with `workers` threads to judge
+    /// turns at once (at least one).
+    ///
+    /// One worker serves the pauses of about 50 sessions a core, so a server with more cores
+    /// needs more of them, or the model caps it whatever its size. An inference is long enough
+    /// (tens of ms) to gain from a second thread, and it runs off every session's audio path:
+    /// voxide's engine takes two while at most half the cores are judging (so alone on two
+    /// cores an inference takes 20 ms, and two at once 37 ms each, not 45); an ONNX Runtime
+    /// session has its threads fixed, two where the workers leave two cores each. Never more
+    /// threads than cores: on one core two threads only take turns.
+    pub fn load_with(engine: SmartTurnEngine, workers: usize) -> Result<Self, ModelError> {
+        let workers = workers.max(1);
+        let threads = (cores() / workers).clamp(1, 2);
+        let runners = match engine {
+            SmartTurnEngine::OnnxRuntime => (0..workers)
+                .map(|_| {
+                    Ok(Mutex::new(Runner::Ort(crate::onnx::session(
+                        NAME, FILE, threads,
+                    )?)))
+                })
+                .collect::<Result<Vec<_>, ModelError>>()?,
             SmartTurnEngine::Native => {
                 let path = crate::models::model_path(NAME, FILE)?;
                 let invalid = |reason: String| ModelError::Invalid {
@@ -133,19 +164,23 @@ impl SmartTurn {
                     reason,
                 };
                 let bytes = std::fs::read(&path).map_err(|e| invalid(e.to_string()))?;
-                Runner::Native(Box::new(
-                    Network::load(&bytes).map_err(|e| invalid(e.to_string()))?,
-                ))
+                let network = Arc::new(Network::load(&bytes).map_err(|e| invalid(e.to_string()))?);
+                (0..workers)
+                    .map(|_| Mutex::new(Runner::Native(network.clone())))
+                    .collect()
             }
         };
         Ok(Self {
-            runner: Mutex::new(runner),
-            threads,
+            runners,
+            cores: cores(),
+            judging: AtomicUsize::new(0),
             inferences: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
             late: AtomicU64::new(0),
             busy_ns: AtomicU64::new(0),
-            worker: OnceLock::new(),
+            waiting: Mutex::new(Vec::new()),
+            arrived: Condvar::new(),
+            started: OnceLock::new(),
         })
     }
 
@@ -160,10 +195,15 @@ impl SmartTurn {
 
     /// The engine that runs the network.
     pub fn engine(&self) -> SmartTurnEngine {
-        match *self.runner.lock().unwrap_or_else(|p| p.into_inner()) {
+        match *lock(&self.runners[0]) {
             Runner::Native(_) => SmartTurnEngine::Native,
             Runner::Ort(_) => SmartTurnEngine::OnnxRuntime,
         }
+    }
+
+    /// How many requests [`SmartTurn::judge`] runs at once.
+    pub fn workers(&self) -> usize {
+        self.runners.len()
     }
 
     /// What the model has done so far.
@@ -176,8 +216,8 @@ impl SmartTurn {
         }
     }
 
-    /// Judges the turn from the user's audio at 16 kHz (only the last 8 s count) on the model's
-    /// own thread, newest request first; `None` when `stale` says, as its turn comes, that
+    /// Judges the turn from the user's audio at 16 kHz (only the last 8 s count) on one of the
+    /// model's own threads, newest request first; `None` when `stale` says, as its turn comes, that
     /// the answer is no longer wanted, or the caller stopped waiting for it. A waiting request
     /// holds its audio and nothing more: no blocking-pool thread, no buffers of the model's.
     /// The request is queued at the call, not when the future is first polled.
@@ -198,59 +238,84 @@ impl SmartTurn {
         audio: Vec<i16>,
         stale: Box<dyn Fn() -> bool + Send>,
     ) -> Result<oneshot::Receiver<Result<Option<TurnPrediction>, ModelError>>, ModelError> {
-        let worker = match self.worker.get() {
-            Some(worker) => worker,
-            None => {
-                let (tx, rx) = mpsc::channel();
-                let model = self.clone();
-                std::thread::Builder::new()
-                    .name("voxide-smart-turn".into())
-                    .spawn(move || model.serve(rx))
-                    .map_err(|e| ModelError::Inference {
-                        name: NAME.into(),
-                        reason: e.to_string(),
-                    })?;
-                // Two first callers at once: the loser's thread finds its queue closed and ends.
-                self.worker.get_or_init(|| tx)
-            }
-        };
+        if *self.started.get_or_init(|| self.start_workers()) == 0 {
+            return Err(gone());
+        }
         let (reply, verdict) = oneshot::channel();
-        let job = Job {
+        lock(&self.waiting).push(Job {
             audio,
             stale,
             reply,
-        };
-        worker.send(job).map_err(|_| gone())?;
+        });
+        self.arrived.notify_one();
         Ok(verdict)
     }
 
-    /// The model's thread: runs the waiting requests newest first. It holds the model for the
-    /// rest of the process, as the shared model lives that long anyway.
+    /// Starts the worker threads; returns how many started. Each holds the model for the rest
+    /// of the process, as the shared model lives that long anyway.
+    fn start_workers(self: &Arc<Self>) -> usize {
+        (0..self.runners.len())
+            .filter(|&worker| {
+                let model = self.clone();
+                std::thread::Builder::new()
+                    .name(format!("smart-turn-{worker}"))
+                    .spawn(move || model.serve(worker))
+                    .inspect_err(|e| tracing::warn!("a Smart Turn worker did not start: {e}"))
+                    .is_ok()
+            })
+            .count()
+    }
+
+    /// A worker thread: runs the waiting requests newest first, on its own runner.
     ///
     /// Newest first, because under overload the oldest requests are the ones least likely to
     /// be answered in time: their turns are nearest their timeouts, and their users the likeliest
     /// to have spoken again. Served in order, every request would wait out the whole queue and
     /// every verdict would come late; served newest first, most come at once and the rest end by
-    /// their timeouts. Below saturation at most one request waits, and the order is moot.
-    fn serve(&self, jobs: mpsc::Receiver<Job>) {
-        let mut waiting: Vec<Job> = Vec::new();
+    /// their timeouts. Below saturation no request waits for long, and the order is moot.
+    fn serve(&self, worker: usize) {
         loop {
-            if waiting.is_empty() {
-                match jobs.recv() {
-                    Ok(job) => waiting.push(job),
-                    Err(_) => return,
-                }
-            }
-            waiting.extend(jobs.try_iter());
-            for job in waiting.extract_if(.., |job| job.unwanted()) {
-                self.skipped.fetch_add(1, Ordering::Relaxed);
-                let _ = job.reply.send(Ok(None));
-            }
-            let Some(job) = waiting.pop() else { continue };
-            let verdict = self.predict_unless(&to_f32(&job.audio), || job.unwanted());
+            let job = self.next_job();
+            let mut runner = lock(&self.runners[worker]);
+            let verdict = self.run_unless(&mut runner, &to_f32(&job.audio), || job.unwanted());
+            drop(runner);
             if job.reply.send(verdict).is_err() {
                 // The turn ended by its timeout while the model worked.
                 self.late.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    /// Waits for the newest request still wanted, answering the unwanted ones as it goes.
+    fn next_job(&self) -> Job {
+        loop {
+            let mut jobs = {
+                let mut waiting = lock(&self.waiting);
+                while waiting.is_empty() {
+                    waiting = self
+                        .arrived
+                        .wait(waiting)
+                        .unwrap_or_else(|p| p.into_inner());
+                }
+                std::mem::take(&mut *waiting)
+            };
+            // Out of the lock: whether a request is stale is the caller's code to answer, and
+            // new requests must not wait for it.
+            for job in jobs.extract_if(.., |job| job.unwanted()) {
+                self.skipped.fetch_add(1, Ordering::Relaxed);
+                let _ = job.reply.send(Ok(None));
+            }
+            let newest = jobs.pop();
+            if !jobs.is_empty() {
+                // The rest go back before those that came meanwhile, for another worker.
+                let mut waiting = lock(&self.waiting);
+                let arrived = std::mem::replace(&mut *waiting, jobs);
+                waiting.extend(arrived);
+                drop(waiting);
+                self.arrived.notify_one();
+            }
+            if let Some(job) = newest {
+                return job;
             }
         }
     }
@@ -275,13 +340,31 @@ impl SmartTurn {
         audio: &[f32],
         stale: impl Fn() -> bool,
     ) -> Result<Option<TurnPrediction>, ModelError> {
-        let mut runner = self.runner.lock().unwrap_or_else(|p| p.into_inner());
+        // A free runner if there is one, else wait for the first.
+        let mut runner = self
+            .runners
+            .iter()
+            .find_map(|runner| match runner.try_lock() {
+                Ok(runner) => Some(runner),
+                Err(TryLockError::Poisoned(p)) => Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) => None,
+            })
+            .unwrap_or_else(|| lock(&self.runners[0]));
+        self.run_unless(&mut runner, audio, stale)
+    }
+
+    fn run_unless(
+        &self,
+        runner: &mut Runner,
+        audio: &[f32],
+        stale: impl Fn() -> bool,
+    ) -> Result<Option<TurnPrediction>, ModelError> {
         if stale() {
             self.skipped.fetch_add(1, Ordering::Relaxed);
             return Ok(None);
         }
         let started = Instant::now();
-        let verdict = self.infer(&mut runner, audio);
+        let verdict = self.infer(runner, audio);
         self.inferences.fetch_add(1, Ordering::Relaxed);
         let busy = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.busy_ns.fetch_add(busy, Ordering::Relaxed);
@@ -302,9 +385,13 @@ impl SmartTurn {
         let _running =
             crate::onnx::running().ok_or_else(|| inference("the process is exiting".into()))?;
         let probability = match runner {
-            Runner::Native(network) => network
-                .probability(&features, self.threads)
-                .map_err(|e| inference(e.to_string()))?,
+            Runner::Native(network) => {
+                let judging = self.judging.fetch_add(1, Ordering::Relaxed) + 1;
+                let threads = if judging * 2 <= self.cores { 2 } else { 1 };
+                let probability = network.probability(&features, threads);
+                self.judging.fetch_sub(1, Ordering::Relaxed);
+                probability.map_err(|e| inference(e.to_string()))?
+            }
             Runner::Ort(session) => {
                 let input = Tensor::from_array(([1, mel::N_MELS, frames], features))
                     .map_err(|e| inference(e.to_string()))?;
@@ -326,4 +413,14 @@ impl SmartTurn {
             probability,
         })
     }
+}
+
+/// The cores this process may run on.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// The lock's contents, even if a panic poisoned it: what it guards stays consistent.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(|p| p.into_inner())
 }
