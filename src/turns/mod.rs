@@ -3,7 +3,7 @@
 //! The VAD says when speech starts and stops; a pause is not always the end of a turn ("Hello
 //! there. [pause] What is the weather like?"). At each VAD stop the stop strategy decides: the
 //! Smart Turn model judges the turn's audio so far (off the audio path, on its own
-//! thread) and ends the turn at once when it sounds finished, otherwise waits for more
+//! threads) and ends the turn at once when it sounds finished, otherwise waits for more
 //! speech up to a timeout; or a plain speech timeout ends it after a fixed silence. A turn that
 //! starts while the bot speaks interrupts the bot, at once or, per [`BargeIn`], once enough of
 //! the user's words are transcribed, with the bot paused meanwhile and resumed when none come

@@ -115,7 +115,7 @@ static SHARED: OnceLock<Arc<SmartTurn>> = OnceLock::new();
 fn gone() -> ModelError {
     ModelError::Inference {
         name: NAME.into(),
-        reason: "the model's thread is gone".into(),
+        reason: "the model's worker threads are gone".into(),
     }
 }
 
