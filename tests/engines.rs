@@ -217,8 +217,8 @@ async fn smart_turn_with_two_workers_judges_a_request_while_another_is_held() {
 
 #[tokio::test]
 async fn smart_turn_judges_the_newest_waiting_request_first() {
-    use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
     let model = Arc::new(one_worker());
     let hello = wav::read(HELLO).expect("test audio").to_mono();
     // The first request holds the model's thread until both others wait behind it.
