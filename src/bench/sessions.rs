@@ -30,7 +30,7 @@ pub struct SessionsOptions {
     pub sessions: usize,
     /// Smart Turn at each pause (else a plain silence timeout).
     pub smart_turn: bool,
-    /// Smart Turn's worker threads (`None`: the shared model's, one per two cores).
+    /// Smart Turn's worker threads (`None`: the shared model's, as many as its engine uses well).
     pub turn_workers: Option<usize>,
     /// Seconds of the recording each session plays (0: all of it).
     pub seconds: f64,

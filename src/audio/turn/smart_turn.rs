@@ -142,12 +142,13 @@ impl SmartTurn {
     /// needs more of them, or the model caps it whatever its size. An inference is long enough
     /// (tens of ms) to gain from a second thread, and it runs off every session's audio path:
     /// voxide's engine takes two while at most half the cores are judging (so alone on two
-    /// cores an inference takes 20 ms, and two at once 37 ms each, not 45); an ONNX Runtime
+    /// cores an inference takes 20 ms, and two at once 37 ms each); an ONNX Runtime
     /// session has its threads fixed, two where the workers leave two cores each. Never more
     /// threads than cores: on one core two threads only take turns.
     pub fn load_with(engine: SmartTurnEngine, workers: usize) -> Result<Self, ModelError> {
         let workers = workers.max(1);
-        let threads = (cores() / workers).clamp(1, 2);
+        let cores = cores();
+        let threads = (cores / workers).clamp(1, 2);
         let runners = match engine {
             SmartTurnEngine::OnnxRuntime => (0..workers)
                 .map(|_| {
@@ -172,7 +173,7 @@ impl SmartTurn {
         };
         Ok(Self {
             runners,
-            cores: cores(),
+            cores,
             judging: AtomicUsize::new(0),
             inferences: AtomicU64::new(0),
             skipped: AtomicU64::new(0),
