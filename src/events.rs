@@ -50,6 +50,10 @@ pub enum Event {
     },
     /// Nobody spoke for the idle timeout.
     IdleTimeout,
+    /// The user muted their microphone: their audio is not listened to until they unmute.
+    UserMuteStarted,
+    /// The user unmuted their microphone.
+    UserMuteStopped,
     /// The user's turn started.
     UserStartedSpeaking,
     /// The user's turn ended.
@@ -156,6 +160,26 @@ pub enum EndReason {
     IdleTimeout,
     /// A stage reported a fatal error.
     FatalError(String),
+    /// The client went away without saying goodbye: its keepalive stopped, or its connection
+    /// failed and was not restarted.
+    ClientGone,
+    /// An audio device the session used went away (`voxide local`).
+    DeviceLost(String),
+}
+
+impl EndReason {
+    /// The reason's name, as events and metrics spell it (`client_gone`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Self::Completed => "completed",
+            Self::Stopped => "stopped",
+            Self::Cancelled => "cancelled",
+            Self::IdleTimeout => "idle_timeout",
+            Self::FatalError(_) => "fatal_error",
+            Self::ClientGone => "client_gone",
+            Self::DeviceLost(_) => "device_lost",
+        }
+    }
 }
 
 /// Where a session's events go.

@@ -19,3 +19,4 @@ pub mod server;
 pub mod services;
 pub mod transports;
 pub mod turns;
+pub mod warnings;

@@ -68,6 +68,9 @@ enum Command {
         /// its echo, `off` for headphones or a device that cancels echo itself.
         #[arg(long, value_enum, default_value_t = EchoArg::Cancel)]
         echo: EchoArg,
+        /// Where the events go: one JSON object per line, with `type` and `t_ms` (as `run`).
+        #[arg(long)]
+        events: Option<PathBuf>,
         #[command(flatten)]
         bot: BotArgs,
     },
@@ -380,6 +383,7 @@ async fn run_command(cli: Cli) -> Result<()> {
             input_device,
             output_device,
             echo,
+            events,
             bot,
         } => {
             if list_devices {
@@ -409,7 +413,7 @@ async fn run_command(cli: Cli) -> Result<()> {
                 EchoArg::Guard => bot.echo_guard = Some(Default::default()),
                 EchoArg::Off => {}
             }
-            local(bot, input_device, output_device).await?;
+            local(bot, input_device, output_device, events).await?;
         }
         Command::Serve {
             host,
@@ -597,18 +601,31 @@ async fn preloaded(args: &BotArgs) -> Result<BotOptions> {
     Ok(bot)
 }
 
-/// `voxide local`: the default bot on the microphone and speaker until Ctrl-C.
+/// `voxide local`: the default bot on the microphone and speaker until Ctrl-C, or until a
+/// device goes away.
 async fn local(
     mut bot: BotOptions,
     input_device: Option<String>,
     output_device: Option<String>,
+    events_path: Option<PathBuf>,
 ) -> Result<()> {
-    use voxide::events::Event;
+    use anyhow::Context;
+    use voxide::events::{EndReason, Event};
     use voxide::frames::{AudioFrame, SystemFrame};
     use voxide::transports::OutputOptions;
+    use voxide::transports::file::EventLog;
 
+    let mut log = match &events_path {
+        Some(path) => Some(
+            EventLog::create(path)
+                .await
+                .with_context(|| format!("cannot write the events to {}", path.display()))?,
+        ),
+        None => None,
+    };
     let mut audio =
         voxide::transports::local::open(input_device.as_deref(), output_device.as_deref())?;
+    eprintln!("audio: {}", audio.description);
     eprintln!("loading the models…");
     let preload = bot.clone();
     tokio::task::spawn_blocking(move || voxide::bot::preload(&preload)).await??;
@@ -618,9 +635,23 @@ async fn local(
     let mut events = builder.subscribe();
     let session = builder.spawn();
     let handle = session.handle();
-    tokio::spawn(async move {
-        while let Ok(event) = events.recv().await {
-            match event.event {
+    let printer = tokio::spawn(async move {
+        loop {
+            let event = match events.recv().await {
+                Ok(event) => event,
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                    tracing::warn!(lost = n, "the event log fell behind");
+                    continue;
+                }
+                Err(_) => break,
+            };
+            if let Some(file) = &mut log
+                && let Err(e) = file.write(&event, event.elapsed).await
+            {
+                eprintln!("  cannot write the events: {e}");
+                log = None;
+            }
+            match &event.event {
                 Event::UserTranscription {
                     text,
                     is_final: true,
@@ -635,23 +666,40 @@ async fn local(
                 _ => {}
             }
         }
+        if let Some(file) = &mut log {
+            let _ = file.flush().await;
+        }
     });
     eprintln!("listening: speak (Ctrl-C to stop)");
     let rate = audio.microphone.sample_rate;
-    loop {
+    let ending = loop {
         tokio::select! {
             chunk = audio.microphone.chunks.recv() => {
-                let Some(chunk) = chunk else { break };
+                let Some(chunk) = chunk else { break None };
                 let frame = SystemFrame::InputAudio(AudioFrame::new(chunk, rate, 1));
                 if handle.queue_frame(frame).await.is_err() {
-                    break;
+                    break None;
                 }
             }
-            _ = tokio::signal::ctrl_c() => break,
+            Some(lost) = audio.lost.recv() => break Some(lost),
+            _ = tokio::signal::ctrl_c() => break None,
         }
+    };
+    match ending {
+        Some(lost) => {
+            eprintln!("  {lost}; ending the session");
+            handle.emit(Event::Error {
+                message: lost.to_string(),
+                fatal: true,
+                processor: Some("LocalAudio".into()),
+            });
+            handle.cancel_because(EndReason::DeviceLost(lost.to_string()));
+        }
+        None => handle.cancel(),
     }
-    handle.cancel();
     session.join().await;
+    let _ = printer.await;
+    drop(audio);
     Ok(())
 }
 

@@ -168,6 +168,16 @@ struct Page {
 }
 
 impl Page {
+    /// Closes the page, as closing its tab would: no goodbye from its scripts.
+    async fn close(&mut self) {
+        self.next_id += 1;
+        let command = json!({"id": self.next_id, "method": "Page.close"});
+        self.socket
+            .send(WsMessage::Text(command.to_string().into()))
+            .await
+            .expect("send");
+    }
+
     /// Evaluates `expression` (awaiting a promise) and returns its value.
     async fn eval(&mut self, expression: &str) -> Value {
         self.next_id += 1;
@@ -328,7 +338,8 @@ const OFFICIAL_BUNDLE: &str = concat!(
 /// transport's plain `getUserMedia` one.
 const OFFICIAL_CONNECT: &str = r#"(() => {
   const { PipecatClient, SmallWebRTCTransport, WavMediaManager } = window.PipecatOfficial;
-  const seen = (window.official = { ready: null, user: [], bot: [], errors: [], tracks: 0 });
+  const seen = (window.official = { ready: null, user: [], bot: [], errors: [], messageErrors: [],
+    tracks: 0, botStarted: 0, botStopped: 0, muteStarted: 0, muteStopped: 0, botLeft: 0 });
   const audio = (window.officialAudio = document.createElement("audio"));
   audio.autoplay = true;
   document.body.appendChild(audio);
@@ -348,6 +359,12 @@ const OFFICIAL_CONNECT: &str = r#"(() => {
         }
       },
       onError: (message) => { seen.errors.push(JSON.stringify(message)); },
+      onMessageError: (message) => { seen.messageErrors.push(JSON.stringify(message)); },
+      onBotStartedSpeaking: () => { seen.botStarted += 1; },
+      onBotStoppedSpeaking: () => { seen.botStopped += 1; },
+      onUserMuteStarted: () => { seen.muteStarted += 1; },
+      onUserMuteStopped: () => { seen.muteStopped += 1; },
+      onBotDisconnected: () => { seen.botLeft += 1; },
     },
   });
   window.officialClient = client;
@@ -426,10 +443,25 @@ async fn pipecats_official_client_talks_to_voxide_and_survives_a_restart() {
         "no bot audio on the track: {seen:#}"
     );
     assert_eq!(seen["errors"], json!([]), "{seen:#}");
+    // The transport's keepalive pings and track-status messages are no errors.
+    assert_eq!(seen["messageErrors"], json!([]), "{seen:#}");
     let answers = seen["bot"].as_array().map_or(0, Vec::len);
 
-    // The client replaces its peer connection (`restart_pc`, what it does when ICE fails). The
-    // session lives on: typed text is answered in voice over the new connection.
+    // A typed question; while the bot speaks its answer, the client replaces its peer
+    // connection (`restart_pc`, what it does when ICE fails). The session lives on: the answer
+    // goes on over the new connection, and its end is told there.
+    let started = seen["botStarted"].as_u64().unwrap_or(0);
+    let stopped = seen["botStopped"].as_u64().unwrap_or(0);
+    page.eval("window.officialClient.sendText('What is two plus two?').then(() => true)")
+        .await;
+    let seen = poll_until(page, OFFICIAL_PROBE, 60, |s| {
+        s["botStarted"].as_u64().unwrap_or(0) > started
+    })
+    .await;
+    assert!(
+        seen["botStarted"].as_u64().unwrap_or(0) > started,
+        "the bot never started its answer: {seen:#}"
+    );
     page.eval("window.officialTransport.attemptReconnection(true).then(() => true)")
         .await;
     let seen = poll_until(page, OFFICIAL_PROBE, 30, |s| s["connection"] == "connected").await;
@@ -441,11 +473,10 @@ async fn pipecats_official_client_talks_to_voxide_and_survives_a_restart() {
          .getReceivers().map((r) => r.track).filter((t) => t.kind === 'audio')); true",
     )
     .await;
-    page.eval("window.officialClient.sendText('What is two plus two?').then(() => true)")
-        .await;
     let seen = poll_until(page, OFFICIAL_PROBE, 60, |s| {
         s["bot"].as_array().map_or(0, Vec::len) > answers
             && s["energy"].as_f64().unwrap_or(0.0) > 0.01
+            && s["botStopped"].as_u64().unwrap_or(0) > stopped
     })
     .await;
     assert!(
@@ -456,11 +487,49 @@ async fn pipecats_official_client_talks_to_voxide_and_survives_a_restart() {
         seen["energy"].as_f64().unwrap_or(0.0) > 0.01,
         "no bot audio on the new connection: {seen:#}"
     );
+    assert!(
+        seen["botStopped"].as_u64().unwrap_or(0) > stopped,
+        "bot-stopped-speaking never came after the restart: {seen:#}"
+    );
     // Still the one session the client started: the restart replaced only the connection.
     let (_, status) = common::get(server.addr, "/status").await;
     let status: Value = serde_json::from_str(&status).expect("status JSON");
     assert_eq!(status["sessions_started"], 1, "{status}");
     assert_eq!(status["sessions"], 1, "{status}");
-    page.eval("window.officialClient.disconnect().then(() => true)")
+
+    // The user mutes and unmutes the microphone: the server hears both.
+    page.eval("window.officialClient.enableMic(false); true")
         .await;
+    let seen = poll_until(page, OFFICIAL_PROBE, 10, |s| s["muteStarted"] == 1).await;
+    assert_eq!(seen["muteStarted"], 1, "{seen:#}");
+    page.eval("window.officialClient.enableMic(true); true")
+        .await;
+    let seen = poll_until(page, OFFICIAL_PROBE, 10, |s| s["muteStopped"] == 1).await;
+    assert_eq!(seen["muteStopped"], 1, "{seen:#}");
+    assert_eq!(seen["errors"], json!([]), "{seen:#}");
+    assert_eq!(seen["messageErrors"], json!([]), "{seen:#}");
+    eprintln!("official client: {seen}");
+
+    // The tab closes without a goodbye: the session ends within seconds, the client gone.
+    page.close().await;
+    let closed = Instant::now();
+    let status = loop {
+        let (_, body) = common::get(server.addr, "/status").await;
+        let status: Value = serde_json::from_str(&body).expect("status JSON");
+        if status["sessions"] == 0 || closed.elapsed() > Duration::from_secs(30) {
+            break status;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    eprintln!(
+        "official client: the session ended {:?} after the tab closed",
+        closed.elapsed()
+    );
+    assert_eq!(status["sessions"], 0, "{status}");
+    assert_eq!(status["sessions_ended"]["client_gone"], 1, "{status}");
+    assert!(
+        closed.elapsed() < Duration::from_secs(10),
+        "took {:?}",
+        closed.elapsed()
+    );
 }

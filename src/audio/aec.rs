@@ -178,6 +178,9 @@ impl Canceller {
     }
 
     fn add_render(&mut self, rate: u32, played: &[i16]) {
+        if played.is_empty() {
+            return;
+        }
         let samples = if rate == self.rate {
             played.to_vec()
         } else {
@@ -185,7 +188,10 @@ impl Canceller {
                 match StreamResampler::new(rate, self.rate) {
                     Ok(r) => self.resampler = Some((rate, r)),
                     Err(e) => {
-                        tracing::warn!(error = %e, "cannot resample the echo reference");
+                        crate::warnings::warn(
+                            "echo_reference_resample",
+                            format_args!("cannot resample the echo reference: {e}"),
+                        );
                         return;
                     }
                 }
@@ -222,7 +228,10 @@ impl Canceller {
             match processed {
                 Ok(_) => out.extend(self.out.iter().map(|&v| to_i16(v))),
                 Err(e) => {
-                    tracing::warn!(error = ?e, "echo canceller failed on a frame; passed through");
+                    crate::warnings::warn(
+                        "echo_canceller_frame",
+                        format_args!("echo canceller failed on a frame ({e:?}); passed through"),
+                    );
                     out.extend(capture.iter().map(|&v| to_i16(v)));
                 }
             }

@@ -72,6 +72,9 @@ impl EchoReference {
 
     /// Records a chunk of mono audio at `rate` played now.
     pub fn played(&self, samples: &[i16], rate: u32) {
+        if samples.is_empty() || rate == 0 {
+            return;
+        }
         let mut played = self.played_state();
         if played.blocks.len() == MAX_BLOCKS {
             played.blocks.pop_front();
@@ -104,10 +107,11 @@ impl EchoReference {
     }
 
     /// The samples played since the last call, with their rate; the first call starts keeping
-    /// them.
+    /// them. `None` while nothing was played since the last call.
     pub fn take_samples(&self) -> Option<(u32, Vec<i16>)> {
         let mut played = self.played_state();
         match &mut played.samples {
+            Some(kept) if kept.queue.is_empty() => None,
             Some(kept) => Some((kept.rate, kept.queue.drain(..).collect())),
             None => {
                 played.samples = Some(PlayedSamples::default());
@@ -245,6 +249,20 @@ mod tests {
                 _ => None,
             })
             .collect()
+    }
+
+    #[test]
+    fn the_reference_gives_samples_only_once_something_was_played_at_a_real_rate() {
+        let reference = EchoReference::new();
+        assert_eq!(reference.take_samples(), None, "starts keeping");
+        // Before the bot says anything there is no rate to speak of (the 0 Hz reference).
+        assert_eq!(reference.take_samples(), None);
+        reference.played(&[], 48_000);
+        reference.played(&[1, 2], 0);
+        assert_eq!(reference.take_samples(), None);
+        reference.played(&[1, 2, 3], 48_000);
+        assert_eq!(reference.take_samples(), Some((48_000, vec![1, 2, 3])));
+        assert_eq!(reference.take_samples(), None, "drained");
     }
 
     #[tokio::test]

@@ -78,7 +78,10 @@ impl StreamResampler {
                         .iter()
                         .map(|&s| (s.clamp(-1.0, 1.0) * 32767.0) as i16),
                 ),
-                Err(e) => tracing::warn!("resampling failed for one chunk: {e}"),
+                Err(e) => crate::warnings::warn(
+                    "resample_chunk",
+                    format_args!("resampling failed for one chunk: {e}"),
+                ),
             }
         }
         self.pending.drain(..start);

@@ -239,7 +239,7 @@ pub struct SessionHandle {
 }
 
 enum Control {
-    Cancel(Option<String>),
+    Cancel(EndReason, Option<String>),
 }
 
 impl SessionHandle {
@@ -270,7 +270,23 @@ impl SessionHandle {
 
     /// Stops the session at once, discarding whatever is queued.
     pub fn cancel(&self) {
-        let _ = self.control.send(Control::Cancel(None));
+        let _ = self
+            .control
+            .send(Control::Cancel(EndReason::Cancelled, None));
+    }
+
+    /// Stops the session at once for `reason` (the session ends with it, unless it was already
+    /// ending for another).
+    pub fn cancel_because(&self, reason: EndReason) {
+        let why = format!("{reason:?}");
+        let _ = self.control.send(Control::Cancel(reason, Some(why)));
+    }
+
+    /// Publishes an event the app observed itself (the transport's, say) on the session's
+    /// stream, timed like the session's own.
+    pub fn emit(&self, event: Event) {
+        self.events
+            .emit(self.source.shared.started.elapsed(), event);
     }
 
     /// A new subscriber to the session's events, from now on.
@@ -314,7 +330,7 @@ impl Driver {
             tokio::select! {
                 biased;
                 Some(control) = self.control.recv() => match control {
-                    Control::Cancel(why) => self.begin_cancel(EndReason::Cancelled, why),
+                    Control::Cancel(reason, why) => self.begin_cancel(reason, why),
                 },
                 Some(item) = self.sink_inbox.system.recv() => {
                     if let Some(reason) = self.at_edge(item) {

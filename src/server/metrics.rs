@@ -26,6 +26,8 @@ pub struct Metrics {
     tool_calls: AtomicU64,
     voice_to_voice: Mutex<Sum>,
     ttfb: Mutex<BTreeMap<String, Sum>>,
+    /// Sessions ended, by reason (`completed`, `client_gone`, ...).
+    ended: Mutex<BTreeMap<String, u64>>,
 }
 
 fn add(sum: &Mutex<Sum>, value: f64) {
@@ -59,6 +61,11 @@ impl Metrics {
         self.active.fetch_sub(1, Ordering::SeqCst);
     }
 
+    /// Sessions ended since the process started, by reason.
+    pub fn ended(&self) -> BTreeMap<String, u64> {
+        self.ended.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
     pub(crate) fn session_rejected(&self) {
         self.rejected.fetch_add(1, Ordering::Relaxed);
     }
@@ -74,6 +81,14 @@ impl Metrics {
             }
             Event::ToolCallStarted { .. } => {
                 self.tool_calls.fetch_add(1, Ordering::Relaxed);
+            }
+            Event::SessionEnded { reason } => {
+                *self
+                    .ended
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(reason.kind().to_owned())
+                    .or_default() += 1;
             }
             Event::Metrics { data } => {
                 for item in data {
@@ -144,6 +159,28 @@ impl Metrics {
             "counter",
             self.tool_calls.load(Ordering::Relaxed).to_string(),
         );
+        let _ = writeln!(
+            out,
+            "# HELP voxide_sessions_ended_total Sessions ended, by reason.\n\
+             # TYPE voxide_sessions_ended_total counter"
+        );
+        for (reason, count) in self.ended() {
+            let _ = writeln!(
+                out,
+                "voxide_sessions_ended_total{{reason=\"{reason}\"}} {count}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP voxide_repeated_warnings_total Warnings logged once and counted after.\n\
+             # TYPE voxide_repeated_warnings_total counter"
+        );
+        for (kind, count) in crate::warnings::counts() {
+            let _ = writeln!(
+                out,
+                "voxide_repeated_warnings_total{{kind=\"{kind}\"}} {count}"
+            );
+        }
         let v2v = *self
             .voice_to_voice
             .lock()
@@ -191,12 +228,16 @@ mod tests {
             ],
         });
         metrics.observe(&Event::Interruption);
+        metrics.observe(&Event::SessionEnded {
+            reason: crate::events::EndReason::ClientGone,
+        });
         let text = metrics.render();
         assert!(text.contains("\nvoxide_sessions_active 1\n"), "{text}");
         assert!(text.contains("voxide_voice_to_voice_seconds_sum 0.5\n"));
         assert!(text.contains("voxide_voice_to_voice_seconds_count 1\n"));
         assert!(text.contains("voxide_ttfb_seconds_sum{service=\"LlmService\"} 0.25\n"));
         assert!(text.contains("voxide_interruptions_total 1\n"));
+        assert!(text.contains("voxide_sessions_ended_total{reason=\"client_gone\"} 1\n"));
         metrics.session_ended();
         assert!(metrics.render().contains("\nvoxide_sessions_active 0\n"));
     }

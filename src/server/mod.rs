@@ -280,6 +280,8 @@ struct Status {
     max_sessions: usize,
     sessions_started: u64,
     sessions_rejected: u64,
+    /// Sessions ended, by reason (`completed`, `client_gone`, ...).
+    sessions_ended: std::collections::BTreeMap<String, u64>,
     uptime_secs: f64,
     version: &'static str,
 }
@@ -292,6 +294,7 @@ async fn status(State(app): State<Arc<App>>) -> axum::Json<Status> {
         max_sessions: app.options.max_sessions,
         sessions_started: app.metrics.started(),
         sessions_rejected: app.metrics.rejected(),
+        sessions_ended: app.metrics.ended(),
         uptime_secs: app.started.elapsed().as_secs_f64(),
         version: env!("CARGO_PKG_VERSION"),
     })

@@ -3,7 +3,6 @@
 //! the session-scoped `/sessions/{id}/api/offer`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Json;
 use axum::extract::State;
@@ -16,11 +15,12 @@ use tokio::sync::mpsc;
 
 use super::App;
 use crate::context::Message as ChatMessage;
-use crate::events::{Event, SessionEvent};
+use crate::events::{EndReason, Event, SessionEvent};
 use crate::frames::{AudioFrame, DataFrame, SystemFrame};
-use crate::pipeline::Session;
+use crate::pipeline::{Session, SessionHandle};
 use crate::transports::OutputOptions;
 use crate::transports::rtvi::{ClientMessage, Rtvi};
+use crate::transports::signalling::{self, AUDIO_RECEIVER, Inbound, Liveness, Signal};
 use crate::transports::webrtc::{
     OPUS_RATE, Peer, PeerEvent, PeerOptions, TrackSink, WebRtcError, connect,
 };
@@ -138,6 +138,7 @@ pub(crate) async fn offer(
             restarts,
         }),
     );
+    let app_for_end = app.clone();
     let drive = Drive {
         app: app.clone(),
         pc_id: pc_id.clone(),
@@ -146,11 +147,17 @@ pub(crate) async fn offer(
         restarted,
         events,
         rtvi: Rtvi::new(),
+        liveness: Liveness::new(),
+        muted: false,
     };
     tokio::spawn(async move {
-        drive.run(&session).await;
-        session.handle().cancel();
-        let _ = session.join().await;
+        match drive.run(&session).await {
+            Ending::ClientGone => session.handle().cancel_because(EndReason::ClientGone),
+            Ending::ClientLeft | Ending::SessionEnded => session.handle().cancel(),
+        }
+        let reason = session.join().await;
+        tracing::info!(reason = reason.kind(), "WebRTC session ended");
+        app_for_end.metrics.observe(&Event::SessionEnded { reason });
         drop(admission);
     });
     answer(sdp, pc_id)
@@ -214,11 +221,18 @@ impl Link {
 /// Registry entries.
 pub(crate) type PeerHandle = Arc<Link>;
 
-/// How long a session whose connection dropped waits for the client to restart it.
-const RESTART_GRACE: Duration = Duration::from_secs(5);
+/// How one session's traffic ended.
+enum Ending {
+    /// The session finished by itself (the bot ended the call, a shutdown, a fatal error).
+    SessionEnded,
+    /// The client said goodbye (`disconnect-bot`).
+    ClientLeft,
+    /// The client stopped pinging, or its connection failed and was not restarted.
+    ClientGone,
+}
 
-/// Moves one session's traffic: the client's audio and RTVI messages in, the session's events
-/// out as RTVI, connection restarts in between.
+/// Moves one session's traffic: the client's audio and data-channel messages in, the session's
+/// events out as RTVI, connection restarts in between.
 struct Drive {
     app: Arc<App>,
     pc_id: String,
@@ -227,76 +241,121 @@ struct Drive {
     restarted: mpsc::UnboundedReceiver<Replacement>,
     events: tokio::sync::broadcast::Receiver<SessionEvent>,
     rtvi: Rtvi,
+    liveness: Liveness,
+    /// The user muted the microphone (`trackStatus`): their audio is heard as silence.
+    muted: bool,
 }
 
 impl Drive {
-    async fn run(mut self, session: &Session) {
+    async fn run(mut self, session: &Session) -> Ending {
         let handle = session.handle();
-        // Set while the connection is lost: the session ends unless a restart comes first.
-        let mut lost: Option<tokio::time::Instant> = None;
-        loop {
+        let ending = loop {
+            let gone_at = self.liveness.deadline().map(tokio::time::Instant::from_std);
             tokio::select! {
                 Some((peer, peer_events)) = self.restarted.recv() => {
                     let old = std::mem::replace(&mut self.peer, peer);
                     self.peer_events = peer_events;
-                    lost = None;
-                    old.close().await;
+                    self.liveness.restarted(std::time::Instant::now());
+                    // Closing may wait on a peer that is already gone: never hold up the session.
+                    tokio::spawn(async move { old.close().await });
                 }
-                () = tokio::time::sleep_until(lost.unwrap_or_else(tokio::time::Instant::now)), if lost.is_some() => {
-                    tracing::info!(pc_id = %self.pc_id, "connection lost and not restarted");
-                    break;
+                () = tokio::time::sleep_until(gone_at.unwrap_or_else(tokio::time::Instant::now)), if gone_at.is_some() => {
+                    tracing::info!(pc_id = %self.pc_id, "the client is gone: no keepalive, or the connection was lost and not restarted");
+                    break Ending::ClientGone;
                 }
-                event = self.peer_events.recv(), if lost.is_none() => match event {
-                    Some(PeerEvent::Audio(samples)) => {
+                event = self.peer_events.recv(), if !self.liveness.is_lost() => match event {
+                    Some(PeerEvent::Audio(mut samples)) => {
+                        if self.muted {
+                            samples.fill(0);
+                        }
                         let audio = AudioFrame::new(samples, OPUS_RATE, 1);
                         if handle.queue_frame(SystemFrame::InputAudio(audio)).await.is_err() {
-                            break;
+                            break Ending::SessionEnded;
                         }
                     }
-                    Some(PeerEvent::Message(text)) => match self.rtvi.parse(&text) {
-                        ClientMessage::Ready(replies) => {
-                            for reply in replies {
-                                let _ = self.peer.outgoing.send(reply);
-                            }
+                    Some(PeerEvent::Message(text)) => {
+                        if let Some(ending) = self.message(&text, &handle).await {
+                            break ending;
                         }
-                        ClientMessage::Invalid(reply) => {
-                            let _ = self.peer.outgoing.send(reply);
-                        }
-                        ClientMessage::Text(text) => {
-                            let append = DataFrame::LlmMessagesAppend {
-                                messages: vec![ChatMessage::user(text)],
-                                run_llm: true,
-                            };
-                            let _ = handle.queue_frame(append).await;
-                        }
-                        ClientMessage::Disconnect => break,
-                    },
+                    }
                     Some(PeerEvent::Closed) | None => {
-                        lost = Some(tokio::time::Instant::now() + RESTART_GRACE);
+                        self.liveness.connection_lost(std::time::Instant::now());
                     }
                 },
                 event = self.events.recv() => match event {
                     Ok(event) => {
-                        self.app.metrics.observe(&event.event);
                         if matches!(event.event, Event::SessionEnded { .. }) {
-                            break;
+                            break Ending::SessionEnded;
                         }
+                        self.app.metrics.observe(&event.event);
                         for message in self.rtvi.render(&event.event) {
-                            let _ = self.peer.outgoing.send(message);
+                            self.peer.send(message);
                         }
                     }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
-                    Err(_) => break,
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(missed)) => {
+                        tracing::warn!(pc_id = %self.pc_id, missed, "fell behind the session's events");
+                    }
+                    Err(_) => break Ending::SessionEnded,
                 },
             }
-        }
+        };
         self.app.lock_peers().remove(&self.pc_id);
+        if matches!(ending, Ending::SessionEnded) {
+            // The bot is leaving, not the network failing: say so before closing.
+            self.peer
+                .send_last(signalling::render(&Signal::PeerLeft))
+                .await;
+        }
         self.peer.close().await;
         // A restart that raced the end: its connection closes too.
         self.restarted.close();
         while let Ok((peer, _)) = self.restarted.try_recv() {
             peer.close().await;
         }
+        ending
+    }
+
+    /// Handles one data-channel message; returns how the session ends if it does.
+    async fn message(&mut self, text: &str, handle: &SessionHandle) -> Option<Ending> {
+        match signalling::classify(text) {
+            Inbound::Ping => self.liveness.ping(std::time::Instant::now()),
+            Inbound::Signal(Signal::TrackStatus {
+                receiver_index: AUDIO_RECEIVER,
+                enabled,
+            }) => {
+                if self.muted == enabled {
+                    self.muted = !enabled;
+                    tracing::info!(pc_id = %self.pc_id, muted = self.muted, "the user's microphone");
+                    handle.emit(if self.muted {
+                        Event::UserMuteStarted
+                    } else {
+                        Event::UserMuteStopped
+                    });
+                }
+            }
+            // Video tracks and the server's own messages: nothing to do.
+            Inbound::Signal(signal) => tracing::debug!(?signal, "signalling message ignored"),
+            Inbound::BadSignal(why) => {
+                tracing::debug!(pc_id = %self.pc_id, why, "unreadable signalling message dropped");
+            }
+            Inbound::Rtvi => match self.rtvi.parse(text) {
+                ClientMessage::Ready(replies) => {
+                    for reply in replies {
+                        self.peer.send(reply);
+                    }
+                }
+                ClientMessage::Invalid(reply) => self.peer.send(reply),
+                ClientMessage::Text(text) => {
+                    let append = DataFrame::LlmMessagesAppend {
+                        messages: vec![ChatMessage::user(text)],
+                        run_llm: true,
+                    };
+                    let _ = handle.queue_frame(append).await;
+                }
+                ClientMessage::Disconnect => return Some(Ending::ClientLeft),
+            },
+        }
+        None
     }
 }
 

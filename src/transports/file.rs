@@ -81,10 +81,11 @@ impl AudioSink for WavRecorder {
         let mut recording = self.recording.lock().unwrap_or_else(|p| p.into_inner());
         let rate = *recording.sample_rate.get_or_insert(sample_rate);
         if rate != sample_rate {
-            tracing::warn!(
-                rate,
-                sample_rate,
-                "bot audio changed rate; chunk not recorded"
+            crate::warnings::warn(
+                "recording_rate_changed",
+                format_args!(
+                    "bot audio changed rate ({rate} → {sample_rate} Hz); chunk not recorded"
+                ),
             );
             return;
         }
@@ -242,7 +243,14 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     let handle = session.handle();
 
     let mut log = match &options.events {
-        Some(path) => Some(EventLog::create(path).await?),
+        Some(path) => Some(
+            EventLog::create(path)
+                .await
+                .map_err(|source| RunError::Output {
+                    path: path.clone(),
+                    source,
+                })?,
+        ),
         None => None,
     };
     let progress = Arc::new(Mutex::new(Progress::default()));
@@ -348,24 +356,22 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
 }
 
 /// The events file: one JSON object per line.
-struct EventLog {
+/// Session events as JSON lines (`--events`): one object per line, with `type` and `t_ms`.
+pub struct EventLog {
     file: tokio::io::BufWriter<tokio::fs::File>,
 }
 
 impl EventLog {
-    async fn create(path: &Path) -> Result<Self, RunError> {
-        let file = tokio::fs::File::create(path)
-            .await
-            .map_err(|source| RunError::Output {
-                path: path.to_owned(),
-                source,
-            })?;
+    /// Creates (or truncates) the file.
+    pub async fn create(path: &Path) -> std::io::Result<Self> {
+        let file = tokio::fs::File::create(path).await?;
         Ok(Self {
             file: tokio::io::BufWriter::new(file),
         })
     }
 
-    async fn write(&mut self, event: &SessionEvent, at: Duration) -> std::io::Result<()> {
+    /// Writes one event as happening `at` into the session.
+    pub async fn write(&mut self, event: &SessionEvent, at: Duration) -> std::io::Result<()> {
         let mut line = serde_json::to_vec(&SessionEvent {
             elapsed: at,
             event: event.event.clone(),
@@ -377,7 +383,8 @@ impl EventLog {
         self.file.flush().await
     }
 
-    async fn flush(&mut self) -> std::io::Result<()> {
+    /// Writes out what is buffered.
+    pub async fn flush(&mut self) -> std::io::Result<()> {
         self.file.flush().await
     }
 }

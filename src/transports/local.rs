@@ -1,14 +1,22 @@
 //! The machine's own microphone and speaker (cpal), for `voxide local`.
 //!
 //! cpal streams live on one dedicated thread (they are not `Send` on every platform). The
-//! microphone callback hands its samples to the session through a channel; the speaker callback
-//! plays from a buffer the [`SpeakerSink`] fills and an interruption empties.
+//! microphone callback hands its samples to the session through a bounded channel; the speaker
+//! callback plays from a buffer the [`SpeakerSink`] fills and an interruption empties.
+//!
+//! A device is opened at its default configuration, or, when the device refuses that, at the
+//! first one it lists that works (any sample format, mixed down or spread to mono). Errors that
+//! a device reports on every callback are counted, not logged each time ([`crate::warnings`]);
+//! a device that goes away is a [`DeviceLost`] for the session to end on.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use cpal::traits::{DeviceTrait, HostTrait, StreamTrait};
-use cpal::{Device, SampleFormat, StreamConfig};
+use cpal::{
+    Device, FromSample, SampleFormat, SizedSample, StreamConfig, SupportedStreamConfig,
+    SupportedStreamConfigRange,
+};
 use tokio::sync::mpsc;
 
 use super::output::AudioSink;
@@ -77,12 +85,28 @@ pub fn list_devices() -> Result<Vec<DeviceInfo>, LocalAudioError> {
         .collect())
 }
 
+/// Microphone chunks the session may fall behind by before new ones are dropped (and counted):
+/// about a second at the usual 10-20 ms callbacks.
+pub const MICROPHONE_QUEUE: usize = 64;
+
 /// Audio from the microphone: mono samples at `sample_rate`.
 pub struct Microphone {
     /// Chunks as the device delivers them.
-    pub chunks: mpsc::UnboundedReceiver<Vec<i16>>,
+    pub chunks: mpsc::Receiver<Vec<i16>>,
     /// Their rate.
     pub sample_rate: u32,
+}
+
+/// A device stopped working mid-session (unplugged, or its sound server went away).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("the audio {direction} device {device:?} went away: {reason}")]
+pub struct DeviceLost {
+    /// `input` or `output`.
+    pub direction: &'static str,
+    /// Its name.
+    pub device: String,
+    /// What the backend said.
+    pub reason: String,
 }
 
 /// Where the bot's voice goes: the speaker's buffer.
@@ -102,10 +126,12 @@ impl SpeakerSink {
 impl AudioSink for SpeakerSink {
     fn write(&mut self, samples: &[i16], sample_rate: u32) {
         if sample_rate != self.sample_rate {
-            tracing::warn!(
-                sample_rate,
-                speaker = self.sample_rate,
-                "bot audio at the wrong rate; dropped"
+            crate::warnings::warn(
+                "speaker_rate",
+                format_args!(
+                    "bot audio at {sample_rate} Hz, the speaker plays {} Hz; dropped",
+                    self.sample_rate
+                ),
             );
             return;
         }
@@ -129,6 +155,10 @@ pub struct LocalAudio {
     pub microphone: Microphone,
     /// The speaker.
     pub speaker: SpeakerSink,
+    /// Devices that went away.
+    pub lost: mpsc::UnboundedReceiver<DeviceLost>,
+    /// The configurations the devices run at, for the log.
+    pub description: String,
     stop: Option<std::sync::mpsc::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -175,14 +205,6 @@ fn find(host: &cpal::Host, name: Option<&str>, input: bool) -> Result<Device, Lo
     Ok(device)
 }
 
-fn open_error(direction: &'static str, device: &Device, e: impl ToString) -> LocalAudioError {
-    LocalAudioError::Device {
-        direction,
-        device: device.to_string(),
-        reason: e.to_string(),
-    }
-}
-
 /// Opens the named devices (or the defaults) and starts both streams.
 pub fn open(input: Option<&str>, output: Option<&str>) -> Result<LocalAudio, LocalAudioError> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -195,15 +217,49 @@ pub fn open(input: Option<&str>, output: Option<&str>) -> Result<LocalAudio, Loc
             let opened = (|| {
                 let mic = find(&host, input.as_deref(), true)?;
                 let speaker = find(&host, output.as_deref(), false)?;
-                let (chunks_tx, chunks) = mpsc::unbounded_channel();
-                let (in_stream, in_rate) = start_input(&mic, chunks_tx)?;
+                let (lost_tx, lost) = mpsc::unbounded_channel();
+                let (chunks_tx, chunks) = mpsc::channel(MICROPHONE_QUEUE);
+                let (in_stream, in_config) = start_input(&mic, chunks_tx, lost_tx.clone())?;
                 let buffer = Arc::new(Mutex::new(VecDeque::new()));
-                let (out_stream, out_rate) = start_output(&speaker, buffer.clone())?;
-                Ok((in_stream, out_stream, chunks, in_rate, buffer, out_rate))
+                let (out_stream, out_config) = start_output(&speaker, buffer.clone(), lost_tx)?;
+                let description = format!(
+                    "{} host; microphone {:?} at {}; speaker {:?} at {}",
+                    host.id().name(),
+                    mic.to_string(),
+                    describe(&in_config),
+                    speaker.to_string(),
+                    describe(&out_config),
+                );
+                Ok((
+                    in_stream,
+                    out_stream,
+                    chunks,
+                    in_config,
+                    buffer,
+                    out_config,
+                    lost,
+                    description,
+                ))
             })();
             match opened {
-                Ok((in_stream, out_stream, chunks, in_rate, buffer, out_rate)) => {
-                    let _ = ready_tx.send(Ok((chunks, in_rate, buffer, out_rate)));
+                Ok((
+                    in_stream,
+                    out_stream,
+                    chunks,
+                    in_config,
+                    buffer,
+                    out_config,
+                    lost,
+                    description,
+                )) => {
+                    let _ = ready_tx.send(Ok((
+                        chunks,
+                        in_config.sample_rate(),
+                        buffer,
+                        out_config.sample_rate(),
+                        lost,
+                        description,
+                    )));
                     // Keep the streams alive until the owner is dropped.
                     let _ = stop_rx.recv();
                     drop((in_stream, out_stream));
@@ -218,7 +274,7 @@ pub fn open(input: Option<&str>, output: Option<&str>) -> Result<LocalAudio, Loc
             named: String::new(),
             hint: format!("cannot start the audio thread: {e}"),
         })?;
-    let (chunks, in_rate, buffer, out_rate) =
+    let (chunks, in_rate, buffer, out_rate, lost, description) =
         ready_rx.recv().map_err(|_| LocalAudioError::NoDevice {
             direction: "input or output",
             named: String::new(),
@@ -233,105 +289,329 @@ pub fn open(input: Option<&str>, output: Option<&str>) -> Result<LocalAudio, Loc
             buffer,
             sample_rate: out_rate,
         },
+        lost,
+        description,
         stop: Some(stop_tx),
         thread: Some(thread),
     })
 }
 
-fn start_input(
-    device: &Device,
-    tx: mpsc::UnboundedSender<Vec<i16>>,
-) -> Result<(cpal::Stream, u32), LocalAudioError> {
-    let supported = device
-        .default_input_config()
-        .map_err(|e| open_error("input", device, e))?;
-    let config: StreamConfig = supported.config();
-    let channels = usize::from(config.channels.max(1));
-    let err = |e: cpal::Error| tracing::warn!(error = %e, "microphone stream error");
-    let stream = match supported.sample_format() {
-        SampleFormat::F32 => device.build_input_stream(
-            config,
-            move |data: &[f32], _: &_| {
-                let mono = data
-                    .chunks(channels)
-                    .map(|frame| (frame[0].clamp(-1.0, 1.0) * 32767.0) as i16)
-                    .collect();
-                let _ = tx.send(mono);
-            },
-            err,
-            None,
-        ),
-        SampleFormat::I16 => device.build_input_stream(
-            config,
-            move |data: &[i16], _: &_| {
-                let _ = tx.send(data.chunks(channels).map(|frame| frame[0]).collect());
-            },
-            err,
-            None,
-        ),
-        other => {
-            return Err(open_error(
-                "input",
-                device,
-                format!("sample format {other:?} (voxide takes f32 or i16)"),
-            ));
+fn describe(config: &SupportedStreamConfig) -> String {
+    format!(
+        "{} Hz, {} channel(s), {:?}",
+        config.sample_rate(),
+        config.channels(),
+        config.sample_format()
+    )
+}
+
+/// The rates worth asking a device for when its default does not work, best first.
+const FALLBACK_RATES: [u32; 5] = [48_000, 44_100, 32_000, 24_000, 16_000];
+
+/// The configurations to try, in order: the device's default, then what it lists, each at the
+/// best rate it allows, fewest channels and formats voxide converts best first.
+fn candidates(
+    default: Option<SupportedStreamConfig>,
+    mut listed: Vec<SupportedStreamConfigRange>,
+) -> Vec<SupportedStreamConfig> {
+    let format_rank = |f: SampleFormat| match f {
+        SampleFormat::F32 => 0,
+        SampleFormat::I16 => 1,
+        _ => 2,
+    };
+    listed.sort_by_key(|r| (r.channels(), format_rank(r.sample_format())));
+    let mut out: Vec<SupportedStreamConfig> = default.into_iter().collect();
+    for range in listed {
+        if !converts(range.sample_format()) {
+            continue;
+        }
+        let rate = FALLBACK_RATES
+            .iter()
+            .copied()
+            .find(|&r| range.min_sample_rate() <= r && r <= range.max_sample_rate())
+            .unwrap_or_else(|| range.max_sample_rate());
+        if let Some(config) = range.try_with_sample_rate(rate)
+            && !out.contains(&config)
+        {
+            out.push(config);
         }
     }
-    .map_err(|e| open_error("input", device, e))?;
-    stream.play().map_err(|e| open_error("input", device, e))?;
-    Ok((stream, config.sample_rate))
+    out
+}
+
+/// Whether voxide converts this sample format.
+fn converts(format: SampleFormat) -> bool {
+    matches!(
+        format,
+        SampleFormat::I8
+            | SampleFormat::I16
+            | SampleFormat::I32
+            | SampleFormat::U8
+            | SampleFormat::U16
+            | SampleFormat::U32
+            | SampleFormat::F32
+            | SampleFormat::F64
+    )
+}
+
+/// Tries each candidate configuration until a stream builds and plays.
+fn start_first<F>(
+    direction: &'static str,
+    device: &Device,
+    candidates: Vec<SupportedStreamConfig>,
+    mut build: F,
+) -> Result<(cpal::Stream, SupportedStreamConfig), LocalAudioError>
+where
+    F: FnMut(&SupportedStreamConfig) -> Result<cpal::Stream, String>,
+{
+    let mut refused = Vec::new();
+    for config in candidates {
+        let started = build(&config).and_then(|stream| {
+            stream.play().map_err(|e| e.to_string())?;
+            Ok(stream)
+        });
+        match started {
+            Ok(stream) => {
+                if !refused.is_empty() {
+                    tracing::info!(
+                        direction,
+                        device = %device,
+                        config = describe(&config),
+                        "the default configuration did not work; using this one"
+                    );
+                }
+                return Ok((stream, config));
+            }
+            Err(e) => refused.push(format!("{}: {e}", describe(&config))),
+        }
+    }
+    Err(LocalAudioError::Device {
+        direction,
+        device: device.to_string(),
+        reason: if refused.is_empty() {
+            "it offers no configuration voxide can use".into()
+        } else {
+            format!("no configuration worked ({})", refused.join("; "))
+        },
+    })
+}
+
+/// The error callback of one stream: a device that went away is reported once; other errors
+/// (some backends fail a timing query on every callback) are counted.
+fn on_error(
+    direction: &'static str,
+    device: &Device,
+    lost: mpsc::UnboundedSender<DeviceLost>,
+) -> impl FnMut(cpal::Error) + Send + 'static {
+    let name = device.to_string();
+    let kind = if direction == "input" {
+        "microphone_stream_error"
+    } else {
+        "speaker_stream_error"
+    };
+    let mut reported = false;
+    move |e: cpal::Error| {
+        if matches!(
+            e.kind(),
+            cpal::ErrorKind::DeviceNotAvailable | cpal::ErrorKind::HostUnavailable
+        ) {
+            if !reported {
+                reported = true;
+                let _ = lost.send(DeviceLost {
+                    direction,
+                    device: name.clone(),
+                    reason: e.to_string(),
+                });
+            }
+        } else {
+            crate::warnings::warn(
+                kind,
+                format_args!("{direction} stream error on {name:?}: {e}"),
+            );
+        }
+    }
+}
+
+fn start_input(
+    device: &Device,
+    tx: mpsc::Sender<Vec<i16>>,
+    lost: mpsc::UnboundedSender<DeviceLost>,
+) -> Result<(cpal::Stream, SupportedStreamConfig), LocalAudioError> {
+    let listed = device
+        .supported_input_configs()
+        .map(Iterator::collect)
+        .unwrap_or_default();
+    let candidates = candidates(device.default_input_config().ok(), listed);
+    start_first("input", device, candidates, |config| {
+        let format = config.sample_format();
+        let channels = usize::from(config.channels().max(1));
+        let (tx, err) = (tx.clone(), on_error("input", device, lost.clone()));
+        let stream_config = config.config();
+        macro_rules! build {
+            ($t:ty) => {
+                build_input::<$t>(device, stream_config, channels, tx, err)
+            };
+        }
+        match format {
+            SampleFormat::I8 => build!(i8),
+            SampleFormat::I16 => build!(i16),
+            SampleFormat::I32 => build!(i32),
+            SampleFormat::U8 => build!(u8),
+            SampleFormat::U16 => build!(u16),
+            SampleFormat::U32 => build!(u32),
+            SampleFormat::F32 => build!(f32),
+            SampleFormat::F64 => build!(f64),
+            other => Err(format!("sample format {other:?} is not supported")),
+        }
+    })
+}
+
+fn build_input<T>(
+    device: &Device,
+    config: StreamConfig,
+    channels: usize,
+    tx: mpsc::Sender<Vec<i16>>,
+    err: impl FnMut(cpal::Error) + Send + 'static,
+) -> Result<cpal::Stream, String>
+where
+    T: SizedSample,
+    f32: FromSample<T>,
+{
+    device
+        .build_input_stream(
+            config,
+            move |data: &[T], _: &_| {
+                let mono = data
+                    .chunks(channels)
+                    .map(|frame| {
+                        let sum: f32 = frame.iter().map(|s| s.to_sample::<f32>()).sum();
+                        to_i16(sum / frame.len() as f32)
+                    })
+                    .collect();
+                if tx.try_send(mono).is_err() {
+                    crate::warnings::warn(
+                        "microphone_queue_full",
+                        "the session fell behind the microphone; a chunk was dropped",
+                    );
+                }
+            },
+            err,
+            None,
+        )
+        .map_err(|e| e.to_string())
+}
+
+fn to_i16(v: f32) -> i16 {
+    (v.clamp(-1.0, 1.0) * 32_767.0) as i16
 }
 
 fn start_output(
     device: &Device,
     buffer: Arc<Mutex<VecDeque<i16>>>,
-) -> Result<(cpal::Stream, u32), LocalAudioError> {
-    let supported = device
-        .default_output_config()
-        .map_err(|e| open_error("output", device, e))?;
-    let config: StreamConfig = supported.config();
-    let channels = usize::from(config.channels.max(1));
-    let err = |e: cpal::Error| tracing::warn!(error = %e, "speaker stream error");
-    // The callback never waits: whatever the bot has not said yet plays as silence.
-    let next = move |frames: usize| -> Vec<i16> {
-        let mut buffer = buffer.lock().unwrap_or_else(|p| p.into_inner());
-        let take = frames.min(buffer.len());
-        let mut out: Vec<i16> = buffer.drain(..take).collect();
-        out.resize(frames, 0);
-        out
-    };
-    let stream = match supported.sample_format() {
-        SampleFormat::F32 => device.build_output_stream(
-            config,
-            move |data: &mut [f32], _: &_| {
-                let samples = next(data.len() / channels);
-                for (frame, s) in data.chunks_mut(channels).zip(samples) {
-                    frame.fill(f32::from(s) / 32768.0);
-                }
-            },
-            err,
-            None,
-        ),
-        SampleFormat::I16 => device.build_output_stream(
-            config,
-            move |data: &mut [i16], _: &_| {
-                let samples = next(data.len() / channels);
-                for (frame, s) in data.chunks_mut(channels).zip(samples) {
-                    frame.fill(s);
-                }
-            },
-            err,
-            None,
-        ),
-        other => {
-            return Err(open_error(
-                "output",
-                device,
-                format!("sample format {other:?} (voxide plays f32 or i16)"),
-            ));
+    lost: mpsc::UnboundedSender<DeviceLost>,
+) -> Result<(cpal::Stream, SupportedStreamConfig), LocalAudioError> {
+    let listed = device
+        .supported_output_configs()
+        .map(Iterator::collect)
+        .unwrap_or_default();
+    let candidates = candidates(device.default_output_config().ok(), listed);
+    start_first("output", device, candidates, |config| {
+        let format = config.sample_format();
+        let channels = usize::from(config.channels().max(1));
+        let (buffer, err) = (buffer.clone(), on_error("output", device, lost.clone()));
+        let stream_config = config.config();
+        macro_rules! build {
+            ($t:ty) => {
+                build_output::<$t>(device, stream_config, channels, buffer, err)
+            };
         }
+        match format {
+            SampleFormat::I8 => build!(i8),
+            SampleFormat::I16 => build!(i16),
+            SampleFormat::I32 => build!(i32),
+            SampleFormat::U8 => build!(u8),
+            SampleFormat::U16 => build!(u16),
+            SampleFormat::U32 => build!(u32),
+            SampleFormat::F32 => build!(f32),
+            SampleFormat::F64 => build!(f64),
+            other => Err(format!("sample format {other:?} is not supported")),
+        }
+    })
+}
+
+fn build_output<T>(
+    device: &Device,
+    config: StreamConfig,
+    channels: usize,
+    buffer: Arc<Mutex<VecDeque<i16>>>,
+    err: impl FnMut(cpal::Error) + Send + 'static,
+) -> Result<cpal::Stream, String>
+where
+    T: SizedSample + FromSample<f32>,
+{
+    device
+        .build_output_stream(
+            config,
+            // The callback never waits: whatever the bot has not said yet plays as silence.
+            move |data: &mut [T], _: &_| {
+                let mut buffer = buffer.lock().unwrap_or_else(|p| p.into_inner());
+                for frame in data.chunks_mut(channels) {
+                    let s = buffer.pop_front().unwrap_or(0);
+                    frame.fill(T::from_sample(f32::from(s) / 32_768.0));
+                }
+            },
+            err,
+            None,
+        )
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cpal::{Sample, SupportedBufferSize};
+
+    fn range(
+        channels: u16,
+        min: u32,
+        max: u32,
+        format: SampleFormat,
+    ) -> SupportedStreamConfigRange {
+        SupportedStreamConfigRange::new(channels, min, max, SupportedBufferSize::Unknown, format)
     }
-    .map_err(|e| open_error("output", device, e))?;
-    stream.play().map_err(|e| open_error("output", device, e))?;
-    Ok((stream, config.sample_rate))
+
+    #[test]
+    fn the_default_configuration_is_tried_first_then_what_the_device_lists() {
+        let default = range(2, 44_100, 44_100, SampleFormat::I16).with_sample_rate(44_100);
+        let listed = vec![
+            range(2, 8_000, 192_000, SampleFormat::I32),
+            range(1, 8_000, 192_000, SampleFormat::F32),
+            range(2, 44_100, 44_100, SampleFormat::I16),
+        ];
+        let tried = candidates(Some(default), listed);
+        assert_eq!(tried[0], default);
+        // Mono first, at the best rate each range allows; the default is not tried twice.
+        assert_eq!(tried[1].channels(), 1);
+        assert_eq!(tried[1].sample_rate(), 48_000);
+        assert_eq!(tried[1].sample_format(), SampleFormat::F32);
+        assert_eq!(tried[2].sample_format(), SampleFormat::I32);
+        assert_eq!(tried.len(), 3);
+    }
+
+    #[test]
+    fn a_device_without_a_default_is_tried_at_what_it_lists_odd_rates_included() {
+        let tried = candidates(None, vec![range(1, 8_000, 8_000, SampleFormat::U8)]);
+        assert_eq!(tried.len(), 1);
+        assert_eq!(tried[0].sample_rate(), 8_000);
+        assert!(candidates(None, Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn samples_convert_from_any_format_to_voxides() {
+        assert_eq!(to_i16(1.5), 32_767);
+        assert_eq!(to_i16(-1.0), -32_767);
+        assert_eq!(to_i16(0u8.to_sample::<f32>()), -32_767);
+        assert_eq!(to_i16(i32::MAX.to_sample::<f32>()), 32_767);
+        assert_eq!(u16::from_sample(0.0f32), 32_768);
+    }
 }

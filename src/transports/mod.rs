@@ -7,6 +7,7 @@ pub mod file;
 pub mod local;
 pub mod output;
 pub mod rtvi;
+pub mod signalling;
 pub mod webrtc;
 pub mod websocket;
 

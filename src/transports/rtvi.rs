@@ -131,6 +131,8 @@ impl Rtvi {
     /// The RTVI messages for a session event, if the protocol has any.
     pub fn render(&mut self, event: &Event) -> Vec<String> {
         let (kind, data) = match event {
+            Event::UserMuteStarted => ("user-mute-started", Value::Null),
+            Event::UserMuteStopped => ("user-mute-stopped", Value::Null),
             Event::UserStartedSpeaking => ("user-started-speaking", Value::Null),
             Event::UserStoppedSpeaking => ("user-stopped-speaking", Value::Null),
             Event::BotStartedSpeaking => ("bot-started-speaking", Value::Null),

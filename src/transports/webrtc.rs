@@ -81,16 +81,42 @@ pub enum PeerEvent {
     Closed,
 }
 
+/// What the data channel's writer is asked to do, in order.
+enum Outgoing {
+    /// Send a text message.
+    Text(String),
+    /// Answer once everything before has reached the client (or could not).
+    Flush(oneshot::Sender<()>),
+}
+
+/// How long a farewell waits for the data channel to deliver what was sent.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
+
 /// One live peer connection.
 pub struct Peer {
     connection: Arc<dyn PeerConnection>,
     /// Set on close, so the pacer stops taking the bot's voice from a shared sink.
     closed: Arc<AtomicBool>,
-    /// Data-channel messages to send (RTVI).
-    pub outgoing: mpsc::UnboundedSender<String>,
+    /// Data-channel messages to send, in order (queued until the client opens the channel).
+    outgoing: mpsc::UnboundedSender<Outgoing>,
 }
 
 impl Peer {
+    /// Queues a data-channel text message (RTVI or signalling).
+    pub fn send(&self, text: String) {
+        let _ = self.outgoing.send(Outgoing::Text(text));
+    }
+
+    /// Sends `text` and waits, at most a second, until the client has received everything sent
+    /// so far: the last word before [`close`](Self::close).
+    pub async fn send_last(&self, text: String) {
+        let (done, flushed) = oneshot::channel();
+        let _ = self.outgoing.send(Outgoing::Text(text));
+        if self.outgoing.send(Outgoing::Flush(done)).is_ok() {
+            let _ = tokio::time::timeout(FLUSH_TIMEOUT, flushed).await;
+        }
+    }
+
     /// Applies a renegotiation offer; returns the answer's SDP.
     pub async fn renegotiate(&self, offer_sdp: String) -> Result<String, WebRtcError> {
         answer(self.connection.as_ref(), offer_sdp).await
@@ -134,7 +160,10 @@ impl TrackSink {
 impl AudioSink for TrackSink {
     fn write(&mut self, samples: &[i16], sample_rate: u32) {
         if sample_rate != OPUS_RATE {
-            tracing::warn!(sample_rate, "bot audio not at 48 kHz; dropped");
+            crate::warnings::warn(
+                "webrtc_output_rate",
+                format_args!("bot audio at {sample_rate} Hz, not 48 kHz; dropped"),
+            );
             return;
         }
         self.queue
@@ -151,7 +180,7 @@ impl AudioSink for TrackSink {
 struct Handler {
     events: mpsc::UnboundedSender<PeerEvent>,
     gathered: Mutex<Option<oneshot::Sender<()>>>,
-    channel: Arc<Mutex<Option<mpsc::UnboundedReceiver<String>>>>,
+    channel: Arc<Mutex<Option<mpsc::UnboundedReceiver<Outgoing>>>>,
 }
 
 #[async_trait::async_trait]
@@ -224,9 +253,22 @@ impl PeerConnectionEventHandler for Handler {
         let events = self.events.clone();
         let sender = channel.clone();
         tokio::spawn(async move {
-            while let Some(text) = outgoing.recv().await {
-                if sender.send_text(&text).await.is_err() {
-                    break;
+            while let Some(next) = outgoing.recv().await {
+                match next {
+                    Outgoing::Text(text) => {
+                        // One message the channel refused (it is closing) is not the end of
+                        // the ones after it: a restarted connection has a channel of its own.
+                        if let Err(e) = sender.send_text(&text).await {
+                            tracing::debug!(error = %e, "data-channel message not sent");
+                        }
+                    }
+                    Outgoing::Flush(done) => {
+                        // Until SCTP has every byte acknowledged, or the channel is gone.
+                        while matches!(sender.outstanding_bytes().await, Ok(n) if n > 0) {
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                        let _ = done.send(());
+                    }
                 }
             }
         });

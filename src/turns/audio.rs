@@ -46,7 +46,10 @@ impl TurnAudio {
             match StreamResampler::new(audio.sample_rate, MODEL_RATE) {
                 Ok(r) => self.resampler = Some((audio.sample_rate, r)),
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot resample the input for the turn model");
+                    crate::warnings::warn(
+                        "turn_input_resample",
+                        format_args!("cannot resample the input for the turn model: {e}"),
+                    );
                     return;
                 }
             }

@@ -318,7 +318,10 @@ impl<P: RealtimeProtocol> RealtimeService<P> {
             match StreamResampler::new(audio.sample_rate, self.input_rate) {
                 Ok(r) => self.resampler = Some((audio.sample_rate, r)),
                 Err(e) => {
-                    tracing::warn!(error = %e, "cannot resample the input for the realtime LLM");
+                    crate::warnings::warn(
+                        "realtime_input_resample",
+                        format_args!("cannot resample the input for the realtime LLM: {e}"),
+                    );
                     return None;
                 }
             }
@@ -556,7 +559,10 @@ impl<P: RealtimeProtocol> Link<P> {
                         }
                     }
                 }
-                Err(e) => tracing::warn!(error = %e, "unreadable realtime event ignored"),
+                Err(e) => crate::warnings::warn(
+                    "realtime_unreadable_event",
+                    format_args!("unreadable realtime event ignored: {e}"),
+                ),
             }
         }
     }
@@ -704,7 +710,10 @@ impl<P: RealtimeProtocol> Link<P> {
         let events = match self.protocol.parse(text) {
             Ok(events) => events,
             Err(e) => {
-                tracing::warn!(error = %e, "unreadable realtime event ignored");
+                crate::warnings::warn(
+                    "realtime_unreadable_event",
+                    format_args!("unreadable realtime event ignored: {e}"),
+                );
                 return Ok(());
             }
         };
@@ -965,7 +974,10 @@ fn text_of(
         Some(Ok(tungstenite::Message::Binary(bytes))) => match String::from_utf8(bytes.to_vec()) {
             Ok(text) => Ok(Some(text)),
             Err(_) => {
-                tracing::warn!("a binary realtime message that is not UTF-8 was ignored");
+                crate::warnings::warn(
+                    "realtime_binary_not_utf8",
+                    "a binary realtime message that is not UTF-8 was ignored",
+                );
                 Ok(None)
             }
         },
