@@ -7,12 +7,13 @@ cd "$(dirname "$0")/.."
 # libasound2-dev: cpal (the local microphone and speaker) links ALSA; cmake builds the bundled
 # libopus (WebRTC audio).
 APT_PACKAGES=(pkg-config python3 python3-pip libespeak-ng-dev libasound2-dev cmake)
-# --test: what only the tests need: headless Chromium for the browser end-to-end tests, and
-# Node.js to bundle pipecat's official JS client for them.
+# --test: what only the tests need: headless Chromium for the browser end-to-end tests, Node.js
+# to bundle pipecat's official JS client for them, and PulseAudio (the daemon, pacat/parecord,
+# ALSA's pulse plugin) for `voxide local` on a virtual sound server (tests/local.rs).
 TEST=0
 if [ "${1:-}" = "--test" ]; then
   TEST=1
-  APT_PACKAGES+=(chromium)
+  APT_PACKAGES+=(chromium pulseaudio pulseaudio-utils libasound2-plugins)
   command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(nodejs npm)
 fi
 

@@ -9,18 +9,28 @@
 
 use std::collections::VecDeque;
 
+use aec3::api::EchoCanceller3Config;
 use aec3::voip::VoipAec3;
 
 use super::echo::EchoReference;
 use super::resample::StreamResampler;
 use super::wav::to_f32;
-use crate::frames::{AudioFrame, Frame, FrameBody, SystemFrame};
+use crate::frames::{AudioFrame, Frame, FrameBody, MetricsData, SystemFrame};
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
 
 /// The input rates the canceller runs at.
 const RATES: std::ops::RangeInclusive<u32> = 16_000..=48_000;
 /// Played audio ahead of the input beyond this is dropped (the output ran ahead in a burst).
 const MAX_RENDER_SECS: usize = 1;
+/// Seconds of the bot's voice AEC3 listens to before it trusts its echo estimate.
+const INITIAL_STATE_SECS: f32 = 0.4;
+/// Seconds of input with the bot's voice in the reference behind each [`MetricsData::EchoCancellation`].
+const REPORT_SECS: f64 = 1.0;
+/// A reference frame quieter than this (RMS, full scale 1) counts as the bot being quiet.
+const AUDIBLE_REFERENCE: f32 = 1e-3;
+/// How long (10 ms frames) the input counts as carrying the bot's echo after an audible played
+/// frame: the speaker-to-microphone delay and the room's tail.
+const ECHO_TAIL_FRAMES: u32 = 30;
 
 /// Removes the bot's echo from mono input audio. Place it first, before the VAD.
 ///
@@ -43,6 +53,12 @@ impl EchoCanceller {
     }
 }
 
+/// What the canceller's thread hands back.
+enum Cancelled {
+    Audio(AudioFrame),
+    Report(MetricsData),
+}
+
 /// The canceller's side of the thread: input in, input with the echo taken out.
 struct CancelState {
     reference: EchoReference,
@@ -58,6 +74,25 @@ impl CancelState {
             state: None,
             warned: false,
         }
+    }
+
+    /// A report of the last [`REPORT_SECS`] the bot was audible, once there are that many.
+    fn report(&mut self, processor: &str) -> Option<MetricsData> {
+        let state = self.state.as_mut()?;
+        let levels = &mut state.levels;
+        if levels.frames as f64 * 0.01 < REPORT_SECS {
+            return None;
+        }
+        let db = |energy: f64| 10.0 * (energy / levels.frames as f64 + 1e-12).log10();
+        let report = MetricsData::EchoCancellation {
+            processor: processor.to_owned(),
+            seconds: levels.frames as f64 * 0.01,
+            input_db: db(levels.input),
+            output_db: db(levels.output),
+            delay_ms: state.aec.metrics().delay_ms,
+        };
+        *levels = Levels::default();
+        Some(report)
     }
 
     fn warn_once(&mut self, why: &str) {
@@ -93,7 +128,7 @@ impl CancelState {
         if let Some((rate, played)) = self.reference.take_samples() {
             state.add_render(rate, &played);
         }
-        Some(state.process(&audio.samples))
+        Some(state.process(&audio.samples, self.reference.is_device_clocked()))
     }
 }
 
@@ -121,7 +156,7 @@ pub fn cancel_recording(rate: u32, played: &[i16], captured: &[i16]) -> Result<V
         let start = (k * chunk).min(played.len());
         let end = (start + capture.len()).min(played.len());
         canceller.add_render(rate, &played[start..end]);
-        out.extend(canceller.process(capture));
+        out.extend(canceller.process(capture, false));
     }
     Ok(out)
 }
@@ -143,6 +178,18 @@ pub(crate) fn simulated_room(played: &[i16], rate: u32) -> Vec<f32> {
     heard
 }
 
+/// Mean-square levels over the 10 ms frames the bot was audible in.
+#[derive(Debug, Default, Clone, Copy)]
+struct Levels {
+    frames: u64,
+    input: f64,
+    output: f64,
+}
+
+fn mean_square(samples: &[f32]) -> f64 {
+    samples.iter().map(|&v| f64::from(v).powi(2)).sum::<f64>() / samples.len().max(1) as f64
+}
+
 /// The canceller at one input rate.
 struct Canceller {
     rate: u32,
@@ -156,11 +203,20 @@ struct Canceller {
     resampler: Option<(u32, StreamResampler)>,
     out: Vec<f32>,
     render_frame: Vec<f32>,
+    levels: Levels,
+    /// Input frames still to count as the bot's echo since the last audible played frame.
+    audible_frames: u32,
 }
 
 impl Canceller {
     fn new(rate: u32) -> Result<Self, String> {
+        let mut config = EchoCanceller3Config::default();
+        // AEC3 suppresses conservatively until it has heard this much of the far end (2.5 s by
+        // default): a user who talks over the bot's first sentence would be taken for its echo.
+        // The linear filter finds a speaker-to-microphone path within a few hundred ms.
+        config.filter.initial_state_seconds = INITIAL_STATE_SECS;
         let aec = VoipAec3::builder(rate as usize, 1, 1)
+            .with_config(config)
             .enable_high_pass(true)
             .build()
             .map_err(|e| format!("{e:?}"))?;
@@ -174,6 +230,8 @@ impl Canceller {
             resampler: None,
             out: vec![0.0; frame],
             render_frame: vec![0.0; frame],
+            levels: Levels::default(),
+            audible_frames: 0,
         })
     }
 
@@ -211,20 +269,45 @@ impl Canceller {
 
     /// Cancels the echo in `samples`; returns the processed samples (whole 10 ms frames, so the
     /// length may differ from the input's by up to one frame).
-    fn process(&mut self, samples: &[i16]) -> Vec<i16> {
+    ///
+    /// A device-clocked reference (`continuous`) is one unbroken stream, silence included: all
+    /// of it goes to AEC3 as it arrives, and AEC3's render buffer absorbs the jitter between the
+    /// speaker's and the microphone's callbacks. A reference recorded as the output wrote it has
+    /// gaps while the bot is quiet: one 10 ms of it per 10 ms of input keeps the two in step,
+    /// with silence in the gaps.
+    fn process(&mut self, samples: &[i16], continuous: bool) -> Vec<i16> {
         self.capture.extend(to_f32(samples));
         let frames = self.capture.len() / self.frame;
         let mut out = Vec::with_capacity(frames * self.frame);
+        if continuous {
+            while self.render.len() >= self.frame {
+                self.next_render_frame();
+                if let Err(e) = self.aec.handle_render_frame(&self.render_frame) {
+                    crate::warnings::warn(
+                        "echo_canceller_frame",
+                        format_args!("echo canceller refused a played frame ({e:?})"),
+                    );
+                }
+            }
+        }
         for k in 0..frames {
-            // One 10 ms of played audio per 10 ms of input keeps the two in step; silence when
-            // the bot is quiet.
-            for slot in &mut self.render_frame {
-                *slot = self.render.pop_front().unwrap_or(0.0);
+            if !continuous {
+                self.next_render_frame();
             }
             let capture = &self.capture[k * self.frame..(k + 1) * self.frame];
-            let processed =
+            let processed = if continuous {
                 self.aec
-                    .process(capture, Some(&self.render_frame), false, &mut self.out);
+                    .process_capture_frame(capture, false, &mut self.out)
+            } else {
+                self.aec
+                    .process(capture, Some(&self.render_frame), false, &mut self.out)
+            };
+            if self.audible_frames > 0 {
+                self.audible_frames -= 1;
+                self.levels.frames += 1;
+                self.levels.input += mean_square(capture);
+                self.levels.output += mean_square(&self.out);
+            }
             match processed {
                 Ok(_) => out.extend(self.out.iter().map(|&v| to_i16(v))),
                 Err(e) => {
@@ -238,6 +321,17 @@ impl Canceller {
         }
         self.capture.drain(..frames * self.frame);
         out
+    }
+
+    /// Moves the next 10 ms of played audio into `render_frame` (silence where there is none)
+    /// and notes whether the bot was audible in it.
+    fn next_render_frame(&mut self) {
+        for slot in &mut self.render_frame {
+            *slot = self.render.pop_front().unwrap_or(0.0);
+        }
+        if mean_square(&self.render_frame).sqrt() > f64::from(AUDIBLE_REFERENCE) {
+            self.audible_frames = ECHO_TAIL_FRAMES;
+        }
     }
 }
 
@@ -261,6 +355,8 @@ impl FrameProcessor for EchoCanceller {
                 let (input, inputs) = std::sync::mpsc::channel::<AudioFrame>();
                 let (output, mut outputs) = tokio::sync::mpsc::unbounded_channel();
                 let reference = self.reference.clone();
+                let pusher = cx.pusher();
+                let name = pusher.name().to_owned();
                 std::thread::Builder::new()
                     .name("voxide-aec".into())
                     .spawn(move || {
@@ -271,20 +367,24 @@ impl FrameProcessor for EchoCanceller {
                                 Some(samples) => AudioFrame::new(samples, audio.sample_rate, 1),
                                 None => audio,
                             };
-                            if output.send(clean).is_err() {
+                            if output.send(Cancelled::Audio(clean)).is_err() {
                                 break;
+                            }
+                            if let Some(report) = state.report(&name) {
+                                tracing::debug!(?report, "echo canceller");
+                                let _ = output.send(Cancelled::Report(report));
                             }
                         }
                     })
                     .map_err(|e| ProcessorError::fatal(format!("echo canceller thread: {e}")))?;
                 self.input = Some(input);
-                let pusher = cx.pusher();
                 cx.spawn(async move {
-                    while let Some(audio) = outputs.recv().await {
-                        if audio.samples.is_empty() {
-                            continue;
-                        }
-                        let frame = SystemFrame::InputAudio(audio).into();
+                    while let Some(next) = outputs.recv().await {
+                        let frame = match next {
+                            Cancelled::Audio(audio) if audio.samples.is_empty() => continue,
+                            Cancelled::Audio(audio) => SystemFrame::InputAudio(audio).into(),
+                            Cancelled::Report(report) => SystemFrame::Metrics(vec![report]).into(),
+                        };
                         if pusher.push(frame, Direction::Downstream).await.is_err() {
                             break;
                         }

@@ -46,6 +46,9 @@ struct Played {
     blocks: VecDeque<(Instant, f32)>,
     /// The samples themselves, kept only once a canceller reads them.
     samples: Option<PlayedSamples>,
+    /// Recorded by the device's own clock, silence included (a speaker's callback), rather
+    /// than as the output wrote it.
+    device_clocked: bool,
 }
 
 /// Played samples not yet read by the canceller.
@@ -94,6 +97,17 @@ impl EchoReference {
         }
     }
 
+    /// From now on, what is recorded comes from the device as it plays, silence included: the
+    /// canceller can then take it as one unbroken stream.
+    pub fn set_device_clocked(&self) {
+        self.played_state().device_clocked = true;
+    }
+
+    /// Whether the device records what it plays (see [`set_device_clocked`](Self::set_device_clocked)).
+    pub fn is_device_clocked(&self) -> bool {
+        self.played_state().device_clocked
+    }
+
     /// The loudest chunk played within `tail` before now.
     pub fn loudest_within(&self, tail: Duration) -> f32 {
         let now = Instant::now();
@@ -120,12 +134,16 @@ impl EchoReference {
         }
     }
 
-    /// A sink that records what it plays here before handing it to `sink`.
-    pub fn tap<S: AudioSink>(&self, sink: S) -> EchoTap<S> {
-        EchoTap {
-            sink,
-            reference: Some(self.clone()),
-        }
+    /// A sink that records what it plays here: the device itself where the sink can record
+    /// its playback ([`AudioSink::record_playback`]), else each chunk as it is written.
+    pub fn tap<S: AudioSink>(&self, mut sink: S) -> EchoTap<S> {
+        let reference = if sink.record_playback(self) {
+            self.set_device_clocked();
+            None
+        } else {
+            Some(self.clone())
+        };
+        EchoTap { sink, reference }
     }
 }
 

@@ -43,6 +43,21 @@ pub enum MetricsData {
         /// Seconds.
         seconds: f64,
     },
+    /// What the echo canceller did while the bot played: the input's level before and after
+    /// it (dBFS, over the frames with the bot's voice in the reference), so `input_db -
+    /// output_db` is the echo's suppression where nobody talked over the bot.
+    EchoCancellation {
+        /// The processor that measured it.
+        processor: String,
+        /// Seconds of input measured.
+        seconds: f64,
+        /// The microphone's level.
+        input_db: f64,
+        /// The level after cancellation.
+        output_db: f64,
+        /// The speaker-to-microphone delay the canceller found, in ms.
+        delay_ms: i32,
+    },
 }
 
 /// Token counts of one LLM call (or a sum of several).

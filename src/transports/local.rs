@@ -20,6 +20,7 @@ use cpal::{
 use tokio::sync::mpsc;
 
 use super::output::AudioSink;
+use crate::audio::echo::EchoReference;
 
 /// Why the audio devices could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -114,6 +115,8 @@ pub struct DeviceLost {
 pub struct SpeakerSink {
     buffer: Arc<Mutex<VecDeque<i16>>>,
     sample_rate: u32,
+    /// Where the speaker's callback records what it plays, for the echo canceller.
+    played: Arc<Mutex<Option<EchoReference>>>,
 }
 
 impl SpeakerSink {
@@ -146,6 +149,11 @@ impl AudioSink for SpeakerSink {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
+    }
+
+    fn record_playback(&mut self, reference: &EchoReference) -> bool {
+        *self.played.lock().unwrap_or_else(|p| p.into_inner()) = Some(reference.clone());
+        true
     }
 }
 
@@ -221,7 +229,9 @@ pub fn open(input: Option<&str>, output: Option<&str>) -> Result<LocalAudio, Loc
                 let (chunks_tx, chunks) = mpsc::channel(MICROPHONE_QUEUE);
                 let (in_stream, in_config) = start_input(&mic, chunks_tx, lost_tx.clone())?;
                 let buffer = Arc::new(Mutex::new(VecDeque::new()));
-                let (out_stream, out_config) = start_output(&speaker, buffer.clone(), lost_tx)?;
+                let played = Arc::new(Mutex::new(None));
+                let (out_stream, out_config) =
+                    start_output(&speaker, buffer.clone(), played.clone(), lost_tx)?;
                 let description = format!(
                     "{} host; microphone {:?} at {}; speaker {:?} at {}",
                     host.id().name(),
@@ -230,36 +240,27 @@ pub fn open(input: Option<&str>, output: Option<&str>) -> Result<LocalAudio, Loc
                     speaker.to_string(),
                     describe(&out_config),
                 );
+                let speaker = SpeakerSink {
+                    buffer,
+                    sample_rate: out_config.sample_rate(),
+                    played,
+                };
+                let microphone = Microphone {
+                    chunks,
+                    sample_rate: in_config.sample_rate(),
+                };
                 Ok((
                     in_stream,
                     out_stream,
-                    chunks,
-                    in_config,
-                    buffer,
-                    out_config,
+                    microphone,
+                    speaker,
                     lost,
                     description,
                 ))
             })();
             match opened {
-                Ok((
-                    in_stream,
-                    out_stream,
-                    chunks,
-                    in_config,
-                    buffer,
-                    out_config,
-                    lost,
-                    description,
-                )) => {
-                    let _ = ready_tx.send(Ok((
-                        chunks,
-                        in_config.sample_rate(),
-                        buffer,
-                        out_config.sample_rate(),
-                        lost,
-                        description,
-                    )));
+                Ok((in_stream, out_stream, microphone, speaker, lost, description)) => {
+                    let _ = ready_tx.send(Ok((microphone, speaker, lost, description)));
                     // Keep the streams alive until the owner is dropped.
                     let _ = stop_rx.recv();
                     drop((in_stream, out_stream));
@@ -274,21 +275,15 @@ pub fn open(input: Option<&str>, output: Option<&str>) -> Result<LocalAudio, Loc
             named: String::new(),
             hint: format!("cannot start the audio thread: {e}"),
         })?;
-    let (chunks, in_rate, buffer, out_rate, lost, description) =
+    let (microphone, speaker, lost, description) =
         ready_rx.recv().map_err(|_| LocalAudioError::NoDevice {
             direction: "input or output",
             named: String::new(),
             hint: "the audio thread stopped".into(),
         })??;
     Ok(LocalAudio {
-        microphone: Microphone {
-            chunks,
-            sample_rate: in_rate,
-        },
-        speaker: SpeakerSink {
-            buffer,
-            sample_rate: out_rate,
-        },
+        microphone,
+        speaker,
         lost,
         description,
         stop: Some(stop_tx),
@@ -508,6 +503,7 @@ fn to_i16(v: f32) -> i16 {
 fn start_output(
     device: &Device,
     buffer: Arc<Mutex<VecDeque<i16>>>,
+    played: Arc<Mutex<Option<EchoReference>>>,
     lost: mpsc::UnboundedSender<DeviceLost>,
 ) -> Result<(cpal::Stream, SupportedStreamConfig), LocalAudioError> {
     let listed = device
@@ -518,11 +514,17 @@ fn start_output(
     start_first("output", device, candidates, |config| {
         let format = config.sample_format();
         let channels = usize::from(config.channels().max(1));
-        let (buffer, err) = (buffer.clone(), on_error("output", device, lost.clone()));
+        let err = on_error("output", device, lost.clone());
+        let playback = Playback {
+            buffer: buffer.clone(),
+            reference: played.clone(),
+            rate: config.sample_rate(),
+            frame: Vec::new(),
+        };
         let stream_config = config.config();
         macro_rules! build {
             ($t:ty) => {
-                build_output::<$t>(device, stream_config, channels, buffer, err)
+                build_output::<$t>(device, stream_config, channels, playback, err)
             };
         }
         match format {
@@ -539,11 +541,38 @@ fn start_output(
     })
 }
 
+/// The speaker callback's side: the bot's queued voice in, what was played recorded.
+struct Playback {
+    buffer: Arc<Mutex<VecDeque<i16>>>,
+    reference: Arc<Mutex<Option<EchoReference>>>,
+    rate: u32,
+    /// The samples of one callback, reused.
+    frame: Vec<i16>,
+}
+
+impl Playback {
+    /// The next `frames` samples to play; whatever the bot has not said yet plays as silence.
+    /// The callback never waits on the session.
+    fn next(&mut self, frames: usize) -> &[i16] {
+        self.frame.clear();
+        {
+            let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
+            let take = frames.min(buffer.len());
+            self.frame.extend(buffer.drain(..take));
+        }
+        self.frame.resize(frames, 0);
+        if let Some(reference) = &*self.reference.lock().unwrap_or_else(|p| p.into_inner()) {
+            reference.played(&self.frame, self.rate);
+        }
+        &self.frame
+    }
+}
+
 fn build_output<T>(
     device: &Device,
     config: StreamConfig,
     channels: usize,
-    buffer: Arc<Mutex<VecDeque<i16>>>,
+    mut playback: Playback,
     err: impl FnMut(cpal::Error) + Send + 'static,
 ) -> Result<cpal::Stream, String>
 where
@@ -552,11 +581,9 @@ where
     device
         .build_output_stream(
             config,
-            // The callback never waits: whatever the bot has not said yet plays as silence.
             move |data: &mut [T], _: &_| {
-                let mut buffer = buffer.lock().unwrap_or_else(|p| p.into_inner());
-                for frame in data.chunks_mut(channels) {
-                    let s = buffer.pop_front().unwrap_or(0);
+                let samples = playback.next(data.len() / channels);
+                for (frame, &s) in data.chunks_mut(channels).zip(samples) {
                     frame.fill(T::from_sample(f32::from(s) / 32_768.0));
                 }
             },

@@ -25,6 +25,14 @@ pub trait AudioSink: Send + 'static {
 
     /// Drops audio handed over but not yet heard (an interruption); most sinks hold none.
     fn clear(&mut self) {}
+
+    /// Asks the sink to record into `reference` what its device plays, when it plays it,
+    /// silence included: the truest echo reference there is. A sink that cannot returns false,
+    /// and what is written to it is recorded instead.
+    fn record_playback(&mut self, reference: &crate::audio::echo::EchoReference) -> bool {
+        let _ = reference;
+        false
+    }
 }
 
 /// How playback keeps time.

@@ -1,0 +1,475 @@
+//! `voxide local` end to end on a real sound server: PulseAudio as a user daemon the test starts,
+//! with two null sinks, `spk` (the speaker) and `micmix` (what the microphone hears, its monitor
+//! the default source), and a loopback carrying `spk.monitor` into `micmix` at full level: the
+//! loudspeaker's echo. voxide reaches it the way it reaches any desktop, through ALSA's default
+//! device and the pulse plugin.
+//!
+//! 1. A question played into `micmix` is transcribed and answered; the answer is recorded from
+//!    `spk.monitor`, and with `--echo cancel` the bot's own echo interrupts nothing.
+//! 2. With `--echo off` the same echo does interrupt the bot: the test can fail.
+//! 3. The user talking over the bot, through the same echo, still interrupts it.
+//!
+//! Needs `pulseaudio`, `pulseaudio-utils` and `libasound2-plugins` (`scripts/setup.sh --test`
+//! installs them) and the models.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use voxide::audio::wav::{self, Wav};
+
+const HELLO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+
+/// A private PulseAudio daemon; dropping it stops it and removes its files.
+struct SoundServer {
+    daemon: Child,
+    dir: PathBuf,
+}
+
+impl SoundServer {
+    fn start(name: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("voxide-pulse-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        for sub in ["run", "home"] {
+            std::fs::create_dir_all(dir.join(sub)).expect("temp dir");
+        }
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir.join("run"), std::fs::Permissions::from_mode(0o700))
+            .expect("runtime dir");
+        let log = std::fs::File::create(dir.join("pulseaudio.log")).expect("log");
+        let mut command = Command::new("pulseaudio");
+        command
+            .args([
+                "-n",
+                "--daemonize=no",
+                "--exit-idle-time=-1",
+                "--log-target=stderr",
+                "-L",
+                "module-native-protocol-unix",
+                "-L",
+                "module-null-sink sink_name=spk rate=48000",
+                "-L",
+                "module-null-sink sink_name=micmix rate=48000",
+                "-L",
+                "module-loopback source=spk.monitor sink=micmix latency_msec=20",
+            ])
+            .stdout(Stdio::null())
+            .stderr(log);
+        let mut server = Self {
+            daemon: Self::env_of(&dir, &mut command)
+                .spawn()
+                .unwrap_or_else(|e| {
+                    panic!("cannot start pulseaudio ({e}); `scripts/setup.sh --test` installs it")
+                }),
+            dir,
+        };
+        let started = Instant::now();
+        while !server.pactl(&["info"]) {
+            if let Ok(Some(status)) = server.daemon.try_wait() {
+                let log = std::fs::read_to_string(server.dir.join("pulseaudio.log"));
+                panic!("pulseaudio exited ({status}): {log:?}");
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "pulseaudio never answered"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert!(server.pactl(&["set-default-sink", "spk"]));
+        assert!(server.pactl(&["set-default-source", "micmix.monitor"]));
+        server
+    }
+
+    fn env_of<'a>(dir: &Path, command: &'a mut Command) -> &'a mut Command {
+        command
+            .env("XDG_RUNTIME_DIR", dir.join("run"))
+            .env("HOME", dir.join("home"))
+            .env_remove("PULSE_SERVER")
+    }
+
+    /// A command that talks to this server.
+    fn command(&self, program: &str) -> Command {
+        let mut command = Command::new(program);
+        Self::env_of(&self.dir, &mut command);
+        command
+    }
+
+    fn pactl(&self, args: &[&str]) -> bool {
+        self.command("pactl")
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
+    /// Plays a WAV file into `micmix` (what the microphone hears), returning once it has played.
+    fn say(&self, file: &Path) {
+        let status = self
+            .command("pacat")
+            .args(["--device=micmix", "--file-format=wav"])
+            .arg(file)
+            .status()
+            .expect("pacat");
+        assert!(status.success(), "pacat failed");
+    }
+}
+
+impl Drop for SoundServer {
+    fn drop(&mut self) {
+        let _ = self.daemon.kill();
+        let _ = self.daemon.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Stops a child with SIGINT (so it finishes its files) and waits for it.
+fn interrupt(child: &mut Child) {
+    let _ = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+/// `voxide local` on the sound server, its events in a file and its log captured.
+struct Bot {
+    child: Child,
+    events: PathBuf,
+    log: PathBuf,
+}
+
+impl Bot {
+    fn start(server: &SoundServer, echo: &str) -> Self {
+        let events = server.dir.join(format!("events-{echo}.jsonl"));
+        let log = server.dir.join(format!("voxide-{echo}.log"));
+        let child = server
+            .command(env!("CARGO_BIN_EXE_voxide"))
+            // The bot talks on over whatever it hears until speech is confirmed: no pause at an
+            // onset may hide its echo from the test.
+            .args(["local", "--voice", "espeak", "--pause-at-onset", "false"])
+            .args(["--echo", echo, "--events"])
+            .arg(&events)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).expect("log"))
+            .spawn()
+            .expect("voxide local");
+        let mut bot = Self { child, events, log };
+        bot.wait_for(60, |events| has(events, "session_started"));
+        bot
+    }
+
+    fn events(&self) -> Vec<Value> {
+        std::fs::read_to_string(&self.events)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Polls the event file until `done` holds; panics with the log after `seconds`.
+    fn wait_for(&mut self, seconds: u64, done: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        loop {
+            let events = self.events();
+            if done(&events) {
+                return events;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("voxide local exited ({status}): {}", self.log_text());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "waited {seconds} s; events: {}\nlog: {}",
+                summary(&events),
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    fn stop(mut self) -> String {
+        interrupt(&mut self.child);
+        self.log_text()
+    }
+}
+
+fn has(events: &[Value], kind: &str) -> bool {
+    events.iter().any(|e| e["type"] == kind)
+}
+
+fn count(events: &[Value], kind: &str) -> usize {
+    events.iter().filter(|e| e["type"] == kind).count()
+}
+
+/// Interruptions of the bot's voice: those after it first started speaking. (One before is the
+/// user going on after a pause, cutting the answer in the making.)
+fn interruptions_while_speaking(events: &[Value]) -> usize {
+    let Some(spoke) = events
+        .iter()
+        .find(|e| e["type"] == "bot_started_speaking")
+        .and_then(|e| e["t_ms"].as_u64())
+    else {
+        return 0;
+    };
+    events
+        .iter()
+        .filter(|e| e["type"] == "interruption" && e["t_ms"].as_u64() >= Some(spoke))
+        .count()
+}
+
+/// The bot has spoken one whole answer.
+fn answered(events: &[Value]) -> bool {
+    has(events, "bot_started_speaking") && has(events, "bot_stopped_speaking")
+}
+
+/// The events, one line each, metrics left out.
+fn summary(events: &[Value]) -> String {
+    events
+        .iter()
+        .filter(|e| e["type"] != "metrics")
+        .map(|e| {
+            format!(
+                "{} {} {}",
+                e["t_ms"],
+                e["type"],
+                e.get("text").unwrap_or(&Value::Null)
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The echo canceller's reports: (seconds, input dB, output dB).
+fn echo_reports(events: &[Value]) -> Vec<(f64, f64, f64)> {
+    events
+        .iter()
+        .filter(|e| e["type"] == "metrics")
+        .flat_map(|e| e["data"].as_array().cloned().unwrap_or_default())
+        .filter(|d| d["type"] == "echo_cancellation")
+        .map(|d| {
+            let f = |k: &str| d[k].as_f64().unwrap_or(f64::NAN);
+            (f("seconds"), f("input_db"), f("output_db"))
+        })
+        .collect()
+}
+
+/// The shipped question from 50 ms before its first word: a user who starts at once.
+fn question_now(dir: &Path) -> PathBuf {
+    let hello = wav::read(HELLO).expect("test audio");
+    let mono = hello.to_mono();
+    let frame = hello.sample_rate as usize / 100;
+    let onset = mono
+        .chunks(frame)
+        .position(|c| rms_db(c) > -40.0)
+        .expect("the question has speech");
+    let skip = (onset * frame).saturating_sub(5 * frame);
+    let path = dir.join("question-now.wav");
+    let trimmed = Wav {
+        samples: mono[skip..].to_vec(),
+        sample_rate: hello.sample_rate,
+        channels: 1,
+    };
+    wav::write(&path, &trimmed).expect("wav");
+    path
+}
+
+/// The log's most repeated line (timestamps cut off) and how often it came.
+fn most_repeated(log: &str) -> (usize, String) {
+    let mut counts = std::collections::HashMap::<String, usize>::new();
+    for line in log.lines() {
+        // tracing's lines start with a timestamp; what follows is the message.
+        let message = line.split_once(' ').map_or(line, |(_, rest)| rest);
+        *counts.entry(message.to_owned()).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|(line, n)| (n, line))
+        .max()
+        .unwrap_or_default()
+}
+
+fn rms_db(samples: &[i16]) -> f64 {
+    let energy: f64 = samples
+        .iter()
+        .map(|&s| (f64::from(s) / 32_768.0).powi(2))
+        .sum();
+    10.0 * (energy / samples.len().max(1) as f64 + 1e-12).log10()
+}
+
+#[test]
+fn a_spoken_question_is_answered_aloud_and_the_bots_own_echo_interrupts_nothing() {
+    let server = SoundServer::start("answer");
+    let recording = server.dir.join("speaker.wav");
+    let mut recorder = server
+        .command("parecord")
+        .args([
+            "--device=spk.monitor",
+            "--rate=16000",
+            "--channels=1",
+            "--file-format=wav",
+        ])
+        .arg(&recording)
+        .spawn()
+        .expect("parecord");
+    let mut bot = Bot::start(&server, "cancel");
+    server.say(Path::new(HELLO));
+    bot.wait_for(90, |e| {
+        answered(e)
+            && e.iter()
+                .any(|x| x["type"] == "user_transcription" && x["final"] == true)
+    });
+    // Let the whole answer play out.
+    let started = Instant::now();
+    loop {
+        let events = bot.events();
+        let speaking =
+            count(&events, "bot_started_speaking") > count(&events, "bot_stopped_speaking");
+        if !speaking || started.elapsed() > Duration::from_secs(30) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let events = bot.events();
+    let log = bot.stop();
+    interrupt(&mut recorder);
+    eprintln!("{}", summary(&events));
+
+    let heard: Vec<&str> = events
+        .iter()
+        .filter(|e| e["type"] == "user_transcription" && e["final"] == true)
+        .filter_map(|e| e["text"].as_str())
+        .collect();
+    assert!(
+        heard.iter().any(|t| t.to_lowercase().contains("weather")),
+        "{heard:?}\n{}",
+        summary(&events)
+    );
+    assert!(has(&events, "bot_text"), "{}", summary(&events));
+    // The bot's voice came back through the loopback at full level and was cancelled.
+    assert_eq!(
+        interruptions_while_speaking(&events),
+        0,
+        "{}",
+        summary(&events)
+    );
+    let reports = echo_reports(&events);
+    eprintln!("echo canceller (seconds, input dB, output dB): {reports:?}");
+    assert!(!reports.is_empty(), "no echo canceller report");
+    let (seconds, input, output) = reports.iter().fold((0.0, 0.0, 0.0), |a, r| {
+        (a.0 + r.0, a.1 + r.0 * r.1, a.2 + r.0 * r.2)
+    });
+    let suppression = (input - output) / seconds;
+    eprintln!("echo suppressed by {suppression:.1} dB on average over {seconds:.1} s");
+    assert!(suppression > 20.0, "{reports:?}");
+    // The answer is audible on the speaker.
+    let spoken = wav::read(&recording)
+        .expect("the speaker's recording")
+        .to_mono();
+    let loudest = spoken
+        .chunks(1_600)
+        .map(rms_db)
+        .fold(f64::NEG_INFINITY, f64::max);
+    assert!(
+        loudest > -40.0,
+        "the speaker stayed silent ({loudest:.1} dBFS)"
+    );
+    // No line repeats more than a few times: a device error per callback would.
+    let (n, line) = most_repeated(&log);
+    assert!(n <= 5, "{n} times: {line}\n{log}");
+}
+
+#[test]
+fn without_the_canceller_the_bots_own_echo_interrupts_it() {
+    let server = SoundServer::start("off");
+    let mut bot = Bot::start(&server, "off");
+    server.say(Path::new(HELLO));
+    let events = bot.wait_for(90, |e| interruptions_while_speaking(e) > 0);
+    bot.stop();
+    assert!(
+        interruptions_while_speaking(&events) >= 1,
+        "{}",
+        summary(&events)
+    );
+}
+
+#[test]
+fn the_user_talking_over_the_bot_through_the_echo_still_interrupts_it() {
+    let server = SoundServer::start("barge");
+    let mut bot = Bot::start(&server, "cancel");
+    let over = question_now(&server.dir);
+    server.say(Path::new(HELLO));
+    // The bot's answers vary in length: the user talks over the next one that is still going
+    // when their voice arrives (a short "Bonjour." may end first; then they try the next).
+    let mut starts = 0;
+    for _ in 0..3 {
+        let events = bot.wait_for(90, |e| count(e, "bot_started_speaking") > starts);
+        starts = count(&events, "bot_started_speaking");
+        assert_eq!(
+            interruptions_while_speaking(&events),
+            0,
+            "the bot's echo interrupted it: {}",
+            summary(&events)
+        );
+        let spoke_at = last_t(&events, "bot_started_speaking");
+        server.say(&over);
+        bot.wait_for(10, |e| {
+            interruptions_while_speaking(e) > 0
+                || first_t_after(e, "user_started_speaking", spoke_at).is_some()
+        });
+        // The interruption is written just after the speech that caused it.
+        std::thread::sleep(Duration::from_millis(300));
+        let events = bot.events();
+        if interruptions_while_speaking(&events) > 0 {
+            eprintln!("{}", summary(&events));
+            bot.stop();
+            return;
+        }
+        // Not interrupted: fine only if the bot had finished before the user's voice came.
+        let heard = first_t_after(&events, "user_started_speaking", spoke_at);
+        let finished = first_t_after(&events, "bot_stopped_speaking", spoke_at);
+        assert!(
+            finished.is_some_and(|f| heard.is_none_or(|h| f <= h)),
+            "the user talked over the bot and did not interrupt it: {}",
+            summary(&events)
+        );
+    }
+    panic!(
+        "the bot never spoke long enough to be talked over: {}",
+        summary(&bot.events())
+    );
+}
+
+/// When the last event of `kind` came.
+fn last_t(events: &[Value], kind: &str) -> u64 {
+    events
+        .iter()
+        .rev()
+        .find(|e| e["type"] == kind)
+        .and_then(|e| e["t_ms"].as_u64())
+        .unwrap_or(0)
+}
+
+/// When the first event of `kind` at or after `t` came.
+fn first_t_after(events: &[Value], kind: &str, t: u64) -> Option<u64> {
+    events
+        .iter()
+        .filter(|e| e["type"] == kind)
+        .filter_map(|e| e["t_ms"].as_u64())
+        .find(|&at| at >= t)
+}
