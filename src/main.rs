@@ -671,9 +671,16 @@ async fn local(
         }
     });
     eprintln!("listening: speak (Ctrl-C to stop)");
+    audio.microphone.listen();
     let rate = audio.microphone.sample_rate;
+    let mut watchdog = tokio::time::interval(Duration::from_millis(500));
     let ending = loop {
         tokio::select! {
+            _ = watchdog.tick() => {
+                if let Some(lost) = audio.stalled(std::time::Instant::now()) {
+                    break Some(lost);
+                }
+            }
             chunk = audio.microphone.chunks.recv() => {
                 let Some(chunk) = chunk else { break None };
                 let frame = SystemFrame::InputAudio(AudioFrame::new(chunk, rate, 1));

@@ -473,3 +473,40 @@ fn first_t_after(events: &[Value], kind: &str, t: u64) -> Option<u64> {
         .filter_map(|e| e["t_ms"].as_u64())
         .find(|&at| at >= t)
 }
+
+#[test]
+fn a_sound_server_that_goes_away_ends_the_session_cleanly() {
+    let mut server = SoundServer::start("gone");
+    let mut bot = Bot::start(&server, "cancel");
+    // The sound server dies under the running bot.
+    let _ = server.daemon.kill();
+    let _ = server.daemon.wait();
+    let events = bot.wait_for(30, |e| has(e, "session_ended"));
+    let ended = events
+        .iter()
+        .find(|e| e["type"] == "session_ended")
+        .expect("session_ended");
+    assert_eq!(
+        ended["reason"]["kind"],
+        "device_lost",
+        "{}",
+        summary(&events)
+    );
+    assert!(
+        events
+            .iter()
+            .any(|e| e["type"] == "error" && e["fatal"] == true),
+        "{}",
+        summary(&events)
+    );
+    // The process ends by itself, successfully.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Ok(Some(status)) = bot.child.try_wait() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "voxide local did not exit");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.success(), "{status}: {}", bot.log_text());
+}

@@ -10,7 +10,9 @@
 //! a device that goes away is a [`DeviceLost`] for the session to end on.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use cpal::traits::{DeviceTrait, HostTrait, StreamTrait};
 use cpal::{
@@ -92,10 +94,20 @@ pub const MICROPHONE_QUEUE: usize = 64;
 
 /// Audio from the microphone: mono samples at `sample_rate`.
 pub struct Microphone {
-    /// Chunks as the device delivers them.
+    /// Chunks as the device delivers them, once [`listen`](Self::listen) was called.
     pub chunks: mpsc::Receiver<Vec<i16>>,
     /// Their rate.
     pub sample_rate: u32,
+    /// Off until the session is there to take the chunks: the device opens first, so a bad
+    /// one fails fast, and what it records while the models load is nobody's to hear.
+    listening: Arc<AtomicBool>,
+}
+
+impl Microphone {
+    /// Starts handing over what the microphone records.
+    pub fn listen(&self) {
+        self.listening.store(true, Ordering::Release);
+    }
 }
 
 /// A device stopped working mid-session (unplugged, or its sound server went away).
@@ -157,6 +169,38 @@ impl AudioSink for SpeakerSink {
     }
 }
 
+/// How long a stream may go without a callback before its device counts as gone: a stream
+/// delivers (or asks for) audio every few ms, silence included, while its device lives.
+pub const STALL: Duration = Duration::from_secs(2);
+
+/// When a stream's callback last ran, for [`LocalAudio::stalled`].
+#[derive(Debug, Clone)]
+struct Heartbeat {
+    origin: Instant,
+    /// Milliseconds after `origin`.
+    last_ms: Arc<AtomicU64>,
+}
+
+impl Heartbeat {
+    fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+            last_ms: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    fn beat(&self) {
+        let ms = u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_ms.store(ms, Ordering::Relaxed);
+    }
+
+    /// How long since the last beat (or since the start, before any), at `now`.
+    fn silent_for(&self, now: Instant) -> Duration {
+        let last = self.origin + Duration::from_millis(self.last_ms.load(Ordering::Relaxed));
+        now.saturating_duration_since(last)
+    }
+}
+
 /// The open devices; dropping it closes them.
 pub struct LocalAudio {
     /// The microphone's audio.
@@ -167,15 +211,46 @@ pub struct LocalAudio {
     pub lost: mpsc::UnboundedReceiver<DeviceLost>,
     /// The configurations the devices run at, for the log.
     pub description: String,
-    stop: Option<std::sync::mpsc::Sender<()>>,
+    /// The microphone's and the speaker's callbacks.
+    beats: [(&'static str, String, Heartbeat); 2],
+    /// Closes the streams when dropped; the receiver hears when they are closed.
+    stop: Option<(std::sync::mpsc::Sender<()>, std::sync::mpsc::Receiver<()>)>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
+impl LocalAudio {
+    /// A device whose stream has not called back for [`STALL`] at `now`: its sound server
+    /// died, or it went away without the backend saying so (ALSA's pulse plugin reports only
+    /// I/O errors then).
+    pub fn stalled(&self, now: Instant) -> Option<DeviceLost> {
+        self.beats.iter().find_map(|(direction, device, beat)| {
+            let silent = beat.silent_for(now);
+            (silent >= STALL).then(|| DeviceLost {
+                direction,
+                device: device.clone(),
+                reason: format!("its stream has not run for {:.1} s", silent.as_secs_f64()),
+            })
+        })
+    }
+}
+
+/// How long closing the streams may take. A backend whose server died can block in its close
+/// for good (ALSA's pulse plugin does): the streams' thread is then left behind, and ends with
+/// the process.
+const CLOSE_TIMEOUT: Duration = Duration::from_secs(2);
+
 impl Drop for LocalAudio {
     fn drop(&mut self) {
-        drop(self.stop.take());
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        let Some((stop, closed)) = self.stop.take() else {
+            return;
+        };
+        drop(stop);
+        if closed.recv_timeout(CLOSE_TIMEOUT).is_ok() {
+            if let Some(thread) = self.thread.take() {
+                let _ = thread.join();
+            }
+        } else {
+            tracing::warn!("the audio devices did not close within {CLOSE_TIMEOUT:?}; left open");
         }
     }
 }
@@ -217,6 +292,7 @@ fn find(host: &cpal::Host, name: Option<&str>, input: bool) -> Result<Device, Lo
 pub fn open(input: Option<&str>, output: Option<&str>) -> Result<LocalAudio, LocalAudioError> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
+    let (closed_tx, closed_rx) = std::sync::mpsc::channel::<()>();
     let (input, output) = (input.map(str::to_owned), output.map(str::to_owned));
     let thread = std::thread::Builder::new()
         .name("voxide-audio".into())
@@ -227,11 +303,27 @@ pub fn open(input: Option<&str>, output: Option<&str>) -> Result<LocalAudio, Loc
                 let speaker = find(&host, output.as_deref(), false)?;
                 let (lost_tx, lost) = mpsc::unbounded_channel();
                 let (chunks_tx, chunks) = mpsc::channel(MICROPHONE_QUEUE);
-                let (in_stream, in_config) = start_input(&mic, chunks_tx, lost_tx.clone())?;
+                let listening = Arc::new(AtomicBool::new(false));
+                let (mic_beat, speaker_beat) = (Heartbeat::new(), Heartbeat::new());
+                let input = Input {
+                    tx: chunks_tx,
+                    listening: listening.clone(),
+                    beat: mic_beat.clone(),
+                };
+                let (in_stream, in_config) = start_input(&mic, input, lost_tx.clone())?;
                 let buffer = Arc::new(Mutex::new(VecDeque::new()));
                 let played = Arc::new(Mutex::new(None));
-                let (out_stream, out_config) =
-                    start_output(&speaker, buffer.clone(), played.clone(), lost_tx)?;
+                let (out_stream, out_config) = start_output(
+                    &speaker,
+                    buffer.clone(),
+                    played.clone(),
+                    speaker_beat.clone(),
+                    lost_tx,
+                )?;
+                let beats = [
+                    ("input", mic.to_string(), mic_beat),
+                    ("output", speaker.to_string(), speaker_beat),
+                ];
                 let description = format!(
                     "{} host; microphone {:?} at {}; speaker {:?} at {}",
                     host.id().name(),
@@ -248,22 +340,18 @@ pub fn open(input: Option<&str>, output: Option<&str>) -> Result<LocalAudio, Loc
                 let microphone = Microphone {
                     chunks,
                     sample_rate: in_config.sample_rate(),
+                    listening,
                 };
-                Ok((
-                    in_stream,
-                    out_stream,
-                    microphone,
-                    speaker,
-                    lost,
-                    description,
-                ))
+                let audio = (microphone, speaker, lost, description, beats);
+                Ok((in_stream, out_stream, audio))
             })();
             match opened {
-                Ok((in_stream, out_stream, microphone, speaker, lost, description)) => {
-                    let _ = ready_tx.send(Ok((microphone, speaker, lost, description)));
+                Ok((in_stream, out_stream, audio)) => {
+                    let _ = ready_tx.send(Ok(audio));
                     // Keep the streams alive until the owner is dropped.
                     let _ = stop_rx.recv();
                     drop((in_stream, out_stream));
+                    let _ = closed_tx.send(());
                 }
                 Err(e) => {
                     let _ = ready_tx.send(Err(e));
@@ -275,7 +363,7 @@ pub fn open(input: Option<&str>, output: Option<&str>) -> Result<LocalAudio, Loc
             named: String::new(),
             hint: format!("cannot start the audio thread: {e}"),
         })?;
-    let (microphone, speaker, lost, description) =
+    let (microphone, speaker, lost, description, beats) =
         ready_rx.recv().map_err(|_| LocalAudioError::NoDevice {
             direction: "input or output",
             named: String::new(),
@@ -286,7 +374,8 @@ pub fn open(input: Option<&str>, output: Option<&str>) -> Result<LocalAudio, Loc
         speaker,
         lost,
         description,
-        stop: Some(stop_tx),
+        beats,
+        stop: Some((stop_tx, closed_rx)),
         thread: Some(thread),
     })
 }
@@ -427,9 +516,17 @@ fn on_error(
     }
 }
 
+/// The microphone callback's side: where its chunks go, whether anyone listens yet, its beat.
+#[derive(Clone)]
+struct Input {
+    tx: mpsc::Sender<Vec<i16>>,
+    listening: Arc<AtomicBool>,
+    beat: Heartbeat,
+}
+
 fn start_input(
     device: &Device,
-    tx: mpsc::Sender<Vec<i16>>,
+    input: Input,
     lost: mpsc::UnboundedSender<DeviceLost>,
 ) -> Result<(cpal::Stream, SupportedStreamConfig), LocalAudioError> {
     let listed = device
@@ -440,11 +537,11 @@ fn start_input(
     start_first("input", device, candidates, |config| {
         let format = config.sample_format();
         let channels = usize::from(config.channels().max(1));
-        let (tx, err) = (tx.clone(), on_error("input", device, lost.clone()));
+        let (input, err) = (input.clone(), on_error("input", device, lost.clone()));
         let stream_config = config.config();
         macro_rules! build {
             ($t:ty) => {
-                build_input::<$t>(device, stream_config, channels, tx, err)
+                build_input::<$t>(device, stream_config, channels, input, err)
             };
         }
         match format {
@@ -465,7 +562,7 @@ fn build_input<T>(
     device: &Device,
     config: StreamConfig,
     channels: usize,
-    tx: mpsc::Sender<Vec<i16>>,
+    input: Input,
     err: impl FnMut(cpal::Error) + Send + 'static,
 ) -> Result<cpal::Stream, String>
 where
@@ -476,6 +573,10 @@ where
         .build_input_stream(
             config,
             move |data: &[T], _: &_| {
+                input.beat.beat();
+                if !input.listening.load(Ordering::Acquire) {
+                    return;
+                }
                 let mono = data
                     .chunks(channels)
                     .map(|frame| {
@@ -483,7 +584,7 @@ where
                         to_i16(sum / frame.len() as f32)
                     })
                     .collect();
-                if tx.try_send(mono).is_err() {
+                if input.tx.try_send(mono).is_err() {
                     crate::warnings::warn(
                         "microphone_queue_full",
                         "the session fell behind the microphone; a chunk was dropped",
@@ -504,6 +605,7 @@ fn start_output(
     device: &Device,
     buffer: Arc<Mutex<VecDeque<i16>>>,
     played: Arc<Mutex<Option<EchoReference>>>,
+    beat: Heartbeat,
     lost: mpsc::UnboundedSender<DeviceLost>,
 ) -> Result<(cpal::Stream, SupportedStreamConfig), LocalAudioError> {
     let listed = device
@@ -520,6 +622,7 @@ fn start_output(
             reference: played.clone(),
             rate: config.sample_rate(),
             frame: Vec::new(),
+            beat: beat.clone(),
         };
         let stream_config = config.config();
         macro_rules! build {
@@ -548,12 +651,14 @@ struct Playback {
     rate: u32,
     /// The samples of one callback, reused.
     frame: Vec<i16>,
+    beat: Heartbeat,
 }
 
 impl Playback {
     /// The next `frames` samples to play; whatever the bot has not said yet plays as silence.
     /// The callback never waits on the session.
     fn next(&mut self, frames: usize) -> &[i16] {
+        self.beat.beat();
         self.frame.clear();
         {
             let mut buffer = self.buffer.lock().unwrap_or_else(|p| p.into_inner());
@@ -631,6 +736,15 @@ mod tests {
         assert_eq!(tried.len(), 1);
         assert_eq!(tried[0].sample_rate(), 8_000);
         assert!(candidates(None, Vec::new()).is_empty());
+    }
+
+    #[test]
+    fn a_stream_that_stops_calling_back_counts_as_stalled_after_a_while() {
+        let beat = Heartbeat::new();
+        let t0 = beat.origin;
+        beat.beat();
+        assert!(beat.silent_for(t0 + Duration::from_secs(1)) < STALL);
+        assert!(beat.silent_for(t0 + Duration::from_secs(3)) >= STALL);
     }
 
     #[test]
