@@ -69,8 +69,10 @@ pub struct BotConfig {
     pub pause_at_onset: Option<bool>,
     /// The system instruction.
     pub instructions: Option<String>,
-    /// `local`, `openai-realtime` or `gemini-live`.
+    /// `local`, `openai`, `openai-realtime` or `gemini-live`.
     pub llm: Option<String>,
+    /// See `--llm-model`.
+    pub llm_model: Option<String>,
     /// The realtime provider's WebSocket URL (the environment's `OPENAI_REALTIME_URL` /
     /// `GEMINI_LIVE_URL` wins).
     pub realtime_url: Option<String>,

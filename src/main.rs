@@ -140,11 +140,16 @@ struct BotArgs {
     /// The system instruction (default: a short one of voxide's own).
     #[arg(long, env = "VOXIDE_INSTRUCTIONS")]
     instructions: Option<String>,
-    /// The model: `local` (embedded, offline), `openai-realtime` (needs OPENAI_API_KEY; URL
+    /// The model: `local` (embedded, offline), `openai` (an OpenAI-compatible chat
+    /// completions server: OPENAI_API_KEY, OPENAI_BASE_URL, e.g. Ollama's
+    /// http://127.0.0.1:11434/v1 with no key), `openai-realtime` (needs OPENAI_API_KEY; URL
     /// from OPENAI_REALTIME_URL) or `gemini-live` (needs GEMINI_API_KEY; URL from
     /// GEMINI_LIVE_URL). The realtime ones listen and speak themselves. [default: local]
     #[arg(long, value_enum, env = "VOXIDE_LLM")]
     llm: Option<LlmArg>,
+    /// The text LLM's model, for `--llm openai`. [default: gpt-4.1-mini]
+    #[arg(long, env = "VOXIDE_LLM_MODEL")]
+    llm_model: Option<String>,
     /// A TOML config file (see `voxide::config` for its keys).
     #[arg(long, env = "VOXIDE_CONFIG")]
     config: Option<PathBuf>,
@@ -153,6 +158,7 @@ struct BotArgs {
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
 enum LlmArg {
     Local,
+    Openai,
     OpenaiRealtime,
     GeminiLive,
 }
@@ -233,6 +239,13 @@ impl BotArgs {
         };
         let llm = match (self.llm, file.llm.as_deref()) {
             (Some(LlmArg::Local), _) | (None, None | Some("local")) => LlmChoice::Local,
+            (Some(LlmArg::Openai), _) | (None, Some("openai")) => {
+                let mut settings = voxide::services::llm::openai::OpenAiSettings::from_env()?;
+                if let Some(model) = self.llm_model.clone().or_else(|| file.llm_model.clone()) {
+                    settings.model = model;
+                }
+                LlmChoice::OpenAi(settings)
+            }
             (Some(LlmArg::OpenaiRealtime), _) | (None, Some("openai-realtime")) => {
                 let mut settings = OpenAiRealtimeSettings::from_env()?;
                 if std::env::var_os("OPENAI_REALTIME_URL").is_none()
@@ -258,7 +271,7 @@ impl BotArgs {
                 LlmChoice::GeminiLive(settings)
             }
             (None, Some(other)) => anyhow::bail!(
-                "bot.llm = {other:?} in the config: use \"local\", \"openai-realtime\" or \"gemini-live\""
+                "bot.llm = {other:?} in the config: use \"local\", \"openai\", \"openai-realtime\" or \"gemini-live\""
             ),
         };
         Ok(BotOptions {

@@ -18,6 +18,7 @@ use crate::models::ModelError;
 use crate::pipeline::Pipeline;
 use crate::services::llm::gemini_live::{GeminiLive, GeminiLiveSettings};
 use crate::services::llm::local::{LocalLlm, LocalLlmOptions, LocalModel};
+use crate::services::llm::openai::{OpenAiLlm, OpenAiSettings};
 use crate::services::llm::openai_realtime::{OpenAiRealtime, OpenAiRealtimeSettings};
 use crate::services::llm::realtime::RealtimeProtocol;
 use crate::services::llm::{LlmService, RealtimeOptions, RealtimeService};
@@ -77,6 +78,9 @@ pub enum LlmChoice {
     OpenAiRealtime(OpenAiRealtimeSettings),
     /// Gemini Live, speech to speech.
     GeminiLive(GeminiLiveSettings),
+    /// An OpenAI-compatible chat-completions server as the text LLM, with the embedded
+    /// listening and voice around it.
+    OpenAi(OpenAiSettings),
 }
 
 /// What the default bot is made of.
@@ -155,6 +159,9 @@ pub enum BotError {
     /// espeak-ng could not start.
     #[error(transparent)]
     Espeak(#[from] EspeakError),
+    /// The LLM provider's client could not be set up.
+    #[error(transparent)]
+    Llm(#[from] crate::services::llm::LlmError),
 }
 
 /// A bot ready to run in a session.
@@ -170,15 +177,17 @@ pub struct Bot {
 /// Loads every embedded engine the bot uses (once per process), so the first session does not
 /// pay for it.
 pub fn preload(options: &BotOptions) -> Result<(), BotError> {
-    if !matches!(options.llm, LlmChoice::Local) {
+    if !matches!(options.llm, LlmChoice::Local | LlmChoice::OpenAi(_)) {
         // A realtime provider does the listening, thinking and speaking.
         return Ok(());
     }
     VadBatcher::shared()?;
     Whisper::shared()?;
-    let model = LocalModel::shared()?;
-    // Prefill the tool-decision prompt, shared by every session from then on.
-    let _ = model.decide_tool_call(&tools::tool_set(), None, "Hello.");
+    if matches!(options.llm, LlmChoice::Local) {
+        let model = LocalModel::shared()?;
+        // Prefill the tool-decision prompt, shared by every session from then on.
+        let _ = model.decide_tool_call(&tools::tool_set(), None, "Hello.");
+    }
     if options.turn_end == TurnEnd::SmartTurn {
         SmartTurn::shared()?;
     }
@@ -200,7 +209,7 @@ pub fn build<S: AudioSink>(
     initial.tools = crate::context::ToolsSchema::default();
     let context = ContextHandle::new(initial);
     match &options.llm {
-        LlmChoice::Local => {}
+        LlmChoice::Local | LlmChoice::OpenAi(_) => {}
         LlmChoice::OpenAiRealtime(settings) => {
             let protocol = OpenAiRealtime::new(settings.clone());
             return Ok(realtime(options, protocol, context, sink, output));
@@ -217,9 +226,20 @@ pub fn build<S: AudioSink>(
         },
         TurnEnd::Silence => TurnStop::SpeechTimeout(options.turn_timeout),
     };
-    let mut engine = local_llm()?;
-    engine.set_max_tokens(options.max_tokens);
-    let mut llm = LlmService::new(engine);
+    let mut llm = match &options.llm {
+        LlmChoice::OpenAi(settings) => {
+            let mut settings = settings.clone();
+            settings.max_tokens = settings
+                .max_tokens
+                .or(u32::try_from(options.max_tokens).ok());
+            LlmService::new(OpenAiLlm::new(settings)?)
+        }
+        _ => {
+            let mut engine = local_llm()?;
+            engine.set_max_tokens(options.max_tokens);
+            LlmService::new(engine)
+        }
+    };
     register_tools(&mut llm);
     let voice: Arc<dyn TtsEngine> = match options.voice {
         Voice::Piper => PiperVoice::shared()?,

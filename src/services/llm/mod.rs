@@ -6,10 +6,12 @@ mod engine;
 mod functions;
 pub mod gemini_live;
 pub mod local;
+pub mod openai;
 pub mod openai_realtime;
 mod pricing;
 pub mod realtime;
 mod service;
+pub mod sse;
 
 pub use engine::{LlmEngine, LlmError, LlmEvent, LlmRequest};
 pub use functions::{
