@@ -208,6 +208,16 @@ impl Bot {
     }
 }
 
+impl Drop for Bot {
+    /// A test that failed leaves no bot behind.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 fn has(events: &[Value], kind: &str) -> bool {
     events.iter().any(|e| e["type"] == kind)
 }
