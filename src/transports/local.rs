@@ -423,6 +423,48 @@ fn candidates(
     out
 }
 
+/// `$body` with `$t` the sample type of `$format`, for every format voxide converts (see
+/// [`converts`]); any other is an error.
+macro_rules! by_format {
+    ($format:expr, |$t:ident| $body:expr) => {
+        match $format {
+            SampleFormat::I8 => {
+                type $t = i8;
+                $body
+            }
+            SampleFormat::I16 => {
+                type $t = i16;
+                $body
+            }
+            SampleFormat::I32 => {
+                type $t = i32;
+                $body
+            }
+            SampleFormat::U8 => {
+                type $t = u8;
+                $body
+            }
+            SampleFormat::U16 => {
+                type $t = u16;
+                $body
+            }
+            SampleFormat::U32 => {
+                type $t = u32;
+                $body
+            }
+            SampleFormat::F32 => {
+                type $t = f32;
+                $body
+            }
+            SampleFormat::F64 => {
+                type $t = f64;
+                $body
+            }
+            other => Err(format!("sample format {other:?} is not supported")),
+        }
+    };
+}
+
 /// Whether voxide converts this sample format.
 fn converts(format: SampleFormat) -> bool {
     matches!(
@@ -539,22 +581,13 @@ fn start_input(
         let channels = usize::from(config.channels().max(1));
         let (input, err) = (input.clone(), on_error("input", device, lost.clone()));
         let stream_config = config.config();
-        macro_rules! build {
-            ($t:ty) => {
-                build_input::<$t>(device, stream_config, channels, input, err)
-            };
-        }
-        match format {
-            SampleFormat::I8 => build!(i8),
-            SampleFormat::I16 => build!(i16),
-            SampleFormat::I32 => build!(i32),
-            SampleFormat::U8 => build!(u8),
-            SampleFormat::U16 => build!(u16),
-            SampleFormat::U32 => build!(u32),
-            SampleFormat::F32 => build!(f32),
-            SampleFormat::F64 => build!(f64),
-            other => Err(format!("sample format {other:?} is not supported")),
-        }
+        by_format!(format, |T| build_input::<T>(
+            device,
+            stream_config,
+            channels,
+            input,
+            err
+        ))
     })
 }
 
@@ -625,22 +658,13 @@ fn start_output(
             beat: beat.clone(),
         };
         let stream_config = config.config();
-        macro_rules! build {
-            ($t:ty) => {
-                build_output::<$t>(device, stream_config, channels, playback, err)
-            };
-        }
-        match format {
-            SampleFormat::I8 => build!(i8),
-            SampleFormat::I16 => build!(i16),
-            SampleFormat::I32 => build!(i32),
-            SampleFormat::U8 => build!(u8),
-            SampleFormat::U16 => build!(u16),
-            SampleFormat::U32 => build!(u32),
-            SampleFormat::F32 => build!(f32),
-            SampleFormat::F64 => build!(f64),
-            other => Err(format!("sample format {other:?} is not supported")),
-        }
+        by_format!(format, |T| build_output::<T>(
+            device,
+            stream_config,
+            channels,
+            playback,
+            err
+        ))
     })
 }
 
