@@ -69,7 +69,8 @@ pub struct BotConfig {
     pub pause_at_onset: Option<bool>,
     /// The system instruction.
     pub instructions: Option<String>,
-    /// `local`, `openai`, `openai-realtime` or `gemini-live`.
+    /// See `--llm`: `local`, `openai`, `anthropic`, `gemini`, a comma-separated fallback list of
+    /// those, `openai-realtime` or `gemini-live`.
     pub llm: Option<String>,
     /// See `--llm-model`.
     pub llm_model: Option<String>,

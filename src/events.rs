@@ -128,6 +128,16 @@ pub enum Event {
         /// The timeout.
         seconds: f64,
     },
+    /// The LLM failed before it answered, its retries spent, and the next one in the list
+    /// answers instead (`--llm openai,local`).
+    LlmFallback {
+        /// The provider that failed.
+        from: String,
+        /// The provider that answers now.
+        to: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// A realtime LLM lost its connection and is about to try again.
     LlmReconnecting {
         /// Which attempt comes next (1 for the first).

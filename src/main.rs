@@ -9,10 +9,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use voxide::bench::pipeline::PipelineBench;
-use voxide::bot::{BotOptions, LlmChoice, TurnEnd, Voice};
+use voxide::bot::{BotOptions, LlmChoice, TextLlm, TurnEnd, Voice};
 use voxide::config::{BotConfig, Config};
 use voxide::server::ServeOptions;
+use voxide::services::llm::anthropic::AnthropicSettings;
+use voxide::services::llm::gemini::GeminiSettings;
 use voxide::services::llm::gemini_live::GeminiLiveSettings;
+use voxide::services::llm::openai::OpenAiSettings;
 use voxide::services::llm::openai_realtime::OpenAiRealtimeSettings;
 use voxide::transports::file::{RunOptions, run};
 use voxide::turns::BargeIn;
@@ -140,14 +143,17 @@ struct BotArgs {
     /// The system instruction (default: a short one of voxide's own).
     #[arg(long, env = "VOXIDE_INSTRUCTIONS")]
     instructions: Option<String>,
-    /// The model: `local` (embedded, offline), `openai` (an OpenAI-compatible chat
-    /// completions server: OPENAI_API_KEY, OPENAI_BASE_URL, e.g. Ollama's
-    /// http://127.0.0.1:11434/v1 with no key), `openai-realtime` (needs OPENAI_API_KEY; URL
-    /// from OPENAI_REALTIME_URL) or `gemini-live` (needs GEMINI_API_KEY; URL from
-    /// GEMINI_LIVE_URL). The realtime ones listen and speak themselves. [default: local]
-    #[arg(long, value_enum, env = "VOXIDE_LLM")]
-    llm: Option<LlmArg>,
-    /// The text LLM's model, for `--llm openai`. [default: gpt-4.1-mini]
+    /// The model: `local` (embedded, offline); a text LLM over HTTP: `openai` (any
+    /// OpenAI-compatible chat-completions server: OPENAI_API_KEY, OPENAI_BASE_URL, e.g.
+    /// Ollama's http://127.0.0.1:11434/v1 with no key), `anthropic` (ANTHROPIC_API_KEY,
+    /// ANTHROPIC_BASE_URL) or `gemini` (GEMINI_API_KEY, GEMINI_BASE_URL); a comma-separated list
+    /// of those falls back from each to the next (`openai,local`). Or a realtime model that
+    /// listens and speaks itself: `openai-realtime` (OPENAI_API_KEY; OPENAI_REALTIME_URL) or
+    /// `gemini-live` (GEMINI_API_KEY; GEMINI_LIVE_URL). [default: local]
+    #[arg(long, env = "VOXIDE_LLM")]
+    llm: Option<String>,
+    /// The text LLM's model (the first of a fallback list). [default: gpt-4.1-mini for
+    /// openai, claude-haiku-4-5 for anthropic, gemini-2.5-flash for gemini]
     #[arg(long, env = "VOXIDE_LLM_MODEL")]
     llm_model: Option<String>,
     /// A TOML config file (see `voxide::config` for its keys).
@@ -155,12 +161,76 @@ struct BotArgs {
     config: Option<PathBuf>,
 }
 
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq)]
-enum LlmArg {
-    Local,
-    Openai,
-    OpenaiRealtime,
-    GeminiLive,
+/// The `--llm` value: one realtime model, or text LLMs each the fallback of the one before.
+fn llm_choice(spec: &str, model: Option<String>, file: &BotConfig) -> Result<LlmChoice> {
+    let names: Vec<&str> = spec.split(',').map(str::trim).collect();
+    match names[..] {
+        ["openai-realtime"] => {
+            let mut settings = OpenAiRealtimeSettings::from_env()?;
+            if std::env::var_os("OPENAI_REALTIME_URL").is_none()
+                && let Some(url) = &file.realtime_url
+            {
+                settings.url = url.clone();
+            }
+            if let Some(model) = &file.realtime_model {
+                settings.model = model.clone();
+            }
+            return Ok(LlmChoice::OpenAiRealtime(settings));
+        }
+        ["gemini-live"] => {
+            let mut settings = GeminiLiveSettings::from_env()?;
+            if std::env::var_os("GEMINI_LIVE_URL").is_none()
+                && let Some(url) = &file.realtime_url
+            {
+                settings.url = url.clone();
+            }
+            if let Some(model) = &file.realtime_model {
+                settings.model = model.clone();
+            }
+            return Ok(LlmChoice::GeminiLive(settings));
+        }
+        _ => {}
+    }
+    let mut model = model;
+    let mut list = Vec::new();
+    for name in names {
+        let llm = match name {
+            "local" => TextLlm::Local,
+            "openai" => {
+                let mut settings = OpenAiSettings::from_env()?;
+                if let Some(model) = model.take() {
+                    settings.model = model;
+                }
+                TextLlm::OpenAi(settings)
+            }
+            "anthropic" => {
+                let mut settings = AnthropicSettings::from_env()?;
+                if let Some(model) = model.take() {
+                    settings.model = model;
+                }
+                TextLlm::Anthropic(settings)
+            }
+            "gemini" => {
+                let mut settings = GeminiSettings::from_env()?;
+                if let Some(model) = model.take() {
+                    settings.model = model;
+                }
+                TextLlm::Gemini(settings)
+            }
+            "openai-realtime" | "gemini-live" => anyhow::bail!(
+                "--llm {spec:?}: {name} listens and speaks itself and has no fallback list"
+            ),
+            other => anyhow::bail!(
+                "--llm {other:?}: use local, openai, anthropic or gemini (a comma-separated list \
+                 falls back from each to the next), openai-realtime or gemini-live"
+            ),
+        };
+        if list.contains(&llm) {
+            anyhow::bail!("--llm {spec:?} names {name} twice");
+        }
+        list.push(llm);
+    }
+    Ok(LlmChoice::Text(list))
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -237,43 +307,13 @@ impl BotArgs {
                 .or(file.pause_at_onset)
                 .unwrap_or(defaults.barge_in.pause_at_onset),
         };
-        let llm = match (self.llm, file.llm.as_deref()) {
-            (Some(LlmArg::Local), _) | (None, None | Some("local")) => LlmChoice::Local,
-            (Some(LlmArg::Openai), _) | (None, Some("openai")) => {
-                let mut settings = voxide::services::llm::openai::OpenAiSettings::from_env()?;
-                if let Some(model) = self.llm_model.clone().or_else(|| file.llm_model.clone()) {
-                    settings.model = model;
-                }
-                LlmChoice::OpenAi(settings)
-            }
-            (Some(LlmArg::OpenaiRealtime), _) | (None, Some("openai-realtime")) => {
-                let mut settings = OpenAiRealtimeSettings::from_env()?;
-                if std::env::var_os("OPENAI_REALTIME_URL").is_none()
-                    && let Some(url) = &file.realtime_url
-                {
-                    settings.url = url.clone();
-                }
-                if let Some(model) = &file.realtime_model {
-                    settings.model = model.clone();
-                }
-                LlmChoice::OpenAiRealtime(settings)
-            }
-            (Some(LlmArg::GeminiLive), _) | (None, Some("gemini-live")) => {
-                let mut settings = GeminiLiveSettings::from_env()?;
-                if std::env::var_os("GEMINI_LIVE_URL").is_none()
-                    && let Some(url) = &file.realtime_url
-                {
-                    settings.url = url.clone();
-                }
-                if let Some(model) = &file.realtime_model {
-                    settings.model = model.clone();
-                }
-                LlmChoice::GeminiLive(settings)
-            }
-            (None, Some(other)) => anyhow::bail!(
-                "bot.llm = {other:?} in the config: use \"local\", \"openai\", \"openai-realtime\" or \"gemini-live\""
-            ),
+        let spec = match (&self.llm, &file.llm) {
+            (Some(flag), _) => flag.as_str(),
+            (None, Some(key)) => key.as_str(),
+            (None, None) => "local",
         };
+        let model = self.llm_model.clone().or_else(|| file.llm_model.clone());
+        let llm = llm_choice(spec, model, file)?;
         Ok(BotOptions {
             llm,
             voice,

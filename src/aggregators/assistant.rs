@@ -112,7 +112,11 @@ impl AssistantAggregator {
     fn finish_response(&mut self, interrupted: bool) {
         self.commit_text();
         let blocks = std::mem::take(&mut self.blocks);
-        let summary = self.summary.take();
+        let mut summary = self.summary.take();
+        let provider_messages = summary
+            .as_mut()
+            .map(|s| std::mem::take(&mut s.provider_messages))
+            .unwrap_or_default();
         let wrote_something = blocks.iter().any(|b| match b {
             ContentBlock::Text(t) => !t.trim().is_empty(),
             _ => true,
@@ -171,6 +175,9 @@ impl AssistantAggregator {
         if let Some(message) = target {
             message.meta = Some(Box::new(meta));
         }
+        context
+            .messages
+            .extend(provider_messages.into_iter().map(Message::ProviderSpecific));
     }
 
     fn request_run(&mut self, cx: &mut FrameContext<'_>) {

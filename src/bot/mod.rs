@@ -16,12 +16,14 @@ use crate::context::{ContextHandle, LlmContext, Message};
 use crate::frames::StartParams;
 use crate::models::ModelError;
 use crate::pipeline::Pipeline;
+use crate::services::llm::anthropic::{AnthropicLlm, AnthropicSettings};
+use crate::services::llm::gemini::{GeminiLlm, GeminiSettings};
 use crate::services::llm::gemini_live::{GeminiLive, GeminiLiveSettings};
 use crate::services::llm::local::{LocalLlm, LocalLlmOptions, LocalModel};
 use crate::services::llm::openai::{OpenAiLlm, OpenAiSettings};
 use crate::services::llm::openai_realtime::{OpenAiRealtime, OpenAiRealtimeSettings};
 use crate::services::llm::realtime::RealtimeProtocol;
-use crate::services::llm::{LlmService, RealtimeOptions, RealtimeService};
+use crate::services::llm::{FallbackLlm, LlmEngine, LlmService, RealtimeOptions, RealtimeService};
 use crate::services::stt::{SttService, Whisper};
 use crate::services::tts::espeak::EspeakError;
 use crate::services::tts::{EspeakVoice, PiperVoice, TtsEngine, TtsService};
@@ -69,18 +71,67 @@ pub enum TurnEnd {
 }
 
 /// Which model listens, thinks and speaks.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub enum LlmChoice {
-    /// The embedded stack: VAD, turns, Whisper, the local LLM and an embedded voice.
-    #[default]
-    Local,
+    /// Text LLMs with the embedded listening and voice around them: the first answers, each of
+    /// the others is the fallback of the one before (`--llm openai,local`).
+    Text(Vec<TextLlm>),
     /// OpenAI Realtime, speech to speech.
     OpenAiRealtime(OpenAiRealtimeSettings),
     /// Gemini Live, speech to speech.
     GeminiLive(GeminiLiveSettings),
-    /// An OpenAI-compatible chat-completions server as the text LLM, with the embedded
-    /// listening and voice around it.
+}
+
+impl Default for LlmChoice {
+    /// The embedded stack: VAD, turns, Whisper, the local LLM and an embedded voice.
+    fn default() -> Self {
+        LlmChoice::Text(vec![TextLlm::Local])
+    }
+}
+
+impl LlmChoice {
+    /// Whether the embedded LLM is one of the text LLMs.
+    fn uses_local(&self) -> bool {
+        matches!(self, LlmChoice::Text(list) if list.contains(&TextLlm::Local))
+    }
+}
+
+/// A text LLM.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TextLlm {
+    /// The embedded SmolLM2, offline.
+    Local,
+    /// An OpenAI-compatible chat-completions server (OpenAI, Ollama, vLLM, llama.cpp, Groq…).
     OpenAi(OpenAiSettings),
+    /// Anthropic's Messages API.
+    Anthropic(AnthropicSettings),
+    /// Google's Gemini API.
+    Gemini(GeminiSettings),
+}
+
+impl TextLlm {
+    /// The engine, replies capped at `max_tokens` where the settings name no cap.
+    fn engine(&self, max_tokens: usize) -> Result<Box<dyn LlmEngine>, BotError> {
+        let cap = u32::try_from(max_tokens).unwrap_or(u32::MAX);
+        Ok(match self {
+            TextLlm::Local => {
+                let mut engine = local_llm()?;
+                engine.set_max_tokens(max_tokens);
+                Box::new(engine)
+            }
+            TextLlm::OpenAi(settings) => {
+                let mut settings = settings.clone();
+                settings.max_tokens = settings.max_tokens.or(Some(cap));
+                Box::new(OpenAiLlm::new(settings)?)
+            }
+            TextLlm::Anthropic(settings) => Box::new(AnthropicLlm::new(settings.clone())?),
+            TextLlm::Gemini(settings) => {
+                let mut settings = settings.clone();
+                settings.max_tokens = settings.max_tokens.or(Some(cap));
+                Box::new(GeminiLlm::new(settings)?)
+            }
+        })
+    }
 }
 
 /// What the default bot is made of.
@@ -120,7 +171,7 @@ pub struct BotOptions {
 impl Default for BotOptions {
     fn default() -> Self {
         Self {
-            llm: LlmChoice::Local,
+            llm: LlmChoice::default(),
             vad: VadParams::default(),
             turn_end: TurnEnd::SmartTurn,
             turn_timeout: Duration::from_secs(2),
@@ -177,13 +228,13 @@ pub struct Bot {
 /// Loads every embedded engine the bot uses (once per process), so the first session does not
 /// pay for it.
 pub fn preload(options: &BotOptions) -> Result<(), BotError> {
-    if !matches!(options.llm, LlmChoice::Local | LlmChoice::OpenAi(_)) {
+    if !matches!(options.llm, LlmChoice::Text(_)) {
         // A realtime provider does the listening, thinking and speaking.
         return Ok(());
     }
     VadBatcher::shared()?;
     Whisper::shared()?;
-    if matches!(options.llm, LlmChoice::Local) {
+    if options.llm.uses_local() {
         let model = LocalModel::shared()?;
         // Prefill the tool-decision prompt, shared by every session from then on.
         let _ = model.decide_tool_call(&tools::tool_set(), None, "Hello.");
@@ -208,8 +259,8 @@ pub fn build<S: AudioSink>(
     let mut initial = LlmContext::new(vec![Message::system(options.instructions.clone())]);
     initial.tools = crate::context::ToolsSchema::default();
     let context = ContextHandle::new(initial);
-    match &options.llm {
-        LlmChoice::Local | LlmChoice::OpenAi(_) => {}
+    let text_llms = match &options.llm {
+        LlmChoice::Text(list) => list,
         LlmChoice::OpenAiRealtime(settings) => {
             let protocol = OpenAiRealtime::new(settings.clone());
             return Ok(realtime(options, protocol, context, sink, output));
@@ -218,7 +269,7 @@ pub fn build<S: AudioSink>(
             let protocol = GeminiLive::new(settings.clone());
             return Ok(realtime(options, protocol, context, sink, output));
         }
-    }
+    };
     let stop = match options.turn_end {
         TurnEnd::SmartTurn => TurnStop::SmartTurn {
             model: SmartTurn::shared()?,
@@ -226,19 +277,13 @@ pub fn build<S: AudioSink>(
         },
         TurnEnd::Silence => TurnStop::SpeechTimeout(options.turn_timeout),
     };
-    let mut llm = match &options.llm {
-        LlmChoice::OpenAi(settings) => {
-            let mut settings = settings.clone();
-            settings.max_tokens = settings
-                .max_tokens
-                .or(u32::try_from(options.max_tokens).ok());
-            LlmService::new(OpenAiLlm::new(settings)?)
-        }
-        _ => {
-            let mut engine = local_llm()?;
-            engine.set_max_tokens(options.max_tokens);
-            LlmService::new(engine)
-        }
+    let mut engines = text_llms
+        .iter()
+        .map(|llm| llm.engine(options.max_tokens))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut llm = match engines.len() {
+        1 => LlmService::new(engines.remove(0)),
+        _ => LlmService::new(FallbackLlm::new(engines)?),
     };
     register_tools(&mut llm);
     let voice: Arc<dyn TtsEngine> = match options.voice {

@@ -656,6 +656,8 @@ pub struct LlmResponseSummary {
     pub stop_reason: StopReason,
     /// Reasoning the model showed, if any.
     pub thinking: String,
+    /// Messages for the context that only this provider reads (Gemini's thought signatures).
+    pub provider_messages: Vec<crate::context::ProviderMessage>,
 }
 
 #[cfg(test)]

@@ -47,10 +47,11 @@ pub fn contents(messages: &[Message]) -> Vec<Value> {
         .flatten()
         .map(|c| (c.id.as_str(), c.function.name.as_str()))
         .collect();
+    let signatures = thought_signatures(messages);
     let mut merged: Vec<(String, Vec<Value>)> = Vec::new();
     for message in messages {
         if let Some(own) = provider_specific(message, AdapterKind::Gemini) {
-            if let Some(own) = own {
+            if let Some(own) = own.filter(|own| !is_thought_signature(own)) {
                 let role = own.get("role").and_then(Value::as_str).unwrap_or("user");
                 let parts = own
                     .get("parts")
@@ -72,11 +73,15 @@ pub fn contents(messages: &[Message]) -> Vec<Value> {
                     .map(parts)
                     .unwrap_or_default();
                 for call in m.tool_calls.iter().flatten() {
-                    out.push(json!({"functionCall": {
+                    let mut part = json!({"functionCall": {
                         "id": call.id,
                         "name": call.function.name,
                         "args": arguments_object(&call.function.arguments),
-                    }}));
+                    }});
+                    if let Some(signature) = signatures.get(call.id.as_str()) {
+                        part["thoughtSignature"] = json!(signature);
+                    }
+                    out.push(part);
                 }
                 ("model", out)
             }
@@ -99,6 +104,26 @@ pub fn contents(messages: &[Message]) -> Vec<Value> {
     merged
         .into_iter()
         .map(|(role, parts)| json!({"role": role, "parts": parts}))
+        .collect()
+}
+
+/// A Gemini-only context message that carries a call's thought signature (pipecat's shape:
+/// `{"type": "thought_signature", "signature", "bookmark": {"function_call": ID}}`).
+fn is_thought_signature(message: &Value) -> bool {
+    message.get("type").and_then(Value::as_str) == Some("thought_signature")
+}
+
+/// Each call's thought signature, by call id: Gemini wants it back with the call, verbatim.
+fn thought_signatures(messages: &[Message]) -> HashMap<&str, &str> {
+    messages
+        .iter()
+        .filter_map(|m| provider_specific(m, AdapterKind::Gemini).flatten())
+        .filter(|own| is_thought_signature(own))
+        .filter_map(|own| {
+            let id = own.pointer("/bookmark/function_call")?.as_str()?;
+            let signature = own.get("signature")?.as_str()?;
+            Some((id, signature))
+        })
         .collect()
 }
 

@@ -1,8 +1,9 @@
 //! The engine behind an LLM service: one streamed completion per request.
 
+use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 
-use crate::context::{Message, StopReason, ToolChoice, ToolsSchema};
+use crate::context::{Message, ProviderMessage, StopReason, ToolChoice, ToolsSchema};
 use crate::frames::TokenUsage;
 
 /// What the engine is asked to complete.
@@ -36,6 +37,29 @@ pub enum LlmEvent {
     Usage(TokenUsage),
     /// Why the completion ended, when the engine knows (e.g. the token limit).
     Finished(StopReason),
+    /// A message for the context that only this provider reads, kept after the reply (Gemini's
+    /// thought signatures, which must go back with their calls).
+    ProviderMessage(ProviderMessage),
+    /// The engine failed before it answered and the next one of a fallback list answers
+    /// instead; its events follow.
+    Fallback {
+        /// The provider that failed.
+        from: String,
+        /// The provider that answers now.
+        to: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+impl LlmEvent {
+    /// Whether this is part of the answer (text, reasoning, a call) rather than bookkeeping.
+    pub fn is_content(&self) -> bool {
+        matches!(
+            self,
+            LlmEvent::Text(_) | LlmEvent::ToolCall { .. } | LlmEvent::Thinking(_)
+        )
+    }
 }
 
 /// Why a completion failed.
@@ -47,6 +71,9 @@ pub enum LlmError {
     /// The provider answered with an error.
     #[error("the LLM answered with an error: {0}")]
     Provider(String),
+    /// The provider is overloaded or rate-limited: a later attempt may succeed.
+    #[error("the LLM is busy: {0}")]
+    Busy(String),
     /// The provider's answer could not be understood.
     #[error("the LLM's answer could not be parsed: {0}")]
     Protocol(String),
@@ -62,4 +89,29 @@ pub trait LlmEngine: Send + Sync + 'static {
 
     /// Streams one completion. Dropping the stream abandons it (an interruption does that).
     fn generate(&self, request: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>>;
+
+    /// Gets ready for the first request (a network engine opens its connection), so that the
+    /// first turn pays no handshake. Called when a session starts; nothing to do by default.
+    fn warm(&self) -> BoxFuture<'static, ()> {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// A boxed engine is an engine: the bot picks its engine at run time.
+impl LlmEngine for Box<dyn LlmEngine> {
+    fn model(&self) -> &str {
+        self.as_ref().model()
+    }
+
+    fn provider(&self) -> &str {
+        self.as_ref().provider()
+    }
+
+    fn generate(&self, request: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
+        self.as_ref().generate(request)
+    }
+
+    fn warm(&self) -> BoxFuture<'static, ()> {
+        self.as_ref().warm()
+    }
 }

@@ -2,9 +2,13 @@
 //! the tool calls it makes through a [`FunctionRegistry`] (sync and async calls, timeouts,
 //! cancellation by interruption or by the model itself).
 
+pub mod anthropic;
 mod engine;
+mod fallback;
 mod functions;
+pub mod gemini;
 pub mod gemini_live;
+mod http;
 pub mod local;
 pub mod openai;
 pub mod openai_realtime;
@@ -14,10 +18,12 @@ mod service;
 pub mod sse;
 
 pub use engine::{LlmEngine, LlmError, LlmEvent, LlmRequest};
+pub use fallback::{FallbackLlm, RETRY_PRIMARY_AFTER};
 pub use functions::{
     FunctionCallParams, FunctionHandler, FunctionOptions, FunctionRegistry, ResultCallback,
     ResultProperties,
 };
+pub use http::Timing;
 pub use pricing::{Price, PriceTable};
 pub use realtime::{RealtimeOptions, RealtimeService, ReconnectPolicy};
 pub use service::{IN_PROGRESS, LlmService, LlmServiceOptions, cancel_tool_schema};

@@ -923,6 +923,7 @@ impl<P: RealtimeProtocol> Link<P> {
             cost_usd,
             stop_reason,
             thinking: String::new(),
+            provider_messages: Vec::new(),
         };
         self.push(
             ControlFrame::LlmResponseSummary(Box::new(summary)).into(),

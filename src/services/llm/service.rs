@@ -306,6 +306,8 @@ impl FrameProcessor for LlmService {
             FrameBody::System(SystemFrame::Start(start)) => {
                 self.tools.set_resources(start.resources.clone());
                 self.params = start.params.clone();
+                // The connection is open before the first turn needs it.
+                tokio::spawn(self.engine.warm());
             }
             FrameBody::System(SystemFrame::Interruption) => {
                 for (frame, dir) in self.tools.cancel_for_interruption() {
@@ -370,6 +372,7 @@ impl Inference {
         let mut requested = Vec::new();
         let mut usage = TokenUsage::default();
         let mut thinking = String::new();
+        let mut provider_messages = Vec::new();
         let mut stop_reason = None;
         let mut failure = None;
         loop {
@@ -384,7 +387,8 @@ impl Inference {
                     break;
                 }
             };
-            if first && self.metrics {
+            // Time to the first of the answer: bookkeeping (usage, a fallback) does not count.
+            if first && self.metrics && matches!(&event, Ok(e) if e.is_content()) {
                 first = false;
                 let ttfb = MetricsData::Ttfb {
                     processor: pusher.name().to_owned(),
@@ -411,6 +415,10 @@ impl Inference {
                 Ok(LlmEvent::Thinking(text)) => thinking.push_str(&text),
                 Ok(LlmEvent::Usage(more)) => usage += more,
                 Ok(LlmEvent::Finished(reason)) => stop_reason = Some(reason),
+                Ok(LlmEvent::ProviderMessage(message)) => provider_messages.push(message),
+                Ok(LlmEvent::Fallback { from, to, reason }) => {
+                    pusher.emit(Event::LlmFallback { from, to, reason });
+                }
                 Err(e) => {
                     failure = Some(e.to_string());
                     break;
@@ -422,7 +430,8 @@ impl Inference {
         if has_calls {
             self.batch.start(requested).await;
         }
-        let summary = self.summary(usage, thinking, stop_reason, has_calls, failure.is_some());
+        let mut summary = self.summary(usage, thinking, stop_reason, has_calls, failure.is_some());
+        summary.provider_messages = provider_messages;
         if self.usage_metrics && usage != TokenUsage::default() {
             let data = MetricsData::LlmUsage {
                 processor: pusher.name().to_owned(),
@@ -471,6 +480,7 @@ impl Inference {
             usage,
             stop_reason,
             thinking,
+            provider_messages: Vec::new(),
         }
     }
 }

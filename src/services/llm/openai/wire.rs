@@ -9,6 +9,8 @@ use serde_json::Value;
 
 use crate::context::StopReason;
 use crate::frames::TokenUsage;
+use crate::services::llm::http::Decode;
+use crate::services::llm::sse::SseEvent;
 use crate::services::llm::{LlmError, LlmEvent};
 
 /// One `data:` payload of the stream.
@@ -93,6 +95,8 @@ pub struct Assembler {
     /// Something the model said or called: a completion with neither is an error.
     produced: bool,
     finished: bool,
+    /// `[DONE]` came.
+    done: bool,
 }
 
 impl Assembler {
@@ -104,6 +108,7 @@ impl Assembler {
     /// Reads one `data:` payload.
     pub fn data(&mut self, data: &str) -> Result<Vec<LlmEvent>, LlmError> {
         if data.trim() == "[DONE]" {
+            self.done = true;
             return Ok(self.flush_calls());
         }
         let chunk: Chunk = serde_json::from_str(data)
@@ -202,6 +207,20 @@ impl Assembler {
             events.push(LlmEvent::Finished(StopReason::ToolUse));
         }
         Ok(events)
+    }
+}
+
+impl Decode for Assembler {
+    fn event(&mut self, event: &SseEvent) -> Result<Vec<LlmEvent>, LlmError> {
+        self.data(&event.data)
+    }
+
+    fn done(&self) -> bool {
+        self.done
+    }
+
+    fn end(&mut self) -> Result<Vec<LlmEvent>, LlmError> {
+        Assembler::end(self)
     }
 }
 

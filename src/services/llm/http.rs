@@ -1,0 +1,298 @@
+//! The driver every streamed HTTP LLM shares: OpenAI-compatible chat completions, Anthropic
+//! Messages and Gemini's `streamGenerateContent` differ only in their request body and in how
+//! their server-sent events read, which each provider's sans-IO [`Decode`] owns.
+//!
+//! One request per completion. What fails before the first event (429, 5xx, 529, a refused
+//! connection, an `overloaded_error` as the stream's first event, no first chunk within the
+//! deadline) is retried with backoff, `retry-after` honoured; once an event came nothing is
+//! retried, since the words may already be spoken. The stream may go quiet between chunks for the
+//! idle timeout, no longer. Dropping the returned stream (an interruption) drops the response and
+//! frees the connection.
+
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use reqwest::header::HeaderMap;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use super::sse::{SseDecoder, SseEvent};
+use super::{LlmError, LlmEvent};
+
+/// Events the stream may run ahead of its reader by.
+const EVENT_QUEUE: usize = 64;
+/// The longest `retry-after` honoured: a provider asking for more is treated as down.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// A provider's stream, read event by event (sans-IO).
+pub(crate) trait Decode: Send + 'static {
+    /// Reads one server-sent event.
+    fn event(&mut self, event: &SseEvent) -> Result<Vec<LlmEvent>, LlmError>;
+    /// The stream said it is over (`[DONE]`, `message_stop`); the body may still be open.
+    fn done(&self) -> bool;
+    /// The body ended: what is still held. A completion that produced nothing is an error.
+    fn end(&mut self) -> Result<Vec<LlmEvent>, LlmError>;
+}
+
+/// How long to wait, and how often to try.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timing {
+    /// How long the first chunk may take (the request included).
+    pub first_chunk_timeout: Duration,
+    /// How long the stream may go quiet between chunks.
+    pub idle_timeout: Duration,
+    /// Attempts after the first, before any event came.
+    pub retries: u32,
+}
+
+impl Default for Timing {
+    /// pipecat's Gemini figures, which suit every provider: 5 s to the first chunk, 20 s idle.
+    fn default() -> Self {
+        Self {
+            first_chunk_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(20),
+            retries: 2,
+        }
+    }
+}
+
+/// One completion request, ready to send.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    pub url: String,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+/// The HTTP client every engine uses: TLS on the process's ring provider, as the realtime
+/// clients use it.
+pub(crate) fn client() -> Result<reqwest::Client, LlmError> {
+    // A no-op once installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(90))
+        .build()
+        .map_err(|e| LlmError::Connection(format!("cannot build the HTTP client: {e}")))
+}
+
+/// Opens a connection to `url`'s host and leaves it in the pool, so that the first turn pays no
+/// TCP or TLS handshake. Any answer will do (a `HEAD` on a completion endpoint is usually 404 or
+/// 405); a failure is only logged, since the turn will report it if it lasts.
+pub(crate) async fn warm(client: reqwest::Client, url: String) {
+    match tokio::time::timeout(Duration::from_secs(10), client.head(&url).send()).await {
+        Ok(Ok(response)) => {
+            tracing::debug!(%url, status = response.status().as_u16(), "LLM connection warm")
+        }
+        Ok(Err(e)) => tracing::debug!(%url, error = %e, "could not warm the LLM connection"),
+        Err(_) => tracing::debug!(%url, "warming the LLM connection timed out"),
+    }
+}
+
+/// Streams one completion of `call`, read by a fresh decoder from `decoder` on each attempt.
+pub(crate) fn stream<D: Decode>(
+    client: reqwest::Client,
+    call: Call,
+    timing: Timing,
+    decoder: impl Fn() -> D + Send + Sync + 'static,
+) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
+    let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
+    // The task ends with the completion, or as soon as the reader drops the stream (its next
+    // send fails), dropping the response and with it the connection.
+    tokio::spawn(async move {
+        if let Err(error) = run(&client, &call, timing, &decoder, &tx).await {
+            let _ = tx.send(Err(error)).await;
+        }
+    });
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+}
+
+/// Why an attempt failed, and whether another may succeed.
+enum Attempt {
+    Retry {
+        error: LlmError,
+        after: Option<Duration>,
+    },
+    Fail(LlmError),
+}
+
+impl Attempt {
+    /// A decoder's error: an overloaded or rate-limited provider may answer the next attempt.
+    fn from_decode(error: LlmError) -> Self {
+        match error {
+            LlmError::Busy(_) => Attempt::Retry { error, after: None },
+            error => Attempt::Fail(error),
+        }
+    }
+}
+
+type Events = mpsc::Sender<Result<LlmEvent, LlmError>>;
+
+async fn run<D: Decode>(
+    client: &reqwest::Client,
+    call: &Call,
+    timing: Timing,
+    decoder: &(impl Fn() -> D + Sync),
+    out: &Events,
+) -> Result<(), LlmError> {
+    let mut attempt = 0;
+    loop {
+        let first = tokio::time::timeout(timing.first_chunk_timeout, async {
+            let response = send(client, call).await?;
+            first_events(response, decoder()).await
+        })
+        .await
+        .unwrap_or_else(|_| {
+            Err(Attempt::Retry {
+                error: LlmError::Connection(format!(
+                    "no answer within {:?}",
+                    timing.first_chunk_timeout
+                )),
+                after: None,
+            })
+        });
+        match first {
+            Ok(started) => return started.finish(timing.idle_timeout, out).await,
+            Err(Attempt::Fail(error)) => return Err(error),
+            Err(Attempt::Retry { error, after }) => {
+                if attempt >= timing.retries {
+                    return Err(error);
+                }
+                attempt += 1;
+                let wait = after.unwrap_or(Duration::from_millis(250 << attempt));
+                tracing::warn!(attempt, wait_ms = wait.as_millis() as u64, %error, "LLM request failed before its first token; retrying");
+                tokio::time::sleep(wait).await;
+            }
+        }
+    }
+}
+
+/// Sends the request once; returns the streaming response.
+async fn send(client: &reqwest::Client, call: &Call) -> Result<reqwest::Response, Attempt> {
+    let response = client
+        .post(&call.url)
+        .headers(call.headers.clone())
+        .json(&call.body)
+        .send()
+        .await
+        .map_err(|e| Attempt::Retry {
+            error: LlmError::Connection(e.to_string()),
+            after: None,
+        })?;
+    let status = response.status();
+    if status.is_success() {
+        return Ok(response);
+    }
+    let after = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0)
+        .map(|s| Duration::from_secs_f64(s).min(MAX_RETRY_AFTER));
+    let text = response.text().await.unwrap_or_default();
+    let message = format!("HTTP {status}: {}", clip(&text));
+    // 429 (rate limits), 5xx and Anthropic's 529 (overloaded) pass; the rest is the request's
+    // fault or the key's, and says so at once.
+    if status.as_u16() == 429 || status.is_server_error() || status.as_u16() == 529 {
+        Err(Attempt::Retry {
+            error: LlmError::Busy(message),
+            after,
+        })
+    } else {
+        Err(Attempt::Fail(LlmError::Provider(message)))
+    }
+}
+
+/// A response whose first events came.
+struct Started<D> {
+    bytes: BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    sse: SseDecoder,
+    decoder: D,
+    pending: Vec<LlmEvent>,
+}
+
+impl<D: Decode> Started<D> {
+    /// Decodes a piece of the body.
+    fn decode(&mut self, bytes: &[u8]) -> Result<Vec<LlmEvent>, LlmError> {
+        let mut events = Vec::new();
+        let sse = self
+            .sse
+            .push(bytes)
+            .map_err(|e| LlmError::Protocol(e.to_string()))?;
+        for event in &sse {
+            events.extend(self.decoder.event(event)?);
+        }
+        Ok(events)
+    }
+
+    /// Reads the rest of the stream into `out`; returns when it ends or the reader left.
+    async fn finish(mut self, idle_timeout: Duration, out: &Events) -> Result<(), LlmError> {
+        for event in std::mem::take(&mut self.pending) {
+            if out.send(Ok(event)).await.is_err() {
+                return Ok(());
+            }
+        }
+        while !self.decoder.done() {
+            let bytes = match tokio::time::timeout(idle_timeout, self.bytes.next()).await {
+                Err(_) => {
+                    return Err(LlmError::Connection(format!(
+                        "the stream stalled for {idle_timeout:?}"
+                    )));
+                }
+                Ok(None) => break,
+                Ok(Some(Err(e))) => return Err(LlmError::Connection(e.to_string())),
+                Ok(Some(Ok(bytes))) => bytes,
+            };
+            for event in self.decode(&bytes)? {
+                if out.send(Ok(event)).await.is_err() {
+                    return Ok(());
+                }
+            }
+        }
+        for event in self.decoder.end()? {
+            if out.send(Ok(event)).await.is_err() {
+                break;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Reads until the first events (or the end): what the first-chunk deadline covers.
+async fn first_events<D: Decode>(
+    response: reqwest::Response,
+    decoder: D,
+) -> Result<Started<D>, Attempt> {
+    let mut started = Started {
+        bytes: response.bytes_stream().boxed(),
+        sse: SseDecoder::new(),
+        decoder,
+        pending: Vec::new(),
+    };
+    loop {
+        match started.bytes.next().await {
+            None => return Ok(started),
+            Some(Err(e)) => {
+                return Err(Attempt::Retry {
+                    error: LlmError::Connection(e.to_string()),
+                    after: None,
+                });
+            }
+            Some(Ok(bytes)) => {
+                let events = started.decode(&bytes).map_err(Attempt::from_decode)?;
+                started.pending.extend(events);
+                // Usage alone (Anthropic's `message_start`) is not an answer yet: an overloaded
+                // error may still follow it, and be retried.
+                if started.pending.iter().any(LlmEvent::is_content) || started.decoder.done() {
+                    return Ok(started);
+                }
+            }
+        }
+    }
+}
+
+/// The start of a provider's error text, enough to say what went wrong.
+pub(crate) fn clip(text: &str) -> String {
+    text.chars().take(300).collect()
+}
