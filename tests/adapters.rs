@@ -113,17 +113,14 @@ fn anthropic_splits_the_system_prompt_uses_blocks_and_merges_roles() {
                 {"type": "text", "text": "and this picture"},
                 {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "iVBORw0"}}
             ]},
+            // Parallel calls in one assistant turn, their results in the one user turn after.
             {"role": "assistant", "content": [
                 {"type": "text", "text": "Checking."},
-                {"type": "tool_use", "id": "w1", "name": "get_weather", "input": {"city": "Paris"}}
-            ]},
-            {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": "w1", "content": "{\"temp\":21}"}
-            ]},
-            {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "w1", "name": "get_weather", "input": {"city": "Paris"}},
                 {"type": "tool_use", "id": "t1", "name": "set_timer", "input": {"seconds": 60}}
             ]},
             {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "w1", "content": "{\"temp\":21}"},
                 {"type": "tool_result", "tool_use_id": "t1", "content": started},
                 {"type": "text", "text": partial}
             ]},
@@ -163,15 +160,11 @@ fn gemini_gets_parts_function_calls_and_named_function_responses() {
             ]},
             {"role": "model", "parts": [
                 {"text": "Checking."},
-                {"functionCall": {"id": "w1", "name": "get_weather", "args": {"city": "Paris"}}}
-            ]},
-            {"role": "user", "parts": [
-                {"functionResponse": {"id": "w1", "name": "get_weather", "response": {"temp": 21}}}
-            ]},
-            {"role": "model", "parts": [
+                {"functionCall": {"id": "w1", "name": "get_weather", "args": {"city": "Paris"}}},
                 {"functionCall": {"id": "t1", "name": "set_timer", "args": {"seconds": 60}}}
             ]},
             {"role": "user", "parts": [
+                {"functionResponse": {"id": "w1", "name": "get_weather", "response": {"temp": 21}}},
                 {"functionResponse": {"id": "t1", "name": "set_timer", "response": started}},
                 {"text": partial}
             ]},
@@ -313,5 +306,52 @@ fn tool_choice_maps_per_provider() {
     assert_eq!(
         gemini::declaration(&FunctionSchema::new("now", "The time.")),
         json!({"name": "now", "description": "The time."})
+    );
+}
+
+#[test]
+fn calls_of_one_reply_are_grouped_and_calls_of_later_replies_are_not() {
+    use voxide::context::{AssistantMeta, StopReason};
+    let end_of_reply = || {
+        Some(Box::new(AssistantMeta {
+            blocks: Vec::new(),
+            provider: "anthropic".into(),
+            model: "m".into(),
+            usage: Default::default(),
+            cost_usd: None,
+            stop_reason: StopReason::ToolUse,
+            timestamp: std::time::SystemTime::UNIX_EPOCH,
+        }))
+    };
+    // The first call ended its reply; the second came in the reply after its result.
+    let mut first = call("a", "get_current_time", json!({}));
+    if let Message::Assistant(m) = &mut first {
+        m.meta = end_of_reply();
+    }
+    let mut second = call("b", "calculate", json!({"expression": "1+1"}));
+    if let Message::Assistant(m) = &mut second {
+        m.meta = end_of_reply();
+    }
+    let sequential = vec![
+        Message::user("time, then add"),
+        first,
+        Message::tool("a", "noon"),
+        second,
+        Message::tool("b", "2"),
+    ];
+    let roles = |body: Value| -> Vec<String> {
+        body.as_array()
+            .expect("turns")
+            .iter()
+            .map(|m| m["role"].as_str().expect("role").to_owned())
+            .collect()
+    };
+    assert_eq!(
+        roles(json!(anthropic::messages(&sequential))),
+        ["user", "assistant", "user", "assistant", "user"]
+    );
+    assert_eq!(
+        roles(json!(gemini::contents(&sequential))),
+        ["user", "model", "user", "model", "user"]
     );
 }

@@ -340,7 +340,7 @@ mod anthropic {
         events_text(&events)
     }
 
-    fn events_text(events: &[(Option<&str>, Value)]) -> String {
+    pub fn events_text(events: &[(Option<&str>, Value)]) -> String {
         common::llm_stand_in::events(events)
     }
 
@@ -796,6 +796,248 @@ mod fallback_and_warm {
         assert_eq!(
             posts[0].peer, warm[0].peer,
             "the completion reuses the warm connection"
+        );
+    }
+}
+
+/// The whole bot on a text LLM over HTTP: a spoken question that asks two things makes two
+/// tool calls in one reply; both run, both results go back in one follow-up request, and the
+/// bot speaks the answer.
+mod whole_bot {
+    use std::sync::Arc;
+
+    use super::*;
+    use voxide::audio::wav::{self, Wav};
+    use voxide::bot::{BotOptions, LlmChoice, TextLlm, Voice};
+    use voxide::services::llm::anthropic::AnthropicSettings;
+    use voxide::services::tts::{PiperVoice, TtsEngine};
+    use voxide::transports::file::{RunOptions, RunSummary, run};
+
+    const QUESTION: &str = "What time is it, and what is seventeen times twenty-three?";
+
+    /// The question in the Piper voice, between a second of silence before and two after.
+    fn spoken_question(name: &str) -> std::path::PathBuf {
+        let voice = PiperVoice::shared().expect("the Piper voice loads; run scripts/setup.sh");
+        let speech = voice.synthesize(QUESTION).expect("speech");
+        let rate = speech.sample_rate as usize;
+        let mut samples = vec![0i16; rate];
+        samples.extend(&speech.samples);
+        samples.extend(vec![0i16; 2 * rate]);
+        let dir = std::env::temp_dir().join(format!("voxide-text-llm-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let path = dir.join(name);
+        wav::write(
+            &path,
+            &Wav {
+                samples,
+                sample_rate: speech.sample_rate,
+                channels: 1,
+            },
+        )
+        .expect("write the question");
+        path
+    }
+
+    async fn ask(llm: TextLlm, name: &str) -> RunSummary {
+        ask_with(vec![llm], name).await.0
+    }
+
+    /// The run's summary and its events.
+    async fn ask_with(llms: Vec<TextLlm>, name: &str) -> (RunSummary, Vec<Value>) {
+        let input = spoken_question(&format!("{name}_question.wav"));
+        let log = input.with_file_name(format!("{name}_events.jsonl"));
+        let summary = run(RunOptions {
+            output: input.with_file_name(format!("{name}_answer.wav")),
+            input,
+            events: Some(log.clone()),
+            // In real time, as a caller speaks: a fast run can end before the VAD heard it.
+            fast: false,
+            max_tail: Duration::from_secs(30),
+            settle: Duration::from_secs(2),
+            bot: BotOptions {
+                llm: LlmChoice::Text(llms),
+                voice: Voice::Piper,
+                ..BotOptions::default()
+            },
+        })
+        .await
+        .expect("the run");
+        let events = std::fs::read_to_string(&log)
+            .expect("the event log")
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("an event"))
+            .collect();
+        (summary, events)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_provider_that_is_down_hands_the_turn_to_the_local_model_and_says_so() {
+        let (down, log) =
+            stand_in(vec![Reply::Status(503, r#"{"error":{"message":"down"}}"#)]).await;
+        let provider = TextLlm::OpenAi(OpenAiSettings {
+            base_url: format!("http://{down}/v1"),
+            ..OpenAiSettings::default()
+        });
+        let (summary, events) = ask_with(vec![provider, TextLlm::Local], "fallback").await;
+        let fallback = events
+            .iter()
+            .find(|e| e["type"] == "llm_fallback")
+            .expect("an llm_fallback event");
+        assert_eq!(fallback["from"], "openai");
+        assert_eq!(fallback["to"], "local");
+        assert!(log.posts().len() >= 3, "the provider's own retries first");
+        assert!(
+            events.iter().all(|e| e["type"] != "error"),
+            "no error reaches the session: {events:?}"
+        );
+        assert_eq!(summary.voice_to_voice_ms.len(), 1, "the turn is answered");
+    }
+
+    /// Whether the request's last user words ask for the time (as Whisper heard them).
+    fn asks_the_time(user_texts: Vec<String>) -> bool {
+        user_texts
+            .last()
+            .is_some_and(|t| t.to_lowercase().contains("time"))
+    }
+
+    fn check(summary: &RunSummary) {
+        assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+        let mut calls = summary.tool_calls.clone();
+        calls.sort();
+        assert_eq!(
+            calls,
+            ["calculate", "get_current_time"],
+            "heard: {:?}",
+            summary.transcripts
+        );
+        let said = summary.bot_text.join(" ");
+        assert!(said.contains("391"), "the bot said {said:?}");
+        assert_eq!(summary.voice_to_voice_ms.len(), 1, "one spoken answer");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn openai_two_tools_in_one_reply_both_results_in_one_follow_up() {
+        let first = sse(&[
+            json!({"choices": [{"delta": {"tool_calls": [
+                {"index": 0, "id": "call_time", "type": "function", "function": {"name": "get_current_time", "arguments": "{}"}},
+                {"index": 1, "id": "call_calc", "type": "function", "function": {"name": "calculate", "arguments": "{\"expression\": \"17*23\"}"}}
+            ]}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+        ]);
+        let last = sse(&[
+            json!({"choices": [{"delta": {"content": "It is noon, and seventeen times twenty-three is 391."}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}),
+        ]);
+        let lost =
+            sse(&[json!({"choices": [{"delta": {"content": "Sorry?"}, "finish_reason": "stop"}]})]);
+        let reply = Reply::With(Arc::new(move |body: &Value| {
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            let results = messages.iter().filter(|m| m["role"] == "tool").count();
+            let users = messages
+                .iter()
+                .filter(|m| m["role"] == "user")
+                .filter_map(|m| m["content"].as_str().map(str::to_owned))
+                .collect();
+            match results {
+                0 if asks_the_time(users) => Reply::Stream(first.clone(), 32),
+                0 => Reply::Stream(lost.clone(), 32),
+                _ => Reply::Stream(last.clone(), 32),
+            }
+        }));
+        let (addr, stand_in) = stand_in(vec![reply]).await;
+        let summary = ask(
+            TextLlm::OpenAi(OpenAiSettings {
+                base_url: format!("http://{addr}/v1"),
+                model: "gpt-4.1-mini".into(),
+                ..OpenAiSettings::default()
+            }),
+            "openai",
+        )
+        .await;
+        check(&summary);
+        let posts = stand_in.posts();
+        assert_eq!(posts.len(), 2, "one request for the calls, one follow-up");
+        let follow_up = posts[1].body["messages"]
+            .as_array()
+            .expect("messages")
+            .clone();
+        let results: Vec<&Value> = follow_up.iter().filter(|m| m["role"] == "tool").collect();
+        assert_eq!(results.len(), 2, "{follow_up:?}");
+        assert_eq!(results[0]["tool_call_id"], "call_time");
+        assert_eq!(results[1]["tool_call_id"], "call_calc");
+        assert!(
+            results[1]["content"]
+                .as_str()
+                .expect("text")
+                .contains("391")
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn anthropic_two_tool_uses_in_one_reply_both_results_in_one_user_turn() {
+        let last = anthropic::text_answer("It is noon, and seventeen times twenty-three is 391.");
+        let lost = anthropic::text_answer("Sorry?");
+        let first = anthropic::two_calls();
+        let reply = Reply::With(Arc::new(move |body: &Value| {
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            let blocks = |kind: &str| -> Vec<Value> {
+                messages
+                    .iter()
+                    .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+                    .filter(|b| b["type"] == kind)
+                    .collect()
+            };
+            let users = blocks("text")
+                .iter()
+                .filter_map(|b| b["text"].as_str().map(str::to_owned))
+                .collect();
+            match blocks("tool_result").len() {
+                0 if asks_the_time(users) => Reply::Stream(first.clone(), 32),
+                0 => Reply::Stream(lost.clone(), 32),
+                _ => Reply::Stream(last.clone(), 32),
+            }
+        }));
+        let (addr, stand_in) = stand_in(vec![reply]).await;
+        let summary = ask(
+            TextLlm::Anthropic(AnthropicSettings {
+                base_url: format!("http://{addr}"),
+                ..AnthropicSettings::new("sk-ant-test")
+            }),
+            "anthropic",
+        )
+        .await;
+        check(&summary);
+        let posts = stand_in.posts();
+        assert_eq!(posts.len(), 2, "one request for the calls, one follow-up");
+        let follow_up = posts[1].body["messages"]
+            .as_array()
+            .expect("messages")
+            .clone();
+        // The calls in one assistant turn, both results in the one user turn after it.
+        let n = follow_up.len();
+        assert_eq!(follow_up[n - 2]["role"], "assistant");
+        let uses: Vec<&str> = follow_up[n - 2]["content"]
+            .as_array()
+            .expect("blocks")
+            .iter()
+            .filter(|b| b["type"] == "tool_use")
+            .map(|b| b["id"].as_str().expect("id"))
+            .collect();
+        assert_eq!(uses, ["toolu_time", "toolu_calc"], "{follow_up:#?}");
+        assert_eq!(follow_up[n - 1]["role"], "user");
+        let results: Vec<&Value> = follow_up[n - 1]["content"]
+            .as_array()
+            .expect("blocks")
+            .iter()
+            .filter(|b| b["type"] == "tool_result")
+            .collect();
+        assert_eq!(results.len(), 2, "{follow_up:?}");
+        assert_eq!(results[1]["tool_use_id"], "toolu_calc");
+        assert!(
+            results[1]["content"]
+                .as_str()
+                .expect("text")
+                .contains("391")
         );
     }
 }

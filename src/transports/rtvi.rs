@@ -53,6 +53,8 @@ fn error_response(id: Option<&str>, error: impl Into<String>) -> String {
 pub struct Rtvi {
     legacy: bool,
     segments: u64,
+    /// Dollars the session's LLM calls cost so far (those with a known price).
+    session_cost_usd: f64,
 }
 
 impl Rtvi {
@@ -174,7 +176,7 @@ impl Rtvi {
                 "llm-function-call-stopped",
                 json!({"function_name": name, "tool_call_id": tool_call_id, "cancelled": true}),
             ),
-            Event::Metrics { data } => match metrics(data) {
+            Event::Metrics { data } => match self.metrics(data) {
                 Some(data) => ("metrics", data),
                 None => return Vec::new(),
             },
@@ -212,23 +214,63 @@ impl Rtvi {
     }
 }
 
-/// RTVI `metrics` data: per-processor TTFB and processing time.
-fn metrics(data: &[MetricsData]) -> Option<Value> {
-    let mut ttfb = Vec::new();
-    let mut processing = Vec::new();
-    for item in data {
-        match item {
-            MetricsData::Ttfb {
-                processor, seconds, ..
-            } => ttfb.push(json!({"processor": processor, "value": seconds})),
-            MetricsData::ProcessingTime { processor, seconds } => {
-                processing.push(json!({"processor": processor, "value": seconds}))
+impl Rtvi {
+    /// RTVI `metrics` data, as pipecat's server sends it: `ttfb` and `processing` per processor,
+    /// `tokens` per LLM call, `characters` per TTS call. Each `tokens` entry also carries its
+    /// dollars (`cost_usd`, when the model's price is known) and the session's so far
+    /// (`session_cost_usd`).
+    fn metrics(&mut self, data: &[MetricsData]) -> Option<Value> {
+        let mut out = serde_json::Map::new();
+        let mut add = |key: &str, item: Value| {
+            if let Value::Array(list) = out.entry(key).or_insert_with(|| Value::Array(Vec::new())) {
+                list.push(item);
             }
-            _ => {}
+        };
+        for item in data {
+            match item {
+                MetricsData::Ttfb {
+                    processor, seconds, ..
+                } => add("ttfb", json!({"processor": processor, "value": seconds})),
+                MetricsData::ProcessingTime { processor, seconds } => add(
+                    "processing",
+                    json!({"processor": processor, "value": seconds}),
+                ),
+                MetricsData::LlmUsage {
+                    processor,
+                    model,
+                    usage,
+                    cost_usd,
+                } => {
+                    self.session_cost_usd += cost_usd.unwrap_or(0.0);
+                    add(
+                        "tokens",
+                        json!({
+                            "processor": processor,
+                            "model": model,
+                            "value": {
+                                "prompt_tokens": usage.input + usage.cache_read + usage.cache_write,
+                                "completion_tokens": usage.output,
+                                "total_tokens": usage.total(),
+                                "cache_read_input_tokens": usage.cache_read,
+                                "cache_creation_input_tokens": usage.cache_write,
+                            },
+                            "cost_usd": cost_usd,
+                            "session_cost_usd": self.session_cost_usd,
+                        }),
+                    );
+                }
+                MetricsData::TtsUsage {
+                    processor,
+                    characters,
+                } => add(
+                    "characters",
+                    json!({"processor": processor, "value": characters}),
+                ),
+                _ => {}
+            }
         }
+        (!out.is_empty()).then_some(Value::Object(out))
     }
-    (!ttfb.is_empty() || !processing.is_empty())
-        .then(|| json!({"ttfb": ttfb, "processing": processing}))
 }
 
 #[cfg(test)]
@@ -356,5 +398,34 @@ mod tests {
             ]
         );
         assert!(rtvi.render(&Event::SessionStarted).is_empty());
+    }
+
+    #[test]
+    fn token_metrics_carry_each_calls_dollars_and_the_sessions() {
+        let mut rtvi = Rtvi::new();
+        let usage = |cost| Event::Metrics {
+            data: vec![MetricsData::LlmUsage {
+                processor: "LlmService".into(),
+                model: Some("gpt-4.1-mini".into()),
+                usage: crate::frames::TokenUsage {
+                    input: 900,
+                    output: 20,
+                    cache_read: 100,
+                    cache_write: 0,
+                },
+                cost_usd: cost,
+            }],
+        };
+        let first: Value = serde_json::from_str(&rtvi.render(&usage(Some(0.25)))[0]).expect("json");
+        assert_eq!(first["type"], "metrics");
+        let tokens = &first["data"]["tokens"][0];
+        assert_eq!(tokens["value"]["prompt_tokens"], 1000);
+        assert_eq!(tokens["value"]["completion_tokens"], 20);
+        assert_eq!(tokens["value"]["cache_read_input_tokens"], 100);
+        assert_eq!(tokens["cost_usd"], 0.25);
+        let unpriced: Value = serde_json::from_str(&rtvi.render(&usage(None))[0]).expect("json");
+        assert_eq!(unpriced["data"]["tokens"][0]["cost_usd"], Value::Null);
+        let second: Value = serde_json::from_str(&rtvi.render(&usage(Some(0.5)))[0]).expect("json");
+        assert_eq!(second["data"]["tokens"][0]["session_cost_usd"], 0.75);
     }
 }

@@ -3,7 +3,9 @@
 
 use serde_json::{Map, Value, json};
 
-use super::{arguments_object, data_url, leading_instructions, provider_specific, push_merged};
+use super::{
+    arguments_object, data_url, grouped_calls, leading_instructions, provider_specific, push_merged,
+};
 use crate::context::{
     AdapterKind, Content, ContentPart, KnownPart, Message, ToolChoice, ToolsSchema,
 };
@@ -37,7 +39,7 @@ pub fn request(
 /// developer messages inside the conversation become user text.
 pub fn messages(messages: &[Message]) -> Vec<Value> {
     let mut merged: Vec<(String, Vec<Value>)> = Vec::new();
-    for message in messages {
+    for message in &grouped_calls(messages) {
         if let Some(own) = provider_specific(message, AdapterKind::Anthropic) {
             if let Some(own) = own {
                 let role = own.get("role").and_then(Value::as_str).unwrap_or("user");

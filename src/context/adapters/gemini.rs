@@ -5,7 +5,9 @@ use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
-use super::{arguments_object, data_url, leading_instructions, provider_specific, push_merged};
+use super::{
+    arguments_object, data_url, grouped_calls, leading_instructions, provider_specific, push_merged,
+};
 use crate::context::{
     AdapterKind, Content, ContentPart, FunctionSchema, KnownPart, Message, ToolChoice, ToolsSchema,
 };
@@ -37,6 +39,7 @@ pub fn request(
 
 /// The conversation as `{role, parts}` turns, consecutive turns of one role merged.
 pub fn contents(messages: &[Message]) -> Vec<Value> {
+    let messages = &grouped_calls(messages)[..];
     // A function response names its function; the context only keeps the call's id.
     let names: HashMap<&str, &str> = messages
         .iter()

@@ -22,6 +22,63 @@ fn provider_specific(message: &Message, kind: AdapterKind) -> Option<Option<&Val
     }
 }
 
+/// The calls of one reply together, then their results: the providers that take each reply as
+/// one turn (Anthropic, Gemini) want parallel calls in one assistant turn and their results in
+/// the one user turn after it. The context keeps each call as its own message with its result
+/// right after (pipecat's layout), so a run of `assistant(calls)` and `tool` messages is
+/// regrouped here. A reply ends at the message that carries its metadata: calls of a later
+/// reply (sequential calls) stay apart. A context loaded from JSON has no metadata, and its
+/// consecutive calls are taken as one reply.
+fn grouped_calls(messages: &[Message]) -> Vec<Message> {
+    let mut out = Vec::with_capacity(messages.len());
+    let mut i = 0;
+    while i < messages.len() {
+        let Message::Assistant(head) = &messages[i] else {
+            out.push(messages[i].clone());
+            i += 1;
+            continue;
+        };
+        if head.tool_calls.is_none() {
+            out.push(messages[i].clone());
+            i += 1;
+            continue;
+        }
+        let mut head = head.clone();
+        let mut results = Vec::new();
+        let mut open = head.meta.is_none();
+        i += 1;
+        while let Some(next) = messages.get(i) {
+            match next {
+                Message::Tool(_) => results.push(next.clone()),
+                Message::Assistant(more)
+                    if open && more.tool_calls.is_some() && !has_text(more) =>
+                {
+                    head.tool_calls
+                        .get_or_insert_with(Vec::new)
+                        .extend(more.tool_calls.iter().flatten().cloned());
+                    if more.meta.is_some() {
+                        head.meta.clone_from(&more.meta);
+                        open = false;
+                    }
+                }
+                _ => break,
+            }
+            i += 1;
+        }
+        out.push(Message::Assistant(head));
+        out.extend(results);
+    }
+    out
+}
+
+fn has_text(message: &super::AssistantMessage) -> bool {
+    message
+        .content
+        .as_ref()
+        .and_then(Option::as_ref)
+        .is_some_and(|c| !c.joined_text().trim().is_empty())
+}
+
 /// A tool call's arguments as an object: providers other than OpenAI want JSON, not a string.
 fn arguments_object(arguments: &str) -> Value {
     match serde_json::from_str::<Value>(arguments) {

@@ -65,6 +65,9 @@ impl LlmEvent {
 /// Why a completion failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LlmError {
+    /// The engine cannot be set up as configured (a missing key names its variable).
+    #[error("{0}")]
+    Setup(String),
     /// The provider could not be reached or dropped the connection.
     #[error("connection to the LLM failed: {0}")]
     Connection(String),

@@ -54,7 +54,7 @@ impl FallbackLlm {
     /// `engines` in order of preference; at least one.
     pub fn new(engines: Vec<Box<dyn LlmEngine>>) -> Result<Self, LlmError> {
         if engines.is_empty() {
-            return Err(LlmError::Provider("no LLM to fall back on".into()));
+            return Err(LlmError::Setup("no LLM to fall back on".into()));
         }
         Ok(Self {
             engines: engines.into(),

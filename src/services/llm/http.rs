@@ -73,7 +73,7 @@ pub(crate) fn client() -> Result<reqwest::Client, LlmError> {
     reqwest::Client::builder()
         .pool_idle_timeout(Duration::from_secs(90))
         .build()
-        .map_err(|e| LlmError::Connection(format!("cannot build the HTTP client: {e}")))
+        .map_err(|e| LlmError::Setup(format!("cannot build the HTTP client: {e}")))
 }
 
 /// Opens a connection to `url`'s host and leaves it in the pool, so that the first turn pays no

@@ -63,7 +63,7 @@ impl AnthropicSettings {
         let api_key = std::env::var("ANTHROPIC_API_KEY")
             .ok()
             .filter(|k| !k.is_empty())
-            .ok_or_else(|| LlmError::Provider("--llm anthropic needs ANTHROPIC_API_KEY".into()))?;
+            .ok_or_else(|| LlmError::Setup("--llm anthropic needs ANTHROPIC_API_KEY".into()))?;
         let mut settings = Self::new(api_key);
         if let Some(url) = std::env::var("ANTHROPIC_BASE_URL")
             .ok()
@@ -94,7 +94,7 @@ impl AnthropicLlm {
             format!("{base}/v1/messages")
         };
         let key = HeaderValue::from_str(&settings.api_key)
-            .map_err(|_| LlmError::Provider("ANTHROPIC_API_KEY is not a valid header".into()))?;
+            .map_err(|_| LlmError::Setup("ANTHROPIC_API_KEY is not a valid header".into()))?;
         let mut headers = HeaderMap::new();
         headers.insert(HeaderName::from_static("x-api-key"), key);
         headers.insert(

@@ -63,7 +63,7 @@ impl GeminiSettings {
         let api_key = std::env::var("GEMINI_API_KEY")
             .ok()
             .filter(|k| !k.is_empty())
-            .ok_or_else(|| LlmError::Provider("--llm gemini needs GEMINI_API_KEY".into()))?;
+            .ok_or_else(|| LlmError::Setup("--llm gemini needs GEMINI_API_KEY".into()))?;
         let mut settings = Self::new(api_key);
         if let Some(url) = std::env::var("GEMINI_BASE_URL")
             .ok()
@@ -93,7 +93,7 @@ impl GeminiLlm {
             settings.model
         );
         let key = HeaderValue::from_str(&settings.api_key)
-            .map_err(|_| LlmError::Provider("GEMINI_API_KEY is not a valid header".into()))?;
+            .map_err(|_| LlmError::Setup("GEMINI_API_KEY is not a valid header".into()))?;
         let mut headers = HeaderMap::new();
         headers.insert(HeaderName::from_static("x-goog-api-key"), key);
         Ok(Self {

@@ -63,7 +63,7 @@ impl OpenAiSettings {
             .filter(|u| !u.is_empty())
             .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
         if api_key.is_none() && base_url == DEFAULT_BASE_URL {
-            return Err(LlmError::Provider(
+            return Err(LlmError::Setup(
                 "--llm openai needs OPENAI_API_KEY (or OPENAI_BASE_URL for a server that needs no key)"
                     .into(),
             ));
@@ -94,7 +94,7 @@ impl OpenAiLlm {
         let mut headers = HeaderMap::new();
         if let Some(key) = &settings.api_key {
             let value = HeaderValue::from_str(&format!("Bearer {key}"))
-                .map_err(|_| LlmError::Provider("OPENAI_API_KEY is not a valid header".into()))?;
+                .map_err(|_| LlmError::Setup("OPENAI_API_KEY is not a valid header".into()))?;
             headers.insert(AUTHORIZATION, value);
         }
         Ok(Self {
