@@ -17,8 +17,18 @@
 //! resume_after_secs = 1.0  # pause on speech over the bot; resume if no words come
 //! pause_at_onset = true    # hold the bot at the first sound of speech over it
 //! instructions = "You are a helpful voice assistant."
+//! llm = "openai,local"     # see --llm
+//! llm_model = "gpt-4.1-mini"
+//!
+//! # Your own rates (USD per million tokens) over the built-in list prices.
+//! [bot.prices."gpt-4.1-mini"]
+//! input = 0.40
+//! output = 1.60
+//! cache_read = 0.10        # default: the input rate
+//! cache_write = 0.40       # default: the input rate
 //! ```
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
@@ -33,6 +43,32 @@ pub struct Config {
     /// `[bot]`.
     #[serde(default)]
     pub bot: BotConfig,
+}
+
+/// One model's rates, USD per million tokens.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    /// Fresh prompt tokens.
+    pub input: f64,
+    /// Generated tokens.
+    pub output: f64,
+    /// Prompt tokens read from the provider's cache (default: the input rate).
+    pub cache_read: Option<f64>,
+    /// Prompt tokens written to the provider's cache (default: the input rate).
+    pub cache_write: Option<f64>,
+}
+
+impl PriceConfig {
+    /// As the price table takes it.
+    pub fn price(&self) -> crate::services::llm::Price {
+        crate::services::llm::Price::cached(
+            self.input,
+            self.output,
+            self.cache_read.unwrap_or(self.input),
+            self.cache_write.unwrap_or(self.input),
+        )
+    }
 }
 
 /// `[server]`: how `voxide serve` listens.
@@ -74,6 +110,9 @@ pub struct BotConfig {
     pub llm: Option<String>,
     /// See `--llm-model`.
     pub llm_model: Option<String>,
+    /// Prices per model, over the built-in list prices: `[bot.prices."MODEL"]`.
+    #[serde(default)]
+    pub prices: BTreeMap<String, PriceConfig>,
     /// The realtime provider's WebSocket URL (the environment's `OPENAI_REALTIME_URL` /
     /// `GEMINI_LIVE_URL` wins).
     pub realtime_url: Option<String>,
@@ -133,6 +172,12 @@ mod tests {
         let config: Config = toml::from_str(&example).expect("the example parses");
         assert_eq!(config.server.port, Some(7860));
         assert_eq!(config.bot.voice.as_deref(), Some("piper"));
+        assert_eq!(config.bot.llm.as_deref(), Some("openai,local"));
+        let price = config.bot.prices["gpt-4.1-mini"].price();
+        assert_eq!((price.input, price.output, price.cache_read), (0.40, 1.60, 0.10));
+        assert!(toml::from_str::<Config>("[bot.prices.m]
+input = 1.0
+").is_err());
         assert!(toml::from_str::<Config>("[server]\nprot = 1\n").is_err());
         assert!(toml::from_str::<Config>("[server]\nport = \"x\"\n").is_err());
     }

@@ -16,6 +16,7 @@ use voxide::services::llm::anthropic::AnthropicSettings;
 use voxide::services::llm::gemini::GeminiSettings;
 use voxide::services::llm::gemini_live::GeminiLiveSettings;
 use voxide::services::llm::openai::OpenAiSettings;
+use voxide::services::llm::PriceTable;
 use voxide::services::llm::openai_realtime::OpenAiRealtimeSettings;
 use voxide::transports::file::{RunOptions, run};
 use voxide::turns::BargeIn;
@@ -326,6 +327,12 @@ impl BotArgs {
                 .clone()
                 .or_else(|| file.instructions.clone())
                 .unwrap_or(defaults.instructions),
+            prices: file
+                .prices
+                .iter()
+                .fold(PriceTable::default(), |table, (model, price)| {
+                    table.with(model.clone(), price.price())
+                }),
             ..BotOptions::default()
         })
     }

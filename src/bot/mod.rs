@@ -23,7 +23,10 @@ use crate::services::llm::local::{LocalLlm, LocalLlmOptions, LocalModel};
 use crate::services::llm::openai::{OpenAiLlm, OpenAiSettings};
 use crate::services::llm::openai_realtime::{OpenAiRealtime, OpenAiRealtimeSettings};
 use crate::services::llm::realtime::RealtimeProtocol;
-use crate::services::llm::{FallbackLlm, LlmEngine, LlmService, RealtimeOptions, RealtimeService};
+use crate::services::llm::{
+    FallbackLlm, LlmEngine, LlmService, LlmServiceOptions, PriceTable, RealtimeOptions,
+    RealtimeService,
+};
 use crate::services::stt::{SttService, Whisper};
 use crate::services::tts::espeak::EspeakError;
 use crate::services::tts::{EspeakVoice, PiperVoice, TtsEngine, TtsService};
@@ -166,6 +169,8 @@ pub struct BotOptions {
     pub mute: Vec<MuteStrategy>,
     /// When speech over the bot interrupts it (default: at once, at the VAD's start).
     pub barge_in: BargeIn,
+    /// What the LLM's tokens cost, for the usage reports.
+    pub prices: PriceTable,
 }
 
 impl Default for BotOptions {
@@ -184,6 +189,7 @@ impl Default for BotOptions {
             echo_guard: None,
             mute: Vec::new(),
             barge_in: BargeIn::default(),
+            prices: PriceTable::default(),
         }
     }
 }
@@ -281,9 +287,13 @@ pub fn build<S: AudioSink>(
         .iter()
         .map(|llm| llm.engine(options.max_tokens))
         .collect::<Result<Vec<_>, _>>()?;
+    let service_options = LlmServiceOptions {
+        prices: options.prices.clone(),
+        ..LlmServiceOptions::default()
+    };
     let mut llm = match engines.len() {
-        1 => LlmService::new(engines.remove(0)),
-        _ => LlmService::new(FallbackLlm::new(engines)?),
+        1 => LlmService::with_options(engines.remove(0), service_options),
+        _ => LlmService::with_options(FallbackLlm::new(engines)?, service_options),
     };
     register_tools(&mut llm);
     let voice: Arc<dyn TtsEngine> = match options.voice {
@@ -320,7 +330,14 @@ fn realtime<P: RealtimeProtocol, S: AudioSink>(
     sink: S,
     output: OutputOptions,
 ) -> Bot {
-    let mut service = RealtimeService::new(protocol, context.clone(), RealtimeOptions::default());
+    let realtime_options = RealtimeOptions {
+        functions: LlmServiceOptions {
+            prices: options.prices.clone(),
+            ..LlmServiceOptions::default()
+        },
+        ..RealtimeOptions::default()
+    };
+    let mut service = RealtimeService::new(protocol, context.clone(), realtime_options);
     tools::register(service.functions());
     let (front, sink) = input_front(options, sink);
     let pipeline = front

@@ -52,8 +52,12 @@ impl Price {
     }
 }
 
-/// Public list prices (USD per million text tokens) as the providers publish them. Dated model
-/// names (`gpt-4o-2024-08-06`) resolve to their family.
+/// When the built-in list prices were taken from the providers' published lists. Negotiated or
+/// newer rates go in the config file (`[bot.prices."MODEL"]`).
+pub const PRICES_AS_OF: &str = "2026-03-15";
+
+/// Public list prices (USD per million text tokens) as the providers publish them, as of
+/// [`PRICES_AS_OF`]. Dated model names (`gpt-4o-2024-08-06`) resolve to their family.
 const BUILTIN: &[(&str, Price)] = &[
     // OpenAI: cached input is discounted; there is no separate write charge.
     ("gpt-4o", Price::cached(2.50, 10.00, 1.25, 2.50)),
@@ -61,6 +65,8 @@ const BUILTIN: &[(&str, Price)] = &[
     ("gpt-4.1", Price::cached(2.00, 8.00, 0.50, 2.00)),
     ("gpt-4.1-mini", Price::cached(0.40, 1.60, 0.10, 0.40)),
     ("gpt-4.1-nano", Price::cached(0.10, 0.40, 0.025, 0.10)),
+    ("gpt-5-mini", Price::cached(0.25, 2.00, 0.025, 0.25)),
+    ("gpt-5-nano", Price::cached(0.05, 0.40, 0.005, 0.05)),
     // Realtime models, text tokens.
     ("gpt-realtime", Price::cached(4.00, 16.00, 0.40, 4.00)),
     (
@@ -75,12 +81,15 @@ const BUILTIN: &[(&str, Price)] = &[
     ("claude-opus-4", Price::cached(15.00, 75.00, 1.50, 18.75)),
     ("claude-sonnet-4", Price::cached(3.00, 15.00, 0.30, 3.75)),
     ("claude-sonnet-4-5", Price::cached(3.00, 15.00, 0.30, 3.75)),
+    ("claude-sonnet-4-6", Price::cached(3.00, 15.00, 0.30, 3.75)),
     ("claude-haiku-4-5", Price::cached(1.00, 5.00, 0.10, 1.25)),
     ("claude-3-5-haiku", Price::cached(0.80, 4.00, 0.08, 1.00)),
     // Google.
     ("gemini-2.0-flash", Price::cached(0.10, 0.40, 0.025, 0.10)),
     ("gemini-2.5-flash", Price::cached(0.30, 2.50, 0.075, 0.30)),
     ("gemini-2.5-pro", Price::cached(1.25, 10.00, 0.31, 1.25)),
+    ("gemini-2.5-flash-lite", Price::cached(0.10, 0.40, 0.025, 0.10)),
+    ("gemini-3-flash-preview", Price::cached(0.50, 3.00, 0.05, 0.50)),
     // The embedded model runs here.
     ("SmolLM2-135M-Instruct", Price::FREE),
 ];
