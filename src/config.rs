@@ -19,6 +19,7 @@
 //! instructions = "You are a helpful voice assistant."
 //! llm = "openai,local"     # see --llm
 //! llm_model = "gpt-4.1-mini"
+//! llm_temperature = 0.6
 //!
 //! # Your own rates (USD per million tokens) over the built-in list prices.
 //! [bot.prices."gpt-4.1-mini"]
@@ -110,6 +111,8 @@ pub struct BotConfig {
     pub llm: Option<String>,
     /// See `--llm-model`.
     pub llm_model: Option<String>,
+    /// See `--llm-temperature`.
+    pub llm_temperature: Option<f32>,
     /// Prices per model, over the built-in list prices: `[bot.prices."MODEL"]`.
     #[serde(default)]
     pub prices: BTreeMap<String, PriceConfig>,
@@ -174,10 +177,18 @@ mod tests {
         assert_eq!(config.bot.voice.as_deref(), Some("piper"));
         assert_eq!(config.bot.llm.as_deref(), Some("openai,local"));
         let price = config.bot.prices["gpt-4.1-mini"].price();
-        assert_eq!((price.input, price.output, price.cache_read), (0.40, 1.60, 0.10));
-        assert!(toml::from_str::<Config>("[bot.prices.m]
+        assert_eq!(
+            (price.input, price.output, price.cache_read),
+            (0.40, 1.60, 0.10)
+        );
+        assert!(
+            toml::from_str::<Config>(
+                "[bot.prices.m]
 input = 1.0
-").is_err());
+"
+            )
+            .is_err()
+        );
         assert!(toml::from_str::<Config>("[server]\nprot = 1\n").is_err());
         assert!(toml::from_str::<Config>("[server]\nport = \"x\"\n").is_err());
     }

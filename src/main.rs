@@ -12,11 +12,11 @@ use voxide::bench::pipeline::PipelineBench;
 use voxide::bot::{BotOptions, LlmChoice, TextLlm, TurnEnd, Voice};
 use voxide::config::{BotConfig, Config};
 use voxide::server::ServeOptions;
+use voxide::services::llm::PriceTable;
 use voxide::services::llm::anthropic::AnthropicSettings;
 use voxide::services::llm::gemini::GeminiSettings;
 use voxide::services::llm::gemini_live::GeminiLiveSettings;
 use voxide::services::llm::openai::OpenAiSettings;
-use voxide::services::llm::PriceTable;
 use voxide::services::llm::openai_realtime::OpenAiRealtimeSettings;
 use voxide::transports::file::{RunOptions, run};
 use voxide::turns::BargeIn;
@@ -157,13 +157,21 @@ struct BotArgs {
     /// openai, claude-haiku-4-5 for anthropic, gemini-2.5-flash for gemini]
     #[arg(long, env = "VOXIDE_LLM_MODEL")]
     llm_model: Option<String>,
+    /// The text LLMs' sampling temperature (0 to 2). [default: the provider's]
+    #[arg(long, env = "VOXIDE_LLM_TEMPERATURE")]
+    llm_temperature: Option<f32>,
     /// A TOML config file (see `voxide::config` for its keys).
     #[arg(long, env = "VOXIDE_CONFIG")]
     config: Option<PathBuf>,
 }
 
 /// The `--llm` value: one realtime model, or text LLMs each the fallback of the one before.
-fn llm_choice(spec: &str, model: Option<String>, file: &BotConfig) -> Result<LlmChoice> {
+fn llm_choice(
+    spec: &str,
+    model: Option<String>,
+    temperature: Option<f32>,
+    file: &BotConfig,
+) -> Result<LlmChoice> {
     let names: Vec<&str> = spec.split(',').map(str::trim).collect();
     match names[..] {
         ["openai-realtime"] => {
@@ -202,6 +210,7 @@ fn llm_choice(spec: &str, model: Option<String>, file: &BotConfig) -> Result<Llm
                 if let Some(model) = model.take() {
                     settings.model = model;
                 }
+                settings.temperature = temperature;
                 TextLlm::OpenAi(settings)
             }
             "anthropic" => {
@@ -209,6 +218,7 @@ fn llm_choice(spec: &str, model: Option<String>, file: &BotConfig) -> Result<Llm
                 if let Some(model) = model.take() {
                     settings.model = model;
                 }
+                settings.temperature = temperature;
                 TextLlm::Anthropic(settings)
             }
             "gemini" => {
@@ -216,6 +226,7 @@ fn llm_choice(spec: &str, model: Option<String>, file: &BotConfig) -> Result<Llm
                 if let Some(model) = model.take() {
                     settings.model = model;
                 }
+                settings.temperature = temperature;
                 TextLlm::Gemini(settings)
             }
             "openai-realtime" | "gemini-live" => anyhow::bail!(
@@ -314,7 +325,11 @@ impl BotArgs {
             (None, None) => "local",
         };
         let model = self.llm_model.clone().or_else(|| file.llm_model.clone());
-        let llm = llm_choice(spec, model, file)?;
+        let temperature = self.llm_temperature.or(file.llm_temperature);
+        if temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
+            anyhow::bail!("the LLM temperature must be between 0 and 2");
+        }
+        let llm = llm_choice(spec, model, temperature, file)?;
         Ok(BotOptions {
             llm,
             voice,
@@ -402,6 +417,23 @@ enum Bench {
         /// two cores).
         #[arg(long)]
         turn_workers: Option<usize>,
+    },
+    /// The latency voxide adds around a network LLM, against a local stand-in with a realistic
+    /// time to the first token: the request built and sent, and the first token to the voice.
+    /// Pin it (`taskset -c 0`) to read it per core.
+    Providers {
+        /// Concurrent sessions.
+        #[arg(long, default_value_t = 1)]
+        sessions: usize,
+        /// Questions each session asks.
+        #[arg(long, default_value_t = 20)]
+        turns: usize,
+        /// The stream the stand-in speaks: `openai` or `anthropic`.
+        #[arg(long, default_value = "openai")]
+        llm: String,
+        /// The stand-in's time to the first token, ms.
+        #[arg(long, default_value_t = 300)]
+        provider_ms: u64,
     },
     /// Voice-to-voice latency over a conversation: a Piper-voiced user asks --turns questions
     /// (room for each answer after it) and the default bot answers through `voxide run` at
@@ -643,6 +675,33 @@ async fn run_command(cli: Cli) -> Result<()> {
                 turn_workers,
             };
             let report = voxide::bench::sessions::run_sessions(&input, options).await?;
+            println!("{}", serde_json::to_string(&report)?);
+        }
+        Command::Bench {
+            bench:
+                Bench::Providers {
+                    sessions,
+                    turns,
+                    llm,
+                    provider_ms,
+                },
+        } => {
+            use voxide::bench::providers::{Protocol, ProvidersOptions, run_providers};
+            if !(1..=10_000).contains(&sessions) || !(1..=10_000).contains(&turns) {
+                anyhow::bail!("--sessions and --turns must be 1 to 10000");
+            }
+            let protocol = match llm.as_str() {
+                "openai" => Protocol::Openai,
+                "anthropic" => Protocol::Anthropic,
+                other => anyhow::bail!("--llm {other:?}: the bench speaks openai or anthropic"),
+            };
+            let report = run_providers(ProvidersOptions {
+                sessions,
+                turns,
+                provider_delay: Duration::from_millis(provider_ms),
+                protocol,
+            })
+            .await?;
             println!("{}", serde_json::to_string(&report)?);
         }
         Command::Bench { bench: Bench::Wer } => {

@@ -4,6 +4,7 @@ pub mod conversation;
 pub mod engines;
 pub mod interruptions;
 pub mod pipeline;
+pub mod providers;
 pub mod sessions;
 pub mod tools;
 pub mod wer;

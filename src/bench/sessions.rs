@@ -103,7 +103,8 @@ pub struct LagReport {
 }
 
 impl LagReport {
-    fn of(sorted: &[f64]) -> Self {
+    /// Percentiles of sorted figures.
+    pub(crate) fn of(sorted: &[f64]) -> Self {
         Self {
             p50: percentile(sorted, 0.5),
             p90: percentile(sorted, 0.9),
@@ -303,7 +304,7 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 /// User plus system CPU seconds of this process, all threads (from /proc; 0 elsewhere).
-fn cpu_seconds() -> f64 {
+pub(crate) fn cpu_seconds() -> f64 {
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
         return 0.0;
     };
