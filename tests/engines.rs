@@ -556,8 +556,10 @@ impl voxide::pipeline::FrameProcessor for Collect {
 async fn the_stt_stage_transcribes_a_turn_with_interim_results_first() {
     use voxide::frames::{AudioFrame, DataFrame, FrameBody, SystemFrame};
     use voxide::pipeline::{Pipeline, Session};
-    use voxide::services::stt::{SttService, Whisper};
-    let whisper = Whisper::shared().expect("the Whisper model loads; run scripts/setup.sh");
+    use voxide::services::stt::{Segmented, SttService, Whisper};
+    let whisper = Segmented::shared(
+        Whisper::shared().expect("the Whisper model loads; run scripts/setup.sh"),
+    );
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let pipeline = Pipeline::new()
         .then(SttService::new(whisper, "user"))
@@ -614,7 +616,7 @@ async fn the_stt_stage_transcribes_a_turn_with_interim_results_first() {
 /// Answers with the number of samples it was given; remembers each call's length.
 struct Counting(std::sync::Mutex<Vec<usize>>);
 
-impl voxide::services::stt::SttEngine for Counting {
+impl voxide::services::stt::Transcriber for Counting {
     fn name(&self) -> &str {
         "counting"
     }
@@ -635,11 +637,11 @@ async fn counting_stt(
 ) -> (Vec<String>, Vec<usize>) {
     use voxide::frames::{AudioFrame, DataFrame, FrameBody, SystemFrame};
     use voxide::pipeline::{Pipeline, Session};
-    use voxide::services::stt::SttService;
+    use voxide::services::stt::{Segmented, SttService};
     let engine = std::sync::Arc::new(Counting(std::sync::Mutex::new(Vec::new())));
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let pipeline = Pipeline::new()
-        .then(SttService::new(engine.clone(), "user"))
+        .then(SttService::new(Segmented::shared(engine.clone()), "user"))
         .then(Collect(tx));
     let session = Session::builder(pipeline).idle_timeout(None).spawn();
     let handle = session.handle();

@@ -22,7 +22,7 @@ use voxide::pipeline::{Pipeline, Session};
 use voxide::services::llm::{
     FunctionCallParams, FunctionOptions, LlmEngine, LlmError, LlmEvent, LlmRequest, LlmService,
 };
-use voxide::services::stt::{SttEngine, SttError, SttService, Whisper};
+use voxide::services::stt::{Segmented, SttError, SttService, Transcriber, Whisper};
 use voxide::services::tts::{EspeakVoice, PiperVoice, TtsEngine, TtsService};
 use voxide::transports::{AudioOutput, AudioSink, OutputOptions};
 use voxide::turns::{TurnStop, UserTurns};
@@ -90,7 +90,7 @@ struct Slow {
     delay: Duration,
 }
 
-impl SttEngine for Slow {
+impl Transcriber for Slow {
     fn name(&self) -> &str {
         "slow"
     }
@@ -238,10 +238,10 @@ async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
             VadParams::default(),
         ))
         .then(SttService::new(
-            Arc::new(Slow {
+            Segmented::shared(Arc::new(Slow {
                 engine: Whisper::shared().expect("the Whisper model"),
                 delay: scenario.stt_delay,
-            }),
+            })),
             "user",
         ))
         .then(UserTurns::new(stop))

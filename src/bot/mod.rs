@@ -27,7 +27,7 @@ use crate::services::llm::{
     FallbackLlm, LlmEngine, LlmService, LlmServiceOptions, PriceTable, RealtimeOptions,
     RealtimeService,
 };
-use crate::services::stt::{SttService, Whisper};
+use crate::services::stt::{Segmented, SttService, Whisper};
 use crate::services::tts::espeak::EspeakError;
 use crate::services::tts::{EspeakVoice, PiperVoice, TtsEngine, TtsService};
 use crate::transports::{AudioOutput, AudioSink, OutputOptions};
@@ -307,7 +307,10 @@ pub fn build<S: AudioSink>(
     let (front, sink) = input_front(options, sink);
     let pipeline = front
         .then(VadStage::new(VadBatcher::shared()?, options.vad))
-        .then(SttService::new(Whisper::shared()?, "user"))
+        .then(SttService::new(
+            Segmented::shared(Whisper::shared()?),
+            "user",
+        ))
         .then(UserTurns::with_barge_in(stop, options.barge_in))
         .then(UserAggregator::new(context.clone()))
         .then(llm)

@@ -88,8 +88,14 @@ const BUILTIN: &[(&str, Price)] = &[
     ("gemini-2.0-flash", Price::cached(0.10, 0.40, 0.025, 0.10)),
     ("gemini-2.5-flash", Price::cached(0.30, 2.50, 0.075, 0.30)),
     ("gemini-2.5-pro", Price::cached(1.25, 10.00, 0.31, 1.25)),
-    ("gemini-2.5-flash-lite", Price::cached(0.10, 0.40, 0.025, 0.10)),
-    ("gemini-3-flash-preview", Price::cached(0.50, 3.00, 0.05, 0.50)),
+    (
+        "gemini-2.5-flash-lite",
+        Price::cached(0.10, 0.40, 0.025, 0.10),
+    ),
+    (
+        "gemini-3-flash-preview",
+        Price::cached(0.50, 3.00, 0.05, 0.50),
+    ),
     // The embedded model runs here.
     ("SmolLM2-135M-Instruct", Price::FREE),
 ];

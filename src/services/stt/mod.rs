@@ -1,10 +1,15 @@
-//! Speech to text: Whisper (tiny.en by default) with candle, read from a CTranslate2 model, and
-//! the stage that transcribes the user's turns.
+//! Speech to text: the streaming engine interface, Whisper (tiny.en by default, with candle, read
+//! from a CTranslate2 model) behind it as a segment decoder, and the stage that transcribes the
+//! user's turns.
 
 pub mod ct2;
 mod decoder;
+mod segmented;
 mod service;
+mod stream;
 pub mod whisper;
 
-pub use service::{SttEngine, SttService};
+pub use segmented::{Segmented, Transcriber};
+pub use service::SttService;
+pub use stream::{EVENT_QUEUE, INPUT_QUEUE, SttEngine, SttEvent, SttInput, SttStream};
 pub use whisper::{SttError, Whisper, WindowPolicy};

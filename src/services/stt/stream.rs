@@ -1,0 +1,61 @@
+//! The streaming speech-to-text interface every engine implements: a network provider that
+//! listens continuously (Deepgram, AssemblyAI) as much as Whisper, which decodes segments.
+//!
+//! The STT service starts one [`SttStream`] per user per session and sends it all of the user's
+//! audio from the session's start, with the VAD's verdicts; transcripts come back as they come.
+//! At each VAD stop the service asks the engine to finalize, and the engine answers that request
+//! with exactly one [`SttEvent::Finalized`] holding the words spoken since the previous one
+//! (possibly none). The turn logic sees only this; it never knows which engine it has.
+
+use tokio::sync::mpsc;
+
+/// Inputs an engine's stream may fall behind by before audio is dropped (10 s of 20 ms frames).
+pub const INPUT_QUEUE: usize = 512;
+/// Events the service may fall behind by.
+pub const EVENT_QUEUE: usize = 64;
+
+/// What the STT service tells a stream, in order.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SttInput {
+    /// The user's audio, mono at the engine's [`SttEngine::sample_rate`]: all of it, whatever
+    /// the VAD says.
+    Audio(Vec<i16>),
+    /// The VAD confirmed speech.
+    SpeechStarted,
+    /// The first silence after speech, which may become the VAD's stop.
+    SilenceStarted,
+    /// The VAD's stop: answer with one [`SttEvent::Finalized`].
+    Finalize,
+}
+
+/// What a stream says.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SttEvent {
+    /// Words heard so far; later ones may differ.
+    Interim(String),
+    /// The answer to one [`SttInput::Finalize`]: the words since the previous answer.
+    Finalized(String),
+    /// A failure the stream lives through (a decode that failed, a provider error).
+    Error(String),
+}
+
+/// One user's running transcription: inputs in, events out. Dropping `input` ends it.
+pub struct SttStream {
+    /// Where the service sends audio and the VAD's verdicts.
+    pub input: mpsc::Sender<SttInput>,
+    /// Where the transcripts come from; it closes when the stream ends.
+    pub events: mpsc::Receiver<SttEvent>,
+}
+
+/// Something that transcribes a user's speech as it comes.
+pub trait SttEngine: Send + Sync + 'static {
+    /// The engine's name, for metrics.
+    fn name(&self) -> &str;
+
+    /// The rate audio must be sent at.
+    fn sample_rate(&self) -> u32;
+
+    /// Starts one user's transcription. Called inside the runtime; the stream's tasks end when
+    /// its input is dropped.
+    fn start(&self) -> SttStream;
+}
