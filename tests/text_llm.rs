@@ -758,6 +758,39 @@ mod fallback_and_warm {
     }
 
     #[tokio::test]
+    async fn a_stalled_engine_times_out_and_the_next_one_answers() {
+        let (stalled, _) = stand_in(vec![Reply::Stall(": thinking\n\n".into())]).await;
+        let (up, _) = stand_in(vec![Reply::Stream(
+            anthropic::text_answer("Here I am."),
+            64,
+        )])
+        .await;
+        let primary = OpenAiLlm::new(OpenAiSettings {
+            base_url: format!("http://{stalled}/v1"),
+            timing: Timing {
+                first_chunk_timeout: Duration::from_millis(200),
+                retries: 0,
+                ..Timing::default()
+            },
+            ..OpenAiSettings::default()
+        })
+        .expect("engine");
+        let secondary = AnthropicLlm::new(AnthropicSettings {
+            base_url: format!("http://{up}"),
+            ..AnthropicSettings::new("k")
+        })
+        .expect("engine");
+        let engine =
+            FallbackLlm::new(vec![Box::new(primary), Box::new(secondary)]).expect("engines");
+        let events = answer(&engine).await;
+        assert!(
+            matches!(&events[0], LlmEvent::Fallback { reason, .. } if reason.contains("no answer")),
+            "{events:?}"
+        );
+        assert_eq!(events[1], LlmEvent::Text("Here I am.".into()));
+    }
+
+    #[tokio::test]
     async fn the_last_engine_failing_is_an_error() {
         let (down, _) = stand_in(vec![Reply::Status(400, r#"{"error":{"message":"bad"}}"#)]).await;
         let only = OpenAiLlm::new(OpenAiSettings {
