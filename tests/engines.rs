@@ -62,7 +62,7 @@ fn a_batch_gives_what_separate_calls_give() {
 
 #[test]
 fn piper_speaks_a_sentence_that_the_vad_hears_as_speech() {
-    use voxide::services::tts::{PiperVoice, TtsEngine};
+    use voxide::services::tts::{PiperVoice, Synthesizer};
     let voice = PiperVoice::shared().expect("the Piper voice loads; run scripts/setup.sh");
     let started = std::time::Instant::now();
     let speech = voice
@@ -474,7 +474,7 @@ async fn the_tts_stage_speaks_each_sentence_in_order_as_20_ms_frames() {
     let voice = PiperVoice::shared().expect("the Piper voice loads; run scripts/setup.sh");
     let down = |f: Frame| (f, Direction::Downstream);
     let out = run_processor(
-        TtsService::new(voice),
+        TtsService::new(voxide::services::tts::Sentences::shared(voice)),
         vec![
             down(ControlFrame::LlmFullResponseStart.into()),
             down(DataFrame::LlmText("Hello there.".into()).into()),

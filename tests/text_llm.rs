@@ -843,7 +843,7 @@ mod whole_bot {
     use voxide::audio::wav::{self, Wav};
     use voxide::bot::{BotOptions, LlmChoice, TextLlm, Voice};
     use voxide::services::llm::anthropic::AnthropicSettings;
-    use voxide::services::tts::{PiperVoice, TtsEngine};
+    use voxide::services::tts::{PiperVoice, Synthesizer};
     use voxide::transports::file::{RunOptions, RunSummary, run};
 
     const QUESTION: &str = "What time is it, and what is seventeen times twenty-three?";

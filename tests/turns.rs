@@ -23,7 +23,9 @@ use voxide::services::llm::{
     FunctionCallParams, FunctionOptions, LlmEngine, LlmError, LlmEvent, LlmRequest, LlmService,
 };
 use voxide::services::stt::{Segmented, SttError, SttService, Transcriber, Whisper};
-use voxide::services::tts::{EspeakVoice, PiperVoice, TtsEngine, TtsService};
+use voxide::services::tts::{
+    EspeakVoice, PiperVoice, Sentences, Synthesizer, TtsEngine, TtsService,
+};
 use voxide::transports::{AudioOutput, AudioSink, OutputOptions};
 use voxide::turns::{TurnStop, UserTurns};
 
@@ -231,7 +233,8 @@ async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
         model: SmartTurn::shared().expect("the Smart Turn model; run scripts/setup.sh"),
         incomplete_timeout: Duration::from_secs(3),
     };
-    let voice: Arc<dyn TtsEngine> = Arc::new(EspeakVoice::new("en-us").expect("espeak-ng"));
+    let voice: Arc<dyn TtsEngine> =
+        Sentences::shared(Arc::new(EspeakVoice::new("en-us").expect("espeak-ng")));
     let pipeline = pipeline
         .then(VadStage::new(
             VadBatcher::shared().expect("the VAD model"),

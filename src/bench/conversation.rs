@@ -9,7 +9,7 @@ use serde::Serialize;
 use crate::audio::resample::StreamResampler;
 use crate::audio::wav::{self, Wav};
 use crate::bot::BotOptions;
-use crate::services::tts::{PiperVoice, TtsEngine};
+use crate::services::tts::{PiperVoice, Synthesizer};
 use crate::transports::file::{RunError, RunOptions, RunSummary, run};
 
 /// What the user says, one turn each.

@@ -15,7 +15,7 @@ use crate::models::ModelError;
 use crate::services::llm::local::{LocalLlm, LocalLlmOptions, LocalModel};
 use crate::services::llm::{LlmEngine, LlmEvent, LlmRequest};
 use crate::services::stt::{SttError, Whisper, WindowPolicy};
-use crate::services::tts::{PiperVoice, TtsEngine, TtsError};
+use crate::services::tts::{PiperVoice, Synthesizer, TtsError};
 
 /// One JSON line of results.
 #[derive(Debug, Clone, Serialize)]

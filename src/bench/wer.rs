@@ -9,7 +9,7 @@ use super::engines::EnginesBenchError;
 use crate::audio::resample::StreamResampler;
 use crate::audio::wav::to_f32;
 use crate::services::stt::Whisper;
-use crate::services::tts::{EspeakVoice, PiperVoice, TtsEngine, TtsError};
+use crate::services::tts::{EspeakVoice, PiperVoice, Synthesizer, TtsError};
 
 /// Sentences of the kind a voice assistant hears, without digits (so no number normalisation
 /// decides the score).
@@ -79,7 +79,7 @@ pub fn run() -> Result<WerReport, EnginesBenchError> {
     let whisper = Whisper::shared()?;
     let espeak = EspeakVoice::new("en-us").map_err(|e| TtsError::Engine(e.to_string()))?;
     let piper = PiperVoice::shared()?;
-    let voices: [(&str, &dyn TtsEngine); 2] = [("espeak-ng", &espeak), ("piper", &*piper)];
+    let voices: [(&str, &dyn Synthesizer); 2] = [("espeak-ng", &espeak), ("piper", &*piper)];
     let mut out = Vec::new();
     for (name, voice) in voices {
         voice.synthesize("Warming up.")?;

@@ -29,7 +29,7 @@ use crate::services::llm::{
 };
 use crate::services::stt::{Segmented, SttService, Whisper};
 use crate::services::tts::espeak::EspeakError;
-use crate::services::tts::{EspeakVoice, PiperVoice, TtsEngine, TtsService};
+use crate::services::tts::{EspeakVoice, PiperVoice, Sentences, TtsEngine, TtsService};
 use crate::transports::{AudioOutput, AudioSink, OutputOptions};
 use crate::turns::{BargeIn, MuteStrategy, TurnStop, UserMute, UserTurns};
 
@@ -297,8 +297,8 @@ pub fn build<S: AudioSink>(
     };
     register_tools(&mut llm);
     let voice: Arc<dyn TtsEngine> = match options.voice {
-        Voice::Piper => PiperVoice::shared()?,
-        Voice::Espeak => Arc::new(EspeakVoice::new("en-us")?),
+        Voice::Piper => Sentences::shared(PiperVoice::shared()?),
+        Voice::Espeak => Sentences::shared(Arc::new(EspeakVoice::new("en-us")?)),
     };
     let output = OutputOptions {
         speech_end_offset: Duration::from_secs_f32(options.vad.stop_secs),

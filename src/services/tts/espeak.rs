@@ -9,7 +9,7 @@ use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char, c_int, c_short, c_uint, c_void};
 use std::sync::Mutex;
 
-use super::{Speech, TtsEngine, TtsError, WordTiming};
+use super::{Speech, Synthesizer, TtsError, WordTiming};
 
 #[link(name = "espeak-ng")]
 unsafe extern "C" {
@@ -206,7 +206,7 @@ impl EspeakVoice {
     }
 }
 
-impl TtsEngine for EspeakVoice {
+impl Synthesizer for EspeakVoice {
     fn name(&self) -> &str {
         "espeak-ng"
     }

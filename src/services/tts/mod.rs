@@ -1,13 +1,18 @@
-//! Text to speech: the engine trait, the Piper voice (VITS through ONNX Runtime with espeak-ng
-//! phonemes), and the service that turns streamed LLM text into audio sentence by sentence.
+//! Text to speech: the streaming voice interface, the embedded voices behind it as sentence
+//! synthesizers (Piper: VITS through ONNX Runtime with espeak-ng phonemes; espeak-ng itself), and
+//! the service that turns streamed LLM text into audio.
 
 pub mod espeak;
 pub mod piper;
+mod sentences;
 mod service;
+mod stream;
 
 pub use espeak::EspeakVoice;
 pub use piper::PiperVoice;
+pub use sentences::{Sentences, Synthesizer};
 pub use service::TtsService;
+pub use stream::{EVENT_QUEUE, INPUT_QUEUE, TextUnit, TtsContext, TtsEngine, TtsEvent, TtsInput};
 
 /// Synthesised speech for one piece of text.
 #[derive(Debug, Clone, PartialEq)]
@@ -28,16 +33,4 @@ pub enum TtsError {
     /// The engine failed.
     #[error("speech synthesis failed: {0}")]
     Engine(String),
-}
-
-/// Something that turns text into speech. Blocking: the service calls it off the async runtime.
-pub trait TtsEngine: Send + Sync + 'static {
-    /// The engine's name, for metrics.
-    fn name(&self) -> &str;
-
-    /// The rate of the audio it makes.
-    fn sample_rate(&self) -> u32;
-
-    /// Speech for `text` (a sentence or so).
-    fn synthesize(&self, text: &str) -> Result<Speech, TtsError>;
 }

@@ -9,7 +9,7 @@ use ort::value::Tensor;
 use serde::Deserialize;
 
 use super::espeak;
-use super::{Speech, TtsEngine, TtsError, WordTiming};
+use super::{Speech, Synthesizer, TtsError, WordTiming};
 use crate::models::{ModelError, model_path};
 
 const NAME: &str = "piper-joe";
@@ -180,7 +180,7 @@ impl PiperVoice {
     }
 }
 
-impl TtsEngine for PiperVoice {
+impl Synthesizer for PiperVoice {
     fn name(&self) -> &str {
         "piper"
     }

@@ -1,15 +1,20 @@
-//! The TTS stage: streamed LLM text in, speech out, a sentence at a time.
+//! The TTS stage: streamed LLM text in, speech out, on a streaming [`TtsEngine`].
 //!
-//! LLM text stops here: each complete sentence is synthesised as a job off the async workers, so
-//! the first sentence plays while the model is still writing the next, and goes on as a `TtsText`
-//! frame carrying its word timings, just before its audio. The assistant aggregator, after the
-//! output, records those words as they are played. An interruption aborts the job and drops the
-//! rest of the response.
+//! LLM text stops here. Each assistant turn gets one [`TtsContext`]: its text goes in as it comes
+//! (a sentence at a time, a first clause alone so the bot starts sooner, or token by token to a
+//! voice that buffers itself), and a background pump pushes the audio as 20 ms frames at the
+//! output rate, each piece of text going on as a `TtsText` frame with its word timings just
+//! before its audio. The assistant aggregator, after the output, records those words as they are
+//! played. The turn's end waits for its last audio. An interruption drops the context (the voice
+//! cancels it) and stops its pump: nothing it still makes is pushed.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::{Speech, TtsEngine};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use super::WordTiming;
+use super::stream::{TextUnit, TtsEngine, TtsEvent, TtsInput};
 use crate::audio::resample::StreamResampler;
 use crate::frames::{
     AudioFrame, ControlFrame, DataFrame, Frame, FrameBody, MetricsData, StartParams, SystemFrame,
@@ -20,14 +25,24 @@ use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, Proc
 /// Audio frames are cut to this length, so playback can stop within one of them.
 const CHUNK_MS: u32 = 20;
 
+/// The context of the turn being spoken.
+struct Current {
+    input: mpsc::Sender<TtsInput>,
+    /// Fires when the pump has pushed everything the context made.
+    finished: oneshot::Receiver<()>,
+}
+
 /// Turns LLM text into speech with a [`TtsEngine`].
 pub struct TtsService {
     engine: Arc<dyn TtsEngine>,
     text: String,
     params: StartParams,
-    /// True once this response's first sentence went to synthesis.
+    current: Option<Current>,
+    /// True once this response's first text went to the voice.
     speaking: bool,
     response_started: Option<Instant>,
+    /// Bumped by each interruption: a pump of an older generation pushes nothing more.
+    generation: watch::Sender<u64>,
 }
 
 impl TtsService {
@@ -37,24 +52,75 @@ impl TtsService {
             engine,
             text: String::new(),
             params: StartParams::default(),
+            current: None,
             speaking: false,
             response_started: None,
+            generation: watch::Sender::new(0),
         }
     }
 
-    /// Synthesises `sentence` as this frame's job; `then` goes out after its audio, in order.
-    fn speak(&mut self, sentence: String, then: Vec<Frame>, cx: &mut FrameContext<'_>) {
-        let first = !self.speaking;
+    /// Sends `text` to the turn's context, opening it (and its pump) first if needed.
+    fn say(&mut self, text: String, cx: &mut FrameContext<'_>) {
+        if self.current.is_none() {
+            let context = self.engine.open();
+            let (done, finished) = oneshot::channel();
+            let pump = Pump {
+                engine: self.engine.name().to_owned(),
+                pusher: cx.pusher(),
+                out: Rate::new(self.engine.sample_rate(), self.params.audio_out_sample_rate),
+                metrics: self.params.enable_metrics,
+                usage_metrics: self.params.enable_usage_metrics,
+                asked: Instant::now(),
+                generation: *self.generation.borrow(),
+                current: self.generation.subscribe(),
+                pushed_secs: 0.0,
+                started: false,
+            };
+            cx.spawn(pump.run(context.events, done));
+            self.current = Some(Current {
+                input: context.input,
+                finished,
+            });
+        }
         self.speaking = true;
-        let job = Synthesis {
-            engine: self.engine.clone(),
-            out_rate: self.params.audio_out_sample_rate,
-            pusher: cx.pusher(),
-            metrics: self.params.enable_metrics,
-            usage_metrics: self.params.enable_usage_metrics,
-            started: self.response_started.filter(|_| first),
-        };
-        cx.run(job.run(sentence, first, then));
+        self.send(TtsInput::Text(text), cx);
+    }
+
+    fn send(&self, input: TtsInput, cx: &mut FrameContext<'_>) {
+        if let Some(current) = &self.current
+            && let Err(mpsc::error::TrySendError::Full(input)) = current.input.try_send(input)
+        {
+            let sender = current.input.clone();
+            cx.spawn(async move {
+                let _ = sender.send(input).await;
+                Ok(())
+            });
+        }
+    }
+
+    /// Flushes the turn's context; `then` goes out once its last audio did, in order.
+    fn finish(&mut self, then: Vec<Frame>, cx: &mut FrameContext<'_>) {
+        self.send(TtsInput::Flush, cx);
+        let finished = self.current.take().map(|c| c.finished);
+        let pusher = cx.pusher();
+        cx.run(async move {
+            if let Some(finished) = finished {
+                // Closed without a word: the pump stopped (an error it reported).
+                let _ = finished.await;
+            }
+            for frame in then {
+                let _ = pusher.push(frame, Direction::Downstream).await;
+            }
+            Ok(())
+        });
+    }
+
+    /// Drops the turn's context: its pump pushes nothing more, and the voice cancels it.
+    fn cancel(&mut self) {
+        self.generation.send_modify(|g| *g += 1);
+        self.current = None;
+        self.text.clear();
+        self.speaking = false;
     }
 }
 
@@ -71,16 +137,17 @@ impl FrameProcessor for TtsService {
     ) -> Result<(), ProcessorError> {
         match &frame.body {
             FrameBody::System(SystemFrame::Start(start)) => self.params = start.params.clone(),
-            FrameBody::System(SystemFrame::Interruption) => {
-                self.text.clear();
-                self.speaking = false;
-            }
+            FrameBody::System(SystemFrame::Interruption) => self.cancel(),
             FrameBody::Control(ControlFrame::LlmFullResponseStart) => {
                 self.text.clear();
                 self.speaking = false;
                 self.response_started = Some(Instant::now());
             }
             FrameBody::Data(DataFrame::LlmText(text)) if direction == Direction::Downstream => {
+                if self.engine.text_unit() == TextUnit::Token {
+                    self.say(text.clone(), cx);
+                    return Ok(());
+                }
                 self.text.push_str(text);
                 // The first words of a response go out at a clause boundary: the user hears the
                 // bot start sooner, and later sentences are ready before they are needed.
@@ -88,29 +155,30 @@ impl FrameProcessor for TtsService {
                     .or_else(|| (!self.speaking).then(|| clause_end(&self.text)).flatten());
                 if let Some(end) = end {
                     let sentence: String = self.text.drain(..end).collect();
-                    self.speak(sentence, Vec::new(), cx);
+                    self.say(sentence, cx);
                 }
                 return Ok(());
             }
             // Text the app asks the bot to say, outside an LLM response.
             FrameBody::Data(DataFrame::Text(text)) if direction == Direction::Downstream => {
-                let text = text.clone();
-                self.speaking = false;
+                self.cancel_unfinished();
                 self.response_started = Some(Instant::now());
-                self.speak(text, vec![ControlFrame::TtsStopped.into()], cx);
+                self.say(text.clone(), cx);
+                self.finish(vec![ControlFrame::TtsStopped.into()], cx);
+                self.speaking = false;
                 cx.push(frame, direction);
                 return Ok(());
             }
             FrameBody::Control(ControlFrame::LlmFullResponseEnd) => {
                 let rest = std::mem::take(&mut self.text);
-                if rest.trim().is_empty() {
-                    if self.speaking {
-                        cx.push_downstream(ControlFrame::TtsStopped);
-                    }
-                    cx.push(frame, direction);
+                if !rest.trim().is_empty() {
+                    self.say(rest, cx);
+                }
+                if self.speaking {
+                    // The end of the response follows the last audio.
+                    self.finish(vec![ControlFrame::TtsStopped.into(), frame], cx);
                 } else {
-                    // The end of the response follows the last sentence's audio.
-                    self.speak(rest, vec![ControlFrame::TtsStopped.into(), frame], cx);
+                    cx.push(frame, direction);
                 }
                 self.speaking = false;
                 return Ok(());
@@ -119,6 +187,229 @@ impl FrameProcessor for TtsService {
         }
         cx.push(frame, direction);
         Ok(())
+    }
+}
+
+impl TtsService {
+    /// A context left open by a response that never ended is dropped before another opens.
+    fn cancel_unfinished(&mut self) {
+        if self.current.is_some() {
+            self.cancel();
+        }
+    }
+}
+
+/// Pushes one context's speech.
+struct Pump {
+    engine: String,
+    pusher: FramePusher,
+    out: Rate,
+    metrics: bool,
+    usage_metrics: bool,
+    /// When the context got its first text.
+    asked: Instant,
+    generation: u64,
+    current: watch::Receiver<u64>,
+    /// Seconds of the context's audio pushed so far.
+    pushed_secs: f64,
+    started: bool,
+}
+
+impl Pump {
+    async fn run(
+        mut self,
+        mut events: mpsc::Receiver<TtsEvent>,
+        done: oneshot::Sender<()>,
+    ) -> Result<(), ProcessorError> {
+        while let Some(event) = events.recv().await {
+            let live = match event {
+                TtsEvent::Words { text, words } => self.words(text, words).await,
+                TtsEvent::Audio(samples) => self.audio(samples).await,
+                TtsEvent::Characters(characters) => {
+                    if self.usage_metrics {
+                        let usage = MetricsData::TtsUsage {
+                            processor: self.pusher.name().to_owned(),
+                            characters,
+                        };
+                        self.push(SystemFrame::Metrics(vec![usage]).into()).await
+                    } else {
+                        true
+                    }
+                }
+                TtsEvent::Done => {
+                    let tail = self.out.finish();
+                    if !self.push_audio(tail).await {
+                        return Ok(());
+                    }
+                    break;
+                }
+                TtsEvent::Error(message) => {
+                    if self.is_live() {
+                        let error = crate::frames::ErrorFrame {
+                            message,
+                            fatal: false,
+                            processor: Some(self.pusher.name().to_owned()),
+                        };
+                        let _ = self
+                            .pusher
+                            .push(
+                                SystemFrame::Error(Box::new(error)).into(),
+                                Direction::Upstream,
+                            )
+                            .await;
+                    }
+                    break;
+                }
+            };
+            if !live {
+                return Ok(());
+            }
+        }
+        let _ = done.send(());
+        Ok(())
+    }
+
+    fn is_live(&self) -> bool {
+        *self.current.borrow() == self.generation
+    }
+
+    /// Pushes `frame` downstream unless the turn was interrupted first; says whether it is live.
+    async fn push(&mut self, frame: Frame) -> bool {
+        if !self.is_live() {
+            return false;
+        }
+        let generation = self.generation;
+        let pusher = self.pusher.clone();
+        tokio::select! {
+            biased;
+            _ = self.current.wait_for(|g| *g != generation) => false,
+            _ = pusher.push(frame, Direction::Downstream) => true,
+        }
+    }
+
+    async fn words(&mut self, text: String, words: Vec<WordTiming>) -> bool {
+        if !self.begin().await {
+            return false;
+        }
+        // Timings are from the context's start; the frame's are from the audio after it.
+        let words: Vec<WordTiming> = words
+            .into_iter()
+            .map(|w| WordTiming {
+                word: w.word,
+                start_secs: w.start_secs - self.pushed_secs,
+                end_secs: w.end_secs - self.pushed_secs,
+            })
+            .collect();
+        let tts_text = TtsText {
+            text,
+            spoken: true,
+            words: (!words.is_empty()).then(|| words.into()),
+        };
+        self.push(DataFrame::TtsText(tts_text).into()).await
+    }
+
+    /// The context's first speech: `TtsStarted`, and the time to it.
+    async fn begin(&mut self) -> bool {
+        if self.started {
+            return true;
+        }
+        self.started = true;
+        if !self.push(ControlFrame::TtsStarted.into()).await {
+            return false;
+        }
+        if self.metrics {
+            let ttfb = MetricsData::Ttfb {
+                processor: self.pusher.name().to_owned(),
+                model: Some(self.engine.clone()),
+                seconds: self.asked.elapsed().as_secs_f64(),
+            };
+            return self.push(SystemFrame::Metrics(vec![ttfb]).into()).await;
+        }
+        true
+    }
+
+    async fn audio(&mut self, samples: Vec<i16>) -> bool {
+        if !self.begin().await {
+            return false;
+        }
+        self.pushed_secs += samples.len() as f64 / f64::from(self.out.from.max(1));
+        let resampled = self.out.process(&samples);
+        self.push_audio(resampled).await
+    }
+
+    /// Pushes audio at the output rate as 20 ms frames (a last shorter one for the rest).
+    async fn push_audio(&mut self, samples: Vec<i16>) -> bool {
+        let per_chunk = (self.out.to * CHUNK_MS / 1000).max(1) as usize;
+        for chunk in samples.chunks(per_chunk) {
+            let frame = AudioFrame::new(chunk.to_vec(), self.out.to, 1);
+            if !self.push(DataFrame::OutputAudio(frame).into()).await {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// One context's audio, from the voice's rate to the output's: one resampler for the whole
+/// context, so its pieces join without a seam.
+struct Rate {
+    from: u32,
+    to: u32,
+    resampler: Option<StreamResampler>,
+    /// The resampler's delay still to drop from the front.
+    skip: usize,
+    /// Samples taken in and given out, to cut the flushed tail to length.
+    taken: usize,
+    given: usize,
+}
+
+impl Rate {
+    fn new(from: u32, to: u32) -> Self {
+        let resampler = (from != to)
+            .then(|| StreamResampler::new(from, to))
+            .and_then(|r| {
+                r.map_err(|e| tracing::warn!(error = %e, from, to, "no TTS resampler; audio passes as it is"))
+                    .ok()
+            });
+        let skip = resampler.as_ref().map_or(0, StreamResampler::delay);
+        // Without a resampler the audio passes as it is, at its own rate.
+        let to = if resampler.is_some() { to } else { from };
+        Self {
+            from,
+            to,
+            resampler,
+            skip,
+            taken: 0,
+            given: 0,
+        }
+    }
+
+    fn process(&mut self, samples: &[i16]) -> Vec<i16> {
+        let Some(resampler) = &mut self.resampler else {
+            return samples.to_vec();
+        };
+        self.taken += samples.len();
+        let mut out = resampler.process(samples);
+        let skipped = self.skip.min(out.len());
+        out.drain(..skipped);
+        self.skip -= skipped;
+        self.given += out.len();
+        out
+    }
+
+    /// The resampler's tail, flushed with silence and cut to the length the input asks for.
+    fn finish(&mut self) -> Vec<i16> {
+        let Some(resampler) = &mut self.resampler else {
+            return Vec::new();
+        };
+        let expected = self.taken * self.to as usize / self.from as usize;
+        let mut out = resampler.process(&vec![0; self.from as usize / 25]);
+        let skipped = self.skip.min(out.len());
+        out.drain(..skipped);
+        self.skip -= skipped;
+        out.truncate(expected.saturating_sub(self.given));
+        self.given += out.len();
+        out
     }
 }
 
@@ -153,103 +444,6 @@ fn clause_end(text: &str) -> Option<usize> {
         }
     }
     None
-}
-
-/// One sentence's synthesis, pushed as 20 ms audio frames at the output rate.
-struct Synthesis {
-    engine: Arc<dyn TtsEngine>,
-    out_rate: u32,
-    pusher: FramePusher,
-    metrics: bool,
-    usage_metrics: bool,
-    started: Option<Instant>,
-}
-
-impl Synthesis {
-    async fn run(
-        self,
-        sentence: String,
-        first: bool,
-        then: Vec<Frame>,
-    ) -> Result<(), ProcessorError> {
-        let down = Direction::Downstream;
-        let text = sentence.trim().to_owned();
-        if !text.is_empty() {
-            let engine = self.engine.clone();
-            let to_speak = text.clone();
-            let speech = tokio::task::spawn_blocking(move || engine.synthesize(&to_speak))
-                .await
-                .map_err(|e| ProcessorError::new(format!("speech synthesis stopped: {e}")))?
-                .map_err(|e| ProcessorError::new(e.to_string()))?;
-            if first {
-                let _ = self
-                    .pusher
-                    .push(ControlFrame::TtsStarted.into(), down)
-                    .await;
-                if let (true, Some(started)) = (self.metrics, self.started) {
-                    let ttfb = MetricsData::Ttfb {
-                        processor: self.pusher.name().to_owned(),
-                        model: Some(self.engine.name().to_owned()),
-                        seconds: started.elapsed().as_secs_f64(),
-                    };
-                    let _ = self
-                        .pusher
-                        .push(SystemFrame::Metrics(vec![ttfb]).into(), down)
-                        .await;
-                }
-            }
-            let tts_text = TtsText {
-                text: text.clone(),
-                spoken: true,
-                words: (!speech.words.is_empty()).then(|| speech.words.clone().into()),
-            };
-            let _ = self
-                .pusher
-                .push(DataFrame::TtsText(tts_text).into(), down)
-                .await;
-            for chunk in chunks(&speech, self.out_rate)? {
-                let _ = self
-                    .pusher
-                    .push(DataFrame::OutputAudio(chunk).into(), down)
-                    .await;
-            }
-            if self.usage_metrics {
-                let usage = MetricsData::TtsUsage {
-                    processor: self.pusher.name().to_owned(),
-                    characters: text.chars().count() as u64,
-                };
-                let _ = self
-                    .pusher
-                    .push(SystemFrame::Metrics(vec![usage]).into(), down)
-                    .await;
-            }
-        }
-        for frame in then {
-            let _ = self.pusher.push(frame, down).await;
-        }
-        Ok(())
-    }
-}
-
-/// The speech at `rate`, cut into 20 ms frames.
-fn chunks(speech: &Speech, rate: u32) -> Result<Vec<AudioFrame>, ProcessorError> {
-    let samples = if speech.sample_rate == rate {
-        speech.samples.clone()
-    } else {
-        let mut resampler = StreamResampler::new(speech.sample_rate, rate)
-            .map_err(|e| ProcessorError::new(e.to_string()))?;
-        let delay = resampler.delay();
-        let expected = speech.samples.len() * rate as usize / speech.sample_rate as usize;
-        let mut out = resampler.process(&speech.samples);
-        // Flush the resampler's tail with silence, then drop its delay.
-        out.extend(resampler.process(&vec![0; speech.sample_rate as usize / 25]));
-        out.into_iter().skip(delay).take(expected).collect()
-    };
-    let per_chunk = (rate * CHUNK_MS / 1000) as usize;
-    Ok(samples
-        .chunks(per_chunk.max(1))
-        .map(|c| AudioFrame::new(c.to_vec(), rate, 1))
-        .collect())
 }
 
 #[cfg(test)]
