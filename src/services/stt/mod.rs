@@ -4,6 +4,7 @@
 
 pub mod ct2;
 mod decoder;
+pub mod deepgram;
 mod segmented;
 mod service;
 mod stream;

@@ -188,7 +188,7 @@ impl Pump {
                     )
                     .await;
                 }
-                SttEvent::Error(message) => {
+                SttEvent::Error(message) | SttEvent::Failed(message) => {
                     let error = crate::frames::ErrorFrame {
                         message,
                         fatal: false,

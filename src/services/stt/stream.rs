@@ -37,6 +37,9 @@ pub enum SttEvent {
     Finalized(String),
     /// A failure the stream lives through (a decode that failed, a provider error).
     Error(String),
+    /// The engine gave up for good (a rejected key, reconnects spent): from now on it answers
+    /// each finalize with no words.
+    Failed(String),
 }
 
 /// One user's running transcription: inputs in, events out. Dropping `input` ends it.
