@@ -239,11 +239,9 @@ async fn an_idle_close_reconnects_without_a_gap() {
 async fn a_rejected_key_fails_at_once_without_retrying() {
     let (engine, stand_in) = deepgram(Faults::default(), "wrong").await;
     let mut stream = engine.start();
-    let failure = loop {
-        match stream.events.recv().await.expect("an event") {
-            SttEvent::Failed(message) => break message,
-            other => panic!("{other:?}"),
-        }
+    let failure = match stream.events.recv().await.expect("an event") {
+        SttEvent::Failed(message) => message,
+        other => panic!("a failure first: {other:?}"),
     };
     assert!(failure.contains("401"), "{failure}");
     assert_eq!(
