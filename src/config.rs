@@ -20,6 +20,7 @@
 //! llm = "openai,local"     # see --llm
 //! llm_model = "gpt-4.1-mini"
 //! llm_temperature = 0.6
+//! stt = "whisper"          # see --stt: "deepgram,whisper" falls back to Whisper
 //!
 //! # Your own rates (USD per million tokens) over the built-in list prices.
 //! [bot.prices."gpt-4.1-mini"]
@@ -113,6 +114,10 @@ pub struct BotConfig {
     pub llm_model: Option<String>,
     /// See `--llm-temperature`.
     pub llm_temperature: Option<f32>,
+    /// See `--stt`.
+    pub stt: Option<String>,
+    /// See `--stt-model`.
+    pub stt_model: Option<String>,
     /// Prices per model, over the built-in list prices: `[bot.prices."MODEL"]`.
     #[serde(default)]
     pub prices: BTreeMap<String, PriceConfig>,

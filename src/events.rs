@@ -138,6 +138,16 @@ pub enum Event {
         /// What went wrong.
         reason: String,
     },
+    /// The STT gave up for good and the next one in the list listens instead
+    /// (`--stt deepgram,whisper`).
+    SttFallback {
+        /// The engine that failed.
+        from: String,
+        /// The engine that listens now.
+        to: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// A realtime LLM lost its connection and is about to try again.
     LlmReconnecting {
         /// Which attempt comes next (1 for the first).

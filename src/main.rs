@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use voxide::bench::pipeline::PipelineBench;
-use voxide::bot::{BotOptions, LlmChoice, TextLlm, TurnEnd, Voice};
+use voxide::bot::{BotOptions, LlmChoice, SttChoice, TextLlm, TurnEnd, Voice};
 use voxide::config::{BotConfig, Config};
 use voxide::server::ServeOptions;
 use voxide::services::llm::PriceTable;
@@ -18,6 +18,7 @@ use voxide::services::llm::gemini::GeminiSettings;
 use voxide::services::llm::gemini_live::GeminiLiveSettings;
 use voxide::services::llm::openai::OpenAiSettings;
 use voxide::services::llm::openai_realtime::OpenAiRealtimeSettings;
+use voxide::services::stt::deepgram::DeepgramSettings;
 use voxide::transports::file::{RunOptions, run};
 use voxide::turns::BargeIn;
 
@@ -157,12 +158,51 @@ struct BotArgs {
     /// openai, claude-haiku-4-5 for anthropic, gemini-2.5-flash for gemini]
     #[arg(long, env = "VOXIDE_LLM_MODEL")]
     llm_model: Option<String>,
+    /// Who listens (with a text LLM): `whisper` (embedded, offline) or `deepgram` (live
+    /// streaming: DEEPGRAM_API_KEY; DEEPGRAM_URL, scheme and host, for another server); a
+    /// comma-separated list falls back from each to the next (`deepgram,whisper`).
+    /// [default: whisper]
+    #[arg(long, env = "VOXIDE_STT")]
+    stt: Option<String>,
+    /// The STT's model (the first provider of the list). [default: nova-3 for deepgram]
+    #[arg(long, env = "VOXIDE_STT_MODEL")]
+    stt_model: Option<String>,
     /// The text LLMs' sampling temperature (0 to 2). [default: the provider's]
     #[arg(long, env = "VOXIDE_LLM_TEMPERATURE")]
     llm_temperature: Option<f32>,
     /// A TOML config file (see `voxide::config` for its keys).
     #[arg(long, env = "VOXIDE_CONFIG")]
     config: Option<PathBuf>,
+}
+
+/// The `--stt` value: engines, each the fallback of the one before.
+fn stt_choice(spec: &str, model: Option<String>) -> Result<Vec<SttChoice>> {
+    let mut model = model;
+    let mut list = Vec::new();
+    for name in spec.split(',').map(str::trim) {
+        let stt = match name {
+            "whisper" => SttChoice::Whisper,
+            "deepgram" => {
+                let mut settings = DeepgramSettings::from_env()?;
+                if let Some(model) = model.take() {
+                    settings.model = model;
+                }
+                SttChoice::Deepgram(settings)
+            }
+            "assemblyai" | "openai" => anyhow::bail!(
+                "--stt {name}: not available yet in this build; use whisper or deepgram"
+            ),
+            other => anyhow::bail!(
+                "--stt {other:?}: use whisper or deepgram (a comma-separated list falls back from \
+                 each to the next)"
+            ),
+        };
+        if list.contains(&stt) {
+            anyhow::bail!("--stt {spec:?} names {name} twice");
+        }
+        list.push(stt);
+    }
+    Ok(list)
 }
 
 /// The `--llm` value: one realtime model, or text LLMs each the fallback of the one before.
@@ -330,6 +370,13 @@ impl BotArgs {
             anyhow::bail!("the LLM temperature must be between 0 and 2");
         }
         let llm = llm_choice(spec, model, temperature, file)?;
+        let stt = stt_choice(
+            self.stt
+                .as_deref()
+                .or(file.stt.as_deref())
+                .unwrap_or("whisper"),
+            self.stt_model.clone().or_else(|| file.stt_model.clone()),
+        )?;
         Ok(BotOptions {
             llm,
             voice,
@@ -348,6 +395,7 @@ impl BotArgs {
                 .fold(PriceTable::default(), |table, (model, price)| {
                     table.with(model.clone(), price.price())
                 }),
+            stt,
             ..BotOptions::default()
         })
     }

@@ -26,6 +26,9 @@ struct Faults {
     drop_first_after: Option<usize>,
     /// Close the first socket at once with 1011 NET-0001, as Deepgram does an idle one.
     idle_close_first: bool,
+    /// Answer the socket's first finalize of real speech with these words, later ones with
+    /// none (else each with "heard N").
+    words: Option<&'static str>,
 }
 
 #[derive(Clone)]
@@ -73,6 +76,7 @@ async fn serve(mut socket: WebSocket, faults: Faults, first: bool) {
     }
     let (mut received, mut finalized) = (0usize, 0usize);
     let mut sent_part = false;
+    let mut words = faults.words;
     while let Some(Ok(message)) = socket.recv().await {
         match message {
             Message::Binary(bytes) => {
@@ -98,7 +102,14 @@ async fn serve(mut socket: WebSocket, faults: Faults, first: bool) {
                     Some("Finalize") => {
                         let start = finalized as f64 / 16_000.0;
                         let duration = (received - finalized) as f64 / 16_000.0;
-                        let text = format!("heard {}", received - finalized);
+                        let text = match faults.words {
+                            // A turn's worth of audio is speech; a sliver is not.
+                            Some(_) if received - finalized > 8_000 => {
+                                words.take().unwrap_or_default().to_owned()
+                            }
+                            Some(_) => String::new(),
+                            None => format!("heard {}", received - finalized),
+                        };
                         finalized = received;
                         let answer = results(start, duration, &text, true);
                         let _ = socket.send(Message::Text(answer.into())).await;
@@ -251,4 +262,80 @@ async fn a_rejected_key_fails_at_once_without_retrying() {
     );
     // The turn logic is never left waiting: a finalize still gets its (empty) answer.
     assert_eq!(speak_and_finalize(&mut stream, 320).await, "");
+}
+
+/// The whole bot with Deepgram listening, on the recorded question.
+mod whole_bot {
+    use super::*;
+    use voxide::bot::{BotOptions, SttChoice, Voice};
+    use voxide::transports::file::{RunOptions, run};
+
+    const HELLO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+
+    async fn ask(
+        stt: Vec<SttChoice>,
+        name: &str,
+    ) -> (voxide::transports::file::RunSummary, Vec<serde_json::Value>) {
+        let dir = std::env::temp_dir().join(format!("voxide-stt-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let log = dir.join(format!("{name}_events.jsonl"));
+        let summary = run(RunOptions {
+            input: HELLO.into(),
+            output: dir.join(format!("{name}_answer.wav")),
+            events: Some(log.clone()),
+            fast: false,
+            max_tail: Duration::from_secs(30),
+            settle: Duration::from_secs(2),
+            bot: BotOptions {
+                stt,
+                voice: Voice::Espeak,
+                ..BotOptions::default()
+            },
+        })
+        .await
+        .expect("the run");
+        let events = std::fs::read_to_string(&log)
+            .expect("the event log")
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("an event"))
+            .collect();
+        (summary, events)
+    }
+
+    fn settings(engine: &DeepgramStt) -> DeepgramSettings {
+        engine.settings().clone()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_bot_hears_the_turn_from_deepgram_and_answers_it() {
+        let faults = Faults {
+            words: Some("Hello there. What time is it?"),
+            ..Faults::default()
+        };
+        let (engine, stand_in) = deepgram(faults, "dg-test").await;
+        let (summary, _) = ask(vec![SttChoice::Deepgram(settings(&engine))], "deepgram").await;
+        assert_eq!(summary.transcripts, ["Hello there. What time is it?"]);
+        assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+        assert_eq!(summary.voice_to_voice_ms.len(), 1, "the turn is answered");
+        assert_eq!(*stand_in.sockets.lock().expect("lock"), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rejected_deepgram_key_hands_the_listening_to_whisper_and_says_so() {
+        let (engine, _) = deepgram(Faults::default(), "wrong").await;
+        let (summary, events) = ask(
+            vec![SttChoice::Deepgram(settings(&engine)), SttChoice::Whisper],
+            "fallback",
+        )
+        .await;
+        let fallback = events
+            .iter()
+            .find(|e| e["type"] == "stt_fallback")
+            .expect("an stt_fallback event");
+        assert_eq!(fallback["from"], "deepgram");
+        assert_eq!(fallback["to"], "whisper");
+        assert!(fallback["reason"].as_str().expect("reason").contains("401"));
+        let heard = summary.transcripts.join(" ").to_lowercase();
+        assert!(heard.contains("weather"), "Whisper heard {heard:?}");
+    }
 }

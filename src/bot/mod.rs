@@ -27,7 +27,8 @@ use crate::services::llm::{
     FallbackLlm, LlmEngine, LlmService, LlmServiceOptions, PriceTable, RealtimeOptions,
     RealtimeService,
 };
-use crate::services::stt::{Segmented, SttService, Whisper};
+use crate::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
+use crate::services::stt::{Segmented, SttEngine, SttFallback, SttService, Whisper};
 use crate::services::tts::espeak::EspeakError;
 use crate::services::tts::{EspeakVoice, PiperVoice, Sentences, TtsEngine, TtsService};
 use crate::transports::{AudioOutput, AudioSink, OutputOptions};
@@ -96,6 +97,24 @@ impl LlmChoice {
     /// Whether the embedded LLM is one of the text LLMs.
     fn uses_local(&self) -> bool {
         matches!(self, LlmChoice::Text(list) if list.contains(&TextLlm::Local))
+    }
+}
+
+/// A speech-to-text engine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum SttChoice {
+    /// The embedded Whisper, offline.
+    Whisper,
+    /// Deepgram's live transcription.
+    Deepgram(DeepgramSettings),
+}
+
+impl SttChoice {
+    fn engine(&self) -> Result<Arc<dyn SttEngine>, BotError> {
+        Ok(match self {
+            SttChoice::Whisper => Segmented::shared(Whisper::shared()?),
+            SttChoice::Deepgram(settings) => Arc::new(DeepgramStt::new(settings.clone())),
+        })
     }
 }
 
@@ -171,6 +190,9 @@ pub struct BotOptions {
     pub barge_in: BargeIn,
     /// What the LLM's tokens cost, for the usage reports.
     pub prices: PriceTable,
+    /// Who listens (with a text LLM): the first engine, each of the others the fallback of the
+    /// one before (`--stt deepgram,whisper`).
+    pub stt: Vec<SttChoice>,
 }
 
 impl Default for BotOptions {
@@ -190,6 +212,7 @@ impl Default for BotOptions {
             mute: Vec::new(),
             barge_in: BargeIn::default(),
             prices: PriceTable::default(),
+            stt: vec![SttChoice::Whisper],
         }
     }
 }
@@ -219,6 +242,9 @@ pub enum BotError {
     /// The LLM provider's client could not be set up.
     #[error(transparent)]
     Llm(#[from] crate::services::llm::LlmError),
+    /// The options do not go together.
+    #[error("{0}")]
+    Config(String),
 }
 
 /// A bot ready to run in a session.
@@ -239,7 +265,9 @@ pub fn preload(options: &BotOptions) -> Result<(), BotError> {
         return Ok(());
     }
     VadBatcher::shared()?;
-    Whisper::shared()?;
+    if options.stt.contains(&SttChoice::Whisper) {
+        Whisper::shared()?;
+    }
     if options.llm.uses_local() {
         let model = LocalModel::shared()?;
         // Prefill the tool-decision prompt, shared by every session from then on.
@@ -304,13 +332,16 @@ pub fn build<S: AudioSink>(
         speech_end_offset: Duration::from_secs_f32(options.vad.stop_secs),
         ..output
     };
+    let stt = options
+        .stt
+        .iter()
+        .map(SttChoice::engine)
+        .collect::<Result<Vec<_>, _>>()?;
+    let stt = SttFallback::shared(stt).map_err(BotError::Config)?;
     let (front, sink) = input_front(options, sink);
     let pipeline = front
         .then(VadStage::new(VadBatcher::shared()?, options.vad))
-        .then(SttService::new(
-            Segmented::shared(Whisper::shared()?),
-            "user",
-        ))
+        .then(SttService::new(stt, "user"))
         .then(UserTurns::with_barge_in(stop, options.barge_in))
         .then(UserAggregator::new(context.clone()))
         .then(llm)

@@ -5,11 +5,13 @@
 pub mod ct2;
 mod decoder;
 pub mod deepgram;
+mod fallback;
 mod segmented;
 mod service;
 mod stream;
 pub mod whisper;
 
+pub use fallback::SttFallback;
 pub use segmented::{Segmented, Transcriber};
 pub use service::SttService;
 pub use stream::{EVENT_QUEUE, INPUT_QUEUE, SttEngine, SttEvent, SttInput, SttStream};

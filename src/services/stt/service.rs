@@ -16,6 +16,7 @@ use tokio::sync::mpsc::error::TrySendError;
 
 use super::stream::{SttEngine, SttEvent, SttInput};
 use crate::audio::resample::StreamResampler;
+use crate::events::Event;
 use crate::frames::{
     ControlFrame, DataFrame, Frame, FrameBody, MetricsData, SystemFrame, Transcription,
 };
@@ -187,6 +188,9 @@ impl Pump {
                         Direction::Downstream,
                     )
                     .await;
+                }
+                SttEvent::Switched { from, to, reason } => {
+                    self.pusher.emit(Event::SttFallback { from, to, reason });
                 }
                 SttEvent::Error(message) | SttEvent::Failed(message) => {
                     let error = crate::frames::ErrorFrame {

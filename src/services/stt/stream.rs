@@ -40,6 +40,16 @@ pub enum SttEvent {
     /// The engine gave up for good (a rejected key, reconnects spent): from now on it answers
     /// each finalize with no words.
     Failed(String),
+    /// A fallback list's engine gave up and the next took over (the turn in progress was sent
+    /// to it again).
+    Switched {
+        /// The engine that failed.
+        from: String,
+        /// The engine that listens now.
+        to: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// One user's running transcription: inputs in, events out. Dropping `input` ends it.

@@ -95,6 +95,11 @@ impl DeepgramStt {
     pub fn new(settings: DeepgramSettings) -> Self {
         Self { settings }
     }
+
+    /// Its settings.
+    pub fn settings(&self) -> &DeepgramSettings {
+        &self.settings
+    }
 }
 
 impl SttEngine for DeepgramStt {
