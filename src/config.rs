@@ -21,6 +21,7 @@
 //! llm_model = "gpt-4.1-mini"
 //! llm_temperature = 0.6
 //! stt = "whisper"          # see --stt: "deepgram,whisper" falls back to Whisper
+//! tts = "piper"            # see --tts: "cartesia,piper" falls back to Piper
 //!
 //! # Your own rates (USD per million tokens) over the built-in list prices.
 //! [bot.prices."gpt-4.1-mini"]
@@ -118,6 +119,12 @@ pub struct BotConfig {
     pub stt: Option<String>,
     /// See `--stt-model`.
     pub stt_model: Option<String>,
+    /// See `--tts`.
+    pub tts: Option<String>,
+    /// See `--tts-model`.
+    pub tts_model: Option<String>,
+    /// See `--tts-voice`.
+    pub tts_voice: Option<String>,
     /// Prices per model, over the built-in list prices: `[bot.prices."MODEL"]`.
     #[serde(default)]
     pub prices: BTreeMap<String, PriceConfig>,

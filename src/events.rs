@@ -148,6 +148,16 @@ pub enum Event {
         /// What went wrong.
         reason: String,
     },
+    /// The voice gave up for good and the next one in the list speaks instead
+    /// (`--tts cartesia,piper`).
+    TtsFallback {
+        /// The voice that failed.
+        from: String,
+        /// The voice that speaks now.
+        to: String,
+        /// What went wrong.
+        reason: String,
+    },
     /// A realtime LLM lost its connection and is about to try again.
     LlmReconnecting {
         /// Which attempt comes next (1 for the first).

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use voxide::bench::pipeline::PipelineBench;
-use voxide::bot::{BotOptions, LlmChoice, SttChoice, TextLlm, TurnEnd, Voice};
+use voxide::bot::{BotOptions, LlmChoice, SttChoice, TextLlm, TtsChoice, TurnEnd, Voice};
 use voxide::config::{BotConfig, Config};
 use voxide::server::ServeOptions;
 use voxide::services::llm::PriceTable;
@@ -19,6 +19,7 @@ use voxide::services::llm::gemini_live::GeminiLiveSettings;
 use voxide::services::llm::openai::OpenAiSettings;
 use voxide::services::llm::openai_realtime::OpenAiRealtimeSettings;
 use voxide::services::stt::deepgram::DeepgramSettings;
+use voxide::services::tts::cartesia::CartesiaSettings;
 use voxide::transports::file::{RunOptions, run};
 use voxide::turns::BargeIn;
 
@@ -167,12 +168,76 @@ struct BotArgs {
     /// The STT's model (the first provider of the list). [default: nova-3 for deepgram]
     #[arg(long, env = "VOXIDE_STT_MODEL")]
     stt_model: Option<String>,
+    /// Who speaks (with a text LLM): `piper` or `espeak` (embedded, offline; the same as
+    /// --voice) or `cartesia` (streaming: CARTESIA_API_KEY; CARTESIA_URL, scheme and host, for
+    /// another server); a comma-separated list falls back from each to the next
+    /// (`cartesia,piper`). [default: the --voice]
+    #[arg(long, env = "VOXIDE_TTS")]
+    tts: Option<String>,
+    /// The TTS provider's model (the first provider of the list). [default: sonic-3.5 for
+    /// cartesia]
+    #[arg(long, env = "VOXIDE_TTS_MODEL")]
+    tts_model: Option<String>,
+    /// The TTS provider's voice id (the first provider of the list).
+    #[arg(long, env = "VOXIDE_TTS_VOICE")]
+    tts_voice: Option<String>,
     /// The text LLMs' sampling temperature (0 to 2). [default: the provider's]
     #[arg(long, env = "VOXIDE_LLM_TEMPERATURE")]
     llm_temperature: Option<f32>,
     /// A TOML config file (see `voxide::config` for its keys).
     #[arg(long, env = "VOXIDE_CONFIG")]
     config: Option<PathBuf>,
+}
+
+/// The `--tts` value: voices, each the fallback of the one before. Naming an embedded voice
+/// picks it as `voice`.
+fn tts_choice(
+    spec: &str,
+    model: Option<String>,
+    voice_id: Option<String>,
+    voice: &mut Voice,
+) -> Result<Vec<TtsChoice>> {
+    let (mut model, mut voice_id) = (model, voice_id);
+    let mut list = Vec::new();
+    let mut embedded = None;
+    for name in spec.split(',').map(str::trim) {
+        let tts = match name {
+            "piper" | "espeak" => {
+                let picked = if name == "piper" {
+                    Voice::Piper
+                } else {
+                    Voice::Espeak
+                };
+                if embedded.replace(picked).is_some() {
+                    anyhow::bail!("--tts {spec:?}: one embedded voice at most");
+                }
+                *voice = picked;
+                TtsChoice::Embedded
+            }
+            "cartesia" => {
+                let mut settings = CartesiaSettings::from_env()?;
+                if let Some(model) = model.take() {
+                    settings.model = model;
+                }
+                if let Some(id) = voice_id.take() {
+                    settings.voice = id;
+                }
+                TtsChoice::Cartesia(settings)
+            }
+            "elevenlabs" | "openai" | "deepgram" => anyhow::bail!(
+                "--tts {name}: not available yet in this build; use piper, espeak or cartesia"
+            ),
+            other => anyhow::bail!(
+                "--tts {other:?}: use piper, espeak or cartesia (a comma-separated list falls back \
+                 from each to the next)"
+            ),
+        };
+        if list.contains(&tts) {
+            anyhow::bail!("--tts {spec:?} names {name} twice");
+        }
+        list.push(tts);
+    }
+    Ok(list)
 }
 
 /// The `--stt` value: engines, each the fallback of the one before.
@@ -315,7 +380,7 @@ impl BotArgs {
 
     fn options(&self, file: &BotConfig) -> Result<BotOptions> {
         let defaults = BotOptions::default();
-        let voice = match (self.voice, file.voice.as_deref()) {
+        let mut voice = match (self.voice, file.voice.as_deref()) {
             (Some(VoiceArg::Piper), _) | (None, None | Some("piper")) => Voice::Piper,
             (Some(VoiceArg::Espeak), _) | (None, Some("espeak")) => Voice::Espeak,
             (None, Some(other)) => {
@@ -370,6 +435,15 @@ impl BotArgs {
             anyhow::bail!("the LLM temperature must be between 0 and 2");
         }
         let llm = llm_choice(spec, model, temperature, file)?;
+        let tts = match self.tts.as_deref().or(file.tts.as_deref()) {
+            None => vec![TtsChoice::Embedded],
+            Some(spec) => tts_choice(
+                spec,
+                self.tts_model.clone().or_else(|| file.tts_model.clone()),
+                self.tts_voice.clone().or_else(|| file.tts_voice.clone()),
+                &mut voice,
+            )?,
+        };
         let stt = stt_choice(
             self.stt
                 .as_deref()
@@ -396,6 +470,7 @@ impl BotArgs {
                     table.with(model.clone(), price.price())
                 }),
             stt,
+            tts,
             ..BotOptions::default()
         })
     }

@@ -29,8 +29,11 @@ use crate::services::llm::{
 };
 use crate::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
 use crate::services::stt::{Segmented, SttEngine, SttFallback, SttService, Whisper};
+use crate::services::tts::cartesia::{CartesiaSettings, CartesiaTts};
 use crate::services::tts::espeak::EspeakError;
-use crate::services::tts::{EspeakVoice, PiperVoice, Sentences, TtsEngine, TtsService};
+use crate::services::tts::{
+    EspeakVoice, PiperVoice, Sentences, TtsEngine, TtsFallback, TtsService,
+};
 use crate::transports::{AudioOutput, AudioSink, OutputOptions};
 use crate::turns::{BargeIn, MuteStrategy, TurnStop, UserMute, UserTurns};
 
@@ -118,6 +121,15 @@ impl SttChoice {
     }
 }
 
+/// A voice.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TtsChoice {
+    /// The embedded voice the options' `voice` names (Piper or espeak-ng), offline.
+    Embedded,
+    /// Cartesia's streaming voice.
+    Cartesia(CartesiaSettings),
+}
+
 /// A text LLM.
 #[derive(Debug, Clone, PartialEq)]
 pub enum TextLlm {
@@ -193,6 +205,8 @@ pub struct BotOptions {
     /// Who listens (with a text LLM): the first engine, each of the others the fallback of the
     /// one before (`--stt deepgram,whisper`).
     pub stt: Vec<SttChoice>,
+    /// Who speaks (with a text LLM), likewise (`--tts cartesia,piper`).
+    pub tts: Vec<TtsChoice>,
 }
 
 impl Default for BotOptions {
@@ -213,6 +227,7 @@ impl Default for BotOptions {
             barge_in: BargeIn::default(),
             prices: PriceTable::default(),
             stt: vec![SttChoice::Whisper],
+            tts: vec![TtsChoice::Embedded],
         }
     }
 }
@@ -276,9 +291,11 @@ pub fn preload(options: &BotOptions) -> Result<(), BotError> {
     if options.turn_end == TurnEnd::SmartTurn {
         SmartTurn::shared()?;
     }
-    match options.voice {
-        Voice::Piper => drop(PiperVoice::shared()?),
-        Voice::Espeak => drop(EspeakVoice::new("en-us")?),
+    if options.tts.contains(&TtsChoice::Embedded) {
+        match options.voice {
+            Voice::Piper => drop(PiperVoice::shared()?),
+            Voice::Espeak => drop(EspeakVoice::new("en-us")?),
+        }
     }
     Ok(())
 }
@@ -324,10 +341,20 @@ pub fn build<S: AudioSink>(
         _ => LlmService::with_options(FallbackLlm::new(engines)?, service_options),
     };
     register_tools(&mut llm);
-    let voice: Arc<dyn TtsEngine> = match options.voice {
-        Voice::Piper => Sentences::shared(PiperVoice::shared()?),
-        Voice::Espeak => Sentences::shared(Arc::new(EspeakVoice::new("en-us")?)),
-    };
+    let voices = options
+        .tts
+        .iter()
+        .map(|tts| -> Result<Arc<dyn TtsEngine>, BotError> {
+            Ok(match tts {
+                TtsChoice::Embedded => match options.voice {
+                    Voice::Piper => Sentences::shared(PiperVoice::shared()?),
+                    Voice::Espeak => Sentences::shared(Arc::new(EspeakVoice::new("en-us")?)),
+                },
+                TtsChoice::Cartesia(settings) => Arc::new(CartesiaTts::new(settings.clone())),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let voice = TtsFallback::shared(voices).map_err(BotError::Config)?;
     let output = OutputOptions {
         speech_end_offset: Duration::from_secs_f32(options.vad.stop_secs),
         ..output

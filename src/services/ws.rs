@@ -97,8 +97,9 @@ pub trait WsCore: Send + 'static {
     /// answered).
     fn opened(&mut self, now: Instant) -> Vec<Message>;
 
-    /// The connection is gone; a new one may follow.
-    fn lost(&mut self, now: Instant);
+    /// The connection is gone; a new one may follow. What to tell the service (work the
+    /// connection took with it).
+    fn lost(&mut self, now: Instant) -> Vec<Self::Output>;
 
     /// An input from the service: what to send now (nothing while disconnected: the core keeps
     /// it for the next connection) and what to tell the service.
@@ -174,7 +175,9 @@ pub async fn drive<C: WsCore>(
                         return;
                     }
                     Served::Lost(error) => {
-                        core.lost(Instant::now());
+                        for output in core.lost(Instant::now()) {
+                            let _ = outputs.send(output).await;
+                        }
                         error
                     }
                 }

@@ -2,13 +2,16 @@
 //! synthesizers (Piper: VITS through ONNX Runtime with espeak-ng phonemes; espeak-ng itself), and
 //! the service that turns streamed LLM text into audio.
 
+pub mod cartesia;
 pub mod espeak;
+mod fallback;
 pub mod piper;
 mod sentences;
 mod service;
 mod stream;
 
 pub use espeak::EspeakVoice;
+pub use fallback::TtsFallback;
 pub use piper::PiperVoice;
 pub use sentences::{Sentences, Synthesizer};
 pub use service::TtsService;

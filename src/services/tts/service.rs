@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use super::WordTiming;
 use super::stream::{TextUnit, TtsEngine, TtsEvent, TtsInput};
 use crate::audio::resample::StreamResampler;
+use crate::events::Event;
 use crate::frames::{
     AudioFrame, ControlFrame, DataFrame, Frame, FrameBody, MetricsData, StartParams, SystemFrame,
     TtsText,
@@ -136,7 +137,10 @@ impl FrameProcessor for TtsService {
         cx: &mut FrameContext<'_>,
     ) -> Result<(), ProcessorError> {
         match &frame.body {
-            FrameBody::System(SystemFrame::Start(start)) => self.params = start.params.clone(),
+            FrameBody::System(SystemFrame::Start(start)) => {
+                self.params = start.params.clone();
+                self.engine.warm();
+            }
             FrameBody::System(SystemFrame::Interruption) => self.cancel(),
             FrameBody::Control(ControlFrame::LlmFullResponseStart) => {
                 self.text.clear();
@@ -243,7 +247,11 @@ impl Pump {
                     }
                     break;
                 }
-                TtsEvent::Error(message) => {
+                TtsEvent::Switched { from, to, reason } => {
+                    self.pusher.emit(Event::TtsFallback { from, to, reason });
+                    true
+                }
+                TtsEvent::Error(message) | TtsEvent::Failed(message) => {
                     if self.is_live() {
                         let error = crate::frames::ErrorFrame {
                             message,

@@ -54,6 +54,19 @@ pub enum TtsEvent {
     Done,
     /// A failure: the context ends.
     Error(String),
+    /// The voice gave up for good (a rejected key, reconnects spent): the context ends, and so
+    /// will every later one.
+    Failed(String),
+    /// A fallback list's voice gave up and the next took over this context (its text was sent
+    /// to it again).
+    Switched {
+        /// The voice that failed.
+        from: String,
+        /// The voice that speaks now.
+        to: String,
+        /// Why.
+        reason: String,
+    },
 }
 
 /// One assistant turn's speech: text in, audio out. Dropping it cancels the turn.
@@ -77,4 +90,8 @@ pub trait TtsEngine: Send + Sync + 'static {
 
     /// Opens one turn's context. Called inside the runtime.
     fn open(&self) -> TtsContext;
+
+    /// Gets ready before the first turn (a network voice opens its socket). Called inside the
+    /// runtime when the session starts; nothing to do by default.
+    fn warm(&self) {}
 }

@@ -229,10 +229,12 @@ impl WsCore for DeepgramCore {
         out
     }
 
-    fn lost(&mut self, _now: Instant) {
+    fn lost(&mut self, _now: Instant) -> Vec<SttEvent> {
         self.connected = false;
         self.sent_finalizes = 0;
         self.waiting = false;
+        // What it had not finalized goes again on the next socket.
+        Vec::new()
     }
 
     fn input(&mut self, input: SttInput, now: Instant) -> (Vec<Message>, Vec<SttEvent>) {

@@ -1,0 +1,507 @@
+//! Cartesia's streaming TTS over its WebSocket (`wss://api.cartesia.ai/tts/websocket`): one
+//! socket per session, one Cartesia context per assistant turn. Each sentence goes with
+//! `continue: true`; the turn's flush is an empty transcript with `continue: false`, answered by
+//! `done`; an interruption sends `cancel`, and whatever still comes for that context is dropped.
+//! Audio is raw 16-bit PCM at the output rate; word timestamps come with it.
+//!
+//! [`CartesiaCore`] is sans-IO and runs on the shared WebSocket driver ([`crate::services::ws`]).
+//! Text a context sent that has not been answered with audio is sent again on the next socket,
+//! so a socket that dies between the text and its first audio (or Cartesia's five-minute idle
+//! close) loses no words; a context already speaking when its socket dies ends with an error,
+//! and none of its unplayed words count as spoken.
+
+mod wire;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::mpsc;
+
+use super::WordTiming;
+use super::stream::{
+    EVENT_QUEUE, INPUT_QUEUE, TextUnit, TtsContext, TtsEngine, TtsEvent, TtsInput,
+};
+use crate::services::ws::{self, ConnectRequest, Message, ReconnectPolicy, Tick, WsCore, WsError};
+use wire::ServerMessage;
+
+/// Cartesia's API, when `CARTESIA_URL` names no other host.
+pub const DEFAULT_URL: &str = "wss://api.cartesia.ai";
+/// The API version every socket names.
+pub const API_VERSION: &str = "2026-03-01";
+/// The model used when none is named.
+pub const DEFAULT_MODEL: &str = "sonic-3.5";
+/// The voice used when none is named (Cartesia's "Barbershop Man").
+pub const DEFAULT_VOICE: &str = "a0e99841-438c-4a64-b679-ae501e7d6091";
+/// The rate asked for: the output's, so nothing is resampled.
+pub const SAMPLE_RATE: u32 = 24_000;
+
+/// Where and how to speak.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CartesiaSettings {
+    /// Scheme and host; `/tts/websocket` is appended.
+    pub url: String,
+    /// Sent as `X-API-Key`.
+    pub api_key: String,
+    /// The model.
+    pub model: String,
+    /// The voice's id.
+    pub voice: String,
+    /// The language.
+    pub language: String,
+    /// Reconnection.
+    pub reconnect: ReconnectPolicy,
+}
+
+impl CartesiaSettings {
+    /// Settings for `api_key` with the defaults.
+    pub fn new(api_key: impl Into<String>) -> Self {
+        Self {
+            url: DEFAULT_URL.to_owned(),
+            api_key: api_key.into(),
+            model: DEFAULT_MODEL.to_owned(),
+            voice: DEFAULT_VOICE.to_owned(),
+            language: "en".to_owned(),
+            reconnect: ReconnectPolicy::default(),
+        }
+    }
+
+    /// From `CARTESIA_API_KEY` (required) and `CARTESIA_URL`.
+    pub fn from_env() -> Result<Self, WsError> {
+        let key = std::env::var("CARTESIA_API_KEY")
+            .ok()
+            .filter(|k| !k.is_empty())
+            .ok_or_else(|| WsError::Permanent("--tts cartesia needs CARTESIA_API_KEY".into()))?;
+        let mut settings = Self::new(key);
+        if let Some(url) = std::env::var("CARTESIA_URL").ok().filter(|u| !u.is_empty()) {
+            settings.url = url;
+        }
+        Ok(settings)
+    }
+}
+
+/// What the engine's contexts tell the core, each naming its context id.
+#[derive(Debug)]
+pub enum Command {
+    /// A sentence of a context.
+    Text {
+        /// The context.
+        context: String,
+        /// The sentence.
+        text: String,
+    },
+    /// The context's text is all in.
+    Flush {
+        /// The context.
+        context: String,
+    },
+    /// The context was dropped (an interruption).
+    Cancel {
+        /// The context.
+        context: String,
+    },
+}
+
+/// Where each open context's events go, by context id.
+type Routes = Arc<Mutex<HashMap<String, mpsc::Sender<TtsEvent>>>>;
+
+/// The engine: one socket, started on the first context (or [`TtsEngine::warm`]).
+pub struct CartesiaTts {
+    settings: CartesiaSettings,
+    commands: Mutex<Option<mpsc::Sender<Command>>>,
+    routes: Routes,
+    next: std::sync::atomic::AtomicU64,
+}
+
+impl CartesiaTts {
+    /// An engine for `settings`.
+    pub fn new(settings: CartesiaSettings) -> Self {
+        Self {
+            settings,
+            commands: Mutex::new(None),
+            routes: Arc::default(),
+            next: std::sync::atomic::AtomicU64::new(1),
+        }
+    }
+
+    /// Its settings.
+    pub fn settings(&self) -> &CartesiaSettings {
+        &self.settings
+    }
+
+    /// The socket's command sender, starting the driver and its router the first time.
+    fn commands(&self) -> mpsc::Sender<Command> {
+        let mut commands = self.commands.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sender) = commands.as_ref().filter(|s| !s.is_closed()) {
+            return sender.clone();
+        }
+        let (sender, inputs) = mpsc::channel(INPUT_QUEUE);
+        let (outputs, mut routed) = mpsc::channel::<(String, TtsEvent)>(EVENT_QUEUE);
+        let core = CartesiaCore::new(self.settings.clone());
+        tokio::spawn(ws::drive(
+            core,
+            inputs,
+            outputs,
+            self.settings.reconnect.clone(),
+        ));
+        let routes = self.routes.clone();
+        tokio::spawn(async move {
+            while let Some((context, event)) = routed.recv().await {
+                let last = matches!(
+                    event,
+                    TtsEvent::Done | TtsEvent::Error(_) | TtsEvent::Failed(_)
+                );
+                let route = routes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .get(&context)
+                    .cloned();
+                // No route: the context was dropped, and what still comes for it is stale.
+                if let Some(route) = route {
+                    let _ = route.send(event).await;
+                }
+                if last {
+                    routes
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .remove(&context);
+                }
+            }
+        });
+        *commands = Some(sender.clone());
+        sender
+    }
+}
+
+impl TtsEngine for CartesiaTts {
+    fn name(&self) -> &str {
+        "cartesia"
+    }
+
+    fn sample_rate(&self) -> u32 {
+        SAMPLE_RATE
+    }
+
+    fn text_unit(&self) -> TextUnit {
+        TextUnit::Sentence
+    }
+
+    fn warm(&self) {
+        self.commands();
+    }
+
+    fn open(&self) -> TtsContext {
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let context = format!("voxide-{:08x}-{n}", crate::transports::webrtc::random_u32());
+        let (input, mut inputs) = mpsc::channel(INPUT_QUEUE);
+        let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
+        self.routes
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(context.clone(), events_tx);
+        let commands = self.commands();
+        let routes = self.routes.clone();
+        tokio::spawn(async move {
+            let mut flushed = false;
+            while let Some(input) = inputs.recv().await {
+                let command = match input {
+                    TtsInput::Text(text) => Command::Text {
+                        context: context.clone(),
+                        text,
+                    },
+                    TtsInput::Flush => {
+                        flushed = true;
+                        Command::Flush {
+                            context: context.clone(),
+                        }
+                    }
+                };
+                if commands.send(command).await.is_err() {
+                    return;
+                }
+            }
+            // Dropped before its flush: the turn was interrupted.
+            if !flushed {
+                routes
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&context);
+                let _ = commands.send(Command::Cancel { context }).await;
+            }
+        });
+        TtsContext { input, events }
+    }
+}
+
+/// One context's state in the core.
+#[derive(Debug, Default)]
+struct Context {
+    /// Sentences sent with no audio back yet: sent again on a new socket.
+    unanswered: Vec<String>,
+    flushed: bool,
+    speaking: bool,
+}
+
+/// Cartesia's protocol, sans-IO.
+pub struct CartesiaCore {
+    settings: CartesiaSettings,
+    connected: bool,
+    contexts: HashMap<String, Context>,
+    /// The driver gave up, for this reason: every context fails at once.
+    gave_up: Option<String>,
+}
+
+impl CartesiaCore {
+    /// A core that has not connected yet.
+    pub fn new(settings: CartesiaSettings) -> Self {
+        Self {
+            settings,
+            connected: false,
+            contexts: HashMap::new(),
+            gave_up: None,
+        }
+    }
+
+    fn generate(&self, context: &str, text: &str, more: bool) -> Message {
+        let message = wire::Generate {
+            model_id: &self.settings.model,
+            transcript: text,
+            voice: wire::Voice {
+                mode: "id",
+                id: &self.settings.voice,
+            },
+            language: &self.settings.language,
+            context_id: context,
+            more,
+            output_format: wire::OutputFormat {
+                container: "raw",
+                encoding: "pcm_s16le",
+                sample_rate: SAMPLE_RATE,
+            },
+            add_timestamps: true,
+            max_buffer_delay_ms: 0,
+        };
+        Message::Text(serde_json::json!(message).to_string().into())
+    }
+}
+
+impl WsCore for CartesiaCore {
+    type Input = Command;
+    type Output = (String, TtsEvent);
+
+    fn request(&self) -> Result<ConnectRequest, WsError> {
+        let url = format!("{}/tts/websocket", self.settings.url.trim_end_matches('/'));
+        ws::connect_request(
+            &url,
+            &[
+                ("X-API-Key", &self.settings.api_key),
+                ("Cartesia-Version", API_VERSION),
+            ],
+        )
+    }
+
+    fn opened(&mut self, _now: Instant) -> Vec<Message> {
+        self.connected = true;
+        let mut out = Vec::new();
+        for (id, context) in &self.contexts {
+            for text in &context.unanswered {
+                out.push(self.generate(id, text, true));
+            }
+            if context.flushed {
+                out.push(self.generate(id, "", false));
+            }
+        }
+        out
+    }
+
+    fn lost(&mut self, _now: Instant) -> Vec<(String, TtsEvent)> {
+        self.connected = false;
+        // A context cut off mid-speech cannot be resumed on a new socket; one not yet answered
+        // is sent again there.
+        let cut: Vec<String> = self
+            .contexts
+            .iter()
+            .filter(|(_, c)| c.speaking)
+            .map(|(id, _)| id.clone())
+            .collect();
+        cut.into_iter()
+            .map(|id| {
+                self.contexts.remove(&id);
+                let error = "Cartesia's connection was lost mid-sentence".to_owned();
+                (id, TtsEvent::Error(error))
+            })
+            .collect()
+    }
+
+    fn input(
+        &mut self,
+        command: Command,
+        _now: Instant,
+    ) -> (Vec<Message>, Vec<(String, TtsEvent)>) {
+        if let Some(reason) = &self.gave_up {
+            return match command {
+                Command::Text { context, .. } | Command::Flush { context } => (
+                    Vec::new(),
+                    vec![(context, TtsEvent::Failed(reason.clone()))],
+                ),
+                Command::Cancel { .. } => (Vec::new(), Vec::new()),
+            };
+        }
+        match command {
+            Command::Text { context, text } => {
+                let message = self.generate(&context, &text, true);
+                let characters = text.chars().count() as u64;
+                let state = self.contexts.entry(context.clone()).or_default();
+                if !state.speaking {
+                    state.unanswered.push(text);
+                }
+                let said = vec![(context, TtsEvent::Characters(characters))];
+                (
+                    if self.connected {
+                        vec![message]
+                    } else {
+                        Vec::new()
+                    },
+                    said,
+                )
+            }
+            Command::Flush { context } => {
+                let message = self.generate(&context, "", false);
+                self.contexts.entry(context).or_default().flushed = true;
+                (
+                    if self.connected {
+                        vec![message]
+                    } else {
+                        Vec::new()
+                    },
+                    Vec::new(),
+                )
+            }
+            Command::Cancel { context } => {
+                self.contexts.remove(&context);
+                let cancel = wire::Cancel {
+                    context_id: &context,
+                    cancel: true,
+                };
+                let message = Message::Text(serde_json::json!(cancel).to_string().into());
+                (
+                    if self.connected {
+                        vec![message]
+                    } else {
+                        Vec::new()
+                    },
+                    Vec::new(),
+                )
+            }
+        }
+    }
+
+    fn message(
+        &mut self,
+        message: Message,
+        _now: Instant,
+    ) -> Result<Vec<(String, TtsEvent)>, WsError> {
+        let Message::Text(text) = message else {
+            return Ok(Vec::new());
+        };
+        let parsed: ServerMessage = match serde_json::from_str(&text) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                crate::warnings::warn(
+                    "cartesia_unreadable_message",
+                    format_args!("an unreadable Cartesia message was skipped ({e}): {text:.200}"),
+                );
+                return Ok(Vec::new());
+            }
+        };
+        Ok(match parsed {
+            ServerMessage::Chunk { context_id, data } => {
+                let Some(state) = self.contexts.get_mut(&context_id) else {
+                    return Ok(Vec::new());
+                };
+                state.speaking = true;
+                state.unanswered.clear();
+                match crate::services::llm::realtime::pcm_from_base64(&data) {
+                    Ok(samples) if !samples.is_empty() => {
+                        vec![(context_id, TtsEvent::Audio(samples))]
+                    }
+                    Ok(_) => Vec::new(),
+                    Err(e) => {
+                        crate::warnings::warn(
+                            "cartesia_bad_audio",
+                            format_args!("Cartesia audio that is not base64 PCM was skipped: {e}"),
+                        );
+                        Vec::new()
+                    }
+                }
+            }
+            ServerMessage::Timestamps {
+                context_id,
+                word_timestamps,
+            } if self.contexts.contains_key(&context_id) => {
+                let words: Vec<WordTiming> = word_timestamps
+                    .words
+                    .iter()
+                    .zip(&word_timestamps.start)
+                    .zip(&word_timestamps.end)
+                    .map(|((word, start), end)| WordTiming {
+                        word: word.clone(),
+                        start_secs: *start,
+                        end_secs: *end,
+                    })
+                    .collect();
+                let text = word_timestamps.words.join(" ");
+                vec![(context_id, TtsEvent::Words { text, words })]
+            }
+            ServerMessage::Done { context_id } if self.contexts.remove(&context_id).is_some() => {
+                vec![(context_id, TtsEvent::Done)]
+            }
+            ServerMessage::Error {
+                context_id,
+                title,
+                message,
+                error,
+            } => {
+                let text = [title, message, error]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(": ");
+                match context_id {
+                    Some(id) if self.contexts.remove(&id).is_some() => {
+                        vec![(id, TtsEvent::Error(format!("Cartesia: {text}")))]
+                    }
+                    _ => {
+                        crate::warnings::warn(
+                            "cartesia_error",
+                            format_args!("Cartesia reported an error: {text}"),
+                        );
+                        Vec::new()
+                    }
+                }
+            }
+            _ => Vec::new(),
+        })
+    }
+
+    fn tick(&mut self, _now: Instant) -> (Tick, Vec<(String, TtsEvent)>) {
+        (Tick::default(), Vec::new())
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        None
+    }
+
+    fn closing(&mut self) -> Vec<Message> {
+        Vec::new()
+    }
+
+    fn failed(&mut self, error: &WsError) -> Vec<(String, TtsEvent)> {
+        let reason = format!("Cartesia: {error}");
+        self.gave_up = Some(reason.clone());
+        self.contexts
+            .drain()
+            .map(|(id, _)| (id, TtsEvent::Failed(reason.clone())))
+            .collect()
+    }
+}

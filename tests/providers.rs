@@ -1,0 +1,772 @@
+//! Streaming STT and TTS providers against local stand-ins that speak each WebSocket protocol as
+//! the provider documents it, faults included: a slow handshake, a socket dropped mid-utterance
+//! or between a text and its audio, an idle close, a rejected key, an interruption with audio
+//! still on its way; then the whole bot on them, and its fallback to the embedded engines.
+
+mod deepgram {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use axum::extract::State;
+    use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::{IntoResponse, Response};
+    use serde_json::json;
+    use tokio::sync::mpsc;
+
+    use voxide::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
+    use voxide::services::stt::{SttEngine, SttEvent, SttInput, SttStream};
+    use voxide::services::ws::ReconnectPolicy;
+
+    /// How the Deepgram stand-in misbehaves.
+    #[derive(Clone, Copy, Default)]
+    pub(super) struct Faults {
+        /// Wait this long before accepting the socket.
+        pub(super) handshake_delay: Duration,
+        /// On the first socket: finalize the first half second once a second came, then drop the
+        /// socket after this many samples without a close frame.
+        pub(super) drop_first_after: Option<usize>,
+        /// Close the first socket at once with 1011 NET-0001, as Deepgram does an idle one.
+        pub(super) idle_close_first: bool,
+        /// Answer the socket's first finalize of real speech with these words, later ones with
+        /// none (else each with "heard N").
+        pub(super) words: Option<&'static str>,
+    }
+
+    #[derive(Clone)]
+    pub(super) struct Deepgram {
+        faults: Faults,
+        /// Sockets accepted, and handshakes seen (accepted or not).
+        sockets: Arc<Mutex<usize>>,
+        handshakes: Arc<Mutex<usize>>,
+        /// The query of the last handshake.
+        query: Arc<Mutex<String>>,
+    }
+
+    async fn listen(
+        State(stand_in): State<Deepgram>,
+        headers: HeaderMap,
+        uri: axum::http::Uri,
+        upgrade: WebSocketUpgrade,
+    ) -> Response {
+        *stand_in.handshakes.lock().expect("lock") += 1;
+        *stand_in.query.lock().expect("lock") = uri.query().unwrap_or_default().to_owned();
+        if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some("Token dg-test") {
+            return (StatusCode::UNAUTHORIZED, "INVALID_AUTH").into_response();
+        }
+        tokio::time::sleep(stand_in.faults.handshake_delay).await;
+        let socket_index = {
+            let mut sockets = stand_in.sockets.lock().expect("lock");
+            *sockets += 1;
+            *sockets
+        };
+        let faults = stand_in.faults;
+        upgrade.on_upgrade(move |socket| serve(socket, faults, socket_index == 1))
+    }
+
+    /// One socket: counts the audio; a `Finalize` is answered with a final, `from_finalize`, whose
+    /// transcript says how many samples came since the socket's last final.
+    async fn serve(mut socket: WebSocket, faults: Faults, first: bool) {
+        if first && faults.idle_close_first {
+            let _ = socket
+                .send(Message::Close(Some(CloseFrame {
+                    code: 1011,
+                    reason: "Deepgram did not receive audio data or a text message within the timeout window. See https://dpgr.am/net0001".into(),
+                })))
+                .await;
+            return;
+        }
+        let (mut received, mut finalized) = (0usize, 0usize);
+        let mut sent_part = false;
+        let mut words = faults.words;
+        while let Some(Ok(message)) = socket.recv().await {
+            match message {
+                Message::Binary(bytes) => {
+                    assert!(!bytes.is_empty(), "never an empty audio frame");
+                    let before = received;
+                    received += bytes.len() / 2;
+                    // Like Deepgram, an interim result about every second of audio, words or not.
+                    if received / 16_000 > before / 16_000 {
+                        let interim = json!({"type": "Results", "channel_index": [0, 1],
+                            "start": finalized as f64 / 16_000.0,
+                            "duration": (received - finalized) as f64 / 16_000.0,
+                            "is_final": false, "speech_final": false, "from_finalize": false,
+                            "channel": {"alternatives": [{"transcript": "", "confidence": 0.0, "words": []}]}});
+                        let _ = socket.send(Message::Text(interim.to_string().into())).await;
+                    }
+                    if first && let Some(limit) = faults.drop_first_after {
+                        if received >= 16_000 && !sent_part {
+                            sent_part = true;
+                            finalized = 8_000;
+                            let part = results(0.0, 0.5, "part one", false);
+                            let _ = socket.send(Message::Text(part.into())).await;
+                        }
+                        if received >= limit {
+                            // Gone without a close frame.
+                            return;
+                        }
+                    }
+                }
+                Message::Text(text) => {
+                    let message: serde_json::Value =
+                        serde_json::from_str(&text).expect("client messages are JSON");
+                    match message["type"].as_str() {
+                        Some("Finalize") => {
+                            let start = finalized as f64 / 16_000.0;
+                            let duration = (received - finalized) as f64 / 16_000.0;
+                            let text = match faults.words {
+                                // A turn's worth of audio is speech; a sliver is not.
+                                Some(_) if received - finalized > 8_000 => {
+                                    words.take().unwrap_or_default().to_owned()
+                                }
+                                Some(_) => String::new(),
+                                None => format!("heard {}", received - finalized),
+                            };
+                            finalized = received;
+                            let answer = results(start, duration, &text, true);
+                            let _ = socket.send(Message::Text(answer.into())).await;
+                        }
+                        Some("KeepAlive") => {}
+                        Some("CloseStream") => {
+                            let metadata = json!({"type": "Metadata", "request_id": "r", "duration": received as f64 / 16_000.0, "channels": 1});
+                            let _ = socket
+                                .send(Message::Text(metadata.to_string().into()))
+                                .await;
+                            return;
+                        }
+                        other => panic!("unknown client message {other:?}"),
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn results(start: f64, duration: f64, text: &str, from_finalize: bool) -> String {
+        json!({"type": "Results", "channel_index": [0, 1], "duration": duration, "start": start,
+            "is_final": true, "speech_final": from_finalize, "from_finalize": from_finalize,
+            "channel": {"alternatives": [{"transcript": text, "confidence": 0.98, "words": []}]},
+            "metadata": {"request_id": "r", "model_info": {"name": "nova-3", "version": "1", "arch": "x"}, "model_uuid": "u"}})
+        .to_string()
+    }
+
+    pub(super) async fn deepgram(faults: Faults, key: &str) -> (DeepgramStt, Deepgram) {
+        let stand_in = Deepgram {
+            faults,
+            sockets: Arc::default(),
+            handshakes: Arc::default(),
+            query: Arc::default(),
+        };
+        let app = axum::Router::new()
+            .route("/v1/listen", axum::routing::get(listen))
+            .with_state(stand_in.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let engine = DeepgramStt::new(DeepgramSettings {
+            url: format!("ws://{addr}"),
+            reconnect: ReconnectPolicy {
+                initial_delay: Duration::from_millis(50),
+                ..ReconnectPolicy::default()
+            },
+            ..DeepgramSettings::new(key)
+        });
+        (engine, stand_in)
+    }
+
+    /// Sends `samples` samples of audio in 20 ms frames, then a finalize; returns the answer.
+    async fn speak_and_finalize(stream: &mut SttStream, samples: usize) -> String {
+        for _ in 0..samples / 320 {
+            stream
+                .input
+                .send(SttInput::Audio(vec![300; 320]))
+                .await
+                .expect("the stream takes audio");
+            tokio::task::yield_now().await;
+        }
+        stream
+            .input
+            .send(SttInput::Finalize)
+            .await
+            .expect("the stream takes the finalize");
+        finalized(&mut stream.events).await
+    }
+
+    async fn finalized(events: &mut mpsc::Receiver<SttEvent>) -> String {
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
+                .await
+                .expect("an answer in time")
+                .expect("the stream is open");
+            if let SttEvent::Finalized(text) = event {
+                return text;
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn the_first_words_are_not_lost_to_a_slow_handshake() {
+        let faults = Faults {
+            handshake_delay: Duration::from_millis(800),
+            ..Faults::default()
+        };
+        let (engine, stand_in) = deepgram(faults, "dg-test").await;
+        assert_eq!(engine.sample_rate(), 16_000);
+        let mut stream = engine.start();
+        // A second of speech before the socket is open, all of it answered.
+        assert_eq!(speak_and_finalize(&mut stream, 16_000).await, "heard 16000");
+        assert_eq!(*stand_in.sockets.lock().expect("lock"), 1);
+        let query = stand_in.query.lock().expect("lock").clone();
+        for part in [
+            "model=nova-3",
+            "encoding=linear16",
+            "sample_rate=16000",
+            "interim_results=true",
+        ] {
+            assert!(query.contains(part), "{query}");
+        }
+        // The next turn on the same socket.
+        assert_eq!(speak_and_finalize(&mut stream, 3_200).await, "heard 3200");
+    }
+
+    #[tokio::test]
+    async fn a_socket_dropped_mid_utterance_loses_no_words() {
+        let faults = Faults {
+            drop_first_after: Some(20_000),
+            ..Faults::default()
+        };
+        let (engine, stand_in) = deepgram(faults, "dg-test").await;
+        let mut stream = engine.start();
+        // 2 s of speech: the first half second is final before the drop; everything after it is
+        // sent again on the new socket.
+        let text = speak_and_finalize(&mut stream, 32_000).await;
+        assert_eq!(text, "part one heard 24000");
+        assert_eq!(*stand_in.sockets.lock().expect("lock"), 2);
+    }
+
+    #[tokio::test]
+    async fn an_idle_close_reconnects_without_a_gap() {
+        let faults = Faults {
+            idle_close_first: true,
+            ..Faults::default()
+        };
+        let (engine, stand_in) = deepgram(faults, "dg-test").await;
+        let mut stream = engine.start();
+        assert_eq!(speak_and_finalize(&mut stream, 8_000).await, "heard 8000");
+        assert_eq!(*stand_in.sockets.lock().expect("lock"), 2);
+    }
+
+    #[tokio::test]
+    async fn a_rejected_key_fails_at_once_without_retrying() {
+        let (engine, stand_in) = deepgram(Faults::default(), "wrong").await;
+        let mut stream = engine.start();
+        let failure = match stream.events.recv().await.expect("an event") {
+            SttEvent::Failed(message) => message,
+            other => panic!("a failure first: {other:?}"),
+        };
+        assert!(failure.contains("401"), "{failure}");
+        assert_eq!(
+            *stand_in.handshakes.lock().expect("lock"),
+            1,
+            "no retry storm"
+        );
+        // The turn logic is never left waiting: a finalize still gets its (empty) answer.
+        assert_eq!(speak_and_finalize(&mut stream, 320).await, "");
+    }
+
+    /// The whole bot with Deepgram listening, on the recorded question.
+    mod whole_bot {
+        use super::*;
+        use voxide::bot::{BotOptions, SttChoice, Voice};
+        use voxide::transports::file::{RunOptions, run};
+
+        const HELLO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+
+        async fn ask(
+            stt: Vec<SttChoice>,
+            name: &str,
+        ) -> (voxide::transports::file::RunSummary, Vec<serde_json::Value>) {
+            let dir = std::env::temp_dir().join(format!("voxide-stt-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).expect("temp dir");
+            let log = dir.join(format!("{name}_events.jsonl"));
+            let summary = run(RunOptions {
+                input: HELLO.into(),
+                output: dir.join(format!("{name}_answer.wav")),
+                events: Some(log.clone()),
+                fast: false,
+                max_tail: Duration::from_secs(30),
+                settle: Duration::from_secs(2),
+                bot: BotOptions {
+                    stt,
+                    voice: Voice::Espeak,
+                    ..BotOptions::default()
+                },
+            })
+            .await
+            .expect("the run");
+            let events = std::fs::read_to_string(&log)
+                .expect("the event log")
+                .lines()
+                .map(|line| serde_json::from_str(line).expect("an event"))
+                .collect();
+            (summary, events)
+        }
+
+        fn settings(engine: &DeepgramStt) -> DeepgramSettings {
+            engine.settings().clone()
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn the_bot_hears_the_turn_from_deepgram_and_answers_it() {
+            let faults = Faults {
+                words: Some("Hello there. What time is it?"),
+                ..Faults::default()
+            };
+            let (engine, stand_in) = deepgram(faults, "dg-test").await;
+            let (summary, _) = ask(vec![SttChoice::Deepgram(settings(&engine))], "deepgram").await;
+            assert_eq!(summary.transcripts, ["Hello there. What time is it?"]);
+            assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+            assert_eq!(summary.voice_to_voice_ms.len(), 1, "the turn is answered");
+            assert_eq!(*stand_in.sockets.lock().expect("lock"), 1);
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_rejected_deepgram_key_hands_the_listening_to_whisper_and_says_so() {
+            let (engine, _) = deepgram(Faults::default(), "wrong").await;
+            let (summary, events) = ask(
+                vec![SttChoice::Deepgram(settings(&engine)), SttChoice::Whisper],
+                "fallback",
+            )
+            .await;
+            let fallback = events
+                .iter()
+                .find(|e| e["type"] == "stt_fallback")
+                .expect("an stt_fallback event");
+            assert_eq!(fallback["from"], "deepgram");
+            assert_eq!(fallback["to"], "whisper");
+            assert!(fallback["reason"].as_str().expect("reason").contains("401"));
+            let heard = summary.transcripts.join(" ").to_lowercase();
+            assert!(heard.contains("weather"), "Whisper heard {heard:?}");
+        }
+    }
+}
+
+mod cartesia {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use axum::extract::State;
+    use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::{IntoResponse, Response};
+    use serde_json::{Value, json};
+
+    use voxide::services::tts::cartesia::{CartesiaSettings, CartesiaTts};
+    use voxide::services::tts::{TtsContext, TtsEngine, TtsEvent, TtsInput};
+    use voxide::services::ws::ReconnectPolicy;
+
+    /// Samples of audio the stand-in makes per word.
+    const PER_WORD: usize = 2_400;
+    /// The value of every sample it makes, so the bot's output can be told from other audio.
+    pub(super) const LEVEL: i16 = 1_234;
+
+    #[derive(Clone, Default)]
+    pub(super) struct Cartesia {
+        /// Drop the first socket on its first text, before any audio.
+        drop_first: bool,
+        sockets: Arc<Mutex<usize>>,
+        /// Every client message, by socket.
+        pub(super) seen: Arc<Mutex<Vec<(usize, Value)>>>,
+    }
+
+    async fn websocket(
+        State(stand_in): State<Cartesia>,
+        headers: HeaderMap,
+        upgrade: WebSocketUpgrade,
+    ) -> Response {
+        let key = headers.get("x-api-key").and_then(|v| v.to_str().ok());
+        let version = headers
+            .get("cartesia-version")
+            .and_then(|v| v.to_str().ok());
+        if key != Some("ct-test") || version != Some("2026-03-01") {
+            return (StatusCode::UNAUTHORIZED, "invalid API key").into_response();
+        }
+        let index = {
+            let mut sockets = stand_in.sockets.lock().expect("lock");
+            *sockets += 1;
+            *sockets
+        };
+        upgrade.on_upgrade(move |socket| serve(socket, stand_in, index))
+    }
+
+    fn b64(samples: &[i16]) -> String {
+        use base64::Engine;
+        let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    }
+
+    /// Each transcript piece is answered with its word timestamps and audio; the empty
+    /// `continue: false` piece with `done`. After a `cancel`, one late chunk still comes.
+    async fn serve(mut socket: WebSocket, stand_in: Cartesia, index: usize) {
+        // Seconds of audio made so far, per context.
+        let mut made: std::collections::HashMap<String, f64> = Default::default();
+        while let Some(Ok(Message::Text(text))) = socket.recv().await {
+            let message: Value = serde_json::from_str(&text).expect("client messages are JSON");
+            stand_in
+                .seen
+                .lock()
+                .expect("lock")
+                .push((index, message.clone()));
+            let context = message["context_id"]
+                .as_str()
+                .expect("a context")
+                .to_owned();
+            if message["cancel"] == true {
+                let late = json!({"type": "chunk", "data": b64(&[LEVEL; 480]), "done": false,
+                    "status_code": 206, "step_time": 5, "context_id": context});
+                let _ = socket.send(Message::Text(late.to_string().into())).await;
+                continue;
+            }
+            if stand_in.drop_first && index == 1 {
+                return;
+            }
+            let transcript = message["transcript"].as_str().expect("a transcript");
+            if message["continue"] == false {
+                let done = json!({"type": "done", "done": true, "status_code": 206, "context_id": context});
+                let _ = socket.send(Message::Text(done.to_string().into())).await;
+                continue;
+            }
+            let words: Vec<&str> = transcript.split_whitespace().collect();
+            let at = made.entry(context.clone()).or_default();
+            let step = PER_WORD as f64 / 24_000.0;
+            let starts: Vec<f64> = (0..words.len()).map(|i| *at + i as f64 * step).collect();
+            let ends: Vec<f64> = starts.iter().map(|s| s + step * 0.9).collect();
+            *at += words.len() as f64 * step;
+            let timestamps = json!({"type": "timestamps", "done": false, "status_code": 206,
+                "context_id": context, "word_timestamps": {"words": words, "start": starts, "end": ends}});
+            let _ = socket
+                .send(Message::Text(timestamps.to_string().into()))
+                .await;
+            for _ in &words {
+                let chunk = json!({"type": "chunk", "data": b64(&[LEVEL; PER_WORD]), "done": false,
+                    "status_code": 206, "step_time": 12, "context_id": context});
+                let _ = socket.send(Message::Text(chunk.to_string().into())).await;
+            }
+        }
+    }
+
+    pub(super) async fn cartesia(stand_in: Cartesia, key: &str) -> (CartesiaTts, Cartesia) {
+        let app = axum::Router::new()
+            .route("/tts/websocket", axum::routing::get(websocket))
+            .with_state(stand_in.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        let engine = CartesiaTts::new(CartesiaSettings {
+            url: format!("ws://{addr}"),
+            reconnect: ReconnectPolicy {
+                initial_delay: Duration::from_millis(50),
+                ..ReconnectPolicy::default()
+            },
+            ..CartesiaSettings::new(key)
+        });
+        (engine, stand_in)
+    }
+
+    /// Everything a context says until it ends.
+    async fn all_events(context: &mut TtsContext) -> Vec<TtsEvent> {
+        let mut events = Vec::new();
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(10), context.events.recv())
+                .await
+                .expect("events in time");
+            match event {
+                None => return events,
+                Some(event) => {
+                    let last = matches!(
+                        event,
+                        TtsEvent::Done | TtsEvent::Error(_) | TtsEvent::Failed(_)
+                    );
+                    events.push(event);
+                    if last {
+                        return events;
+                    }
+                }
+            }
+        }
+    }
+
+    fn audio_of(events: &[TtsEvent]) -> usize {
+        events
+            .iter()
+            .map(|e| match e {
+                TtsEvent::Audio(samples) => {
+                    assert!(
+                        samples.iter().all(|s| *s == LEVEL),
+                        "only this context's audio"
+                    );
+                    samples.len()
+                }
+                _ => 0,
+            })
+            .sum()
+    }
+
+    async fn say(context: &TtsContext, pieces: &[&str]) {
+        for piece in pieces {
+            context
+                .input
+                .send(TtsInput::Text((*piece).to_owned()))
+                .await
+                .expect("the context takes text");
+        }
+        context
+            .input
+            .send(TtsInput::Flush)
+            .await
+            .expect("the context takes the flush");
+    }
+
+    #[tokio::test]
+    async fn a_turn_is_spoken_with_word_timings_and_done_after_its_flush() {
+        let (engine, stand_in) = cartesia(Cartesia::default(), "ct-test").await;
+        let mut context = engine.open();
+        say(&context, &["Hello there.", "How are you today?"]).await;
+        let events = all_events(&mut context).await;
+        assert_eq!(events.last(), Some(&TtsEvent::Done));
+        assert_eq!(audio_of(&events), 6 * PER_WORD);
+        let words: Vec<String> = events
+            .iter()
+            .filter_map(|e| match e {
+                TtsEvent::Words { words, .. } => Some(words.iter().map(|w| w.word.clone())),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(words, ["Hello", "there.", "How", "are", "you", "today?"]);
+        let characters: u64 = events
+            .iter()
+            .map(|e| match e {
+                TtsEvent::Characters(n) => *n,
+                _ => 0,
+            })
+            .sum();
+        assert_eq!(characters, 30);
+        // The wire: one context, each sentence with `continue`, an empty last piece without.
+        let seen = stand_in.seen.lock().expect("lock").clone();
+        assert_eq!(seen.len(), 3);
+        let first = &seen[0].1;
+        assert_eq!(first["model_id"], "sonic-3.5");
+        assert_eq!(first["voice"]["mode"], "id");
+        assert_eq!(first["continue"], true);
+        assert_eq!(first["add_timestamps"], true);
+        assert_eq!(
+            first["output_format"],
+            json!({"container": "raw", "encoding": "pcm_s16le", "sample_rate": 24000})
+        );
+        assert_eq!(seen[1].1["context_id"], first["context_id"]);
+        assert_eq!(
+            (&seen[2].1["transcript"], &seen[2].1["continue"]),
+            (&json!(""), &json!(false))
+        );
+    }
+
+    #[tokio::test]
+    async fn text_sent_before_a_socket_died_is_sent_again_and_spoken() {
+        let stand_in = Cartesia {
+            drop_first: true,
+            ..Cartesia::default()
+        };
+        let (engine, stand_in) = cartesia(stand_in, "ct-test").await;
+        let mut context = engine.open();
+        say(&context, &["Nothing is lost."]).await;
+        let events = all_events(&mut context).await;
+        assert_eq!(events.last(), Some(&TtsEvent::Done));
+        assert_eq!(audio_of(&events), 3 * PER_WORD, "the sentence, spoken once");
+        let seen = stand_in.seen.lock().expect("lock").clone();
+        let again: Vec<&Value> = seen
+            .iter()
+            .filter(|(socket, m)| *socket == 2 && m["transcript"] == "Nothing is lost.")
+            .map(|(_, m)| m)
+            .collect();
+        assert_eq!(again.len(), 1, "sent again on the new socket: {seen:?}");
+    }
+
+    #[tokio::test]
+    async fn an_interrupted_turn_is_cancelled_and_its_late_audio_never_heard() {
+        let (engine, stand_in) = cartesia(Cartesia::default(), "ct-test").await;
+        let mut first = engine.open();
+        first
+            .input
+            .send(TtsInput::Text("This answer is cut short.".into()))
+            .await
+            .expect("text");
+        // Its first audio, then the interruption.
+        loop {
+            match first.events.recv().await.expect("an event") {
+                TtsEvent::Audio(_) => break,
+                TtsEvent::Error(e) => panic!("{e}"),
+                _ => {}
+            }
+        }
+        drop(first);
+        let mut next = engine.open();
+        say(&next, &["Yes?"]).await;
+        let events = all_events(&mut next).await;
+        assert_eq!(events.last(), Some(&TtsEvent::Done));
+        assert_eq!(
+            audio_of(&events),
+            PER_WORD,
+            "none of the cut turn's late audio"
+        );
+        // The cancel goes out on its own: wait for the stand-in to have it.
+        let cancel = tokio::time::timeout(Duration::from_secs(10), async {
+            loop {
+                let seen = stand_in.seen.lock().expect("lock").clone();
+                if let Some((_, cancel)) = seen.iter().find(|(_, m)| m["cancel"] == true) {
+                    return (cancel.clone(), seen[0].1.clone());
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("a cancel for the cut turn");
+        assert_eq!(cancel.0["context_id"], cancel.1["context_id"]);
+    }
+
+    #[tokio::test]
+    async fn a_rejected_key_ends_the_turn_with_a_clear_error() {
+        let (engine, _) = cartesia(Cartesia::default(), "wrong").await;
+        let mut context = engine.open();
+        say(&context, &["Hello."]).await;
+        let events = all_events(&mut context).await;
+        match events.last() {
+            Some(TtsEvent::Failed(message)) => assert!(message.contains("401"), "{message}"),
+            other => panic!("a failure: {other:?}"),
+        }
+        // Later turns fail at once too, instead of waiting.
+        let mut later = engine.open();
+        say(&later, &["Again."]).await;
+        assert!(matches!(
+            all_events(&mut later).await.last(),
+            Some(TtsEvent::Failed(_))
+        ));
+    }
+}
+
+/// `voxide run --stt deepgram --tts cartesia` against the stand-ins: transcripts, bot audio and
+/// events as with the embedded engines; and Piper speaking when Cartesia refuses the key.
+mod whole_bot {
+    use std::time::Duration;
+
+    use voxide::audio::wav;
+    use voxide::bot::{BotOptions, SttChoice, TtsChoice, Voice};
+    use voxide::transports::file::{RunOptions, RunSummary, run};
+
+    use super::cartesia::{Cartesia, LEVEL, cartesia};
+    use super::deepgram::{Faults, deepgram};
+
+    const HELLO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+
+    async fn ask(
+        stt: SttChoice,
+        tts: Vec<TtsChoice>,
+        name: &str,
+    ) -> (RunSummary, Vec<serde_json::Value>, Vec<i16>) {
+        let dir = std::env::temp_dir().join(format!("voxide-providers-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("temp dir");
+        let (log, answer) = (
+            dir.join(format!("{name}_events.jsonl")),
+            dir.join(format!("{name}_answer.wav")),
+        );
+        let summary = run(RunOptions {
+            input: HELLO.into(),
+            output: answer.clone(),
+            events: Some(log.clone()),
+            fast: false,
+            max_tail: Duration::from_secs(30),
+            settle: Duration::from_secs(2),
+            bot: BotOptions {
+                stt: vec![stt],
+                tts,
+                voice: Voice::Piper,
+                ..BotOptions::default()
+            },
+        })
+        .await
+        .expect("the run");
+        let events = std::fs::read_to_string(&log)
+            .expect("the event log")
+            .lines()
+            .map(|line| serde_json::from_str(line).expect("an event"))
+            .collect();
+        let audio = wav::read(&answer).expect("the answer").to_mono();
+        (summary, events, audio)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn deepgram_listens_and_cartesia_speaks_the_answer() {
+        let faults = Faults {
+            words: Some("Hello there. What time is it?"),
+            ..Faults::default()
+        };
+        let (listener, _) = deepgram(faults, "dg-test").await;
+        let (voice, seen) = cartesia(Cartesia::default(), "ct-test").await;
+        let (summary, events, audio) = ask(
+            SttChoice::Deepgram(listener.settings().clone()),
+            vec![TtsChoice::Cartesia(voice.settings().clone())],
+            "deepgram_cartesia",
+        )
+        .await;
+        assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+        assert_eq!(summary.transcripts, ["Hello there. What time is it?"]);
+        assert_eq!(summary.voice_to_voice_ms.len(), 1, "the turn is answered");
+        assert!(
+            !summary.bot_text.is_empty(),
+            "the bot's words, as Cartesia timed them"
+        );
+        let voiced = audio.iter().filter(|s| **s == LEVEL).count();
+        assert!(
+            voiced > 2_400,
+            "Cartesia's audio is what was played: {voiced} samples"
+        );
+        assert!(events.iter().any(|e| e["type"] == "bot_started_speaking"));
+        let spoken: Vec<String> = seen
+            .seen
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter_map(|(_, m)| m["transcript"].as_str().map(str::to_owned))
+            .collect();
+        assert!(!spoken.join("").is_empty(), "the answer went to Cartesia");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rejected_cartesia_key_hands_the_voice_to_piper_and_says_so() {
+        let (voice, _) = cartesia(Cartesia::default(), "wrong").await;
+        let (summary, events, audio) = ask(
+            SttChoice::Whisper,
+            vec![
+                TtsChoice::Cartesia(voice.settings().clone()),
+                TtsChoice::Embedded,
+            ],
+            "cartesia_fallback",
+        )
+        .await;
+        let fallback = events
+            .iter()
+            .find(|e| e["type"] == "tts_fallback")
+            .expect("a tts_fallback event");
+        assert_eq!(fallback["from"], "cartesia");
+        assert_eq!(fallback["to"], "piper");
+        assert_eq!(summary.voice_to_voice_ms.len(), 1, "the turn is answered");
+        assert!(
+            audio.iter().any(|s| s.unsigned_abs() > 1_000),
+            "Piper's voice was played"
+        );
+    }
+}
