@@ -62,16 +62,20 @@ impl ReconnectPolicy {
     /// The wait before attempt `attempt` (1-based): the doubled delay, jittered down by up to
     /// half so that many sessions cut off together do not come back in step.
     pub fn delay(&self, attempt: u32) -> Duration {
-        use std::hash::{BuildHasher, Hasher};
-        let doubled = self
-            .initial_delay
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
-        let ceiling = doubled.min(self.max_delay);
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u32(attempt);
-        let fraction = (hasher.finish() % 1000) as f64 / 1000.0;
-        ceiling.mul_f64(0.5 + 0.5 * fraction)
+        backoff(self.initial_delay, self.max_delay, attempt)
     }
+}
+
+/// `initial` doubled for each attempt after the first (1-based), at most `max`, jittered down by
+/// up to half.
+pub fn backoff(initial: Duration, max: Duration, attempt: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let doubled = initial.saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
+    let ceiling = doubled.min(max);
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u32(attempt);
+    let fraction = (hasher.finish() % 1000) as f64 / 1000.0;
+    ceiling.mul_f64(0.5 + 0.5 * fraction)
 }
 
 /// What a core asks for after time passed.

@@ -8,14 +8,13 @@
 //! [`super::gemini_live::GeminiLive`]).
 
 use std::collections::HashSet;
-use std::hash::{BuildHasher, Hasher};
 use std::time::{Duration, Instant};
 
 use futures_util::{SinkExt, StreamExt};
 use serde_json::Value;
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
-use tokio_tungstenite::tungstenite::{self, client::IntoClientRequest};
+use tokio_tungstenite::tungstenite;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::LlmServiceOptions;
@@ -29,8 +28,7 @@ use crate::frames::{
 };
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
 
-/// The request that opens a provider's socket.
-pub type ConnectRequest = tungstenite::handshake::client::Request;
+pub use crate::services::ws::ConnectRequest;
 
 type Socket = WebSocketStream<MaybeTlsStream<TcpStream>>;
 
@@ -73,14 +71,7 @@ impl ReconnectPolicy {
     /// The wait before attempt `attempt` (1-based): the doubled delay, jittered down by up to
     /// half so that many sessions cut off together do not come back in step.
     pub fn delay(&self, attempt: u32) -> Duration {
-        let doubled = self
-            .initial_delay
-            .saturating_mul(1u32 << attempt.saturating_sub(1).min(16));
-        let ceiling = doubled.min(self.max_delay);
-        let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-        hasher.write_u32(attempt);
-        let fraction = (hasher.finish() % 1000) as f64 / 1000.0;
-        ceiling.mul_f64(0.5 + 0.5 * fraction)
+        crate::services::ws::backoff(self.initial_delay, self.max_delay, attempt)
     }
 }
 
@@ -1007,19 +998,8 @@ pub fn connect_request(
     url: &str,
     headers: &[(&str, &str)],
 ) -> Result<ConnectRequest, RealtimeError> {
-    let mut request = url
-        .into_client_request()
-        .map_err(|e| RealtimeError::Config(format!("bad URL {url}: {e}")))?;
-    for (name, value) in headers {
-        let value = value
-            .parse()
-            .map_err(|_| RealtimeError::Config(format!("bad value for header {name}")))?;
-        let name: tungstenite::http::HeaderName = name
-            .parse()
-            .map_err(|_| RealtimeError::Config(format!("bad header name {name}")))?;
-        request.headers_mut().insert(name, value);
-    }
-    Ok(request)
+    crate::services::ws::connect_request(url, headers)
+        .map_err(|e| RealtimeError::Config(e.to_string()))
 }
 
 /// `url` with `name=value` added to its query.
@@ -1052,24 +1032,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn backoff_doubles_up_to_the_ceiling_with_jitter() {
-        let policy = ReconnectPolicy {
-            initial_delay: Duration::from_millis(100),
-            max_delay: Duration::from_millis(1000),
-            ..ReconnectPolicy::default()
-        };
-        for attempt in 1..=8 {
-            let ceiling =
-                Duration::from_millis(100 << (attempt - 1)).min(Duration::from_millis(1000));
-            let delay = policy.delay(attempt);
-            assert!(
-                delay <= ceiling && delay >= ceiling / 2,
-                "{attempt}: {delay:?}"
-            );
-        }
-    }
-
-    #[test]
     fn pcm_survives_base64_and_bad_data_is_an_error() {
         let samples = [0i16, 1, -1, i16::MAX, i16::MIN];
         assert_eq!(
@@ -1079,13 +1041,5 @@ mod tests {
         assert!(pcm_from_base64("%%").is_err());
         assert_eq!(with_query("ws://h/x?a=1", "key", "k"), "ws://h/x?a=1&key=k");
         assert_eq!(with_query("ws://h/x", "model", "m"), "ws://h/x?model=m");
-    }
-
-    #[test]
-    fn connect_requests_carry_headers_and_reject_bad_urls() {
-        let request = connect_request("ws://127.0.0.1:9/x", &[("authorization", "Bearer k")])
-            .expect("a valid request");
-        assert_eq!(request.headers()["authorization"], "Bearer k");
-        assert!(connect_request("not a url", &[]).is_err());
     }
 }
