@@ -12,6 +12,7 @@
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
@@ -59,52 +60,79 @@ impl Default for Timing {
 
 /// One completion request, ready to send.
 #[derive(Debug, Clone)]
-pub(crate) struct Call {
-    pub url: String,
-    pub headers: HeaderMap,
-    pub body: Value,
+struct Call {
+    url: String,
+    headers: HeaderMap,
+    body: Value,
 }
 
-/// The HTTP client every engine uses: TLS on the process's ring provider, as the realtime
-/// clients use it.
-pub(crate) fn client() -> Result<reqwest::Client, LlmError> {
-    // A no-op once installed.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::Client::builder()
-        .pool_idle_timeout(Duration::from_secs(90))
-        .build()
-        .map_err(|e| LlmError::Setup(format!("cannot build the HTTP client: {e}")))
-}
-
-/// Opens a connection to `url`'s host and leaves it in the pool, so that the first turn pays no
-/// TCP or TLS handshake. Any answer will do (a `HEAD` on a completion endpoint is usually 404 or
-/// 405); a failure is only logged, since the turn will report it if it lasts.
-pub(crate) async fn warm(client: reqwest::Client, url: String) {
-    match tokio::time::timeout(Duration::from_secs(10), client.head(&url).send()).await {
-        Ok(Ok(response)) => {
-            tracing::debug!(%url, status = response.status().as_u16(), "LLM connection warm")
-        }
-        Ok(Err(e)) => tracing::debug!(%url, error = %e, "could not warm the LLM connection"),
-        Err(_) => tracing::debug!(%url, "warming the LLM connection timed out"),
-    }
-}
-
-/// Streams one completion of `call`, read by a fresh decoder from `decoder` on each attempt.
-pub(crate) fn stream<D: Decode>(
+/// A provider's completion endpoint: the URL, the headers every request carries (the key), the
+/// deadlines, and a pooled HTTP client (TLS on the process's ring provider, as the realtime
+/// clients use it).
+#[derive(Debug, Clone)]
+pub(crate) struct Endpoint {
     client: reqwest::Client,
-    call: Call,
+    url: String,
+    headers: HeaderMap,
     timing: Timing,
-    decoder: impl Fn() -> D + Send + Sync + 'static,
-) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
-    let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
-    // The task ends with the completion, or as soon as the reader drops the stream (its next
-    // send fails), dropping the response and with it the connection.
-    tokio::spawn(async move {
-        if let Err(error) = run(&client, &call, timing, &decoder, &tx).await {
-            let _ = tx.send(Err(error)).await;
-        }
-    });
-    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+}
+
+impl Endpoint {
+    /// An endpoint at `url`.
+    pub(crate) fn new(url: String, headers: HeaderMap, timing: Timing) -> Result<Self, LlmError> {
+        // A no-op once installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let client = reqwest::Client::builder()
+            .pool_idle_timeout(Duration::from_secs(90))
+            .build()
+            .map_err(|e| LlmError::Setup(format!("cannot build the HTTP client: {e}")))?;
+        Ok(Self {
+            client,
+            url,
+            headers,
+            timing,
+        })
+    }
+
+    /// Streams one completion of `body`, read by a fresh decoder from `decoder` on each attempt.
+    pub(crate) fn stream<D: Decode>(
+        &self,
+        body: Value,
+        decoder: impl Fn() -> D + Send + Sync + 'static,
+    ) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
+        let call = Call {
+            url: self.url.clone(),
+            headers: self.headers.clone(),
+            body,
+        };
+        let (client, timing) = (self.client.clone(), self.timing);
+        let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
+        // The task ends with the completion, or as soon as the reader drops the stream (its next
+        // send fails), dropping the response and with it the connection.
+        tokio::spawn(async move {
+            if let Err(error) = run(&client, &call, timing, &decoder, &tx).await {
+                let _ = tx.send(Err(error)).await;
+            }
+        });
+        futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
+    }
+
+    /// Opens a connection to the endpoint's host and leaves it in the pool, so that the first
+    /// turn pays no TCP or TLS handshake. Any answer will do (a `HEAD` on a completion endpoint
+    /// is usually 404 or 405); a failure is only logged, since the turn will report it if it
+    /// lasts.
+    pub(crate) fn warm(&self) -> BoxFuture<'static, ()> {
+        let (client, url) = (self.client.clone(), self.url.clone());
+        Box::pin(async move {
+            match tokio::time::timeout(Duration::from_secs(10), client.head(&url).send()).await {
+                Ok(Ok(response)) => {
+                    tracing::debug!(%url, status = response.status().as_u16(), "LLM connection warm")
+                }
+                Ok(Err(e)) => tracing::debug!(%url, error = %e, "could not warm the LLM connection"),
+                Err(_) => tracing::debug!(%url, "warming the LLM connection timed out"),
+            }
+        })
+    }
 }
 
 /// Why an attempt failed, and whether another may succeed.

@@ -9,13 +9,12 @@
 
 mod wire;
 
-use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
-use super::http::{self, Call, Timing};
+use super::http::{Endpoint, Timing};
 use super::{LlmEngine, LlmError, LlmEvent, LlmRequest};
 use crate::context::adapters::anthropic;
 
@@ -77,10 +76,8 @@ impl AnthropicSettings {
 
 /// The engine.
 pub struct AnthropicLlm {
-    client: reqwest::Client,
     settings: AnthropicSettings,
-    url: String,
-    headers: HeaderMap,
+    endpoint: Endpoint,
 }
 
 impl AnthropicLlm {
@@ -101,12 +98,8 @@ impl AnthropicLlm {
             HeaderName::from_static("anthropic-version"),
             HeaderValue::from_static(API_VERSION),
         );
-        Ok(Self {
-            client: http::client()?,
-            settings,
-            url,
-            headers,
-        })
+        let endpoint = Endpoint::new(url, headers, settings.timing)?;
+        Ok(Self { settings, endpoint })
     }
 
     /// The request body for `request`.
@@ -136,20 +129,10 @@ impl LlmEngine for AnthropicLlm {
     }
 
     fn generate(&self, request: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
-        let call = Call {
-            url: self.url.clone(),
-            headers: self.headers.clone(),
-            body: self.body(&request),
-        };
-        http::stream(
-            self.client.clone(),
-            call,
-            self.settings.timing,
-            wire::Decoder::new,
-        )
+        self.endpoint.stream(self.body(&request), wire::Decoder::new)
     }
 
     fn warm(&self) -> BoxFuture<'static, ()> {
-        http::warm(self.client.clone(), self.url.clone()).boxed()
+        self.endpoint.warm()
     }
 }

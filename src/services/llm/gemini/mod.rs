@@ -9,13 +9,12 @@ mod wire;
 
 pub use wire::thought_signature;
 
-use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use serde_json::{Value, json};
 
-use super::http::{self, Call, Timing};
+use super::http::{Endpoint, Timing};
 use super::{LlmEngine, LlmError, LlmEvent, LlmRequest};
 use crate::context::adapters::gemini;
 
@@ -77,10 +76,8 @@ impl GeminiSettings {
 
 /// The engine.
 pub struct GeminiLlm {
-    client: reqwest::Client,
     settings: GeminiSettings,
-    url: String,
-    headers: HeaderMap,
+    endpoint: Endpoint,
 }
 
 impl GeminiLlm {
@@ -96,12 +93,8 @@ impl GeminiLlm {
             .map_err(|_| LlmError::Setup("GEMINI_API_KEY is not a valid header".into()))?;
         let mut headers = HeaderMap::new();
         headers.insert(HeaderName::from_static("x-goog-api-key"), key);
-        Ok(Self {
-            client: http::client()?,
-            settings,
-            url,
-            headers,
-        })
+        let endpoint = Endpoint::new(url, headers, settings.timing)?;
+        Ok(Self { settings, endpoint })
     }
 
     /// The request body for `request`.
@@ -142,20 +135,10 @@ impl LlmEngine for GeminiLlm {
     }
 
     fn generate(&self, request: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
-        let call = Call {
-            url: self.url.clone(),
-            headers: self.headers.clone(),
-            body: self.body(&request),
-        };
-        http::stream(
-            self.client.clone(),
-            call,
-            self.settings.timing,
-            wire::Decoder::new,
-        )
+        self.endpoint.stream(self.body(&request), wire::Decoder::new)
     }
 
     fn warm(&self) -> BoxFuture<'static, ()> {
-        http::warm(self.client.clone(), self.url.clone()).boxed()
+        self.endpoint.warm()
     }
 }

@@ -6,13 +6,12 @@
 
 mod wire;
 
-use futures_util::FutureExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
 use serde_json::{Value, json};
 
-use super::http::{self, Call, Timing};
+use super::http::{Endpoint, Timing};
 use super::{LlmEngine, LlmError, LlmEvent, LlmRequest};
 use crate::context::adapters::openai;
 
@@ -78,10 +77,8 @@ impl OpenAiSettings {
 
 /// The engine.
 pub struct OpenAiLlm {
-    client: reqwest::Client,
     settings: OpenAiSettings,
-    url: String,
-    headers: HeaderMap,
+    endpoint: Endpoint,
 }
 
 impl OpenAiLlm {
@@ -97,12 +94,8 @@ impl OpenAiLlm {
                 .map_err(|_| LlmError::Setup("OPENAI_API_KEY is not a valid header".into()))?;
             headers.insert(AUTHORIZATION, value);
         }
-        Ok(Self {
-            client: http::client()?,
-            settings,
-            url,
-            headers,
-        })
+        let endpoint = Endpoint::new(url, headers, settings.timing)?;
+        Ok(Self { settings, endpoint })
     }
 
     /// The request body for `request`.
@@ -141,20 +134,10 @@ impl LlmEngine for OpenAiLlm {
     }
 
     fn generate(&self, request: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
-        let call = Call {
-            url: self.url.clone(),
-            headers: self.headers.clone(),
-            body: self.body(&request),
-        };
-        http::stream(
-            self.client.clone(),
-            call,
-            self.settings.timing,
-            wire::Assembler::new,
-        )
+        self.endpoint.stream(self.body(&request), wire::Assembler::new)
     }
 
     fn warm(&self) -> BoxFuture<'static, ()> {
-        http::warm(self.client.clone(), self.url.clone()).boxed()
+        self.endpoint.warm()
     }
 }
