@@ -3,6 +3,8 @@
 //! or between a text and its audio, an idle close, a rejected key, an interruption with audio
 //! still on its way; then the whole bot on them, and its fallback to the embedded engines.
 
+mod common;
+
 mod deepgram {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
@@ -37,7 +39,7 @@ mod deepgram {
     pub(super) struct Deepgram {
         faults: Faults,
         /// Sockets accepted, and handshakes seen (accepted or not).
-        sockets: Arc<Mutex<usize>>,
+        pub(super) sockets: Arc<Mutex<usize>>,
         handshakes: Arc<Mutex<usize>>,
         /// The query of the last handshake.
         query: Arc<Mutex<String>>,
@@ -274,82 +276,6 @@ mod deepgram {
         );
         // The turn logic is never left waiting: a finalize still gets its (empty) answer.
         assert_eq!(speak_and_finalize(&mut stream, 320).await, "");
-    }
-
-    /// The whole bot with Deepgram listening, on the recorded question.
-    mod whole_bot {
-        use super::*;
-        use voxide::bot::{BotOptions, SttChoice, Voice};
-        use voxide::transports::file::{RunOptions, run};
-
-        const HELLO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
-
-        async fn ask(
-            stt: Vec<SttChoice>,
-            name: &str,
-        ) -> (voxide::transports::file::RunSummary, Vec<serde_json::Value>) {
-            let dir = std::env::temp_dir().join(format!("voxide-stt-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).expect("temp dir");
-            let log = dir.join(format!("{name}_events.jsonl"));
-            let summary = run(RunOptions {
-                input: HELLO.into(),
-                output: dir.join(format!("{name}_answer.wav")),
-                events: Some(log.clone()),
-                fast: false,
-                max_tail: Duration::from_secs(30),
-                settle: Duration::from_secs(2),
-                bot: BotOptions {
-                    stt,
-                    voice: Voice::Espeak,
-                    ..BotOptions::default()
-                },
-            })
-            .await
-            .expect("the run");
-            let events = std::fs::read_to_string(&log)
-                .expect("the event log")
-                .lines()
-                .map(|line| serde_json::from_str(line).expect("an event"))
-                .collect();
-            (summary, events)
-        }
-
-        fn settings(engine: &DeepgramStt) -> DeepgramSettings {
-            engine.settings().clone()
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn the_bot_hears_the_turn_from_deepgram_and_answers_it() {
-            let faults = Faults {
-                words: Some("Hello there. What time is it?"),
-                ..Faults::default()
-            };
-            let (engine, stand_in) = deepgram(faults, "dg-test").await;
-            let (summary, _) = ask(vec![SttChoice::Deepgram(settings(&engine))], "deepgram").await;
-            assert_eq!(summary.transcripts, ["Hello there. What time is it?"]);
-            assert!(summary.errors.is_empty(), "{:?}", summary.errors);
-            assert_eq!(summary.voice_to_voice_ms.len(), 1, "the turn is answered");
-            assert_eq!(*stand_in.sockets.lock().expect("lock"), 1);
-        }
-
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn a_rejected_deepgram_key_hands_the_listening_to_whisper_and_says_so() {
-            let (engine, _) = deepgram(Faults::default(), "wrong").await;
-            let (summary, events) = ask(
-                vec![SttChoice::Deepgram(settings(&engine)), SttChoice::Whisper],
-                "fallback",
-            )
-            .await;
-            let fallback = events
-                .iter()
-                .find(|e| e["type"] == "stt_fallback")
-                .expect("an stt_fallback event");
-            assert_eq!(fallback["from"], "deepgram");
-            assert_eq!(fallback["to"], "whisper");
-            assert!(fallback["reason"].as_str().expect("reason").contains("401"));
-            let heard = summary.transcripts.join(" ").to_lowercase();
-            assert!(heard.contains("weather"), "Whisper heard {heard:?}");
-        }
     }
 }
 
@@ -659,69 +585,83 @@ mod cartesia {
 }
 
 /// `voxide run --stt deepgram --tts cartesia` against the stand-ins: transcripts, bot audio and
-/// events as with the embedded engines; and Piper speaking when Cartesia refuses the key.
+/// events as with the embedded engines; and the embedded engines taking over when a provider
+/// refuses the key.
 mod whole_bot {
-    use std::time::Duration;
-
-    use voxide::audio::wav;
     use voxide::bot::{BotOptions, SttChoice, TtsChoice, Voice};
-    use voxide::transports::file::{RunOptions, RunSummary, run};
 
     use super::cartesia::{Cartesia, LEVEL, cartesia};
+    use super::common::HELLO;
+    use super::common::bot_run::{Ran, event, run_bot};
     use super::deepgram::{Faults, deepgram};
 
-    const HELLO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+    async fn ask(stt: Vec<SttChoice>, tts: Vec<TtsChoice>, name: &str) -> Ran {
+        let bot = BotOptions {
+            stt,
+            tts,
+            voice: Voice::Piper,
+            ..BotOptions::default()
+        };
+        run_bot(bot, HELLO.as_ref(), name).await
+    }
 
-    async fn ask(
-        stt: SttChoice,
-        tts: Vec<TtsChoice>,
-        name: &str,
-    ) -> (RunSummary, Vec<serde_json::Value>, Vec<i16>) {
-        let dir = std::env::temp_dir().join(format!("voxide-providers-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let (log, answer) = (
-            dir.join(format!("{name}_events.jsonl")),
-            dir.join(format!("{name}_answer.wav")),
+    fn heard_once() -> Faults {
+        Faults {
+            words: Some("Hello there. What time is it?"),
+            ..Faults::default()
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_bot_hears_the_turn_from_deepgram_and_answers_it() {
+        let (listener, stand_in) = deepgram(heard_once(), "dg-test").await;
+        let ran = ask(
+            vec![SttChoice::Deepgram(listener.settings().clone())],
+            vec![TtsChoice::Embedded],
+            "deepgram",
+        )
+        .await;
+        assert_eq!(ran.summary.transcripts, ["Hello there. What time is it?"]);
+        assert!(ran.summary.errors.is_empty(), "{:?}", ran.summary.errors);
+        assert_eq!(
+            ran.summary.voice_to_voice_ms.len(),
+            1,
+            "the turn is answered"
         );
-        let summary = run(RunOptions {
-            input: HELLO.into(),
-            output: answer.clone(),
-            events: Some(log.clone()),
-            fast: false,
-            max_tail: Duration::from_secs(30),
-            settle: Duration::from_secs(2),
-            bot: BotOptions {
-                stt: vec![stt],
-                tts,
-                voice: Voice::Piper,
-                ..BotOptions::default()
-            },
-        })
-        .await
-        .expect("the run");
-        let events = std::fs::read_to_string(&log)
-            .expect("the event log")
-            .lines()
-            .map(|line| serde_json::from_str(line).expect("an event"))
-            .collect();
-        let audio = wav::read(&answer).expect("the answer").to_mono();
-        (summary, events, audio)
+        assert_eq!(*stand_in.sockets.lock().expect("lock"), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_rejected_deepgram_key_hands_the_listening_to_whisper_and_says_so() {
+        let (listener, _) = deepgram(Faults::default(), "wrong").await;
+        let ran = ask(
+            vec![
+                SttChoice::Deepgram(listener.settings().clone()),
+                SttChoice::Whisper,
+            ],
+            vec![TtsChoice::Embedded],
+            "stt_fallback",
+        )
+        .await;
+        let fallback = event(&ran.events, "stt_fallback").expect("an stt_fallback event");
+        assert_eq!(fallback["from"], "deepgram");
+        assert_eq!(fallback["to"], "whisper");
+        assert!(fallback["reason"].as_str().expect("reason").contains("401"));
+        let heard = ran.summary.transcripts.join(" ").to_lowercase();
+        assert!(heard.contains("weather"), "Whisper heard {heard:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn deepgram_listens_and_cartesia_speaks_the_answer() {
-        let faults = Faults {
-            words: Some("Hello there. What time is it?"),
-            ..Faults::default()
-        };
-        let (listener, _) = deepgram(faults, "dg-test").await;
+        let (listener, _) = deepgram(heard_once(), "dg-test").await;
         let (voice, seen) = cartesia(Cartesia::default(), "ct-test").await;
-        let (summary, events, audio) = ask(
-            SttChoice::Deepgram(listener.settings().clone()),
+        let ran = ask(
+            vec![SttChoice::Deepgram(listener.settings().clone())],
             vec![TtsChoice::Cartesia(voice.settings().clone())],
             "deepgram_cartesia",
         )
         .await;
+        let summary = &ran.summary;
         assert!(summary.errors.is_empty(), "{:?}", summary.errors);
         assert_eq!(summary.transcripts, ["Hello there. What time is it?"]);
         assert_eq!(summary.voice_to_voice_ms.len(), 1, "the turn is answered");
@@ -729,43 +669,44 @@ mod whole_bot {
             !summary.bot_text.is_empty(),
             "the bot's words, as Cartesia timed them"
         );
-        let voiced = audio.iter().filter(|s| **s == LEVEL).count();
+        let voiced = ran.audio.iter().filter(|s| **s == LEVEL).count();
         assert!(
             voiced > 2_400,
             "Cartesia's audio is what was played: {voiced} samples"
         );
-        assert!(events.iter().any(|e| e["type"] == "bot_started_speaking"));
-        let spoken: Vec<String> = seen
+        assert!(event(&ran.events, "bot_started_speaking").is_some());
+        let spoken: String = seen
             .seen
             .lock()
             .expect("lock")
             .iter()
             .filter_map(|(_, m)| m["transcript"].as_str().map(str::to_owned))
             .collect();
-        assert!(!spoken.join("").is_empty(), "the answer went to Cartesia");
+        assert!(!spoken.is_empty(), "the answer went to Cartesia");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_rejected_cartesia_key_hands_the_voice_to_piper_and_says_so() {
         let (voice, _) = cartesia(Cartesia::default(), "wrong").await;
-        let (summary, events, audio) = ask(
-            SttChoice::Whisper,
+        let ran = ask(
+            vec![SttChoice::Whisper],
             vec![
                 TtsChoice::Cartesia(voice.settings().clone()),
                 TtsChoice::Embedded,
             ],
-            "cartesia_fallback",
+            "tts_fallback",
         )
         .await;
-        let fallback = events
-            .iter()
-            .find(|e| e["type"] == "tts_fallback")
-            .expect("a tts_fallback event");
+        let fallback = event(&ran.events, "tts_fallback").expect("a tts_fallback event");
         assert_eq!(fallback["from"], "cartesia");
         assert_eq!(fallback["to"], "piper");
-        assert_eq!(summary.voice_to_voice_ms.len(), 1, "the turn is answered");
+        assert_eq!(
+            ran.summary.voice_to_voice_ms.len(),
+            1,
+            "the turn is answered"
+        );
         assert!(
-            audio.iter().any(|s| s.unsigned_abs() > 1_000),
+            ran.audio.iter().any(|s| s.unsigned_abs() > 1_000),
             "Piper's voice was played"
         );
     }

@@ -102,34 +102,7 @@ async fn two_parallel_tool_calls_come_out_as_two_calls() {
         json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
     ]);
     let (addr, _) = stand_in(vec![Reply::Stream(stream, 5)]).await;
-    let events: Vec<LlmEvent> = complete(&engine(addr))
-        .await
-        .into_iter()
-        .map(|e| e.expect("event"))
-        .collect();
-    let calls: Vec<(String, String)> = events
-        .iter()
-        .filter_map(|e| match e {
-            LlmEvent::ToolCall {
-                name, arguments, ..
-            } => Some((name.clone(), arguments.clone())),
-            _ => None,
-        })
-        .collect();
-    assert_eq!(
-        calls,
-        [
-            ("get_current_time".to_owned(), "{}".to_owned()),
-            (
-                "calculate".to_owned(),
-                "{\"expression\": \"17*23\"}".to_owned()
-            )
-        ]
-    );
-    assert_eq!(
-        events.last(),
-        Some(&LlmEvent::Finished(StopReason::ToolUse))
-    );
+    assert_time_and_product(&answer(&engine(addr)).await);
 }
 
 #[tokio::test]
@@ -243,6 +216,24 @@ async fn answer(engine: &dyn LlmEngine) -> Vec<LlmEvent> {
         .into_iter()
         .map(|e| e.expect("event"))
         .collect()
+}
+
+/// The two calls of "what time is it, and what is seventeen times twenty-three?", in one reply.
+fn assert_time_and_product(events: &[LlmEvent]) {
+    assert_eq!(
+        calls(events),
+        [
+            ("get_current_time".to_owned(), "{}".to_owned()),
+            (
+                "calculate".to_owned(),
+                "{\"expression\": \"17*23\"}".to_owned()
+            )
+        ]
+    );
+    assert_eq!(
+        events.last(),
+        Some(&LlmEvent::Finished(StopReason::ToolUse))
+    );
 }
 
 fn calls(events: &[LlmEvent]) -> Vec<(String, String)> {
@@ -403,21 +394,7 @@ mod anthropic {
     #[tokio::test]
     async fn two_tool_uses_in_one_reply_both_come_out() {
         let (addr, _) = stand_in(vec![Reply::Stream(two_calls(), 7)]).await;
-        let events = answer(&engine(addr)).await;
-        assert_eq!(
-            calls(&events),
-            [
-                ("get_current_time".to_owned(), "{}".to_owned()),
-                (
-                    "calculate".to_owned(),
-                    "{\"expression\": \"17*23\"}".to_owned()
-                )
-            ]
-        );
-        assert_eq!(
-            events.last(),
-            Some(&LlmEvent::Finished(StopReason::ToolUse))
-        );
+        assert_time_and_product(&answer(&engine(addr)).await);
     }
 
     #[tokio::test]
@@ -844,7 +821,9 @@ mod whole_bot {
     use voxide::bot::{BotOptions, LlmChoice, TextLlm, Voice};
     use voxide::services::llm::anthropic::AnthropicSettings;
     use voxide::services::tts::{PiperVoice, Synthesizer};
-    use voxide::transports::file::{RunOptions, RunSummary, run};
+    use voxide::transports::file::RunSummary;
+
+    use common::bot_run::{Ran, event, run_bot};
 
     const QUESTION: &str = "What time is it, and what is seventeen times twenty-three?";
 
@@ -856,9 +835,7 @@ mod whole_bot {
         let mut samples = vec![0i16; rate];
         samples.extend(&speech.samples);
         samples.extend(vec![0i16; 2 * rate]);
-        let dir = std::env::temp_dir().join(format!("voxide-text-llm-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("temp dir");
-        let path = dir.join(name);
+        let path = common::bot_run::scratch().join(name);
         wav::write(
             &path,
             &Wav {
@@ -872,35 +849,17 @@ mod whole_bot {
     }
 
     async fn ask(llm: TextLlm, name: &str) -> RunSummary {
-        ask_with(vec![llm], name).await.0
+        ask_with(vec![llm], name).await.summary
     }
 
-    /// The run's summary and its events.
-    async fn ask_with(llms: Vec<TextLlm>, name: &str) -> (RunSummary, Vec<Value>) {
+    async fn ask_with(llms: Vec<TextLlm>, name: &str) -> Ran {
         let input = spoken_question(&format!("{name}_question.wav"));
-        let log = input.with_file_name(format!("{name}_events.jsonl"));
-        let summary = run(RunOptions {
-            output: input.with_file_name(format!("{name}_answer.wav")),
-            input,
-            events: Some(log.clone()),
-            // In real time, as a caller speaks: a fast run can end before the VAD heard it.
-            fast: false,
-            max_tail: Duration::from_secs(30),
-            settle: Duration::from_secs(2),
-            bot: BotOptions {
-                llm: LlmChoice::Text(llms),
-                voice: Voice::Piper,
-                ..BotOptions::default()
-            },
-        })
-        .await
-        .expect("the run");
-        let events = std::fs::read_to_string(&log)
-            .expect("the event log")
-            .lines()
-            .map(|line| serde_json::from_str(line).expect("an event"))
-            .collect();
-        (summary, events)
+        let bot = BotOptions {
+            llm: LlmChoice::Text(llms),
+            voice: Voice::Piper,
+            ..BotOptions::default()
+        };
+        run_bot(bot, &input, name).await
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -911,11 +870,10 @@ mod whole_bot {
             base_url: format!("http://{down}/v1"),
             ..OpenAiSettings::default()
         });
-        let (summary, events) = ask_with(vec![provider, TextLlm::Local], "fallback").await;
-        let fallback = events
-            .iter()
-            .find(|e| e["type"] == "llm_fallback")
-            .expect("an llm_fallback event");
+        let Ran {
+            summary, events, ..
+        } = ask_with(vec![provider, TextLlm::Local], "fallback").await;
+        let fallback = event(&events, "llm_fallback").expect("an llm_fallback event");
         assert_eq!(fallback["from"], "openai");
         assert_eq!(fallback["to"], "local");
         assert!(log.posts().len() >= 3, "the provider's own retries first");

@@ -1,6 +1,7 @@
 //! A voxide server on a free loopback port, for the tests that talk to it over sockets.
 #![allow(dead_code)]
 
+pub mod bot_run;
 pub mod llm_stand_in;
 
 use std::net::SocketAddr;

@@ -128,7 +128,9 @@ impl Endpoint {
                 Ok(Ok(response)) => {
                     tracing::debug!(%url, status = response.status().as_u16(), "LLM connection warm")
                 }
-                Ok(Err(e)) => tracing::debug!(%url, error = %e, "could not warm the LLM connection"),
+                Ok(Err(e)) => {
+                    tracing::debug!(%url, error = %e, "could not warm the LLM connection")
+                }
                 Err(_) => tracing::debug!(%url, "warming the LLM connection timed out"),
             }
         })

@@ -129,7 +129,8 @@ impl LlmEngine for AnthropicLlm {
     }
 
     fn generate(&self, request: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
-        self.endpoint.stream(self.body(&request), wire::Decoder::new)
+        self.endpoint
+            .stream(self.body(&request), wire::Decoder::new)
     }
 
     fn warm(&self) -> BoxFuture<'static, ()> {

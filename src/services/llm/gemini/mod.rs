@@ -135,7 +135,8 @@ impl LlmEngine for GeminiLlm {
     }
 
     fn generate(&self, request: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
-        self.endpoint.stream(self.body(&request), wire::Decoder::new)
+        self.endpoint
+            .stream(self.body(&request), wire::Decoder::new)
     }
 
     fn warm(&self) -> BoxFuture<'static, ()> {

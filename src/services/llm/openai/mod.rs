@@ -134,7 +134,8 @@ impl LlmEngine for OpenAiLlm {
     }
 
     fn generate(&self, request: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
-        self.endpoint.stream(self.body(&request), wire::Assembler::new)
+        self.endpoint
+            .stream(self.body(&request), wire::Assembler::new)
     }
 
     fn warm(&self) -> BoxFuture<'static, ()> {
