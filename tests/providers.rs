@@ -5,6 +5,24 @@
 
 mod common;
 
+/// Serves `app` on a free loopback port.
+async fn serve(app: axum::Router) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+/// Reconnects that do not slow a test down.
+fn quick_reconnects() -> voxide::services::ws::ReconnectPolicy {
+    voxide::services::ws::ReconnectPolicy {
+        initial_delay: std::time::Duration::from_millis(50),
+        ..Default::default()
+    }
+}
+
 mod deepgram {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
@@ -18,7 +36,6 @@ mod deepgram {
 
     use voxide::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
     use voxide::services::stt::{SttEngine, SttEvent, SttInput, SttStream};
-    use voxide::services::ws::ReconnectPolicy;
 
     /// How the Deepgram stand-in misbehaves.
     #[derive(Clone, Copy, Default)]
@@ -162,17 +179,10 @@ mod deepgram {
         let app = axum::Router::new()
             .route("/v1/listen", axum::routing::get(listen))
             .with_state(stand_in.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        let addr = super::serve(app).await;
         let engine = DeepgramStt::new(DeepgramSettings {
             url: format!("ws://{addr}"),
-            reconnect: ReconnectPolicy {
-                initial_delay: Duration::from_millis(50),
-                ..ReconnectPolicy::default()
-            },
+            reconnect: super::quick_reconnects(),
             ..DeepgramSettings::new(key)
         });
         (engine, stand_in)
@@ -291,7 +301,6 @@ mod cartesia {
 
     use voxide::services::tts::cartesia::{CartesiaSettings, CartesiaTts};
     use voxide::services::tts::{TtsContext, TtsEngine, TtsEvent, TtsInput};
-    use voxide::services::ws::ReconnectPolicy;
 
     /// Samples of audio the stand-in makes per word.
     const PER_WORD: usize = 2_400;
@@ -387,17 +396,10 @@ mod cartesia {
         let app = axum::Router::new()
             .route("/tts/websocket", axum::routing::get(websocket))
             .with_state(stand_in.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let addr = listener.local_addr().expect("addr");
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        let addr = super::serve(app).await;
         let engine = CartesiaTts::new(CartesiaSettings {
             url: format!("ws://{addr}"),
-            reconnect: ReconnectPolicy {
-                initial_delay: Duration::from_millis(50),
-                ..ReconnectPolicy::default()
-            },
+            reconnect: super::quick_reconnects(),
             ..CartesiaSettings::new(key)
         });
         (engine, stand_in)

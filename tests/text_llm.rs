@@ -688,6 +688,26 @@ mod fallback_and_warm {
     use voxide::services::llm::FallbackLlm;
     use voxide::services::llm::anthropic::{AnthropicLlm, AnthropicSettings};
 
+    /// OpenAI at `primary` with `timing`, then Anthropic at `secondary`.
+    fn openai_then_anthropic(
+        primary: std::net::SocketAddr,
+        timing: Timing,
+        secondary: std::net::SocketAddr,
+    ) -> FallbackLlm {
+        let primary = OpenAiLlm::new(OpenAiSettings {
+            base_url: format!("http://{primary}/v1"),
+            timing,
+            ..OpenAiSettings::default()
+        })
+        .expect("engine");
+        let secondary = AnthropicLlm::new(AnthropicSettings {
+            base_url: format!("http://{secondary}"),
+            ..AnthropicSettings::new("k")
+        })
+        .expect("engine");
+        FallbackLlm::new(vec![Box::new(primary), Box::new(secondary)]).expect("engines")
+    }
+
     #[tokio::test]
     async fn a_failed_engine_hands_the_request_to_the_next_and_later_ones_stay_there() {
         let (down, down_log) =
@@ -697,22 +717,11 @@ mod fallback_and_warm {
             64,
         )])
         .await;
-        let primary = OpenAiLlm::new(OpenAiSettings {
-            base_url: format!("http://{down}/v1"),
-            timing: Timing {
-                retries: 1,
-                ..Timing::default()
-            },
-            ..OpenAiSettings::default()
-        })
-        .expect("engine");
-        let secondary = AnthropicLlm::new(AnthropicSettings {
-            base_url: format!("http://{up}"),
-            ..AnthropicSettings::new("k")
-        })
-        .expect("engine");
-        let engine =
-            FallbackLlm::new(vec![Box::new(primary), Box::new(secondary)]).expect("engines");
+        let timing = Timing {
+            retries: 1,
+            ..Timing::default()
+        };
+        let engine = openai_then_anthropic(down, timing, up);
         assert_eq!(engine.provider(), "openai");
         let events = answer(&engine).await;
         match &events[0] {
@@ -742,23 +751,12 @@ mod fallback_and_warm {
             64,
         )])
         .await;
-        let primary = OpenAiLlm::new(OpenAiSettings {
-            base_url: format!("http://{stalled}/v1"),
-            timing: Timing {
-                first_chunk_timeout: Duration::from_millis(200),
-                retries: 0,
-                ..Timing::default()
-            },
-            ..OpenAiSettings::default()
-        })
-        .expect("engine");
-        let secondary = AnthropicLlm::new(AnthropicSettings {
-            base_url: format!("http://{up}"),
-            ..AnthropicSettings::new("k")
-        })
-        .expect("engine");
-        let engine =
-            FallbackLlm::new(vec![Box::new(primary), Box::new(secondary)]).expect("engines");
+        let timing = Timing {
+            first_chunk_timeout: Duration::from_millis(200),
+            retries: 0,
+            ..Timing::default()
+        };
+        let engine = openai_then_anthropic(stalled, timing, up);
         let events = answer(&engine).await;
         assert!(
             matches!(&events[0], LlmEvent::Fallback { reason, .. } if reason.contains("no answer")),

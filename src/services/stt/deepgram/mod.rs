@@ -403,19 +403,23 @@ mod tests {
         )
     }
 
+    /// Samples of audio in `sent`.
+    fn samples_in(sent: &[Message]) -> usize {
+        sent.iter()
+            .map(|m| match m {
+                Message::Binary(b) => b.len() / 2,
+                _ => 0,
+            })
+            .sum()
+    }
+
     #[test]
     fn audio_before_the_socket_opens_is_sent_first_then_the_finalize() {
         let (mut core, now) = core();
         assert_eq!(core.input(SttInput::Audio(vec![1; 4_000]), now).0, vec![]);
         assert_eq!(core.input(SttInput::Finalize, now).0, vec![]);
         let sent = core.opened(now);
-        let audio: usize = sent
-            .iter()
-            .filter_map(|m| match m {
-                Message::Binary(b) => Some(b.len() / 2),
-                _ => None,
-            })
-            .sum();
+        let audio = samples_in(&sent);
         assert_eq!(audio, 4_000);
         assert_eq!(
             sent.last(),
@@ -456,13 +460,7 @@ mod tests {
         core.lost(now);
         core.input(SttInput::Audio(vec![8; 1_600]), now);
         let sent = core.opened(now);
-        let audio: usize = sent
-            .iter()
-            .filter_map(|m| match m {
-                Message::Binary(b) => Some(b.len() / 2),
-                _ => None,
-            })
-            .sum();
+        let audio = samples_in(&sent);
         assert_eq!(
             audio,
             16_000 + 1_600,
