@@ -20,6 +20,7 @@ use voxide::services::llm::openai::OpenAiSettings;
 use voxide::services::llm::openai_realtime::OpenAiRealtimeSettings;
 use voxide::services::stt::deepgram::DeepgramSettings;
 use voxide::services::tts::cartesia::CartesiaSettings;
+use voxide::services::tts::openai::OpenAiSpeechSettings;
 use voxide::transports::file::{RunOptions, run};
 use voxide::turns::BargeIn;
 
@@ -169,13 +170,14 @@ struct BotArgs {
     #[arg(long, env = "VOXIDE_STT_MODEL")]
     stt_model: Option<String>,
     /// Who speaks (with a text LLM): `piper` or `espeak` (embedded, offline; the same as
-    /// --voice) or `cartesia` (streaming: CARTESIA_API_KEY; CARTESIA_URL, scheme and host, for
-    /// another server); a comma-separated list falls back from each to the next
+    /// --voice), `cartesia` (streaming: CARTESIA_API_KEY; CARTESIA_URL, scheme and host, for
+    /// another server) or `openai` (OpenAI's speech API or a server that speaks it:
+    /// OPENAI_API_KEY, OPENAI_BASE_URL); a comma-separated list falls back from each to the next
     /// (`cartesia,piper`). [default: the --voice]
     #[arg(long, env = "VOXIDE_TTS")]
     tts: Option<String>,
     /// The TTS provider's model (the first provider of the list). [default: sonic-3.5 for
-    /// cartesia]
+    /// cartesia, gpt-4o-mini-tts for openai]
     #[arg(long, env = "VOXIDE_TTS_MODEL")]
     tts_model: Option<String>,
     /// The TTS provider's voice id (the first provider of the list).
@@ -224,12 +226,23 @@ fn tts_choice(
                 }
                 TtsChoice::Cartesia(settings)
             }
-            "elevenlabs" | "openai" | "deepgram" => anyhow::bail!(
-                "--tts {name}: not available yet in this build; use piper, espeak or cartesia"
+            "openai" => {
+                let mut settings =
+                    OpenAiSpeechSettings::from_env().map_err(|e| anyhow::anyhow!(e))?;
+                if let Some(model) = model.take() {
+                    settings.model = model;
+                }
+                if let Some(id) = voice_id.take() {
+                    settings.voice = id;
+                }
+                TtsChoice::OpenAi(settings)
+            }
+            "elevenlabs" | "deepgram" => anyhow::bail!(
+                "--tts {name}: not available yet in this build; use piper, espeak, cartesia or openai"
             ),
             other => anyhow::bail!(
-                "--tts {other:?}: use piper, espeak or cartesia (a comma-separated list falls back \
-                 from each to the next)"
+                "--tts {other:?}: use piper, espeak, cartesia or openai (a comma-separated list \
+                 falls back from each to the next)"
             ),
         };
         if list.contains(&tts) {

@@ -713,3 +713,146 @@ mod whole_bot {
         );
     }
 }
+
+/// OpenAI-compatible speech over HTTP: raw PCM streamed back per sentence, with odd byte splits.
+mod openai_speech {
+    use std::sync::{Arc, Mutex};
+
+    use axum::body::{Body, Bytes};
+    use axum::extract::State;
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::{IntoResponse, Response};
+    use serde_json::Value;
+
+    use voxide::services::tts::openai::{OpenAiSpeech, OpenAiSpeechSettings};
+    use voxide::services::tts::{TtsEngine, TtsEvent, TtsInput};
+
+    const LEVEL: i16 = -2_345;
+    const PER_WORD: usize = 4_800;
+
+    #[derive(Clone, Default)]
+    struct Speech {
+        bodies: Arc<Mutex<Vec<Value>>>,
+    }
+
+    async fn speech(
+        State(stand_in): State<Speech>,
+        headers: HeaderMap,
+        axum::Json(body): axum::Json<Value>,
+    ) -> Response {
+        if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some("Bearer sk-test") {
+            return (
+                StatusCode::UNAUTHORIZED,
+                r#"{"error":{"message":"Incorrect API key provided"}}"#,
+            )
+                .into_response();
+        }
+        let words = body["input"]
+            .as_str()
+            .unwrap_or_default()
+            .split_whitespace()
+            .count();
+        stand_in.bodies.lock().expect("lock").push(body);
+        let bytes: Vec<u8> = std::iter::repeat_n(LEVEL, words * PER_WORD)
+            .flat_map(i16::to_le_bytes)
+            .collect();
+        // Pieces of an odd length: samples split between chunks.
+        let pieces: Vec<Result<Bytes, std::convert::Infallible>> = bytes
+            .chunks(1_001)
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        Body::from_stream(futures_util::stream::iter(pieces)).into_response()
+    }
+
+    async fn engine(key: &str) -> (OpenAiSpeech, Speech) {
+        let stand_in = Speech::default();
+        let app = axum::Router::new()
+            .route("/v1/audio/speech", axum::routing::post(speech))
+            .with_state(stand_in.clone());
+        let addr = super::serve(app).await;
+        let engine = OpenAiSpeech::new(OpenAiSpeechSettings {
+            base_url: format!("http://{addr}/v1"),
+            api_key: Some(key.to_owned()),
+            model: "gpt-4o-mini-tts".into(),
+            voice: "alloy".into(),
+            first_chunk_timeout: std::time::Duration::from_secs(5),
+        })
+        .expect("engine");
+        (engine, stand_in)
+    }
+
+    async fn speak(engine: &OpenAiSpeech, sentences: &[&str]) -> Vec<TtsEvent> {
+        let mut context = engine.open();
+        for sentence in sentences {
+            context
+                .input
+                .send(TtsInput::Text((*sentence).to_owned()))
+                .await
+                .expect("text");
+        }
+        context.input.send(TtsInput::Flush).await.expect("flush");
+        let mut events = Vec::new();
+        while let Some(event) = context.events.recv().await {
+            let last = matches!(
+                event,
+                TtsEvent::Done | TtsEvent::Error(_) | TtsEvent::Failed(_)
+            );
+            events.push(event);
+            if last {
+                break;
+            }
+        }
+        events
+    }
+
+    #[tokio::test]
+    async fn each_sentence_is_spoken_whole_with_its_words_timed_where_its_audio_starts() {
+        let (engine, stand_in) = engine("sk-test").await;
+        assert_eq!(engine.sample_rate(), 24_000);
+        let events = speak(&engine, &["Hello there.", "It is noon."]).await;
+        assert_eq!(events.last(), Some(&TtsEvent::Done));
+        let audio: Vec<i16> = events
+            .iter()
+            .filter_map(|e| match e {
+                TtsEvent::Audio(samples) => Some(samples.clone()),
+                _ => None,
+            })
+            .flatten()
+            .collect();
+        assert_eq!(audio.len(), 5 * PER_WORD, "every sample, none split");
+        assert!(audio.iter().all(|s| *s == LEVEL));
+        let starts: Vec<f64> = events
+            .iter()
+            .filter_map(|e| match e {
+                TtsEvent::Words { words, .. } => words.first().map(|w| w.start_secs),
+                _ => None,
+            })
+            .collect();
+        // The second sentence starts where the first one's audio ended.
+        assert_eq!(starts.len(), 2);
+        assert_eq!(starts[0], 0.0);
+        assert!(
+            (starts[1] - 2.0 * PER_WORD as f64 / 24_000.0).abs() < 1e-9,
+            "{starts:?}"
+        );
+        let bodies = stand_in.bodies.lock().expect("lock").clone();
+        assert_eq!(bodies.len(), 2);
+        assert_eq!(bodies[0]["input"], "Hello there.");
+        assert_eq!(bodies[0]["response_format"], "pcm");
+        assert_eq!(bodies[0]["voice"], "alloy");
+    }
+
+    #[tokio::test]
+    async fn a_rejected_key_fails_the_voice_for_good() {
+        let (engine, _) = engine("wrong").await;
+        match speak(&engine, &["Hello."]).await.last() {
+            Some(TtsEvent::Failed(message)) => {
+                assert!(
+                    message.contains("401") && message.contains("Incorrect API key"),
+                    "{message}"
+                )
+            }
+            other => panic!("a failure: {other:?}"),
+        }
+    }
+}

@@ -31,6 +31,7 @@ use crate::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
 use crate::services::stt::{Segmented, SttEngine, SttFallback, SttService, Whisper};
 use crate::services::tts::cartesia::{CartesiaSettings, CartesiaTts};
 use crate::services::tts::espeak::EspeakError;
+use crate::services::tts::openai::{OpenAiSpeech, OpenAiSpeechSettings};
 use crate::services::tts::{
     EspeakVoice, PiperVoice, Sentences, TtsEngine, TtsFallback, TtsService,
 };
@@ -128,6 +129,8 @@ pub enum TtsChoice {
     Embedded,
     /// Cartesia's streaming voice.
     Cartesia(CartesiaSettings),
+    /// OpenAI's speech API, or a server that speaks it.
+    OpenAi(OpenAiSpeechSettings),
 }
 
 /// A text LLM.
@@ -351,6 +354,9 @@ pub fn build<S: AudioSink>(
                     Voice::Espeak => Sentences::shared(Arc::new(EspeakVoice::new("en-us")?)),
                 },
                 TtsChoice::Cartesia(settings) => Arc::new(CartesiaTts::new(settings.clone())),
+                TtsChoice::OpenAi(settings) => {
+                    Arc::new(OpenAiSpeech::new(settings.clone()).map_err(BotError::Config)?)
+                }
             })
         })
         .collect::<Result<Vec<_>, _>>()?;

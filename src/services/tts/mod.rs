@@ -5,6 +5,7 @@
 pub mod cartesia;
 pub mod espeak;
 mod fallback;
+pub mod openai;
 pub mod piper;
 mod sentences;
 mod service;
