@@ -685,6 +685,41 @@ mod whole_bot {
             .filter_map(|(_, m)| m["transcript"].as_str().map(str::to_owned))
             .collect();
         assert!(!spoken.is_empty(), "the answer went to Cartesia");
+        // What each service cost, in the metrics events.
+        let metrics: Vec<&serde_json::Value> = ran
+            .events
+            .iter()
+            .filter(|e| e["type"] == "metrics")
+            .flat_map(|e| e["data"].as_array().into_iter().flatten())
+            .collect();
+        let priced = |kind: &str, model: &str| {
+            metrics
+                .iter()
+                .find(|m| m["type"] == kind && m["model"] == model)
+                .and_then(|m| m["cost_usd"].as_f64())
+        };
+        assert!(
+            priced("stt_usage", "nova-3").is_some_and(|c| c > 0.0),
+            "{metrics:?}"
+        );
+        assert!(
+            priced("tts_usage", "sonic-3.5").is_some_and(|c| c > 0.0),
+            "{metrics:?}"
+        );
+        let stt_ttfb = metrics
+            .iter()
+            .find(|m| {
+                m["type"] == "ttfb"
+                    && m["processor"]
+                        .as_str()
+                        .is_some_and(|p| p.starts_with("SttService"))
+            })
+            .and_then(|m| m["seconds"].as_f64())
+            .expect("the STT's time to its final");
+        assert!(
+            stt_ttfb >= 0.2,
+            "timed from the estimated end of speech: {stt_ttfb}"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

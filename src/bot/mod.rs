@@ -374,7 +374,10 @@ pub fn build<S: AudioSink>(
     let (front, sink) = input_front(options, sink);
     let pipeline = front
         .then(VadStage::new(VadBatcher::shared()?, options.vad))
-        .then(SttService::new(stt, "user"))
+        .then(
+            SttService::new(stt, "user")
+                .with_speech_end_offset(Duration::from_secs_f32(options.vad.stop_secs)),
+        )
         .then(UserTurns::with_barge_in(stop, options.barge_in))
         .then(UserAggregator::new(context.clone()))
         .then(llm)

@@ -35,8 +35,23 @@ pub enum MetricsData {
     TtsUsage {
         /// The processor that measured it.
         processor: String,
+        /// The voice's model.
+        model: Option<String>,
         /// Characters synthesised.
         characters: u64,
+        /// Dollars, when the model's price is known.
+        cost_usd: Option<f64>,
+    },
+    /// Audio one user turn sent to the STT.
+    SttUsage {
+        /// The processor that measured it.
+        processor: String,
+        /// The engine's model.
+        model: Option<String>,
+        /// Seconds of audio.
+        seconds: f64,
+        /// Dollars, when the model's price is known.
+        cost_usd: Option<f64>,
     },
     /// End of user speech to first bot audio.
     VoiceToVoice {

@@ -261,11 +261,30 @@ impl Rtvi {
                 }
                 MetricsData::TtsUsage {
                     processor,
+                    model,
                     characters,
-                } => add(
-                    "characters",
-                    json!({"processor": processor, "value": characters}),
-                ),
+                    cost_usd,
+                } => {
+                    self.session_cost_usd += cost_usd.unwrap_or(0.0);
+                    add(
+                        "characters",
+                        json!({"processor": processor, "model": model, "value": characters,
+                            "cost_usd": cost_usd, "session_cost_usd": self.session_cost_usd}),
+                    );
+                }
+                MetricsData::SttUsage {
+                    processor,
+                    model,
+                    seconds,
+                    cost_usd,
+                } => {
+                    self.session_cost_usd += cost_usd.unwrap_or(0.0);
+                    add(
+                        "stt_seconds",
+                        json!({"processor": processor, "model": model, "value": seconds,
+                            "cost_usd": cost_usd, "session_cost_usd": self.session_cost_usd}),
+                    );
+                }
                 _ => {}
             }
         }

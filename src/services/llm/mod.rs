@@ -24,6 +24,6 @@ pub use functions::{
     ResultProperties,
 };
 pub use http::Timing;
-pub use pricing::{PRICES_AS_OF, Price, PriceTable};
+pub use pricing::{PRICES_AS_OF, Price, PriceTable, SpeechPrice, speech_price, stt_cost, tts_cost};
 pub use realtime::{RealtimeOptions, RealtimeService, ReconnectPolicy};
 pub use service::{IN_PROGRESS, LlmService, LlmServiceOptions, cancel_tool_schema};

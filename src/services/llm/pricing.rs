@@ -158,6 +158,69 @@ fn is_version_suffix(rest: &str) -> bool {
     rest == "latest" || rest.starts_with(|c: char| c.is_ascii_digit())
 }
 
+/// What listening and speaking cost: USD per minute of audio sent to an STT, per million
+/// characters sent to a TTS, as of [`PRICES_AS_OF`] (`PROVIDERS.md` §12 names each source). Dated
+/// model names resolve to their family, as for the LLMs.
+const SPEECH: &[(&str, SpeechPrice)] = &[
+    // Deepgram Nova-3 streaming, pay as you go (third-party 2026 figures: $0.0052-0.0059).
+    ("nova-3", SpeechPrice::PerMinute(0.0058)),
+    // OpenAI transcription.
+    ("gpt-4o-transcribe", SpeechPrice::PerMinute(0.006)),
+    ("gpt-4o-mini-transcribe", SpeechPrice::PerMinute(0.003)),
+    // Cartesia Sonic: about a credit a character, $37-39 per million on the Startup and Scale
+    // plans.
+    ("sonic-3.5", SpeechPrice::PerMillionChars(38.0)),
+    ("sonic-2", SpeechPrice::PerMillionChars(38.0)),
+    // OpenAI speech: tts-1 by the character; gpt-4o-mini-tts about $0.015 a minute, which is
+    // $16.7 per million characters at 15 characters a second.
+    ("tts-1", SpeechPrice::PerMillionChars(15.0)),
+    ("gpt-4o-mini-tts", SpeechPrice::PerMillionChars(16.7)),
+    // The embedded engines run here.
+    ("whisper", SpeechPrice::PerMinute(0.0)),
+    ("piper", SpeechPrice::PerMillionChars(0.0)),
+    ("espeak-ng", SpeechPrice::PerMillionChars(0.0)),
+];
+
+/// A speech model's price.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SpeechPrice {
+    /// USD per minute of audio (STT).
+    PerMinute(f64),
+    /// USD per million characters (TTS).
+    PerMillionChars(f64),
+}
+
+/// The speech price of `model`, from the built-in list.
+pub fn speech_price(model: &str) -> Option<SpeechPrice> {
+    SPEECH
+        .iter()
+        .filter(|(name, _)| {
+            model == *name
+                || model
+                    .strip_prefix(name)
+                    .and_then(|rest| rest.strip_prefix('-'))
+                    .is_some_and(is_version_suffix)
+        })
+        .max_by_key(|(name, _)| name.len())
+        .map(|(_, price)| *price)
+}
+
+/// Dollars for `seconds` of audio sent to the STT `model`.
+pub fn stt_cost(model: &str, seconds: f64) -> Option<f64> {
+    match speech_price(model)? {
+        SpeechPrice::PerMinute(usd) => Some(usd * seconds / 60.0),
+        SpeechPrice::PerMillionChars(_) => None,
+    }
+}
+
+/// Dollars for `characters` sent to the TTS `model`.
+pub fn tts_cost(model: &str, characters: u64) -> Option<f64> {
+    match speech_price(model)? {
+        SpeechPrice::PerMillionChars(usd) => Some(usd * characters as f64 / 1e6),
+        SpeechPrice::PerMinute(_) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -201,5 +264,23 @@ mod tests {
         };
         assert_eq!(table.cost("gpt-4o", &usage), Some(1.0));
         assert_eq!(PriceTable::empty().cost("gpt-4o", &usage), None);
+    }
+
+    #[test]
+    fn speech_is_priced_by_the_minute_or_the_character() {
+        assert_eq!(stt_cost("nova-3", 60.0), Some(0.0058));
+        assert_eq!(
+            stt_cost("nova-3-general", 60.0),
+            None,
+            "a variant is another model"
+        );
+        assert_eq!(tts_cost("sonic-3.5", 1_000_000), Some(38.0));
+        assert_eq!(
+            tts_cost("gpt-4o-mini-tts-2025-03-20", 1_000_000),
+            Some(16.7)
+        );
+        assert_eq!(stt_cost("sonic-3.5", 60.0), None, "a voice is not an STT");
+        assert_eq!(tts_cost("piper", 500), Some(0.0));
+        assert_eq!(tts_cost("unknown", 500), None);
     }
 }

@@ -4,6 +4,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::mpsc;
 
@@ -16,6 +17,8 @@ const KEPT_SECS: usize = 30;
 pub struct SttFallback {
     engines: Vec<Arc<dyn SttEngine>>,
     name: String,
+    /// The engine listening now (the last stream's).
+    active: Arc<AtomicUsize>,
 }
 
 impl SttFallback {
@@ -42,13 +45,21 @@ impl SttFallback {
             .map(|e| e.name())
             .collect::<Vec<_>>()
             .join(",");
-        Ok(Arc::new(Self { engines, name }))
+        Ok(Arc::new(Self {
+            engines,
+            name,
+            active: Arc::default(),
+        }))
     }
 }
 
 impl SttEngine for SttFallback {
     fn name(&self) -> &str {
         &self.name
+    }
+
+    fn model(&self) -> &str {
+        self.engines[self.active.load(Ordering::Relaxed)].model()
     }
 
     fn sample_rate(&self) -> u32 {
@@ -58,8 +69,10 @@ impl SttEngine for SttFallback {
     fn start(&self) -> SttStream {
         let (input, inputs) = mpsc::channel(INPUT_QUEUE);
         let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
+        self.active.store(0, Ordering::Relaxed);
         let relay = Relay {
             engines: self.engines.clone(),
+            active: self.active.clone(),
             index: 0,
             kept: VecDeque::new(),
             limit: KEPT_SECS * self.sample_rate() as usize,
@@ -73,6 +86,7 @@ impl SttEngine for SttFallback {
 
 struct Relay {
     engines: Vec<Arc<dyn SttEngine>>,
+    active: Arc<AtomicUsize>,
     index: usize,
     /// Audio since the last finalize was answered (the turn in progress).
     kept: VecDeque<i16>,
@@ -133,6 +147,7 @@ impl Relay {
     async fn switch(&mut self, reason: String, out: &mpsc::Sender<SttEvent>) -> SttStream {
         let from = self.engines[self.index].name().to_owned();
         self.index += 1;
+        self.active.store(self.index, Ordering::Relaxed);
         let next = &self.engines[self.index];
         tracing::warn!(%from, to = next.name(), %reason, "the STT failed; falling back");
         let _ = out

@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
@@ -28,10 +28,21 @@ pub struct SttService {
     user_id: String,
     resampler: Option<(u32, StreamResampler)>,
     input: Option<mpsc::Sender<SttInput>>,
-    /// When each finalize still unanswered was asked for, oldest first.
-    finalizing: Option<mpsc::UnboundedSender<Instant>>,
+    /// Each finalize still unanswered, oldest first.
+    finalizing: Option<mpsc::UnboundedSender<Asked>>,
     /// Whether the VAD heard speech since the last stop.
     speaking: bool,
+    /// Samples sent to the engine since the last finalize.
+    sent: usize,
+    /// How long the VAD waits after the speech before its stop: the real end of speech is this
+    /// long before the finalize.
+    speech_end_offset: Duration,
+}
+
+/// A finalize: when it was asked for, and the audio the turn sent.
+struct Asked {
+    at: Instant,
+    seconds: f64,
 }
 
 impl SttService {
@@ -44,7 +55,16 @@ impl SttService {
             input: None,
             finalizing: None,
             speaking: false,
+            sent: 0,
+            speech_end_offset: Duration::ZERO,
         }
+    }
+
+    /// Times the STT from the estimated end of speech, `offset` before the VAD's stop (its
+    /// `stop_secs`), as pipecat does.
+    pub fn with_speech_end_offset(mut self, offset: Duration) -> Self {
+        self.speech_end_offset = offset;
+        self
     }
 
     /// Sends `input` to the engine's stream. Audio the stream has no room for is dropped with a
@@ -110,9 +130,12 @@ impl FrameProcessor for SttService {
                 self.input = Some(stream.input);
                 self.finalizing = Some(finalizing);
                 let pump = Pump {
+                    engine: self.engine.clone(),
                     user_id: self.user_id.clone(),
                     pusher: cx.pusher(),
                     metrics: start.params.enable_metrics,
+                    usage_metrics: start.params.enable_usage_metrics,
+                    speech_end_offset: self.speech_end_offset,
                     asked,
                     pending: VecDeque::new(),
                 };
@@ -120,7 +143,10 @@ impl FrameProcessor for SttService {
             }
             FrameBody::System(SystemFrame::InputAudio(audio)) => {
                 match self.resampled(&audio.samples, audio.sample_rate) {
-                    Ok(samples) if !samples.is_empty() => self.send(SttInput::Audio(samples), cx),
+                    Ok(samples) if !samples.is_empty() => {
+                        self.sent += samples.len();
+                        self.send(SttInput::Audio(samples), cx);
+                    }
                     Ok(_) => {}
                     Err(e) => cx.push_error(e.message),
                 }
@@ -135,7 +161,12 @@ impl FrameProcessor for SttService {
             FrameBody::System(SystemFrame::VadUserStoppedSpeaking) if self.speaking => {
                 self.speaking = false;
                 if let Some(finalizing) = &self.finalizing {
-                    let _ = finalizing.send(Instant::now());
+                    let seconds = std::mem::take(&mut self.sent) as f64
+                        / f64::from(self.engine.sample_rate().max(1));
+                    let _ = finalizing.send(Asked {
+                        at: Instant::now(),
+                        seconds,
+                    });
                 }
                 self.send(SttInput::Finalize, cx);
                 // The turn may end before the final transcript is ready; this tells the user
@@ -152,12 +183,15 @@ impl FrameProcessor for SttService {
 
 /// Turns a stream's events into frames.
 struct Pump {
+    engine: Arc<dyn SttEngine>,
     user_id: String,
     pusher: FramePusher,
     metrics: bool,
-    /// When each finalize was asked for, as the stage sends them.
-    asked: mpsc::UnboundedReceiver<Instant>,
-    pending: VecDeque<Instant>,
+    usage_metrics: bool,
+    speech_end_offset: Duration,
+    /// Each finalize, as the stage sends them.
+    asked: mpsc::UnboundedReceiver<Asked>,
+    pending: VecDeque<Asked>,
 }
 
 impl Pump {
@@ -169,16 +203,8 @@ impl Pump {
                     while let Ok(at) = self.asked.try_recv() {
                         self.pending.push_back(at);
                     }
-                    if let (true, Some(asked)) = (self.metrics, self.pending.pop_front()) {
-                        let time = MetricsData::ProcessingTime {
-                            processor: self.pusher.name().to_owned(),
-                            seconds: asked.elapsed().as_secs_f64(),
-                        };
-                        self.push(
-                            SystemFrame::Metrics(vec![time]).into(),
-                            Direction::Downstream,
-                        )
-                        .await;
+                    if let Some(asked) = self.pending.pop_front() {
+                        self.metrics(asked).await;
                     }
                     self.transcript(text, true).await;
                     // Owed for every finalize, words or not, so the aggregator never waits in
@@ -207,6 +233,38 @@ impl Pump {
             }
         }
         Ok(())
+    }
+
+    /// The finalize's time (from the VAD's stop, and as pipecat times an STT: from the estimated
+    /// end of speech) and the turn's audio, as the session asked.
+    async fn metrics(&self, asked: Asked) {
+        let mut data = Vec::new();
+        let model = self.engine.model().to_owned();
+        let processor = self.pusher.name().to_owned();
+        if self.metrics {
+            let waited = asked.at.elapsed();
+            data.push(MetricsData::ProcessingTime {
+                processor: processor.clone(),
+                seconds: waited.as_secs_f64(),
+            });
+            data.push(MetricsData::Ttfb {
+                processor: processor.clone(),
+                model: Some(model.clone()),
+                seconds: (waited + self.speech_end_offset).as_secs_f64(),
+            });
+        }
+        if self.usage_metrics {
+            data.push(MetricsData::SttUsage {
+                processor,
+                cost_usd: crate::services::llm::stt_cost(&model, asked.seconds),
+                model: Some(model),
+                seconds: asked.seconds,
+            });
+        }
+        if !data.is_empty() {
+            self.push(SystemFrame::Metrics(data).into(), Direction::Downstream)
+                .await;
+        }
     }
 
     async fn push(&self, frame: Frame, direction: Direction) {

@@ -65,6 +65,11 @@ pub trait SttEngine: Send + Sync + 'static {
     /// The engine's name, for metrics.
     fn name(&self) -> &str;
 
+    /// The model listening now, for metrics and prices (the name where there is no other).
+    fn model(&self) -> &str {
+        self.name()
+    }
+
     /// The rate audio must be sent at.
     fn sample_rate(&self) -> u32;
 

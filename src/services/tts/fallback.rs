@@ -56,6 +56,10 @@ impl TtsEngine for TtsFallback {
         &self.name
     }
 
+    fn model(&self) -> &str {
+        self.voices[self.active.load(Ordering::Relaxed)].model()
+    }
+
     fn sample_rate(&self) -> u32 {
         self.voices[0].sample_rate()
     }

@@ -98,6 +98,10 @@ impl TtsEngine for OpenAiSpeech {
         "openai"
     }
 
+    fn model(&self) -> &str {
+        &self.settings.model
+    }
+
     fn sample_rate(&self) -> u32 {
         SAMPLE_RATE
     }

@@ -66,7 +66,7 @@ impl TtsService {
             let context = self.engine.open();
             let (done, finished) = oneshot::channel();
             let pump = Pump {
-                engine: self.engine.name().to_owned(),
+                engine: self.engine.model().to_owned(),
                 pusher: cx.pusher(),
                 out: Rate::new(self.engine.sample_rate(), self.params.audio_out_sample_rate),
                 metrics: self.params.enable_metrics,
@@ -233,7 +233,9 @@ impl Pump {
                     if self.usage_metrics {
                         let usage = MetricsData::TtsUsage {
                             processor: self.pusher.name().to_owned(),
+                            model: Some(self.engine.clone()),
                             characters,
+                            cost_usd: crate::services::llm::tts_cost(&self.engine, characters),
                         };
                         self.push(SystemFrame::Metrics(vec![usage]).into()).await
                     } else {

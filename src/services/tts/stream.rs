@@ -82,6 +82,11 @@ pub trait TtsEngine: Send + Sync + 'static {
     /// The voice's name, for metrics.
     fn name(&self) -> &str;
 
+    /// The model speaking now, for metrics and prices (the name where there is no other).
+    fn model(&self) -> &str {
+        self.name()
+    }
+
     /// The rate of the audio it makes.
     fn sample_rate(&self) -> u32;
 

@@ -107,6 +107,10 @@ impl SttEngine for DeepgramStt {
         "deepgram"
     }
 
+    fn model(&self) -> &str {
+        &self.settings.model
+    }
+
     fn sample_rate(&self) -> u32 {
         SAMPLE_RATE
     }

@@ -178,6 +178,10 @@ impl TtsEngine for CartesiaTts {
         "cartesia"
     }
 
+    fn model(&self) -> &str {
+        &self.settings.model
+    }
+
     fn sample_rate(&self) -> u32 {
         SAMPLE_RATE
     }
