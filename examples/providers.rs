@@ -1,10 +1,12 @@
 //! Tries the network providers whose keys are set: each text LLM is asked a question that needs
-//! two tools ("What time is it, and what is seventeen times twenty-three?") and the example
-//! prints the time to the first event, what came back, the tokens and their price.
+//! two tools ("What time is it, and what is seventeen times twenty-three?"), Deepgram transcribes
+//! the shipped recording, and each voice (Cartesia, OpenAI speech) says a sentence. It prints the
+//! time to the first answer, what came back, and the usage and its price.
 //!
-//! Run with any of `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `GEMINI_API_KEY` set:
-//! `cargo run --example providers`. `OPENAI_BASE_URL`, `ANTHROPIC_BASE_URL` and `GEMINI_BASE_URL`
-//! point a client at another server (Ollama: `OPENAI_BASE_URL=http://127.0.0.1:11434/v1`, with
+//! Run with any of `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `GEMINI_API_KEY`, `DEEPGRAM_API_KEY`,
+//! `CARTESIA_API_KEY` set: `cargo run --example providers`. `OPENAI_BASE_URL`,
+//! `ANTHROPIC_BASE_URL`, `GEMINI_BASE_URL`, `DEEPGRAM_URL` and `CARTESIA_URL` point a client at
+//! another server (Ollama: `OPENAI_BASE_URL=http://127.0.0.1:11434/v1`, with
 //! `VOXIDE_LLM_MODEL=llama3.2`). Without any, it says what it needs and exits 0: the offline bot
 //! needs none (`cargo run --example voice_turn`).
 
@@ -18,7 +20,12 @@ use voxide::frames::TokenUsage;
 use voxide::services::llm::anthropic::{AnthropicLlm, AnthropicSettings};
 use voxide::services::llm::gemini::{GeminiLlm, GeminiSettings};
 use voxide::services::llm::openai::{OpenAiLlm, OpenAiSettings};
-use voxide::services::llm::{LlmEngine, LlmError, LlmEvent, LlmRequest, PriceTable};
+use voxide::services::llm::{LlmEngine, LlmError, LlmEvent, LlmRequest, PriceTable, tts_cost};
+use voxide::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
+use voxide::services::stt::{SttEngine, SttEvent, SttInput};
+use voxide::services::tts::cartesia::{CartesiaSettings, CartesiaTts};
+use voxide::services::tts::openai::{OpenAiSpeech, OpenAiSpeechSettings};
+use voxide::services::tts::{TtsEngine, TtsEvent, TtsInput};
 
 fn request() -> LlmRequest {
     LlmRequest {
@@ -71,6 +78,86 @@ async fn try_engine(engine: &dyn LlmEngine) {
     );
 }
 
+/// Deepgram on the shipped recording, in real time.
+async fn try_deepgram(engine: &DeepgramStt) {
+    println!("== deepgram / {}", engine.model());
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+    let audio = match voxide::audio::wav::read(path) {
+        Ok(wav) => wav.to_mono(),
+        Err(e) => return println!("[cannot read {path}: {e}]"),
+    };
+    let mut stream = engine.start();
+    for chunk in audio.chunks(320) {
+        if stream
+            .input
+            .send(SttInput::Audio(chunk.to_vec()))
+            .await
+            .is_err()
+        {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let asked = Instant::now();
+    let _ = stream.input.send(SttInput::Finalize).await;
+    while let Some(event) = stream.events.recv().await {
+        match event {
+            SttEvent::Interim(text) => println!("[interim] {text}"),
+            SttEvent::Finalized(text) => {
+                println!(
+                    "[final after {:.0} ms] {text}",
+                    asked.elapsed().as_secs_f64() * 1e3
+                );
+                break;
+            }
+            SttEvent::Error(e) | SttEvent::Failed(e) => {
+                println!("[error: {e}]");
+                break;
+            }
+            SttEvent::Switched { .. } => {}
+        }
+    }
+    let seconds = audio.len() as f64 / 16_000.0;
+    let cost = voxide::services::llm::stt_cost(engine.model(), seconds);
+    println!(
+        "{seconds:.1} s of audio sent; cost {}",
+        cost.map_or("unknown".to_owned(), |c| format!("${c:.6}"))
+    );
+}
+
+/// A voice saying one sentence.
+async fn try_voice(voice: &dyn TtsEngine) {
+    println!("== {} / {}", voice.name(), voice.model());
+    let text = "Hello from voxide. This sentence came back as streamed audio.";
+    let started = Instant::now();
+    let mut context = voice.open();
+    let _ = context.input.send(TtsInput::Text(text.into())).await;
+    let _ = context.input.send(TtsInput::Flush).await;
+    let (mut first, mut samples, mut words) = (None, 0usize, 0usize);
+    while let Some(event) = context.events.recv().await {
+        match event {
+            TtsEvent::Audio(audio) => {
+                first.get_or_insert_with(|| started.elapsed());
+                samples += audio.len();
+            }
+            TtsEvent::Words { words: timed, .. } => words += timed.len(),
+            TtsEvent::Done => break,
+            TtsEvent::Error(e) | TtsEvent::Failed(e) => {
+                println!("[error: {e}]");
+                break;
+            }
+            _ => {}
+        }
+    }
+    let cost = tts_cost(voice.model(), text.chars().count() as u64);
+    println!(
+        "first audio after {:.0} ms; {:.2} s of audio, {words} words timed; cost {}",
+        first.unwrap_or_default().as_secs_f64() * 1e3,
+        samples as f64 / f64::from(voice.sample_rate()),
+        cost.map_or("unknown".to_owned(), |c| format!("${c:.6}")),
+    );
+}
+
 fn model(default: &str) -> String {
     std::env::var("VOXIDE_LLM_MODEL").unwrap_or_else(|_| default.to_owned())
 }
@@ -107,19 +194,38 @@ async fn main() {
             Ok(Box::new(GeminiLlm::new(GeminiSettings { model, ..s })?) as Box<dyn LlmEngine>)
         }),
     );
+    let deepgram = DeepgramSettings::from_env()
+        .map(DeepgramStt::new)
+        .map_err(|e| missing.push(format!("deepgram: {e}")))
+        .ok();
+    let mut voices: Vec<Box<dyn TtsEngine>> = Vec::new();
+    match CartesiaSettings::from_env() {
+        Ok(settings) => voices.push(Box::new(CartesiaTts::new(settings))),
+        Err(e) => missing.push(format!("cartesia: {e}")),
+    }
+    match OpenAiSpeechSettings::from_env().and_then(OpenAiSpeech::new) {
+        Ok(voice) => voices.push(Box::new(voice)),
+        Err(e) => missing.push(format!("openai speech: {e}")),
+    }
     for line in &missing {
         eprintln!("skipped {line}");
     }
-    if engines.is_empty() {
+    if engines.is_empty() && deepgram.is_none() && voices.is_empty() {
         eprintln!(
-            "No provider key is set, so nothing was tried. Set OPENAI_API_KEY, ANTHROPIC_API_KEY \
-             or GEMINI_API_KEY (or OPENAI_BASE_URL for a local OpenAI-compatible server) and run \
-             it again."
+            "No provider key is set, so nothing was tried. Set OPENAI_API_KEY, ANTHROPIC_API_KEY, \
+             GEMINI_API_KEY, DEEPGRAM_API_KEY or CARTESIA_API_KEY (or OPENAI_BASE_URL for a local \
+             OpenAI-compatible server) and run it again."
         );
         return;
     }
     for engine in &engines {
         engine.warm().await;
         try_engine(engine.as_ref()).await;
+    }
+    if let Some(deepgram) = &deepgram {
+        try_deepgram(deepgram).await;
+    }
+    for voice in &voices {
+        try_voice(voice.as_ref()).await;
     }
 }
