@@ -20,6 +20,7 @@ use voxide::services::llm::openai::OpenAiSettings;
 use voxide::services::llm::openai_realtime::OpenAiRealtimeSettings;
 use voxide::services::stt::deepgram::DeepgramSettings;
 use voxide::services::tts::cartesia::CartesiaSettings;
+use voxide::services::tts::deepgram::AuraSettings;
 use voxide::services::tts::openai::OpenAiSpeechSettings;
 use voxide::transports::file::{RunOptions, run};
 use voxide::turns::BargeIn;
@@ -171,8 +172,9 @@ struct BotArgs {
     stt_model: Option<String>,
     /// Who speaks (with a text LLM): `piper` or `espeak` (embedded, offline; the same as
     /// --voice), `cartesia` (streaming: CARTESIA_API_KEY; CARTESIA_URL, scheme and host, for
-    /// another server) or `openai` (OpenAI's speech API or a server that speaks it:
-    /// OPENAI_API_KEY, OPENAI_BASE_URL); a comma-separated list falls back from each to the next
+    /// another server), `openai` (OpenAI's speech API or a server that speaks it:
+    /// OPENAI_API_KEY, OPENAI_BASE_URL) or `deepgram` (Aura, streaming: DEEPGRAM_API_KEY,
+    /// DEEPGRAM_URL); a comma-separated list falls back from each to the next
     /// (`cartesia,piper`). [default: the --voice]
     #[arg(long, env = "VOXIDE_TTS")]
     tts: Option<String>,
@@ -237,12 +239,21 @@ fn tts_choice(
                 }
                 TtsChoice::OpenAi(settings)
             }
-            "elevenlabs" | "deepgram" => anyhow::bail!(
-                "--tts {name}: not available yet in this build; use piper, espeak, cartesia or openai"
+            "deepgram" => {
+                let mut settings = AuraSettings::from_env()?;
+                // Aura's voice is its model.
+                if let Some(voice) = voice_id.take().or_else(|| model.take()) {
+                    settings.model = voice;
+                }
+                TtsChoice::Deepgram(settings)
+            }
+            "elevenlabs" => anyhow::bail!(
+                "--tts elevenlabs: not available yet in this build; use piper, espeak, cartesia, \
+                 openai or deepgram"
             ),
             other => anyhow::bail!(
-                "--tts {other:?}: use piper, espeak, cartesia or openai (a comma-separated list \
-                 falls back from each to the next)"
+                "--tts {other:?}: use piper, espeak, cartesia, openai or deepgram (a \
+                 comma-separated list falls back from each to the next)"
             ),
         };
         if list.contains(&tts) {

@@ -891,3 +891,190 @@ mod openai_speech {
         }
     }
 }
+
+/// Deepgram Aura's streaming voice: `Speak` per sentence, one `Flush` per turn, `Clear` on an
+/// interruption with audio still on its way.
+mod aura {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use axum::extract::State;
+    use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::{IntoResponse, Response};
+    use serde_json::{Value, json};
+
+    use voxide::services::tts::deepgram::{AuraSettings, AuraTts};
+    use voxide::services::tts::{TtsContext, TtsEngine, TtsEvent, TtsInput};
+
+    const LEVEL: i16 = 3_456;
+    const PER_WORD: usize = 2_400;
+
+    #[derive(Clone, Default)]
+    struct Aura {
+        seen: Arc<Mutex<Vec<Value>>>,
+        query: Arc<Mutex<String>>,
+    }
+
+    async fn speak(
+        State(stand_in): State<Aura>,
+        headers: HeaderMap,
+        uri: axum::http::Uri,
+        upgrade: WebSocketUpgrade,
+    ) -> Response {
+        if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some("Token dg-test") {
+            return (StatusCode::UNAUTHORIZED, "INVALID_AUTH").into_response();
+        }
+        *stand_in.query.lock().expect("lock") = uri.query().unwrap_or_default().to_owned();
+        upgrade.on_upgrade(move |socket| serve(socket, stand_in))
+    }
+
+    fn pcm(samples: usize) -> Message {
+        let bytes: Vec<u8> = std::iter::repeat_n(LEVEL, samples)
+            .flat_map(i16::to_le_bytes)
+            .collect();
+        Message::Binary(bytes.into())
+    }
+
+    /// Audio per word for each `Speak`; `Flushed` per `Flush`; a `Clear` is answered after one
+    /// more chunk of the cleared speech.
+    async fn serve(mut socket: WebSocket, stand_in: Aura) {
+        let mut sequence = 0;
+        while let Some(Ok(Message::Text(text))) = socket.recv().await {
+            let message: Value = serde_json::from_str(&text).expect("client messages are JSON");
+            stand_in.seen.lock().expect("lock").push(message.clone());
+            let reply = match message["type"].as_str() {
+                Some("Speak") => {
+                    let words = message["text"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .split_whitespace()
+                        .count();
+                    for _ in 0..words {
+                        let _ = socket.send(pcm(PER_WORD)).await;
+                    }
+                    continue;
+                }
+                Some("Flush") => json!({"type": "Flushed", "sequence_id": sequence}),
+                Some("Clear") => {
+                    let _ = socket.send(pcm(480)).await;
+                    json!({"type": "Cleared", "sequence_id": sequence})
+                }
+                Some("Close") => return,
+                other => panic!("unknown client message {other:?}"),
+            };
+            sequence += 1;
+            let _ = socket.send(Message::Text(reply.to_string().into())).await;
+        }
+    }
+
+    async fn aura() -> (AuraTts, Aura) {
+        let stand_in = Aura::default();
+        let app = axum::Router::new()
+            .route("/v1/speak", axum::routing::get(speak))
+            .with_state(stand_in.clone());
+        let addr = super::serve(app).await;
+        let engine = AuraTts::new(AuraSettings {
+            url: format!("ws://{addr}"),
+            reconnect: super::quick_reconnects(),
+            ..AuraSettings::new("dg-test")
+        });
+        (engine, stand_in)
+    }
+
+    async fn until_done(context: &mut TtsContext) -> Vec<TtsEvent> {
+        let mut events = Vec::new();
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(10), context.events.recv())
+                .await
+                .expect("events in time")
+                .expect("the context is open");
+            let last = matches!(
+                event,
+                TtsEvent::Done | TtsEvent::Error(_) | TtsEvent::Failed(_)
+            );
+            events.push(event);
+            if last {
+                return events;
+            }
+        }
+    }
+
+    fn samples(events: &[TtsEvent]) -> usize {
+        events
+            .iter()
+            .map(|e| match e {
+                TtsEvent::Audio(s) => {
+                    assert!(s.iter().all(|v| *v == LEVEL));
+                    s.len()
+                }
+                _ => 0,
+            })
+            .sum()
+    }
+
+    #[tokio::test]
+    async fn a_turn_is_spoken_sentence_by_sentence_and_flushed_once() {
+        let (engine, stand_in) = aura().await;
+        let mut context = engine.open();
+        for sentence in ["Hello there.", "How are you?"] {
+            context
+                .input
+                .send(TtsInput::Text(sentence.into()))
+                .await
+                .expect("text");
+        }
+        context.input.send(TtsInput::Flush).await.expect("flush");
+        let events = until_done(&mut context).await;
+        assert_eq!(events.last(), Some(&TtsEvent::Done));
+        assert_eq!(samples(&events), 5 * PER_WORD);
+        let seen = stand_in.seen.lock().expect("lock").clone();
+        let kinds: Vec<&str> = seen.iter().filter_map(|m| m["type"].as_str()).collect();
+        assert_eq!(kinds, ["Speak", "Speak", "Flush"]);
+        let query = stand_in.query.lock().expect("lock").clone();
+        assert!(
+            query.contains("encoding=linear16") && query.contains("sample_rate=24000"),
+            "{query}"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_interrupted_turn_is_cleared_and_its_late_audio_never_heard() {
+        let (engine, stand_in) = aura().await;
+        let mut first = engine.open();
+        first
+            .input
+            .send(TtsInput::Text("This answer is cut short.".into()))
+            .await
+            .expect("text");
+        loop {
+            if let TtsEvent::Audio(_) = first.events.recv().await.expect("an event") {
+                break;
+            }
+        }
+        drop(first);
+        // The clear goes out on its own: the next turn starts once the stand-in has it.
+        tokio::time::timeout(Duration::from_secs(10), async {
+            while !stand_in
+                .seen
+                .lock()
+                .expect("lock")
+                .iter()
+                .any(|m| m["type"] == "Clear")
+            {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("a Clear for the cut turn");
+        let mut next = engine.open();
+        next.input
+            .send(TtsInput::Text("Yes?".into()))
+            .await
+            .expect("text");
+        next.input.send(TtsInput::Flush).await.expect("flush");
+        let events = until_done(&mut next).await;
+        assert_eq!(events.last(), Some(&TtsEvent::Done));
+        assert_eq!(samples(&events), PER_WORD, "none of the cut turn's audio");
+    }
+}

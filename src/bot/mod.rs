@@ -30,6 +30,7 @@ use crate::services::llm::{
 use crate::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
 use crate::services::stt::{Segmented, SttEngine, SttFallback, SttService, Whisper};
 use crate::services::tts::cartesia::{CartesiaSettings, CartesiaTts};
+use crate::services::tts::deepgram::{AuraSettings, AuraTts};
 use crate::services::tts::espeak::EspeakError;
 use crate::services::tts::openai::{OpenAiSpeech, OpenAiSpeechSettings};
 use crate::services::tts::{
@@ -131,6 +132,8 @@ pub enum TtsChoice {
     Cartesia(CartesiaSettings),
     /// OpenAI's speech API, or a server that speaks it.
     OpenAi(OpenAiSpeechSettings),
+    /// Deepgram Aura's streaming voice.
+    Deepgram(AuraSettings),
 }
 
 /// A text LLM.
@@ -354,6 +357,7 @@ pub fn build<S: AudioSink>(
                     Voice::Espeak => Sentences::shared(Arc::new(EspeakVoice::new("en-us")?)),
                 },
                 TtsChoice::Cartesia(settings) => Arc::new(CartesiaTts::new(settings.clone())),
+                TtsChoice::Deepgram(settings) => Arc::new(AuraTts::new(settings.clone())),
                 TtsChoice::OpenAi(settings) => {
                     Arc::new(OpenAiSpeech::new(settings.clone()).map_err(BotError::Config)?)
                 }

@@ -175,6 +175,10 @@ const SPEECH: &[(&str, SpeechPrice)] = &[
     // $16.7 per million characters at 15 characters a second.
     ("tts-1", SpeechPrice::PerMillionChars(15.0)),
     ("gpt-4o-mini-tts", SpeechPrice::PerMillionChars(16.7)),
+    // Deepgram Aura, priced per family whatever the voice: Aura-1 $0.015 per thousand
+    // characters, Aura-2 about $0.030 (unverified).
+    ("aura", SpeechPrice::PerMillionChars(15.0)),
+    ("aura-2", SpeechPrice::PerMillionChars(30.0)),
     // The embedded engines run here.
     ("whisper", SpeechPrice::PerMinute(0.0)),
     ("piper", SpeechPrice::PerMillionChars(0.0)),
@@ -192,6 +196,12 @@ pub enum SpeechPrice {
 
 /// The speech price of `model`, from the built-in list.
 pub fn speech_price(model: &str) -> Option<SpeechPrice> {
+    // Aura's model names its voice (`aura-2-thalia-en`); the price is the family's.
+    let model = match model {
+        m if m.starts_with("aura-2-") => "aura-2",
+        m if m.starts_with("aura-") => "aura",
+        m => m,
+    };
     SPEECH
         .iter()
         .filter(|(name, _)| {
@@ -282,5 +292,7 @@ mod tests {
         assert_eq!(stt_cost("sonic-3.5", 60.0), None, "a voice is not an STT");
         assert_eq!(tts_cost("piper", 500), Some(0.0));
         assert_eq!(tts_cost("unknown", 500), None);
+        assert_eq!(tts_cost("aura-2-thalia-en", 1_000_000), Some(30.0));
+        assert_eq!(tts_cost("aura-asteria-en", 1_000_000), Some(15.0));
     }
 }

@@ -3,12 +3,14 @@
 //! the service that turns streamed LLM text into audio.
 
 pub mod cartesia;
+pub mod deepgram;
 pub mod espeak;
 mod fallback;
 pub mod openai;
 pub mod piper;
 mod sentences;
 mod service;
+mod socket;
 mod stream;
 
 pub use espeak::EspeakVoice;

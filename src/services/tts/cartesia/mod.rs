@@ -13,15 +13,11 @@
 mod wire;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use tokio::sync::mpsc;
-
 use super::WordTiming;
-use super::stream::{
-    EVENT_QUEUE, INPUT_QUEUE, TextUnit, TtsContext, TtsEngine, TtsEvent, TtsInput,
-};
+use super::socket::{Command, SocketVoice};
+use super::stream::{TextUnit, TtsContext, TtsEngine, TtsEvent};
 use crate::services::ws::{self, ConnectRequest, Message, ReconnectPolicy, Tick, WsCore, WsError};
 use wire::ServerMessage;
 
@@ -80,96 +76,33 @@ impl CartesiaSettings {
     }
 }
 
-/// What the engine's contexts tell the core, each naming its context id.
-#[derive(Debug)]
-pub enum Command {
-    /// A sentence of a context.
-    Text {
-        /// The context.
-        context: String,
-        /// The sentence.
-        text: String,
-    },
-    /// The context's text is all in.
-    Flush {
-        /// The context.
-        context: String,
-    },
-    /// The context was dropped (an interruption).
-    Cancel {
-        /// The context.
-        context: String,
-    },
-}
-
-/// Where each open context's events go, by context id.
-type Routes = Arc<Mutex<HashMap<String, mpsc::Sender<TtsEvent>>>>;
-
-/// The engine: one socket, started on the first context (or [`TtsEngine::warm`]).
+/// The engine: one socket per session, started on the first context (or [`TtsEngine::warm`]).
 pub struct CartesiaTts {
     settings: CartesiaSettings,
-    commands: Mutex<Option<mpsc::Sender<Command>>>,
-    routes: Routes,
-    next: std::sync::atomic::AtomicU64,
+    socket: SocketVoice,
 }
 
 impl CartesiaTts {
     /// An engine for `settings`.
     pub fn new(settings: CartesiaSettings) -> Self {
-        Self {
-            settings,
-            commands: Mutex::new(None),
-            routes: Arc::default(),
-            next: std::sync::atomic::AtomicU64::new(1),
-        }
+        let core_settings = settings.clone();
+        let socket = SocketVoice::new(
+            settings.reconnect.clone(),
+            move |commands, outputs, policy| {
+                tokio::spawn(ws::drive(
+                    CartesiaCore::new(core_settings.clone()),
+                    commands,
+                    outputs,
+                    policy,
+                ));
+            },
+        );
+        Self { settings, socket }
     }
 
     /// Its settings.
     pub fn settings(&self) -> &CartesiaSettings {
         &self.settings
-    }
-
-    /// The socket's command sender, starting the driver and its router the first time.
-    fn commands(&self) -> mpsc::Sender<Command> {
-        let mut commands = self.commands.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(sender) = commands.as_ref().filter(|s| !s.is_closed()) {
-            return sender.clone();
-        }
-        let (sender, inputs) = mpsc::channel(INPUT_QUEUE);
-        let (outputs, mut routed) = mpsc::channel::<(String, TtsEvent)>(EVENT_QUEUE);
-        let core = CartesiaCore::new(self.settings.clone());
-        tokio::spawn(ws::drive(
-            core,
-            inputs,
-            outputs,
-            self.settings.reconnect.clone(),
-        ));
-        let routes = self.routes.clone();
-        tokio::spawn(async move {
-            while let Some((context, event)) = routed.recv().await {
-                let last = matches!(
-                    event,
-                    TtsEvent::Done | TtsEvent::Error(_) | TtsEvent::Failed(_)
-                );
-                let route = routes
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .get(&context)
-                    .cloned();
-                // No route: the context was dropped, and what still comes for it is stale.
-                if let Some(route) = route {
-                    let _ = route.send(event).await;
-                }
-                if last {
-                    routes
-                        .lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .remove(&context);
-                }
-            }
-        });
-        *commands = Some(sender.clone());
-        sender
     }
 }
 
@@ -191,49 +124,11 @@ impl TtsEngine for CartesiaTts {
     }
 
     fn warm(&self) {
-        self.commands();
+        self.socket.warm();
     }
 
     fn open(&self) -> TtsContext {
-        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let context = format!("voxide-{:08x}-{n}", crate::transports::webrtc::random_u32());
-        let (input, mut inputs) = mpsc::channel(INPUT_QUEUE);
-        let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
-        self.routes
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(context.clone(), events_tx);
-        let commands = self.commands();
-        let routes = self.routes.clone();
-        tokio::spawn(async move {
-            let mut flushed = false;
-            while let Some(input) = inputs.recv().await {
-                let command = match input {
-                    TtsInput::Text(text) => Command::Text {
-                        context: context.clone(),
-                        text,
-                    },
-                    TtsInput::Flush => {
-                        flushed = true;
-                        Command::Flush {
-                            context: context.clone(),
-                        }
-                    }
-                };
-                if commands.send(command).await.is_err() {
-                    return;
-                }
-            }
-            // Dropped before its flush: the turn was interrupted.
-            if !flushed {
-                routes
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&context);
-                let _ = commands.send(Command::Cancel { context }).await;
-            }
-        });
-        TtsContext { input, events }
+        self.socket.open()
     }
 }
 
