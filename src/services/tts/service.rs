@@ -165,11 +165,15 @@ impl FrameProcessor for TtsService {
             }
             // Text the app asks the bot to say, outside an LLM response.
             FrameBody::Data(DataFrame::Text(text)) if direction == Direction::Downstream => {
-                self.cancel_unfinished();
-                self.response_started = Some(Instant::now());
-                self.say(text.clone(), cx);
-                self.finish(vec![ControlFrame::TtsStopped.into()], cx);
-                self.speaking = false;
+                if self.current.is_some() {
+                    // Inside a response: said in its place, between the response's sentences.
+                    self.say(text.clone(), cx);
+                } else {
+                    self.response_started = Some(Instant::now());
+                    self.say(text.clone(), cx);
+                    self.finish(vec![ControlFrame::TtsStopped.into()], cx);
+                    self.speaking = false;
+                }
                 cx.push(frame, direction);
                 return Ok(());
             }
@@ -194,14 +198,6 @@ impl FrameProcessor for TtsService {
     }
 }
 
-impl TtsService {
-    /// A context left open by a response that never ended is dropped before another opens.
-    fn cancel_unfinished(&mut self) {
-        if self.current.is_some() {
-            self.cancel();
-        }
-    }
-}
 
 /// Pushes one context's speech.
 struct Pump {
