@@ -23,6 +23,47 @@ fn quick_reconnects() -> voxide::services::ws::ReconnectPolicy {
     }
 }
 
+/// Everything a voice's context says until it ends (done, an error or a failure).
+async fn until_end(
+    context: &mut voxide::services::tts::TtsContext,
+) -> Vec<voxide::services::tts::TtsEvent> {
+    use voxide::services::tts::TtsEvent;
+    let mut events = Vec::new();
+    loop {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(10), context.events.recv())
+            .await
+            .expect("events in time");
+        let Some(event) = event else {
+            return events;
+        };
+        let last = matches!(
+            event,
+            TtsEvent::Done | TtsEvent::Error(_) | TtsEvent::Failed(_)
+        );
+        events.push(event);
+        if last {
+            return events;
+        }
+    }
+}
+
+/// Samples of audio in `events`, every one of them `level`: only this context's audio.
+fn samples_at(events: &[voxide::services::tts::TtsEvent], level: i16) -> usize {
+    events
+        .iter()
+        .map(|e| match e {
+            voxide::services::tts::TtsEvent::Audio(samples) => {
+                assert!(
+                    samples.iter().all(|s| *s == level),
+                    "only this context's audio"
+                );
+                samples.len()
+            }
+            _ => 0,
+        })
+        .sum()
+}
+
 mod deepgram {
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
@@ -405,45 +446,6 @@ mod cartesia {
         (engine, stand_in)
     }
 
-    /// Everything a context says until it ends.
-    async fn all_events(context: &mut TtsContext) -> Vec<TtsEvent> {
-        let mut events = Vec::new();
-        loop {
-            let event = tokio::time::timeout(Duration::from_secs(10), context.events.recv())
-                .await
-                .expect("events in time");
-            match event {
-                None => return events,
-                Some(event) => {
-                    let last = matches!(
-                        event,
-                        TtsEvent::Done | TtsEvent::Error(_) | TtsEvent::Failed(_)
-                    );
-                    events.push(event);
-                    if last {
-                        return events;
-                    }
-                }
-            }
-        }
-    }
-
-    fn audio_of(events: &[TtsEvent]) -> usize {
-        events
-            .iter()
-            .map(|e| match e {
-                TtsEvent::Audio(samples) => {
-                    assert!(
-                        samples.iter().all(|s| *s == LEVEL),
-                        "only this context's audio"
-                    );
-                    samples.len()
-                }
-                _ => 0,
-            })
-            .sum()
-    }
-
     async fn say(context: &TtsContext, pieces: &[&str]) {
         for piece in pieces {
             context
@@ -464,9 +466,9 @@ mod cartesia {
         let (engine, stand_in) = cartesia(Cartesia::default(), "ct-test").await;
         let mut context = engine.open();
         say(&context, &["Hello there.", "How are you today?"]).await;
-        let events = all_events(&mut context).await;
+        let events = super::until_end(&mut context).await;
         assert_eq!(events.last(), Some(&TtsEvent::Done));
-        assert_eq!(audio_of(&events), 6 * PER_WORD);
+        assert_eq!(super::samples_at(&events, LEVEL), 6 * PER_WORD);
         let words: Vec<String> = events
             .iter()
             .filter_map(|e| match e {
@@ -512,9 +514,13 @@ mod cartesia {
         let (engine, stand_in) = cartesia(stand_in, "ct-test").await;
         let mut context = engine.open();
         say(&context, &["Nothing is lost."]).await;
-        let events = all_events(&mut context).await;
+        let events = super::until_end(&mut context).await;
         assert_eq!(events.last(), Some(&TtsEvent::Done));
-        assert_eq!(audio_of(&events), 3 * PER_WORD, "the sentence, spoken once");
+        assert_eq!(
+            super::samples_at(&events, LEVEL),
+            3 * PER_WORD,
+            "the sentence, spoken once"
+        );
         let seen = stand_in.seen.lock().expect("lock").clone();
         let again: Vec<&Value> = seen
             .iter()
@@ -544,10 +550,10 @@ mod cartesia {
         drop(first);
         let mut next = engine.open();
         say(&next, &["Yes?"]).await;
-        let events = all_events(&mut next).await;
+        let events = super::until_end(&mut next).await;
         assert_eq!(events.last(), Some(&TtsEvent::Done));
         assert_eq!(
-            audio_of(&events),
+            super::samples_at(&events, LEVEL),
             PER_WORD,
             "none of the cut turn's late audio"
         );
@@ -571,7 +577,7 @@ mod cartesia {
         let (engine, _) = cartesia(Cartesia::default(), "wrong").await;
         let mut context = engine.open();
         say(&context, &["Hello."]).await;
-        let events = all_events(&mut context).await;
+        let events = super::until_end(&mut context).await;
         match events.last() {
             Some(TtsEvent::Failed(message)) => assert!(message.contains("401"), "{message}"),
             other => panic!("a failure: {other:?}"),
@@ -580,7 +586,7 @@ mod cartesia {
         let mut later = engine.open();
         say(&later, &["Again."]).await;
         assert!(matches!(
-            all_events(&mut later).await.last(),
+            super::until_end(&mut later).await.last(),
             Some(TtsEvent::Failed(_))
         ));
     }
@@ -826,18 +832,7 @@ mod openai_speech {
                 .expect("text");
         }
         context.input.send(TtsInput::Flush).await.expect("flush");
-        let mut events = Vec::new();
-        while let Some(event) = context.events.recv().await {
-            let last = matches!(
-                event,
-                TtsEvent::Done | TtsEvent::Error(_) | TtsEvent::Failed(_)
-            );
-            events.push(event);
-            if last {
-                break;
-            }
-        }
-        events
+        super::until_end(&mut context).await
     }
 
     #[tokio::test]
@@ -905,7 +900,7 @@ mod aura {
     use serde_json::{Value, json};
 
     use voxide::services::tts::deepgram::{AuraSettings, AuraTts};
-    use voxide::services::tts::{TtsContext, TtsEngine, TtsEvent, TtsInput};
+    use voxide::services::tts::{TtsEngine, TtsEvent, TtsInput};
 
     const LEVEL: i16 = 3_456;
     const PER_WORD: usize = 2_400;
@@ -982,37 +977,6 @@ mod aura {
         (engine, stand_in)
     }
 
-    async fn until_done(context: &mut TtsContext) -> Vec<TtsEvent> {
-        let mut events = Vec::new();
-        loop {
-            let event = tokio::time::timeout(Duration::from_secs(10), context.events.recv())
-                .await
-                .expect("events in time")
-                .expect("the context is open");
-            let last = matches!(
-                event,
-                TtsEvent::Done | TtsEvent::Error(_) | TtsEvent::Failed(_)
-            );
-            events.push(event);
-            if last {
-                return events;
-            }
-        }
-    }
-
-    fn samples(events: &[TtsEvent]) -> usize {
-        events
-            .iter()
-            .map(|e| match e {
-                TtsEvent::Audio(s) => {
-                    assert!(s.iter().all(|v| *v == LEVEL));
-                    s.len()
-                }
-                _ => 0,
-            })
-            .sum()
-    }
-
     #[tokio::test]
     async fn a_turn_is_spoken_sentence_by_sentence_and_flushed_once() {
         let (engine, stand_in) = aura().await;
@@ -1025,9 +989,9 @@ mod aura {
                 .expect("text");
         }
         context.input.send(TtsInput::Flush).await.expect("flush");
-        let events = until_done(&mut context).await;
+        let events = super::until_end(&mut context).await;
         assert_eq!(events.last(), Some(&TtsEvent::Done));
-        assert_eq!(samples(&events), 5 * PER_WORD);
+        assert_eq!(super::samples_at(&events, LEVEL), 5 * PER_WORD);
         let seen = stand_in.seen.lock().expect("lock").clone();
         let kinds: Vec<&str> = seen.iter().filter_map(|m| m["type"].as_str()).collect();
         assert_eq!(kinds, ["Speak", "Speak", "Flush"]);
@@ -1073,8 +1037,12 @@ mod aura {
             .await
             .expect("text");
         next.input.send(TtsInput::Flush).await.expect("flush");
-        let events = until_done(&mut next).await;
+        let events = super::until_end(&mut next).await;
         assert_eq!(events.last(), Some(&TtsEvent::Done));
-        assert_eq!(samples(&events), PER_WORD, "none of the cut turn's audio");
+        assert_eq!(
+            super::samples_at(&events, LEVEL),
+            PER_WORD,
+            "none of the cut turn's audio"
+        );
     }
 }

@@ -198,7 +198,6 @@ impl FrameProcessor for TtsService {
     }
 }
 
-
 /// Pushes one context's speech.
 struct Pump {
     engine: String,
