@@ -12,9 +12,11 @@ use std::time::Instant;
 
 use serde::Deserialize;
 
-use super::WordTiming;
-use super::socket::{Command, SocketVoice};
-use super::stream::{TextUnit, TtsContext, TtsEngine, TtsEvent};
+use super::estimated_words;
+use tokio::sync::mpsc;
+
+use super::socket::{Command, SocketProvider, SocketVoice};
+use super::stream::TtsEvent;
 use crate::services::ws::{self, ConnectRequest, Message, ReconnectPolicy, Tick, WsCore, WsError};
 
 /// Deepgram's API, when `DEEPGRAM_URL` names no other host.
@@ -23,8 +25,6 @@ pub const DEFAULT_URL: &str = "wss://api.deepgram.com";
 pub const DEFAULT_MODEL: &str = "aura-2-thalia-en";
 /// The rate asked for: the output's.
 pub const SAMPLE_RATE: u32 = 24_000;
-/// Characters a second of speech holds, for timing words the API does not time.
-const CHARS_PER_SEC: f64 = 15.0;
 
 /// Where and how to speak.
 #[derive(Debug, Clone, PartialEq)]
@@ -64,55 +64,23 @@ impl AuraSettings {
     }
 }
 
-/// The engine.
-pub struct AuraTts {
-    settings: AuraSettings,
-    socket: SocketVoice,
-}
+/// The engine: one socket per session, started on the first context (or a warm-up).
+pub type AuraTts = SocketVoice<AuraSettings>;
 
-impl AuraTts {
-    /// An engine for `settings`.
-    pub fn new(settings: AuraSettings) -> Self {
-        let core_settings = settings.clone();
-        let socket = SocketVoice::new(
-            settings.reconnect.clone(),
-            move |commands, outputs, policy| {
-                let core = AuraCore::new(core_settings.clone());
-                tokio::spawn(ws::drive(core, commands, outputs, policy));
-            },
-        );
-        Self { settings, socket }
-    }
-
-    /// Its settings.
-    pub fn settings(&self) -> &AuraSettings {
-        &self.settings
-    }
-}
-
-impl TtsEngine for AuraTts {
-    fn name(&self) -> &str {
-        "deepgram"
-    }
+impl SocketProvider for AuraSettings {
+    const NAME: &'static str = "deepgram";
 
     fn model(&self) -> &str {
-        &self.settings.model
+        &self.model
     }
 
     fn sample_rate(&self) -> u32 {
         SAMPLE_RATE
     }
 
-    fn text_unit(&self) -> TextUnit {
-        TextUnit::Sentence
-    }
-
-    fn warm(&self) {
-        self.socket.warm();
-    }
-
-    fn open(&self) -> TtsContext {
-        self.socket.open()
+    fn start(&self, commands: mpsc::Receiver<Command>, events: mpsc::Sender<(String, TtsEvent)>) {
+        let core = AuraCore::new(self.clone());
+        tokio::spawn(ws::drive(core, commands, events, self.reconnect.clone()));
     }
 }
 
@@ -186,23 +154,6 @@ impl AuraCore {
     fn send_now(&self, messages: Vec<Message>) -> Vec<Message> {
         if self.connected { messages } else { Vec::new() }
     }
-}
-
-/// `text`'s words timed from `start` at [`CHARS_PER_SEC`].
-fn estimated_words(text: &str, start: f64) -> Vec<WordTiming> {
-    let mut at = start;
-    text.split_whitespace()
-        .map(|word| {
-            let secs = (word.chars().count() + 1) as f64 / CHARS_PER_SEC;
-            let timing = WordTiming {
-                word: word.to_owned(),
-                start_secs: at,
-                end_secs: at + secs,
-            };
-            at += secs;
-            timing
-        })
-        .collect()
 }
 
 impl WsCore for AuraCore {

@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use super::WordTiming;
+use super::estimated_words;
 use super::stream::{
     EVENT_QUEUE, INPUT_QUEUE, TextUnit, TtsContext, TtsEngine, TtsEvent, TtsInput,
 };
@@ -25,8 +25,6 @@ pub const DEFAULT_MODEL: &str = "gpt-4o-mini-tts";
 pub const DEFAULT_VOICE: &str = "alloy";
 /// The rate of `pcm` responses.
 pub const SAMPLE_RATE: u32 = 24_000;
-/// Characters a second of speech holds, for timing words the API does not time.
-const CHARS_PER_SEC: f64 = 15.0;
 
 /// Where and how to speak.
 #[derive(Debug, Clone, PartialEq)]
@@ -237,39 +235,5 @@ impl Speaker {
             self.send(TtsEvent::Audio(samples)).await?;
         }
         Ok(())
-    }
-}
-
-/// `text`'s words, timed from `start` at [`CHARS_PER_SEC`], each in proportion to its length.
-fn estimated_words(text: &str, start: f64) -> Vec<WordTiming> {
-    let mut at = start;
-    text.split_whitespace()
-        .map(|word| {
-            // The space after the word takes its share too.
-            let secs = (word.chars().count() + 1) as f64 / CHARS_PER_SEC;
-            let timing = WordTiming {
-                word: word.to_owned(),
-                start_secs: at,
-                end_secs: at + secs,
-            };
-            at += secs;
-            timing
-        })
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn words_are_timed_in_order_from_the_sentences_start() {
-        let words = estimated_words("It is noon.", 2.0);
-        let said: Vec<&str> = words.iter().map(|w| w.word.as_str()).collect();
-        assert_eq!(said, ["It", "is", "noon."]);
-        assert_eq!(words[0].start_secs, 2.0);
-        assert!(words.windows(2).all(|w| w[0].end_secs == w[1].start_secs));
-        let total = words.last().map_or(0.0, |w| w.end_secs) - 2.0;
-        assert!((total - 12.0 / CHARS_PER_SEC).abs() < 1e-9);
     }
 }

@@ -10,8 +10,9 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 
-use super::stream::{EVENT_QUEUE, INPUT_QUEUE, TtsContext, TtsEvent, TtsInput};
-use crate::services::ws::ReconnectPolicy;
+use super::stream::{
+    EVENT_QUEUE, INPUT_QUEUE, TextUnit, TtsContext, TtsEngine, TtsEvent, TtsInput,
+};
 
 /// What a turn's context tells the socket's core, naming the context.
 #[derive(Debug)]
@@ -38,42 +39,44 @@ pub enum Command {
 /// Where each open context's events go, by context id.
 type Routes = Arc<Mutex<HashMap<String, mpsc::Sender<TtsEvent>>>>;
 
-/// Starts the socket's driver: commands in, `(context, event)` out.
-type Start = dyn Fn(mpsc::Receiver<Command>, mpsc::Sender<(String, TtsEvent)>, ReconnectPolicy)
-    + Send
-    + Sync;
+/// What makes a socket voice one provider's: its name, model and rate, and the driver it starts.
+pub trait SocketProvider: Send + Sync + 'static {
+    /// The voice's name, for metrics.
+    const NAME: &'static str;
 
-/// The socket side of such a voice: started on the first context (or a warm-up), again after
+    /// The model.
+    fn model(&self) -> &str;
+
+    /// The rate of the audio it asks for.
+    fn sample_rate(&self) -> u32;
+
+    /// Spawns the socket's driver: commands in, `(context, event)` out.
+    fn start(&self, commands: mpsc::Receiver<Command>, events: mpsc::Sender<(String, TtsEvent)>);
+}
+
+/// A voice over one socket per session: started on the first context (or a warm-up), again after
 /// its driver gave up and ended.
-pub struct SocketVoice {
-    start: Box<Start>,
-    policy: ReconnectPolicy,
+pub struct SocketVoice<P> {
+    provider: P,
     commands: Mutex<Option<mpsc::Sender<Command>>>,
     routes: Routes,
     next: AtomicU64,
 }
 
-impl SocketVoice {
-    /// A voice whose driver `start` spawns.
-    pub fn new(
-        policy: ReconnectPolicy,
-        start: impl Fn(mpsc::Receiver<Command>, mpsc::Sender<(String, TtsEvent)>, ReconnectPolicy)
-        + Send
-        + Sync
-        + 'static,
-    ) -> Self {
+impl<P: SocketProvider> SocketVoice<P> {
+    /// The voice `provider`'s settings describe.
+    pub fn new(provider: P) -> Self {
         Self {
-            start: Box::new(start),
-            policy,
+            provider,
             commands: Mutex::new(None),
             routes: Arc::default(),
             next: AtomicU64::new(1),
         }
     }
 
-    /// Opens the socket before the first turn needs it.
-    pub fn warm(&self) {
-        self.commands();
+    /// Its settings.
+    pub fn settings(&self) -> &P {
+        &self.provider
     }
 
     /// The socket's command sender, starting the driver and its router the first time.
@@ -84,7 +87,7 @@ impl SocketVoice {
         }
         let (sender, inputs) = mpsc::channel(INPUT_QUEUE);
         let (outputs, mut routed) = mpsc::channel::<(String, TtsEvent)>(EVENT_QUEUE);
-        (self.start)(inputs, outputs, self.policy.clone());
+        self.provider.start(inputs, outputs);
         let routes = self.routes.clone();
         tokio::spawn(async move {
             while let Some((context, event)) = routed.recv().await {
@@ -112,9 +115,31 @@ impl SocketVoice {
         *commands = Some(sender.clone());
         sender
     }
+}
 
-    /// Opens one turn's context.
-    pub fn open(&self) -> TtsContext {
+impl<P: SocketProvider> TtsEngine for SocketVoice<P> {
+    fn name(&self) -> &str {
+        P::NAME
+    }
+
+    fn model(&self) -> &str {
+        self.provider.model()
+    }
+
+    fn sample_rate(&self) -> u32 {
+        self.provider.sample_rate()
+    }
+
+    fn text_unit(&self) -> TextUnit {
+        TextUnit::Sentence
+    }
+
+    /// Opens the socket before the first turn needs it.
+    fn warm(&self) {
+        self.commands();
+    }
+
+    fn open(&self) -> TtsContext {
         let n = self.next.fetch_add(1, Ordering::Relaxed);
         let context = format!("voxide-{:08x}-{n}", crate::transports::webrtc::random_u32());
         let (input, mut inputs) = mpsc::channel(INPUT_QUEUE);

@@ -16,8 +16,10 @@ use std::collections::HashMap;
 use std::time::Instant;
 
 use super::WordTiming;
-use super::socket::{Command, SocketVoice};
-use super::stream::{TextUnit, TtsContext, TtsEngine, TtsEvent};
+use tokio::sync::mpsc;
+
+use super::socket::{Command, SocketProvider, SocketVoice};
+use super::stream::TtsEvent;
 use crate::services::ws::{self, ConnectRequest, Message, ReconnectPolicy, Tick, WsCore, WsError};
 use wire::ServerMessage;
 
@@ -76,59 +78,23 @@ impl CartesiaSettings {
     }
 }
 
-/// The engine: one socket per session, started on the first context (or [`TtsEngine::warm`]).
-pub struct CartesiaTts {
-    settings: CartesiaSettings,
-    socket: SocketVoice,
-}
+/// The engine: one socket per session, started on the first context (or a warm-up).
+pub type CartesiaTts = SocketVoice<CartesiaSettings>;
 
-impl CartesiaTts {
-    /// An engine for `settings`.
-    pub fn new(settings: CartesiaSettings) -> Self {
-        let core_settings = settings.clone();
-        let socket = SocketVoice::new(
-            settings.reconnect.clone(),
-            move |commands, outputs, policy| {
-                tokio::spawn(ws::drive(
-                    CartesiaCore::new(core_settings.clone()),
-                    commands,
-                    outputs,
-                    policy,
-                ));
-            },
-        );
-        Self { settings, socket }
-    }
-
-    /// Its settings.
-    pub fn settings(&self) -> &CartesiaSettings {
-        &self.settings
-    }
-}
-
-impl TtsEngine for CartesiaTts {
-    fn name(&self) -> &str {
-        "cartesia"
-    }
+impl SocketProvider for CartesiaSettings {
+    const NAME: &'static str = "cartesia";
 
     fn model(&self) -> &str {
-        &self.settings.model
+        &self.model
     }
 
     fn sample_rate(&self) -> u32 {
         SAMPLE_RATE
     }
 
-    fn text_unit(&self) -> TextUnit {
-        TextUnit::Sentence
-    }
-
-    fn warm(&self) {
-        self.socket.warm();
-    }
-
-    fn open(&self) -> TtsContext {
-        self.socket.open()
+    fn start(&self, commands: mpsc::Receiver<Command>, events: mpsc::Sender<(String, TtsEvent)>) {
+        let core = CartesiaCore::new(self.clone());
+        tokio::spawn(ws::drive(core, commands, events, self.reconnect.clone()));
     }
 }
 
