@@ -131,6 +131,9 @@ impl SttEngine for DeepgramStt {
 
 /// No audio for this long and a `KeepAlive` goes (Deepgram closes after 10 s of nothing).
 const KEEPALIVE_AFTER: Duration = Duration::from_secs(4);
+/// Unfinalized audio kept for a new socket, at most (30 s): a provider that finalizes nothing
+/// for longer does not make the session grow without end.
+const MAX_KEPT: usize = 30 * SAMPLE_RATE as usize;
 /// Audio goes in pieces of at most this many samples (100 ms) when sent again.
 const REPLAY_PIECE: usize = SAMPLE_RATE as usize / 10;
 
@@ -252,6 +255,11 @@ impl WsCore for DeepgramCore {
             SttInput::Audio(samples) if samples.is_empty() => (Vec::new(), Vec::new()),
             SttInput::Audio(samples) => {
                 self.unanswered.extend(&samples);
+                let excess = self.unanswered.len().saturating_sub(MAX_KEPT);
+                if excess > 0 {
+                    self.unanswered.drain(..excess);
+                    self.base += excess;
+                }
                 if !self.connected {
                     return (Vec::new(), Vec::new());
                 }
@@ -479,6 +487,20 @@ mod tests {
             .message(results(0.0, 1.1, "there", true, true), now)
             .expect("valid");
         assert_eq!(answer, vec![SttEvent::Finalized("Hello there".into())]);
+    }
+
+    #[test]
+    fn kept_audio_is_bounded_and_stays_aligned_with_the_socket() {
+        let (mut core, now) = core();
+        core.opened(now);
+        for _ in 0..40 {
+            core.input(SttInput::Audio(vec![0; SAMPLE_RATE as usize]), now);
+        }
+        assert_eq!(core.unanswered.len(), MAX_KEPT);
+        // A final up to 35 s drops the first 5 s still kept.
+        core.message(results(0.0, 35.0, "long", true, false), now)
+            .expect("valid");
+        assert_eq!(core.unanswered.len(), 5 * SAMPLE_RATE as usize);
     }
 
     #[test]
