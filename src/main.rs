@@ -18,6 +18,7 @@ use voxide::services::llm::gemini::GeminiSettings;
 use voxide::services::llm::gemini_live::GeminiLiveSettings;
 use voxide::services::llm::openai::OpenAiSettings;
 use voxide::services::llm::openai_realtime::OpenAiRealtimeSettings;
+use voxide::services::stt::assemblyai::AssemblyAiSettings;
 use voxide::services::stt::deepgram::DeepgramSettings;
 use voxide::services::tts::cartesia::CartesiaSettings;
 use voxide::services::tts::deepgram::AuraSettings;
@@ -278,12 +279,19 @@ fn stt_choice(spec: &str, model: Option<String>) -> Result<Vec<SttChoice>> {
                 }
                 SttChoice::Deepgram(settings)
             }
-            "assemblyai" | "openai" => anyhow::bail!(
-                "--stt {name}: not available yet in this build; use whisper or deepgram"
+            "assemblyai" => {
+                let mut settings = AssemblyAiSettings::from_env()?;
+                if let Some(model) = model.take() {
+                    settings.model = model;
+                }
+                SttChoice::AssemblyAi(settings)
+            }
+            "openai" => anyhow::bail!(
+                "--stt openai: not available yet in this build; use whisper, deepgram or assemblyai"
             ),
             other => anyhow::bail!(
-                "--stt {other:?}: use whisper or deepgram (a comma-separated list falls back from \
-                 each to the next)"
+                "--stt {other:?}: use whisper, deepgram or assemblyai (a comma-separated list falls \
+                 back from each to the next)"
             ),
         };
         if list.contains(&stt) {

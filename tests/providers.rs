@@ -84,8 +84,9 @@ mod deepgram {
         /// Wait this long before accepting the socket.
         pub(super) handshake_delay: Duration,
         /// On the first socket: finalize the first half second once a second came, then drop the
-        /// socket after this many samples without a close frame.
-        pub(super) drop_first_after: Option<usize>,
+        /// socket at the finalize without a close frame (once the client sent all it had: a
+        /// socket reset while it still sends could discard the final before it is read).
+        pub(super) drop_first: bool,
         /// Close the first socket at once with 1011 NET-0001, as Deepgram does an idle one.
         pub(super) idle_close_first: bool,
         /// Answer the socket's first finalize of real speech with these words, later ones with
@@ -154,23 +155,19 @@ mod deepgram {
                             "channel": {"alternatives": [{"transcript": "", "confidence": 0.0, "words": []}]}});
                         let _ = socket.send(Message::Text(interim.to_string().into())).await;
                     }
-                    if first && let Some(limit) = faults.drop_first_after {
-                        if received >= 16_000 && !sent_part {
-                            sent_part = true;
-                            finalized = 8_000;
-                            let part = results(0.0, 0.5, "part one", false);
-                            let _ = socket.send(Message::Text(part.into())).await;
-                        }
-                        if received >= limit {
-                            // Gone without a close frame.
-                            return;
-                        }
+                    if first && faults.drop_first && received >= 16_000 && !sent_part {
+                        sent_part = true;
+                        finalized = 8_000;
+                        let part = results(0.0, 0.5, "part one", false);
+                        let _ = socket.send(Message::Text(part.into())).await;
                     }
                 }
                 Message::Text(text) => {
                     let message: serde_json::Value =
                         serde_json::from_str(&text).expect("client messages are JSON");
                     match message["type"].as_str() {
+                        // Gone without a close frame.
+                        Some("Finalize") if first && faults.drop_first => return,
                         Some("Finalize") => {
                             let start = finalized as f64 / 16_000.0;
                             let duration = (received - finalized) as f64 / 16_000.0;
@@ -287,7 +284,7 @@ mod deepgram {
     #[tokio::test]
     async fn a_socket_dropped_mid_utterance_loses_no_words() {
         let faults = Faults {
-            drop_first_after: Some(20_000),
+            drop_first: true,
             ..Faults::default()
         };
         let (engine, stand_in) = deepgram(faults, "dg-test").await;
@@ -589,6 +586,304 @@ mod cartesia {
             super::until_end(&mut later).await.last(),
             Some(TtsEvent::Failed(_))
         ));
+    }
+}
+
+/// AssemblyAI Universal-Streaming v3: audio only after `Begin`, frames of 50 ms to 1 s,
+/// `ForceEndpoint` answered by the formatted final `Turn`.
+mod assemblyai {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use axum::extract::State;
+    use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::{IntoResponse, Response};
+    use serde_json::json;
+
+    use voxide::services::stt::assemblyai::{AssemblyAiSettings, AssemblyAiStt};
+    use voxide::services::stt::{SttEngine, SttEvent, SttInput, SttStream};
+
+    /// How the AssemblyAI stand-in misbehaves.
+    #[derive(Clone, Copy, Default)]
+    pub(super) struct Faults {
+        /// Wait this long after the upgrade before `Begin`.
+        pub(super) begin_delay: Duration,
+        /// On the first socket: end a turn over the first half second once a second came, then
+        /// drop the socket at the `ForceEndpoint` without a close frame.
+        pub(super) drop_first: bool,
+        /// End the socket's first spoken turn with these words (else "heard N").
+        pub(super) words: Option<&'static str>,
+    }
+
+    #[derive(Clone, Default)]
+    pub(super) struct AssemblyAi {
+        faults: Faults,
+        /// Sockets accepted, and handshakes seen (accepted or not).
+        pub(super) sockets: Arc<Mutex<usize>>,
+        handshakes: Arc<Mutex<usize>>,
+        /// The query of the last handshake.
+        query: Arc<Mutex<String>>,
+        /// Frames outside 50 ms to 1 s, and audio before `Begin`: AssemblyAI closes with 3007.
+        violations: Arc<Mutex<Vec<String>>>,
+    }
+
+    async fn socket(
+        State(stand_in): State<AssemblyAi>,
+        headers: HeaderMap,
+        uri: axum::http::Uri,
+        upgrade: WebSocketUpgrade,
+    ) -> Response {
+        *stand_in.handshakes.lock().expect("lock") += 1;
+        *stand_in.query.lock().expect("lock") = uri.query().unwrap_or_default().to_owned();
+        if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some("aai-test") {
+            return (StatusCode::UNAUTHORIZED, "Invalid API key").into_response();
+        }
+        let first = {
+            let mut sockets = stand_in.sockets.lock().expect("lock");
+            *sockets += 1;
+            *sockets == 1
+        };
+        upgrade.on_upgrade(move |socket| serve(socket, stand_in, first))
+    }
+
+    fn turn(
+        order: u32,
+        transcript: &str,
+        end_of_turn: bool,
+        formatted: bool,
+        end_ms: usize,
+    ) -> Message {
+        let words: Vec<serde_json::Value> = transcript
+            .split_whitespace()
+            .map(|w| json!({"start": 0, "end": end_ms, "text": w, "confidence": 0.9, "word_is_final": true}))
+            .collect();
+        Message::Text(
+            json!({"type": "Turn", "turn_order": order, "turn_is_formatted": formatted,
+                "end_of_turn": end_of_turn, "transcript": transcript,
+                "end_of_turn_confidence": 0.5, "words": words})
+            .to_string()
+            .into(),
+        )
+    }
+
+    /// One socket: `Begin` (maybe late), `SpeechStarted` when a turn's first loud frame comes,
+    /// a partial every half second of a turn, and at `ForceEndpoint` the turn ended twice, raw
+    /// then formatted, its word ending at the last sample heard.
+    async fn serve(mut socket: WebSocket, stand_in: AssemblyAi, first: bool) {
+        let faults = stand_in.faults;
+        let violation = |what: String| stand_in.violations.lock().expect("lock").push(what);
+        let early = tokio::time::timeout(faults.begin_delay, socket.recv()).await;
+        if let Ok(Some(Ok(Message::Binary(_)))) = early {
+            violation("audio before Begin".into());
+        }
+        let begin = json!({"type": "Begin", "id": "s-1", "expires_at": 1_750_000_000});
+        let _ = socket.send(Message::Text(begin.to_string().into())).await;
+        let (mut received, mut turn_start, mut order) = (0usize, 0usize, 0u32);
+        let mut speaking = false;
+        let mut words = faults.words;
+        let mut ended_part = false;
+        while let Some(Ok(message)) = socket.recv().await {
+            match message {
+                Message::Binary(bytes) => {
+                    let samples = bytes.len() / 2;
+                    if !(800..=16_000).contains(&samples) {
+                        violation(format!("a frame of {samples} samples"));
+                    }
+                    let loud = bytes
+                        .chunks_exact(2)
+                        .any(|b| i16::from_le_bytes([b[0], b[1]]).unsigned_abs() > 200);
+                    let before = received;
+                    received += samples;
+                    if loud && !speaking {
+                        speaking = true;
+                        let started = json!({"type": "SpeechStarted", "timestamp": before / 16});
+                        let _ = socket.send(Message::Text(started.to_string().into())).await;
+                    }
+                    if speaking && received / 8_000 > before / 8_000 {
+                        let partial = format!("heard {}", received - turn_start);
+                        let _ = socket
+                            .send(turn(order, &partial, false, false, received / 16))
+                            .await;
+                    }
+                    if first && faults.drop_first && received >= 16_000 && !ended_part {
+                        ended_part = true;
+                        let _ = socket.send(turn(order, "part one", true, true, 500)).await;
+                        order += 1;
+                        turn_start = 8_000;
+                    }
+                }
+                Message::Text(text) => {
+                    let message: serde_json::Value =
+                        serde_json::from_str(&text).expect("client messages are JSON");
+                    match message["type"].as_str() {
+                        Some("ForceEndpoint") if first && faults.drop_first => return,
+                        Some("ForceEndpoint") => {
+                            let heard = received - turn_start;
+                            let text = match faults.words {
+                                Some(_) => words.take().unwrap_or_default().to_owned(),
+                                None => format!("heard {heard}"),
+                            };
+                            let raw = text.to_lowercase().replace(['.', '?', ','], "");
+                            let _ = socket
+                                .send(turn(order, &raw, true, false, received / 16))
+                                .await;
+                            let _ = socket
+                                .send(turn(order, &text, true, true, received / 16))
+                                .await;
+                            order += 1;
+                            turn_start = received;
+                            speaking = false;
+                        }
+                        Some("KeepAlive") => {}
+                        Some("Terminate") => {
+                            let end = json!({"type": "Termination",
+                                "audio_duration_seconds": received as f64 / 16_000.0,
+                                "session_duration_seconds": received as f64 / 16_000.0});
+                            let _ = socket.send(Message::Text(end.to_string().into())).await;
+                            return;
+                        }
+                        other => violation(format!("an unknown message {other:?}")),
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    pub(super) async fn assemblyai(faults: Faults, key: &str) -> (AssemblyAiStt, AssemblyAi) {
+        let stand_in = AssemblyAi {
+            faults,
+            ..AssemblyAi::default()
+        };
+        let app = axum::Router::new()
+            .route("/v3/ws", axum::routing::get(socket))
+            .with_state(stand_in.clone());
+        let addr = super::serve(app).await;
+        let engine = AssemblyAiStt::new(AssemblyAiSettings {
+            url: format!("ws://{addr}"),
+            reconnect: super::quick_reconnects(),
+            ..AssemblyAiSettings::new(key)
+        });
+        (engine, stand_in)
+    }
+
+    /// Sends `samples` samples of speech in 20 ms frames.
+    async fn speak(stream: &mut SttStream, samples: usize) {
+        for _ in 0..samples / 320 {
+            stream
+                .input
+                .send(SttInput::Audio(vec![300; 320]))
+                .await
+                .expect("the stream takes audio");
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// The next event that `wanted` picks.
+    async fn next<T>(stream: &mut SttStream, wanted: impl Fn(SttEvent) -> Option<T>) -> T {
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(10), stream.events.recv())
+                .await
+                .expect("an event in time")
+                .expect("the stream is open");
+            if let Some(found) = wanted(event) {
+                return found;
+            }
+        }
+    }
+
+    /// Sends `samples` samples of speech, then a finalize; returns the answer.
+    async fn speak_and_finalize(stream: &mut SttStream, samples: usize) -> String {
+        speak(stream, samples).await;
+        stream
+            .input
+            .send(SttInput::Finalize)
+            .await
+            .expect("the stream takes the finalize");
+        next(stream, |e| match e {
+            SttEvent::Finalized(text) => Some(text),
+            _ => None,
+        })
+        .await
+    }
+
+    #[tokio::test]
+    async fn the_first_words_wait_for_begin_and_go_in_frames_it_takes() {
+        let faults = Faults {
+            begin_delay: Duration::from_millis(800),
+            ..Faults::default()
+        };
+        let (engine, stand_in) = assemblyai(faults, "aai-test").await;
+        assert_eq!(engine.sample_rate(), 16_000);
+        let mut stream = engine.start();
+        // A second of speech before the session began, all of it heard.
+        assert_eq!(speak_and_finalize(&mut stream, 16_000).await, "heard 16000");
+        // The next turn on the same socket: 60 ms frames, and a 40 ms tail padded to 50 ms.
+        assert_eq!(speak_and_finalize(&mut stream, 3_520).await, "heard 3680");
+        assert_eq!(*stand_in.sockets.lock().expect("lock"), 1);
+        assert!(
+            stand_in.violations.lock().expect("lock").is_empty(),
+            "{:?}",
+            stand_in.violations
+        );
+        let query = stand_in.query.lock().expect("lock").clone();
+        for part in [
+            "sample_rate=16000",
+            "encoding=pcm_s16le",
+            "speech_model=universal-streaming-english",
+            "format_turns=true",
+        ] {
+            assert!(query.contains(part), "{query}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_socket_dropped_mid_utterance_loses_no_words() {
+        let faults = Faults {
+            drop_first: true,
+            ..Faults::default()
+        };
+        let (engine, stand_in) = assemblyai(faults, "aai-test").await;
+        let mut stream = engine.start();
+        // 2 s of speech: the turn AssemblyAI ended over the first half second stands (heard
+        // before the rest is sent, as in real time); everything after it is heard again on the
+        // new socket (and up to 50 ms of silence padding its last frame).
+        // (A frame under 50 ms may wait for the next: 1.08 s sent is more than 1 s received.)
+        speak(&mut stream, 17_280).await;
+        next(&mut stream, |e| {
+            matches!(e, SttEvent::Interim(t) if t == "part one").then_some(())
+        })
+        .await;
+        let text = speak_and_finalize(&mut stream, 14_720).await;
+        let heard: usize = text
+            .strip_prefix("part one heard ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("the words before and after the drop: {text:?}"));
+        assert!((24_000..24_800).contains(&heard), "{heard}");
+        assert_eq!(*stand_in.sockets.lock().expect("lock"), 2);
+        assert!(
+            stand_in.violations.lock().expect("lock").is_empty(),
+            "{:?}",
+            stand_in.violations
+        );
+    }
+
+    #[tokio::test]
+    async fn a_rejected_key_fails_at_once_without_retrying() {
+        let (engine, stand_in) = assemblyai(Faults::default(), "wrong").await;
+        let mut stream = engine.start();
+        let failure = match stream.events.recv().await.expect("an event") {
+            SttEvent::Failed(message) => message,
+            other => panic!("a failure first: {other:?}"),
+        };
+        assert!(failure.contains("401"), "{failure}");
+        assert_eq!(
+            *stand_in.handshakes.lock().expect("lock"),
+            1,
+            "no retry storm"
+        );
+        assert_eq!(speak_and_finalize(&mut stream, 320).await, "");
     }
 }
 

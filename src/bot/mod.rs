@@ -27,6 +27,7 @@ use crate::services::llm::{
     FallbackLlm, LlmEngine, LlmService, LlmServiceOptions, PriceTable, RealtimeOptions,
     RealtimeService,
 };
+use crate::services::stt::assemblyai::{AssemblyAiSettings, AssemblyAiStt};
 use crate::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
 use crate::services::stt::{Segmented, SttEngine, SttFallback, SttService, Whisper};
 use crate::services::tts::cartesia::{CartesiaSettings, CartesiaTts};
@@ -112,6 +113,8 @@ pub enum SttChoice {
     Whisper,
     /// Deepgram's live transcription.
     Deepgram(DeepgramSettings),
+    /// AssemblyAI's Universal-Streaming.
+    AssemblyAi(AssemblyAiSettings),
 }
 
 impl SttChoice {
@@ -119,6 +122,7 @@ impl SttChoice {
         Ok(match self {
             SttChoice::Whisper => Segmented::shared(Whisper::shared()?),
             SttChoice::Deepgram(settings) => Arc::new(DeepgramStt::new(settings.clone())),
+            SttChoice::AssemblyAi(settings) => Arc::new(AssemblyAiStt::new(settings.clone())),
         })
     }
 }

@@ -87,6 +87,9 @@ pub struct Tick {
     pub reconnect: Option<String>,
 }
 
+/// What a core answers an event with: messages to send, in order, and what to tell the service.
+pub type Step<O> = (Vec<Message>, Vec<O>);
+
 /// One provider's protocol, sans-IO.
 pub trait WsCore: Send + 'static {
     /// What the service sends it.
@@ -107,10 +110,11 @@ pub trait WsCore: Send + 'static {
 
     /// An input from the service: what to send now (nothing while disconnected: the core keeps
     /// it for the next connection) and what to tell the service.
-    fn input(&mut self, input: Self::Input, now: Instant) -> (Vec<Message>, Vec<Self::Output>);
+    fn input(&mut self, input: Self::Input, now: Instant) -> Step<Self::Output>;
 
-    /// A message from the provider. An error drops the connection.
-    fn message(&mut self, message: Message, now: Instant) -> Result<Vec<Self::Output>, WsError>;
+    /// A message from the provider: what to send back (a set-up it asked for, audio kept for
+    /// it) and what to tell the service. An error drops the connection.
+    fn message(&mut self, message: Message, now: Instant) -> Result<Step<Self::Output>, WsError>;
 
     /// Time passed: keepalives, liveness, answers overdue.
     fn tick(&mut self, now: Instant) -> (Tick, Vec<Self::Output>);
@@ -297,7 +301,7 @@ async fn serve<C: WsCore>(
                     return Served::Lost(WsError::Passing(reason));
                 }
                 Some(Ok(message)) => match core.message(message, Instant::now()) {
-                    Ok(said) => (Vec::new(), said),
+                    Ok(step) => step,
                     Err(e) => return Served::Lost(e),
                 },
                 Some(Err(e)) => return Served::Lost(WsError::Passing(format!("the connection failed: {e}"))),

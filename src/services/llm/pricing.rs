@@ -164,6 +164,17 @@ fn is_version_suffix(rest: &str) -> bool {
 const SPEECH: &[(&str, SpeechPrice)] = &[
     // Deepgram Nova-3 streaming, pay as you go (third-party 2026 figures: $0.0052-0.0059).
     ("nova-3", SpeechPrice::PerMinute(0.0058)),
+    // AssemblyAI Universal-Streaming bills the socket's open time, $0.15 an hour; voxide streams
+    // all of a session's audio from its start, so its audio is that time. U3-Pro: $0.45 an hour.
+    (
+        "universal-streaming-english",
+        SpeechPrice::PerMinute(0.0025),
+    ),
+    (
+        "universal-streaming-multilingual",
+        SpeechPrice::PerMinute(0.0025),
+    ),
+    ("u3-rt-pro", SpeechPrice::PerMinute(0.0075)),
     // OpenAI transcription.
     ("gpt-4o-transcribe", SpeechPrice::PerMinute(0.006)),
     ("gpt-4o-mini-transcribe", SpeechPrice::PerMinute(0.003)),
@@ -171,6 +182,13 @@ const SPEECH: &[(&str, SpeechPrice)] = &[
     // plans.
     ("sonic-3.5", SpeechPrice::PerMillionChars(38.0)),
     ("sonic-2", SpeechPrice::PerMillionChars(38.0)),
+    // ElevenLabs: Flash and Turbo v2.5 $0.05 per thousand characters, Multilingual v2 $0.10.
+    ("eleven_flash_v2_5", SpeechPrice::PerMillionChars(50.0)),
+    ("eleven_turbo_v2_5", SpeechPrice::PerMillionChars(50.0)),
+    (
+        "eleven_multilingual_v2",
+        SpeechPrice::PerMillionChars(100.0),
+    ),
     // OpenAI speech: tts-1 by the character; gpt-4o-mini-tts about $0.015 a minute, which is
     // $16.7 per million characters at 15 characters a second.
     ("tts-1", SpeechPrice::PerMillionChars(15.0)),

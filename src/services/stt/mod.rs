@@ -2,10 +2,12 @@
 //! from a CTranslate2 model) behind it as a segment decoder, and the stage that transcribes the
 //! user's turns.
 
+pub mod assemblyai;
 pub mod ct2;
 mod decoder;
 pub mod deepgram;
 mod fallback;
+mod kept;
 mod segmented;
 mod service;
 mod stream;

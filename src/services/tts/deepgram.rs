@@ -17,7 +17,9 @@ use tokio::sync::mpsc;
 
 use super::socket::{Command, SocketProvider, SocketVoice};
 use super::stream::TtsEvent;
-use crate::services::ws::{self, ConnectRequest, Message, ReconnectPolicy, Tick, WsCore, WsError};
+use crate::services::ws::{
+    self, ConnectRequest, Message, ReconnectPolicy, Step, Tick, WsCore, WsError,
+};
 
 /// Deepgram's API, when `DEEPGRAM_URL` names no other host.
 pub const DEFAULT_URL: &str = "wss://api.deepgram.com";
@@ -154,6 +156,65 @@ impl AuraCore {
     fn send_now(&self, messages: Vec<Message>) -> Vec<Message> {
         if self.connected { messages } else { Vec::new() }
     }
+    /// What a message from Aura says.
+    fn heard(&mut self, message: Message) -> Vec<(String, TtsEvent)> {
+        match message {
+            Message::Binary(bytes) => {
+                if self.clearing > 0 {
+                    return Vec::new();
+                }
+                let Some(turn) = &mut self.turn else {
+                    return Vec::new();
+                };
+                let samples: Vec<i16> = bytes
+                    .chunks_exact(2)
+                    .map(|b| i16::from_le_bytes([b[0], b[1]]))
+                    .collect();
+                if samples.is_empty() {
+                    return Vec::new();
+                }
+                turn.speaking = true;
+                turn.unanswered.clear();
+                turn.audio_secs += samples.len() as f64 / f64::from(SAMPLE_RATE);
+                vec![(turn.context.clone(), TtsEvent::Audio(samples))]
+            }
+            Message::Text(text) => {
+                let parsed: ServerMessage = match serde_json::from_str(&text) {
+                    Ok(parsed) => parsed,
+                    Err(e) => {
+                        crate::warnings::warn(
+                            "aura_unreadable_message",
+                            format_args!(
+                                "an unreadable Deepgram Aura message was skipped ({e}): {text:.200}"
+                            ),
+                        );
+                        return Vec::new();
+                    }
+                };
+                match parsed {
+                    ServerMessage::Cleared => {
+                        self.clearing = self.clearing.saturating_sub(1);
+                        Vec::new()
+                    }
+                    ServerMessage::Flushed if self.clearing == 0 => {
+                        match self.turn.take_if(|t| t.flushed) {
+                            Some(turn) => vec![(turn.context, TtsEvent::Done)],
+                            None => Vec::new(),
+                        }
+                    }
+                    ServerMessage::Warning { description } => {
+                        crate::warnings::warn(
+                            "aura_warning",
+                            format_args!("Deepgram Aura warned: {description}"),
+                        );
+                        Vec::new()
+                    }
+                    _ => Vec::new(),
+                }
+            }
+            _ => Vec::new(),
+        }
+    }
 }
 
 impl WsCore for AuraCore {
@@ -273,63 +334,8 @@ impl WsCore for AuraCore {
         &mut self,
         message: Message,
         _now: Instant,
-    ) -> Result<Vec<(String, TtsEvent)>, WsError> {
-        match message {
-            Message::Binary(bytes) => {
-                if self.clearing > 0 {
-                    return Ok(Vec::new());
-                }
-                let Some(turn) = &mut self.turn else {
-                    return Ok(Vec::new());
-                };
-                let samples: Vec<i16> = bytes
-                    .chunks_exact(2)
-                    .map(|b| i16::from_le_bytes([b[0], b[1]]))
-                    .collect();
-                if samples.is_empty() {
-                    return Ok(Vec::new());
-                }
-                turn.speaking = true;
-                turn.unanswered.clear();
-                turn.audio_secs += samples.len() as f64 / f64::from(SAMPLE_RATE);
-                Ok(vec![(turn.context.clone(), TtsEvent::Audio(samples))])
-            }
-            Message::Text(text) => {
-                let parsed: ServerMessage = match serde_json::from_str(&text) {
-                    Ok(parsed) => parsed,
-                    Err(e) => {
-                        crate::warnings::warn(
-                            "aura_unreadable_message",
-                            format_args!(
-                                "an unreadable Deepgram Aura message was skipped ({e}): {text:.200}"
-                            ),
-                        );
-                        return Ok(Vec::new());
-                    }
-                };
-                Ok(match parsed {
-                    ServerMessage::Cleared => {
-                        self.clearing = self.clearing.saturating_sub(1);
-                        Vec::new()
-                    }
-                    ServerMessage::Flushed if self.clearing == 0 => {
-                        match self.turn.take_if(|t| t.flushed) {
-                            Some(turn) => vec![(turn.context, TtsEvent::Done)],
-                            None => Vec::new(),
-                        }
-                    }
-                    ServerMessage::Warning { description } => {
-                        crate::warnings::warn(
-                            "aura_warning",
-                            format_args!("Deepgram Aura warned: {description}"),
-                        );
-                        Vec::new()
-                    }
-                    _ => Vec::new(),
-                })
-            }
-            _ => Ok(Vec::new()),
-        }
+    ) -> Result<Step<(String, TtsEvent)>, WsError> {
+        Ok((Vec::new(), self.heard(message)))
     }
 
     fn tick(&mut self, _now: Instant) -> (Tick, Vec<(String, TtsEvent)>) {
@@ -378,7 +384,7 @@ mod tests {
         let (sent, said) = core.input(text("a", "Hello there."), now);
         assert_eq!(sent, vec![AuraCore::speak("Hello there.")]);
         assert!(matches!(&said[1].1, TtsEvent::Words { words, .. } if words.len() == 2));
-        assert_eq!(core.message(audio(2_400), now).expect("audio").len(), 1);
+        assert_eq!(core.message(audio(2_400), now).expect("audio").1.len(), 1);
         let (sent, _) = core.input(
             Command::Flush {
                 context: "a".into(),
@@ -392,7 +398,7 @@ mod tests {
                 now,
             )
             .expect("valid");
-        assert_eq!(done, vec![("a".to_owned(), TtsEvent::Done)]);
+        assert_eq!(done.1, vec![("a".to_owned(), TtsEvent::Done)]);
     }
 
     #[test]
@@ -409,13 +415,13 @@ mod tests {
         );
         assert_eq!(sent, vec![AuraCore::control("Clear")]);
         core.input(text("b", "Yes?"), now);
-        assert!(core.message(audio(480), now).expect("audio").is_empty());
+        assert!(core.message(audio(480), now).expect("audio").1.is_empty());
         core.message(
             Message::Text(r#"{"type":"Cleared","sequence_id":1}"#.into()),
             now,
         )
         .expect("valid");
-        let heard = core.message(audio(480), now).expect("audio");
+        let heard = core.message(audio(480), now).expect("audio").1;
         assert_eq!(heard[0].0, "b");
     }
 

@@ -16,8 +16,11 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
 
+use super::kept::{KeptAudio, pcm_bytes};
 use super::stream::{EVENT_QUEUE, INPUT_QUEUE, SttEngine, SttEvent, SttInput, SttStream};
-use crate::services::ws::{self, ConnectRequest, Message, ReconnectPolicy, Tick, WsCore, WsError};
+use crate::services::ws::{
+    self, ConnectRequest, Message, ReconnectPolicy, Step, Tick, WsCore, WsError,
+};
 use wire::{ClientMessage, ServerMessage};
 
 /// Deepgram's API, when `DEEPGRAM_URL` names no other host.
@@ -141,10 +144,8 @@ const REPLAY_PIECE: usize = SAMPLE_RATE as usize / 10;
 pub struct DeepgramCore {
     settings: DeepgramSettings,
     connected: bool,
-    /// Audio Deepgram has not finalized, oldest first.
-    unanswered: VecDeque<i16>,
-    /// Where `unanswered` starts, in samples from the current socket's start.
-    base: usize,
+    /// Audio Deepgram has not finalized.
+    kept: KeptAudio,
     /// Final segments since the last finalize was answered.
     finals: Vec<String>,
     /// When each finalize still unanswered was asked for.
@@ -165,8 +166,7 @@ impl DeepgramCore {
         Self {
             settings,
             connected: false,
-            unanswered: VecDeque::new(),
-            base: 0,
+            kept: KeptAudio::new(MAX_KEPT),
             finals: Vec::new(),
             owed: VecDeque::new(),
             sent_finalizes: 0,
@@ -194,19 +194,59 @@ impl DeepgramCore {
 
     /// Drops the kept audio up to `end` seconds from the socket's start: it is final.
     fn finalized_up_to(&mut self, end: f64) {
-        let end = (end.max(0.0) * f64::from(SAMPLE_RATE)).round() as usize;
-        let done = end.saturating_sub(self.base).min(self.unanswered.len());
-        self.unanswered.drain(..done);
-        self.base += done;
+        self.kept
+            .done_up_to((end.max(0.0) * f64::from(SAMPLE_RATE)).round() as usize);
     }
 
-    fn audio_message(samples: impl Iterator<Item = i16>) -> Message {
-        let bytes: Vec<u8> = samples.flat_map(i16::to_le_bytes).collect();
-        Message::Binary(bytes.into())
+    fn audio_message(samples: &[i16]) -> Message {
+        Message::Binary(pcm_bytes(samples).into())
     }
 
     fn text_message(message: ClientMessage) -> Message {
         Message::Text(message.json().into())
+    }
+
+    /// What a message from Deepgram says.
+    fn heard(&mut self, message: Message, now: Instant) -> Vec<SttEvent> {
+        self.last_heard = now;
+        self.waiting = false;
+        let text = match message {
+            Message::Text(text) => text,
+            _ => return Vec::new(),
+        };
+        let parsed: ServerMessage = match serde_json::from_str(&text) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                crate::warnings::warn(
+                    "deepgram_unreadable_message",
+                    format_args!("an unreadable Deepgram message was skipped ({e}): {text:.200}"),
+                );
+                return Vec::new();
+            }
+        };
+        let ServerMessage::Results(results) = parsed else {
+            return Vec::new();
+        };
+        let transcript = results.transcript().to_owned();
+        if !results.is_final {
+            return if transcript.is_empty() {
+                Vec::new()
+            } else {
+                vec![SttEvent::Interim(self.text(&transcript))]
+            };
+        }
+        self.finalized_up_to(results.end());
+        if !transcript.is_empty() {
+            self.finals.push(transcript);
+        }
+        if results.from_finalize && !self.owed.is_empty() {
+            return vec![self.answer()];
+        }
+        if self.finals.is_empty() {
+            Vec::new()
+        } else {
+            vec![SttEvent::Interim(self.text(""))]
+        }
     }
 }
 
@@ -221,13 +261,14 @@ impl WsCore for DeepgramCore {
 
     fn opened(&mut self, now: Instant) -> Vec<Message> {
         self.connected = true;
-        self.base = 0;
+        self.kept.restart();
         self.last_sent = now;
         self.last_heard = now;
-        let kept: Vec<i16> = self.unanswered.iter().copied().collect();
-        let mut out: Vec<Message> = kept
-            .chunks(REPLAY_PIECE)
-            .map(|piece| Self::audio_message(piece.iter().copied()))
+        let mut out: Vec<Message> = self
+            .kept
+            .pieces_from(0, REPLAY_PIECE)
+            .iter()
+            .map(|piece| Self::audio_message(piece))
             .collect();
         self.waiting = !out.is_empty();
         // Finalizes the last socket took with it are asked again, after their audio.
@@ -254,12 +295,7 @@ impl WsCore for DeepgramCore {
         match input {
             SttInput::Audio(samples) if samples.is_empty() => (Vec::new(), Vec::new()),
             SttInput::Audio(samples) => {
-                self.unanswered.extend(&samples);
-                let excess = self.unanswered.len().saturating_sub(MAX_KEPT);
-                if excess > 0 {
-                    self.unanswered.drain(..excess);
-                    self.base += excess;
-                }
+                self.kept.push(&samples);
                 if !self.connected {
                     return (Vec::new(), Vec::new());
                 }
@@ -268,7 +304,7 @@ impl WsCore for DeepgramCore {
                     self.waiting = true;
                     self.last_heard = now;
                 }
-                (vec![Self::audio_message(samples.into_iter())], Vec::new())
+                (vec![Self::audio_message(&samples)], Vec::new())
             }
             SttInput::Finalize => {
                 self.owed.push_back(now);
@@ -287,46 +323,8 @@ impl WsCore for DeepgramCore {
         }
     }
 
-    fn message(&mut self, message: Message, now: Instant) -> Result<Vec<SttEvent>, WsError> {
-        self.last_heard = now;
-        self.waiting = false;
-        let text = match message {
-            Message::Text(text) => text,
-            _ => return Ok(Vec::new()),
-        };
-        let parsed: ServerMessage = match serde_json::from_str(&text) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                crate::warnings::warn(
-                    "deepgram_unreadable_message",
-                    format_args!("an unreadable Deepgram message was skipped ({e}): {text:.200}"),
-                );
-                return Ok(Vec::new());
-            }
-        };
-        let ServerMessage::Results(results) = parsed else {
-            return Ok(Vec::new());
-        };
-        let transcript = results.transcript().to_owned();
-        if !results.is_final {
-            return Ok(if transcript.is_empty() {
-                Vec::new()
-            } else {
-                vec![SttEvent::Interim(self.text(&transcript))]
-            });
-        }
-        self.finalized_up_to(results.end());
-        if !transcript.is_empty() {
-            self.finals.push(transcript);
-        }
-        if results.from_finalize && !self.owed.is_empty() {
-            return Ok(vec![self.answer()]);
-        }
-        Ok(if self.finals.is_empty() {
-            Vec::new()
-        } else {
-            vec![SttEvent::Interim(self.text(""))]
-        })
+    fn message(&mut self, message: Message, now: Instant) -> Result<Step<SttEvent>, WsError> {
+        Ok((Vec::new(), self.heard(message, now)))
     }
 
     fn tick(&mut self, now: Instant) -> (Tick, Vec<SttEvent>) {
@@ -445,19 +443,23 @@ mod tests {
         core.opened(now);
         core.input(SttInput::Audio(vec![0; 32_000]), now);
         let interim = core.message(results(0.0, 1.0, "what time", false, false), now);
-        assert_eq!(interim, Ok(vec![SttEvent::Interim("what time".into())]));
+        assert_eq!(
+            interim,
+            Ok((vec![], vec![SttEvent::Interim("what time".into())]))
+        );
         core.message(results(0.0, 1.2, "What time is it?", true, false), now)
             .expect("valid");
         core.input(SttInput::Finalize, now);
         let answer = core
             .message(results(1.2, 0.8, "And the date?", true, true), now)
-            .expect("valid");
+            .expect("valid")
+            .1;
         assert_eq!(
             answer,
             vec![SttEvent::Finalized("What time is it? And the date?".into())]
         );
         // All 2 s of audio are final: nothing is kept for a reconnect.
-        assert!(core.unanswered.is_empty());
+        assert!(core.kept.is_empty());
     }
 
     #[test]
@@ -485,7 +487,8 @@ mod tests {
         // The new socket counts from 0 again.
         let answer = core
             .message(results(0.0, 1.1, "there", true, true), now)
-            .expect("valid");
+            .expect("valid")
+            .1;
         assert_eq!(answer, vec![SttEvent::Finalized("Hello there".into())]);
     }
 
@@ -496,11 +499,11 @@ mod tests {
         for _ in 0..40 {
             core.input(SttInput::Audio(vec![0; SAMPLE_RATE as usize]), now);
         }
-        assert_eq!(core.unanswered.len(), MAX_KEPT);
+        assert_eq!(core.kept.len(), MAX_KEPT);
         // A final up to 35 s drops the first 5 s still kept.
         core.message(results(0.0, 35.0, "long", true, false), now)
             .expect("valid");
-        assert_eq!(core.unanswered.len(), 5 * SAMPLE_RATE as usize);
+        assert_eq!(core.kept.len(), 5 * SAMPLE_RATE as usize);
     }
 
     #[test]
@@ -533,11 +536,11 @@ mod tests {
         core.opened(now);
         assert_eq!(
             core.message(Message::Text("{not json".into()), now),
-            Ok(vec![])
+            Ok((vec![], vec![]))
         );
         assert_eq!(
             core.message(Message::Text(r#"{"type":"Surprise"}"#.into()), now),
-            Ok(vec![])
+            Ok((vec![], vec![]))
         );
         core.input(SttInput::Finalize, now);
         let said = core.failed(&WsError::Permanent("HTTP 401".into()));

@@ -20,7 +20,9 @@ use tokio::sync::mpsc;
 
 use super::socket::{Command, SocketProvider, SocketVoice};
 use super::stream::TtsEvent;
-use crate::services::ws::{self, ConnectRequest, Message, ReconnectPolicy, Tick, WsCore, WsError};
+use crate::services::ws::{
+    self, ConnectRequest, Message, ReconnectPolicy, Step, Tick, WsCore, WsError,
+};
 use wire::ServerMessage;
 
 /// Cartesia's API, when `CARTESIA_URL` names no other host.
@@ -148,6 +150,90 @@ impl CartesiaCore {
         };
         Message::Text(serde_json::json!(message).to_string().into())
     }
+    /// What a message from Cartesia says.
+    fn heard(&mut self, message: Message) -> Vec<(String, TtsEvent)> {
+        let Message::Text(text) = message else {
+            return Vec::new();
+        };
+        let parsed: ServerMessage = match serde_json::from_str(&text) {
+            Ok(parsed) => parsed,
+            Err(e) => {
+                crate::warnings::warn(
+                    "cartesia_unreadable_message",
+                    format_args!("an unreadable Cartesia message was skipped ({e}): {text:.200}"),
+                );
+                return Vec::new();
+            }
+        };
+        match parsed {
+            ServerMessage::Chunk { context_id, data } => {
+                let Some(state) = self.contexts.get_mut(&context_id) else {
+                    return Vec::new();
+                };
+                state.speaking = true;
+                state.unanswered.clear();
+                match crate::services::llm::realtime::pcm_from_base64(&data) {
+                    Ok(samples) if !samples.is_empty() => {
+                        vec![(context_id, TtsEvent::Audio(samples))]
+                    }
+                    Ok(_) => Vec::new(),
+                    Err(e) => {
+                        crate::warnings::warn(
+                            "cartesia_bad_audio",
+                            format_args!("Cartesia audio that is not base64 PCM was skipped: {e}"),
+                        );
+                        Vec::new()
+                    }
+                }
+            }
+            ServerMessage::Timestamps {
+                context_id,
+                word_timestamps,
+            } if self.contexts.contains_key(&context_id) => {
+                let words: Vec<WordTiming> = word_timestamps
+                    .words
+                    .iter()
+                    .zip(&word_timestamps.start)
+                    .zip(&word_timestamps.end)
+                    .map(|((word, start), end)| WordTiming {
+                        word: word.clone(),
+                        start_secs: *start,
+                        end_secs: *end,
+                    })
+                    .collect();
+                let text = word_timestamps.words.join(" ");
+                vec![(context_id, TtsEvent::Words { text, words })]
+            }
+            ServerMessage::Done { context_id } if self.contexts.remove(&context_id).is_some() => {
+                vec![(context_id, TtsEvent::Done)]
+            }
+            ServerMessage::Error {
+                context_id,
+                title,
+                message,
+                error,
+            } => {
+                let text = [title, message, error]
+                    .into_iter()
+                    .flatten()
+                    .collect::<Vec<_>>()
+                    .join(": ");
+                match context_id {
+                    Some(id) if self.contexts.remove(&id).is_some() => {
+                        vec![(id, TtsEvent::Error(format!("Cartesia: {text}")))]
+                    }
+                    _ => {
+                        crate::warnings::warn(
+                            "cartesia_error",
+                            format_args!("Cartesia reported an error: {text}"),
+                        );
+                        Vec::new()
+                    }
+                }
+            }
+            _ => Vec::new(),
+        }
+    }
 }
 
 impl WsCore for CartesiaCore {
@@ -265,88 +351,8 @@ impl WsCore for CartesiaCore {
         &mut self,
         message: Message,
         _now: Instant,
-    ) -> Result<Vec<(String, TtsEvent)>, WsError> {
-        let Message::Text(text) = message else {
-            return Ok(Vec::new());
-        };
-        let parsed: ServerMessage = match serde_json::from_str(&text) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                crate::warnings::warn(
-                    "cartesia_unreadable_message",
-                    format_args!("an unreadable Cartesia message was skipped ({e}): {text:.200}"),
-                );
-                return Ok(Vec::new());
-            }
-        };
-        Ok(match parsed {
-            ServerMessage::Chunk { context_id, data } => {
-                let Some(state) = self.contexts.get_mut(&context_id) else {
-                    return Ok(Vec::new());
-                };
-                state.speaking = true;
-                state.unanswered.clear();
-                match crate::services::llm::realtime::pcm_from_base64(&data) {
-                    Ok(samples) if !samples.is_empty() => {
-                        vec![(context_id, TtsEvent::Audio(samples))]
-                    }
-                    Ok(_) => Vec::new(),
-                    Err(e) => {
-                        crate::warnings::warn(
-                            "cartesia_bad_audio",
-                            format_args!("Cartesia audio that is not base64 PCM was skipped: {e}"),
-                        );
-                        Vec::new()
-                    }
-                }
-            }
-            ServerMessage::Timestamps {
-                context_id,
-                word_timestamps,
-            } if self.contexts.contains_key(&context_id) => {
-                let words: Vec<WordTiming> = word_timestamps
-                    .words
-                    .iter()
-                    .zip(&word_timestamps.start)
-                    .zip(&word_timestamps.end)
-                    .map(|((word, start), end)| WordTiming {
-                        word: word.clone(),
-                        start_secs: *start,
-                        end_secs: *end,
-                    })
-                    .collect();
-                let text = word_timestamps.words.join(" ");
-                vec![(context_id, TtsEvent::Words { text, words })]
-            }
-            ServerMessage::Done { context_id } if self.contexts.remove(&context_id).is_some() => {
-                vec![(context_id, TtsEvent::Done)]
-            }
-            ServerMessage::Error {
-                context_id,
-                title,
-                message,
-                error,
-            } => {
-                let text = [title, message, error]
-                    .into_iter()
-                    .flatten()
-                    .collect::<Vec<_>>()
-                    .join(": ");
-                match context_id {
-                    Some(id) if self.contexts.remove(&id).is_some() => {
-                        vec![(id, TtsEvent::Error(format!("Cartesia: {text}")))]
-                    }
-                    _ => {
-                        crate::warnings::warn(
-                            "cartesia_error",
-                            format_args!("Cartesia reported an error: {text}"),
-                        );
-                        Vec::new()
-                    }
-                }
-            }
-            _ => Vec::new(),
-        })
+    ) -> Result<Step<(String, TtsEvent)>, WsError> {
+        Ok((Vec::new(), self.heard(message)))
     }
 
     fn tick(&mut self, _now: Instant) -> (Tick, Vec<(String, TtsEvent)>) {
