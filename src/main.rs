@@ -22,6 +22,7 @@ use voxide::services::stt::assemblyai::AssemblyAiSettings;
 use voxide::services::stt::deepgram::DeepgramSettings;
 use voxide::services::tts::cartesia::CartesiaSettings;
 use voxide::services::tts::deepgram::AuraSettings;
+use voxide::services::tts::elevenlabs::ElevenLabsSettings;
 use voxide::services::tts::openai::OpenAiSpeechSettings;
 use voxide::transports::file::{RunOptions, run};
 use voxide::turns::BargeIn;
@@ -248,12 +249,18 @@ fn tts_choice(
                 }
                 TtsChoice::Deepgram(settings)
             }
-            "elevenlabs" => anyhow::bail!(
-                "--tts elevenlabs: not available yet in this build; use piper, espeak, cartesia, \
-                 openai or deepgram"
-            ),
+            "elevenlabs" => {
+                let mut settings = ElevenLabsSettings::from_env()?;
+                if let Some(model) = model.take() {
+                    settings.model = model;
+                }
+                if let Some(id) = voice_id.take() {
+                    settings.voice = id;
+                }
+                TtsChoice::ElevenLabs(settings)
+            }
             other => anyhow::bail!(
-                "--tts {other:?}: use piper, espeak, cartesia, openai or deepgram (a \
+                "--tts {other:?}: use piper, espeak, cartesia, elevenlabs, openai or deepgram (a \
                  comma-separated list falls back from each to the next)"
             ),
         };

@@ -721,7 +721,11 @@ mod assemblyai {
                         Some("ForceEndpoint") => {
                             let heard = received - turn_start;
                             let text = match faults.words {
-                                Some(_) => words.take().unwrap_or_default().to_owned(),
+                                // A turn's worth of audio is speech; a sliver is not.
+                                Some(_) if heard > 8_000 => {
+                                    words.take().unwrap_or_default().to_owned()
+                                }
+                                Some(_) => String::new(),
                                 None => format!("heard {heard}"),
                             };
                             let raw = text.to_lowercase().replace(['.', '?', ','], "");
@@ -887,6 +891,350 @@ mod assemblyai {
     }
 }
 
+/// ElevenLabs' multi-context socket: voice settings once per socket, at most five open contexts,
+/// `close_context` answered by `isFinal`, alignment keys spelled both ways.
+mod elevenlabs {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
+    use axum::extract::{Path, State};
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::{IntoResponse, Response};
+    use serde_json::{Value, json};
+
+    use voxide::services::tts::elevenlabs::{ElevenLabsSettings, ElevenLabsTts};
+    use voxide::services::tts::{TtsEngine, TtsEvent, TtsInput};
+
+    /// Samples of audio the stand-in makes per word.
+    const PER_WORD: usize = 2_400;
+    /// The value of every sample it makes.
+    pub(super) const LEVEL: i16 = 2_345;
+
+    #[derive(Clone, Default)]
+    pub(super) struct ElevenLabs {
+        /// Drop the first socket on its first text, before any audio.
+        drop_first: bool,
+        pub(super) sockets: Arc<Mutex<usize>>,
+        handshakes: Arc<Mutex<usize>>,
+        /// The voice in the path and the query of the last handshake.
+        pub(super) request: Arc<Mutex<(String, String)>>,
+        /// What ElevenLabs closes a socket with 1008 for.
+        pub(super) violations: Arc<Mutex<Vec<String>>>,
+        /// The most contexts open at once on a socket.
+        pub(super) most_open: Arc<Mutex<usize>>,
+    }
+
+    async fn websocket(
+        State(stand_in): State<ElevenLabs>,
+        Path(voice): Path<String>,
+        headers: HeaderMap,
+        uri: axum::http::Uri,
+        upgrade: WebSocketUpgrade,
+    ) -> Response {
+        *stand_in.handshakes.lock().expect("lock") += 1;
+        *stand_in.request.lock().expect("lock") =
+            (voice, uri.query().unwrap_or_default().to_owned());
+        if headers.get("xi-api-key").and_then(|v| v.to_str().ok()) != Some("el-test") {
+            return (StatusCode::UNAUTHORIZED, "invalid_api_key").into_response();
+        }
+        let first = {
+            let mut sockets = stand_in.sockets.lock().expect("lock");
+            *sockets += 1;
+            *sockets == 1
+        };
+        upgrade.on_upgrade(move |socket| serve(socket, stand_in, first))
+    }
+
+    fn audio(context: &str, word: &str, n: usize) -> Message {
+        use base64::Engine;
+        let bytes: Vec<u8> = [LEVEL; PER_WORD]
+            .iter()
+            .flat_map(|s| s.to_le_bytes())
+            .collect();
+        let chars: Vec<String> = format!("{word} ").chars().map(String::from).collect();
+        let starts: Vec<f64> = (0..chars.len()).map(|i| i as f64 * 10.0).collect();
+        let durations = vec![10.0; chars.len()];
+        // Servers have spelled these keys both ways.
+        let (context_key, starts_key, durations_key) = if n % 2 == 0 {
+            ("contextId", "charStartTimesMs", "charDurationsMs")
+        } else {
+            ("context_id", "charsStartTimesMs", "charsDurationsMs")
+        };
+        Message::Text(
+            json!({"audio": base64::engine::general_purpose::STANDARD.encode(bytes), "isFinal": null,
+                context_key: context,
+                "alignment": {"chars": chars, starts_key: starts, durations_key: durations},
+                "normalizedAlignment": {"chars": [], "charStartTimesMs": [], "charDurationsMs": []}})
+            .to_string()
+            .into(),
+        )
+    }
+
+    async fn refuse(socket: &mut WebSocket, stand_in: &ElevenLabs, reason: &str) {
+        stand_in
+            .violations
+            .lock()
+            .expect("lock")
+            .push(reason.to_owned());
+        let frame = CloseFrame {
+            code: 1008,
+            reason: reason.to_owned().into(),
+        };
+        let _ = socket.send(Message::Close(Some(frame))).await;
+    }
+
+    /// Each text is spoken at once (auto mode), a word a message. `close_context` on a flushed
+    /// context is answered with `isFinal` at once; on one cut short (an interruption) with a late
+    /// chunk, and its `isFinal` 200 ms later, the slot held until then.
+    async fn serve(mut socket: WebSocket, stand_in: ElevenLabs, first: bool) {
+        let mut open: HashMap<String, bool> = HashMap::new();
+        let mut finals: Vec<(tokio::time::Instant, String)> = Vec::new();
+        let mut messages = 0usize;
+        let mut chunks = 0usize;
+        loop {
+            let due = finals.iter().map(|(at, _)| *at).min();
+            let text = tokio::select! {
+                message = socket.recv() => match message {
+                    Some(Ok(Message::Text(text))) => text,
+                    _ => return,
+                },
+                () = async { tokio::time::sleep_until(due.unwrap_or_else(tokio::time::Instant::now)).await }, if due.is_some() => {
+                    let now = tokio::time::Instant::now();
+                    let (ready, later): (Vec<_>, Vec<_>) = finals.drain(..).partition(|(at, _)| *at <= now);
+                    finals = later;
+                    for (_, context) in ready {
+                        open.remove(&context);
+                        let done = json!({"isFinal": true, "contextId": context});
+                        let _ = socket.send(Message::Text(done.to_string().into())).await;
+                    }
+                    continue;
+                }
+            };
+            let message: Value = serde_json::from_str(&text).expect("client messages are JSON");
+            messages += 1;
+            let has_settings = message.get("voice_settings").is_some();
+            if messages == 1 && !has_settings {
+                return refuse(
+                    &mut socket,
+                    &stand_in,
+                    "voice_settings field must be provided in the first message",
+                )
+                .await;
+            }
+            if messages > 1 && has_settings {
+                return refuse(
+                    &mut socket,
+                    &stand_in,
+                    "voice_settings may only be provided in the first message",
+                )
+                .await;
+            }
+            if message["close_socket"] == true {
+                return;
+            }
+            let context = message["context_id"]
+                .as_str()
+                .expect("a context")
+                .to_owned();
+            if message["close_context"] == true {
+                let flushed = open.get(&context).copied().unwrap_or(true);
+                if flushed {
+                    open.remove(&context);
+                    let done = json!({"isFinal": true, "contextId": context});
+                    let _ = socket.send(Message::Text(done.to_string().into())).await;
+                } else {
+                    let _ = socket.send(audio(&context, "late", chunks)).await;
+                    finals.push((
+                        tokio::time::Instant::now() + Duration::from_millis(200),
+                        context,
+                    ));
+                }
+                continue;
+            }
+            if message["flush"] == true {
+                open.insert(context, true);
+                continue;
+            }
+            let text = message["text"].as_str().expect("a text");
+            if text == " " {
+                open.insert(context, false);
+                {
+                    let mut most = stand_in.most_open.lock().expect("lock");
+                    *most = (*most).max(open.len());
+                }
+                if open.len() > 5 {
+                    return refuse(
+                        &mut socket,
+                        &stand_in,
+                        "Maximum simultaneous contexts per WebSocket connection exceeded (5)",
+                    )
+                    .await;
+                }
+                continue;
+            }
+            if text.is_empty() {
+                continue;
+            }
+            assert!(text.ends_with(' '), "each text ends in a space: {text:?}");
+            if first && stand_in.drop_first {
+                return;
+            }
+            for word in text.split_whitespace() {
+                let _ = socket.send(audio(&context, word, chunks)).await;
+                chunks += 1;
+            }
+        }
+    }
+
+    pub(super) async fn elevenlabs(stand_in: ElevenLabs, key: &str) -> (ElevenLabsTts, ElevenLabs) {
+        let app = axum::Router::new()
+            .route(
+                "/v1/text-to-speech/{voice}/multi-stream-input",
+                axum::routing::get(websocket),
+            )
+            .with_state(stand_in.clone());
+        let addr = super::serve(app).await;
+        let engine = ElevenLabsTts::new(ElevenLabsSettings {
+            url: format!("ws://{addr}"),
+            reconnect: super::quick_reconnects(),
+            ..ElevenLabsSettings::new(key)
+        });
+        (engine, stand_in)
+    }
+
+    async fn say(engine: &ElevenLabsTts, pieces: &[&str]) -> Vec<TtsEvent> {
+        let mut context = engine.open();
+        for piece in pieces {
+            context
+                .input
+                .send(TtsInput::Text((*piece).to_owned()))
+                .await
+                .expect("text");
+        }
+        context.input.send(TtsInput::Flush).await.expect("flush");
+        super::until_end(&mut context).await
+    }
+
+    fn words(events: &[TtsEvent]) -> Vec<String> {
+        events
+            .iter()
+            .filter_map(|e| match e {
+                TtsEvent::Words { words, .. } => Some(words.iter().map(|w| w.word.clone())),
+                _ => None,
+            })
+            .flatten()
+            .collect()
+    }
+
+    #[tokio::test]
+    async fn turns_are_spoken_with_timed_words_and_end_with_their_final() {
+        let (engine, stand_in) = elevenlabs(ElevenLabs::default(), "el-test").await;
+        let events = say(&engine, &["Hello there.", "How are you?"]).await;
+        assert_eq!(events.last(), Some(&TtsEvent::Done));
+        assert_eq!(super::samples_at(&events, LEVEL), 5 * PER_WORD);
+        assert_eq!(words(&events), ["Hello", "there.", "How", "are", "you?"]);
+        let starts: Vec<f64> = events
+            .iter()
+            .filter_map(|e| match e {
+                TtsEvent::Words { words, .. } => Some(words[0].start_secs),
+                _ => None,
+            })
+            .collect();
+        assert!(
+            starts.windows(2).all(|w| (w[1] - w[0] - 0.1).abs() < 1e-9),
+            "each word 100 ms after the one before: {starts:?}"
+        );
+        // The second turn on the same socket sends no voice settings.
+        let events = say(&engine, &["Fine."]).await;
+        assert_eq!(events.last(), Some(&TtsEvent::Done));
+        assert_eq!(*stand_in.sockets.lock().expect("lock"), 1);
+        assert!(
+            stand_in.violations.lock().expect("lock").is_empty(),
+            "{:?}",
+            stand_in.violations
+        );
+        let (voice, query) = stand_in.request.lock().expect("lock").clone();
+        assert_eq!(voice, "21m00Tcm4TlvDq8ikWAM");
+        for part in [
+            "model_id=eleven_flash_v2_5",
+            "output_format=pcm_24000",
+            "auto_mode=true",
+        ] {
+            assert!(query.contains(part), "{query}");
+        }
+    }
+
+    #[tokio::test]
+    async fn rapid_barge_ins_never_hold_more_than_five_contexts() {
+        let (engine, stand_in) = elevenlabs(ElevenLabs::default(), "el-test").await;
+        for n in 0..8 {
+            let mut context = engine.open();
+            context
+                .input
+                .send(TtsInput::Text(format!("Turn {n} is cut short.")))
+                .await
+                .expect("text");
+            // The first audio shows the context is open at ElevenLabs; then the user barges in.
+            loop {
+                match context.events.recv().await.expect("an event") {
+                    TtsEvent::Audio(_) => break,
+                    TtsEvent::Words { .. } | TtsEvent::Characters(_) => {}
+                    other => panic!("speech first: {other:?}"),
+                }
+            }
+        }
+        let events = say(&engine, &["Still here."]).await;
+        assert_eq!(events.last(), Some(&TtsEvent::Done));
+        assert_eq!(
+            words(&events),
+            ["Still", "here."],
+            "no late audio of a cut turn"
+        );
+        assert!(
+            stand_in.violations.lock().expect("lock").is_empty(),
+            "{:?}",
+            stand_in.violations
+        );
+        assert_eq!(*stand_in.most_open.lock().expect("lock"), 5);
+        assert_eq!(*stand_in.sockets.lock().expect("lock"), 1);
+    }
+
+    #[tokio::test]
+    async fn text_whose_socket_died_before_any_audio_is_sent_again() {
+        let stand_in = ElevenLabs {
+            drop_first: true,
+            ..ElevenLabs::default()
+        };
+        let (engine, stand_in) = elevenlabs(stand_in, "el-test").await;
+        let events = say(&engine, &["Nothing is lost."]).await;
+        assert_eq!(events.last(), Some(&TtsEvent::Done));
+        assert_eq!(words(&events), ["Nothing", "is", "lost."]);
+        assert_eq!(*stand_in.sockets.lock().expect("lock"), 2);
+        assert!(
+            stand_in.violations.lock().expect("lock").is_empty(),
+            "{:?}",
+            stand_in.violations
+        );
+    }
+
+    #[tokio::test]
+    async fn a_rejected_key_fails_at_once_without_retrying() {
+        let (engine, stand_in) = elevenlabs(ElevenLabs::default(), "wrong").await;
+        let events = say(&engine, &["Hello."]).await;
+        assert!(
+            matches!(events.last(), Some(TtsEvent::Failed(m)) if m.contains("401")),
+            "{events:?}"
+        );
+        assert_eq!(
+            *stand_in.handshakes.lock().expect("lock"),
+            1,
+            "no retry storm"
+        );
+    }
+}
+
 /// `voxide run --stt deepgram --tts cartesia` against the stand-ins: transcripts, bot audio and
 /// events as with the embedded engines; and the embedded engines taking over when a provider
 /// refuses the key.
@@ -1021,6 +1369,54 @@ mod whole_bot {
             stt_ttfb >= 0.2,
             "timed from the estimated end of speech: {stt_ttfb}"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn assemblyai_listens_and_elevenlabs_speaks_the_answer() {
+        let faults = super::assemblyai::Faults {
+            words: Some("Hello there. What time is it?"),
+            ..Default::default()
+        };
+        let (listener, _) = super::assemblyai::assemblyai(faults, "aai-test").await;
+        let (voice, seen) = super::elevenlabs::elevenlabs(Default::default(), "el-test").await;
+        let ran = ask(
+            vec![SttChoice::AssemblyAi(listener.settings().clone())],
+            vec![TtsChoice::ElevenLabs(voice.settings().clone())],
+            "assemblyai_elevenlabs",
+        )
+        .await;
+        let summary = &ran.summary;
+        assert!(summary.errors.is_empty(), "{:?}", summary.errors);
+        assert_eq!(summary.transcripts, ["Hello there. What time is it?"]);
+        assert_eq!(summary.voice_to_voice_ms.len(), 1, "the turn is answered");
+        assert!(
+            !summary.bot_text.is_empty(),
+            "the bot's words, as ElevenLabs timed them"
+        );
+        let voiced = ran
+            .audio
+            .iter()
+            .filter(|s| **s == super::elevenlabs::LEVEL)
+            .count();
+        assert!(
+            voiced > 2_400,
+            "ElevenLabs' audio is what was played: {voiced} samples"
+        );
+        assert!(seen.violations.lock().expect("lock").is_empty());
+        let metrics: Vec<&serde_json::Value> = ran
+            .events
+            .iter()
+            .filter(|e| e["type"] == "metrics")
+            .flat_map(|e| e["data"].as_array().into_iter().flatten())
+            .collect();
+        let priced = |kind: &str, model: &str| {
+            metrics
+                .iter()
+                .find(|m| m["type"] == kind && m["model"] == model)
+                .and_then(|m| m["cost_usd"].as_f64())
+        };
+        assert!(priced("stt_usage", "universal-streaming-english").is_some_and(|c| c > 0.0));
+        assert!(priced("tts_usage", "eleven_flash_v2_5").is_some_and(|c| c > 0.0));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

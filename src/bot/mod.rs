@@ -32,6 +32,7 @@ use crate::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
 use crate::services::stt::{Segmented, SttEngine, SttFallback, SttService, Whisper};
 use crate::services::tts::cartesia::{CartesiaSettings, CartesiaTts};
 use crate::services::tts::deepgram::{AuraSettings, AuraTts};
+use crate::services::tts::elevenlabs::{ElevenLabsSettings, ElevenLabsTts};
 use crate::services::tts::espeak::EspeakError;
 use crate::services::tts::openai::{OpenAiSpeech, OpenAiSpeechSettings};
 use crate::services::tts::{
@@ -138,6 +139,8 @@ pub enum TtsChoice {
     OpenAi(OpenAiSpeechSettings),
     /// Deepgram Aura's streaming voice.
     Deepgram(AuraSettings),
+    /// ElevenLabs' multi-context streaming voice.
+    ElevenLabs(ElevenLabsSettings),
 }
 
 /// A text LLM.
@@ -362,6 +365,7 @@ pub fn build<S: AudioSink>(
                 },
                 TtsChoice::Cartesia(settings) => Arc::new(CartesiaTts::new(settings.clone())),
                 TtsChoice::Deepgram(settings) => Arc::new(AuraTts::new(settings.clone())),
+                TtsChoice::ElevenLabs(settings) => Arc::new(ElevenLabsTts::new(settings.clone())),
                 TtsChoice::OpenAi(settings) => {
                     Arc::new(OpenAiSpeech::new(settings.clone()).map_err(BotError::Config)?)
                 }

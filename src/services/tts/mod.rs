@@ -4,6 +4,7 @@
 
 pub mod cartesia;
 pub mod deepgram;
+pub mod elevenlabs;
 pub mod espeak;
 mod fallback;
 pub mod openai;

@@ -103,6 +103,11 @@ impl AssemblyAiStt {
     pub fn new(settings: AssemblyAiSettings) -> Self {
         Self { settings }
     }
+
+    /// Its settings.
+    pub fn settings(&self) -> &AssemblyAiSettings {
+        &self.settings
+    }
 }
 
 impl SttEngine for AssemblyAiStt {
