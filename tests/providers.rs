@@ -957,7 +957,7 @@ mod elevenlabs {
         let starts: Vec<f64> = (0..chars.len()).map(|i| i as f64 * 10.0).collect();
         let durations = vec![10.0; chars.len()];
         // Servers have spelled these keys both ways.
-        let (context_key, starts_key, durations_key) = if n % 2 == 0 {
+        let (context_key, starts_key, durations_key) = if n.is_multiple_of(2) {
             ("contextId", "charStartTimesMs", "charDurationsMs")
         } else {
             ("context_id", "charsStartTimesMs", "charsDurationsMs")
