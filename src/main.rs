@@ -20,6 +20,7 @@ use voxide::services::llm::openai::OpenAiSettings;
 use voxide::services::llm::openai_realtime::OpenAiRealtimeSettings;
 use voxide::services::stt::assemblyai::AssemblyAiSettings;
 use voxide::services::stt::deepgram::DeepgramSettings;
+use voxide::services::stt::openai::OpenAiSttSettings;
 use voxide::services::tts::cartesia::CartesiaSettings;
 use voxide::services::tts::deepgram::AuraSettings;
 use voxide::services::tts::elevenlabs::ElevenLabsSettings;
@@ -293,12 +294,16 @@ fn stt_choice(spec: &str, model: Option<String>) -> Result<Vec<SttChoice>> {
                 }
                 SttChoice::AssemblyAi(settings)
             }
-            "openai" => anyhow::bail!(
-                "--stt openai: not available yet in this build; use whisper, deepgram or assemblyai"
-            ),
+            "openai" => {
+                let mut settings = OpenAiSttSettings::from_env()?;
+                if let Some(model) = model.take() {
+                    settings.model = model;
+                }
+                SttChoice::OpenAi(settings)
+            }
             other => anyhow::bail!(
-                "--stt {other:?}: use whisper, deepgram or assemblyai (a comma-separated list falls \
-                 back from each to the next)"
+                "--stt {other:?}: use whisper, deepgram, assemblyai or openai (a comma-separated \
+                 list falls back from each to the next)"
             ),
         };
         if list.contains(&stt) {

@@ -891,6 +891,256 @@ mod assemblyai {
     }
 }
 
+/// OpenAI realtime transcription: the session configured before any audio, each VAD segment
+/// committed and answered by its item's transcript.
+mod openai_transcription {
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use axum::extract::State;
+    use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::{IntoResponse, Response};
+    use serde_json::{Value, json};
+
+    use voxide::services::stt::openai::{OpenAiStt, OpenAiSttSettings};
+    use voxide::services::stt::{SttEngine, SttEvent, SttInput, SttStream};
+
+    #[derive(Clone, Copy, Default)]
+    pub(super) struct Faults {
+        /// Wait this long before `session.created`.
+        pub(super) created_delay: Duration,
+        /// Drop the first socket at its first commit, unanswered.
+        pub(super) drop_first: bool,
+        /// Answer the first segment of real speech with these words (else "heard N").
+        pub(super) words: Option<&'static str>,
+    }
+
+    #[derive(Clone, Default)]
+    pub(super) struct Transcriber {
+        faults: Faults,
+        pub(super) sockets: Arc<Mutex<usize>>,
+        handshakes: Arc<Mutex<usize>>,
+        /// What OpenAI would reject: audio before the session is configured, a `model` in the
+        /// URL, a session that is not for transcription at 24 kHz.
+        pub(super) violations: Arc<Mutex<Vec<String>>>,
+    }
+
+    async fn realtime(
+        State(stand_in): State<Transcriber>,
+        headers: HeaderMap,
+        uri: axum::http::Uri,
+        upgrade: WebSocketUpgrade,
+    ) -> Response {
+        *stand_in.handshakes.lock().expect("lock") += 1;
+        if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some("Bearer oa-test") {
+            return (StatusCode::UNAUTHORIZED, "invalid_api_key").into_response();
+        }
+        let query = uri.query().unwrap_or_default().to_owned();
+        if query != "intent=transcription" {
+            stand_in
+                .violations
+                .lock()
+                .expect("lock")
+                .push(format!("query {query}"));
+        }
+        let first = {
+            let mut sockets = stand_in.sockets.lock().expect("lock");
+            *sockets += 1;
+            *sockets == 1
+        };
+        upgrade.on_upgrade(move |socket| serve(socket, stand_in, first))
+    }
+
+    async fn send(socket: &mut WebSocket, value: Value) {
+        let _ = socket.send(Message::Text(value.to_string().into())).await;
+    }
+
+    async fn serve(mut socket: WebSocket, stand_in: Transcriber, first: bool) {
+        let faults = stand_in.faults;
+        let violation = |what: String| stand_in.violations.lock().expect("lock").push(what);
+        tokio::time::sleep(faults.created_delay).await;
+        send(&mut socket, json!({"type": "session.created", "event_id": "e0", "session": {"type": "transcription"}})).await;
+        let (mut configured, mut buffered, mut items) = (false, 0usize, 0usize);
+        let mut words = faults.words;
+        while let Some(Ok(Message::Text(text))) = socket.recv().await {
+            let event: Value = serde_json::from_str(&text).expect("client events are JSON");
+            match event["type"].as_str() {
+                Some("session.update") => {
+                    let session = &event["session"];
+                    let input = &session["audio"]["input"];
+                    if session["type"] != "transcription"
+                        || input["format"]["rate"] != 24_000
+                        || !input["turn_detection"].is_null()
+                    {
+                        violation(format!("session {session}"));
+                    }
+                    configured = true;
+                    send(
+                        &mut socket,
+                        json!({"type": "session.updated", "session": session}),
+                    )
+                    .await;
+                }
+                Some("input_audio_buffer.append") => {
+                    use base64::Engine;
+                    if !configured {
+                        violation("audio before session.updated".into());
+                    }
+                    let audio = event["audio"].as_str().expect("audio");
+                    buffered += base64::engine::general_purpose::STANDARD
+                        .decode(audio)
+                        .expect("base64")
+                        .len()
+                        / 2;
+                }
+                Some("input_audio_buffer.commit") => {
+                    if first && faults.drop_first {
+                        return;
+                    }
+                    if buffered < 2_400 {
+                        send(&mut socket, json!({"type": "error", "error": {"type": "invalid_request_error",
+                            "code": "input_audio_buffer_commit_empty", "message": "buffer too small"}})).await;
+                        continue;
+                    }
+                    items += 1;
+                    let item = format!("item_{items}");
+                    send(&mut socket, json!({"type": "input_audio_buffer.committed", "item_id": item, "previous_item_id": null})).await;
+                    let transcript = match faults.words {
+                        Some(_) if buffered > 12_000 => words.take().unwrap_or_default().to_owned(),
+                        Some(_) => String::new(),
+                        None => format!("heard {buffered}"),
+                    };
+                    for piece in transcript.split_inclusive(' ') {
+                        send(
+                            &mut socket,
+                            json!({"type": "conversation.item.input_audio_transcription.delta",
+                            "item_id": item, "content_index": 0, "delta": piece}),
+                        )
+                        .await;
+                    }
+                    send(
+                        &mut socket,
+                        json!({"type": "conversation.item.input_audio_transcription.completed",
+                        "item_id": item, "content_index": 0, "transcript": transcript,
+                        "usage": {"type": "duration", "seconds": buffered as f64 / 24_000.0}}),
+                    )
+                    .await;
+                    buffered = 0;
+                }
+                other => violation(format!("an unknown event {other:?}")),
+            }
+        }
+    }
+
+    pub(super) async fn transcriber(faults: Faults, key: &str) -> (OpenAiStt, Transcriber) {
+        let stand_in = Transcriber {
+            faults,
+            ..Transcriber::default()
+        };
+        let app = axum::Router::new()
+            .route("/v1/realtime", axum::routing::get(realtime))
+            .with_state(stand_in.clone());
+        let addr = super::serve(app).await;
+        let engine = OpenAiStt::new(OpenAiSttSettings {
+            reconnect: super::quick_reconnects(),
+            ..OpenAiSttSettings::new(format!("http://{addr}/v1"), Some(key.to_owned()))
+        });
+        (engine, stand_in)
+    }
+
+    /// One VAD segment of `samples` samples of speech at 16 kHz; returns the answer.
+    async fn segment(stream: &mut SttStream, samples: usize) -> String {
+        stream
+            .input
+            .send(SttInput::SpeechStarted)
+            .await
+            .expect("input");
+        for _ in 0..samples / 320 {
+            stream
+                .input
+                .send(SttInput::Audio(vec![300; 320]))
+                .await
+                .expect("audio");
+            tokio::task::yield_now().await;
+        }
+        stream.input.send(SttInput::Finalize).await.expect("input");
+        loop {
+            let event = tokio::time::timeout(Duration::from_secs(10), stream.events.recv())
+                .await
+                .expect("an answer in time")
+                .expect("the stream is open");
+            if let SttEvent::Finalized(text) = event {
+                return text;
+            }
+        }
+    }
+
+    /// The samples a "heard N" answer counts, at 24 kHz.
+    fn heard(text: &str) -> usize {
+        text.strip_prefix("heard ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{text:?}"))
+    }
+
+    #[tokio::test]
+    async fn the_session_is_configured_before_any_audio_and_each_segment_transcribed() {
+        let faults = Faults {
+            created_delay: Duration::from_millis(800),
+            ..Faults::default()
+        };
+        let (engine, stand_in) = transcriber(faults, "oa-test").await;
+        assert_eq!(engine.sample_rate(), 16_000);
+        let mut stream = engine.start();
+        // A second at 16 kHz is a second at 24 kHz, less the resampler's delay.
+        let first = heard(&segment(&mut stream, 16_000).await);
+        assert!((23_500..=24_000).contains(&first), "{first}");
+        let second = heard(&segment(&mut stream, 8_000).await);
+        assert!((11_500..=12_000).contains(&second), "{second}");
+        assert_eq!(*stand_in.sockets.lock().expect("lock"), 1);
+        assert!(
+            stand_in.violations.lock().expect("lock").is_empty(),
+            "{:?}",
+            stand_in.violations
+        );
+    }
+
+    #[tokio::test]
+    async fn a_socket_dropped_before_the_transcript_sends_the_segment_again() {
+        let faults = Faults {
+            drop_first: true,
+            ..Faults::default()
+        };
+        let (engine, stand_in) = transcriber(faults, "oa-test").await;
+        let mut stream = engine.start();
+        let first = heard(&segment(&mut stream, 16_000).await);
+        assert!((23_500..=24_000).contains(&first), "{first}");
+        assert_eq!(*stand_in.sockets.lock().expect("lock"), 2);
+        assert!(
+            stand_in.violations.lock().expect("lock").is_empty(),
+            "{:?}",
+            stand_in.violations
+        );
+    }
+
+    #[tokio::test]
+    async fn a_rejected_key_fails_at_once_without_retrying() {
+        let (engine, stand_in) = transcriber(Faults::default(), "wrong").await;
+        let mut stream = engine.start();
+        let failure = match stream.events.recv().await.expect("an event") {
+            SttEvent::Failed(message) => message,
+            other => panic!("a failure first: {other:?}"),
+        };
+        assert!(failure.contains("401"), "{failure}");
+        assert_eq!(
+            *stand_in.handshakes.lock().expect("lock"),
+            1,
+            "no retry storm"
+        );
+        assert_eq!(segment(&mut stream, 320).await, "");
+    }
+}
+
 /// ElevenLabs' multi-context socket: voice settings once per socket, at most five open contexts,
 /// `close_context` answered by `isFinal`, alignment keys spelled both ways.
 mod elevenlabs {
@@ -1417,6 +1667,30 @@ mod whole_bot {
         };
         assert!(priced("stt_usage", "universal-streaming-english").is_some_and(|c| c > 0.0));
         assert!(priced("tts_usage", "eleven_flash_v2_5").is_some_and(|c| c > 0.0));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn openai_transcribes_the_turn_the_vad_cut() {
+        let faults = super::openai_transcription::Faults {
+            words: Some("Hello there. What time is it?"),
+            ..Default::default()
+        };
+        let (listener, stand_in) =
+            super::openai_transcription::transcriber(faults, "oa-test").await;
+        let ran = ask(
+            vec![SttChoice::OpenAi(listener.settings().clone())],
+            vec![TtsChoice::Embedded],
+            "openai_stt",
+        )
+        .await;
+        assert!(ran.summary.errors.is_empty(), "{:?}", ran.summary.errors);
+        assert_eq!(ran.summary.transcripts, ["Hello there. What time is it?"]);
+        assert_eq!(
+            ran.summary.voice_to_voice_ms.len(),
+            1,
+            "the turn is answered"
+        );
+        assert!(stand_in.violations.lock().expect("lock").is_empty());
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

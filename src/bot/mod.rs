@@ -29,6 +29,7 @@ use crate::services::llm::{
 };
 use crate::services::stt::assemblyai::{AssemblyAiSettings, AssemblyAiStt};
 use crate::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
+use crate::services::stt::openai::{OpenAiStt, OpenAiSttSettings};
 use crate::services::stt::{Segmented, SttEngine, SttFallback, SttService, Whisper};
 use crate::services::tts::cartesia::{CartesiaSettings, CartesiaTts};
 use crate::services::tts::deepgram::{AuraSettings, AuraTts};
@@ -116,6 +117,8 @@ pub enum SttChoice {
     Deepgram(DeepgramSettings),
     /// AssemblyAI's Universal-Streaming.
     AssemblyAi(AssemblyAiSettings),
+    /// OpenAI's realtime transcription, or a server that speaks it.
+    OpenAi(OpenAiSttSettings),
 }
 
 impl SttChoice {
@@ -124,6 +127,7 @@ impl SttChoice {
             SttChoice::Whisper => Segmented::shared(Whisper::shared()?),
             SttChoice::Deepgram(settings) => Arc::new(DeepgramStt::new(settings.clone())),
             SttChoice::AssemblyAi(settings) => Arc::new(AssemblyAiStt::new(settings.clone())),
+            SttChoice::OpenAi(settings) => Arc::new(OpenAiStt::new(settings.clone())),
         })
     }
 }

@@ -8,6 +8,7 @@ mod decoder;
 pub mod deepgram;
 mod fallback;
 mod kept;
+pub mod openai;
 mod segmented;
 mod service;
 mod stream;
