@@ -458,7 +458,7 @@ impl WsCore for OpenAiSttCore {
     fn tick(&mut self, now: Instant) -> (Tick, Vec<SttEvent>) {
         let mut said = Vec::new();
         while let Some(front) = self.segments.front() {
-            if !front.due.is_some_and(|due| now >= due) {
+            if front.due.is_none_or(|due| now < due) {
                 break;
             }
             crate::warnings::warn(
