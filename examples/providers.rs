@@ -1,11 +1,13 @@
 //! Tries the network providers whose keys are set: each text LLM is asked a question that needs
-//! two tools ("What time is it, and what is seventeen times twenty-three?"), Deepgram transcribes
-//! the shipped recording, and each voice (Cartesia, OpenAI speech) says a sentence. It prints the
+//! two tools ("What time is it, and what is seventeen times twenty-three?"), each listener
+//! (Deepgram, AssemblyAI, OpenAI transcription) transcribes the shipped recording in real time,
+//! and each voice (Cartesia, ElevenLabs, OpenAI speech, Deepgram Aura) says a sentence. It prints the
 //! time to the first answer, what came back, and the usage and its price.
 //!
 //! Run with any of `OPENAI_API_KEY`, `ANTHROPIC_API_KEY`, `GEMINI_API_KEY`, `DEEPGRAM_API_KEY`,
-//! `CARTESIA_API_KEY` set: `cargo run --example providers`. `OPENAI_BASE_URL`,
-//! `ANTHROPIC_BASE_URL`, `GEMINI_BASE_URL`, `DEEPGRAM_URL` and `CARTESIA_URL` point a client at
+//! `ASSEMBLYAI_API_KEY`, `CARTESIA_API_KEY`, `ELEVENLABS_API_KEY` set: `cargo run --example
+//! providers`. `OPENAI_BASE_URL`, `ANTHROPIC_BASE_URL`, `GEMINI_BASE_URL`, `DEEPGRAM_URL`,
+//! `ASSEMBLYAI_URL`, `CARTESIA_URL` and `ELEVENLABS_URL` point a client at
 //! another server (Ollama: `OPENAI_BASE_URL=http://127.0.0.1:11434/v1`, with
 //! `VOXIDE_LLM_MODEL=llama3.2`). Without any, it says what it needs and exits 0: the offline bot
 //! needs none (`cargo run --example voice_turn`).
@@ -21,9 +23,13 @@ use voxide::services::llm::anthropic::{AnthropicLlm, AnthropicSettings};
 use voxide::services::llm::gemini::{GeminiLlm, GeminiSettings};
 use voxide::services::llm::openai::{OpenAiLlm, OpenAiSettings};
 use voxide::services::llm::{LlmEngine, LlmError, LlmEvent, LlmRequest, PriceTable, tts_cost};
+use voxide::services::stt::assemblyai::{AssemblyAiSettings, AssemblyAiStt};
 use voxide::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
+use voxide::services::stt::openai::{OpenAiStt, OpenAiSttSettings};
 use voxide::services::stt::{SttEngine, SttEvent, SttInput};
 use voxide::services::tts::cartesia::{CartesiaSettings, CartesiaTts};
+use voxide::services::tts::deepgram::{AuraSettings, AuraTts};
+use voxide::services::tts::elevenlabs::{ElevenLabsSettings, ElevenLabsTts};
 use voxide::services::tts::openai::{OpenAiSpeech, OpenAiSpeechSettings};
 use voxide::services::tts::{TtsEngine, TtsEvent, TtsInput};
 
@@ -78,15 +84,16 @@ async fn try_engine(engine: &dyn LlmEngine) {
     );
 }
 
-/// Deepgram on the shipped recording, in real time.
-async fn try_deepgram(engine: &DeepgramStt) {
-    println!("== deepgram / {}", engine.model());
+/// A listener on the shipped recording, in real time, as one VAD segment.
+async fn try_listener(engine: &dyn SttEngine) {
+    println!("== {} / {}", engine.name(), engine.model());
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
     let audio = match voxide::audio::wav::read(path) {
         Ok(wav) => wav.to_mono(),
         Err(e) => return println!("[cannot read {path}: {e}]"),
     };
     let mut stream = engine.start();
+    let _ = stream.input.send(SttInput::SpeechStarted).await;
     for chunk in audio.chunks(320) {
         if stream
             .input
@@ -194,14 +201,31 @@ async fn main() {
             Ok(Box::new(GeminiLlm::new(GeminiSettings { model, ..s })?) as Box<dyn LlmEngine>)
         }),
     );
-    let deepgram = DeepgramSettings::from_env()
-        .map(DeepgramStt::new)
-        .map_err(|e| missing.push(format!("deepgram: {e}")))
-        .ok();
+    let mut listeners: Vec<Box<dyn SttEngine>> = Vec::new();
+    match DeepgramSettings::from_env() {
+        Ok(settings) => listeners.push(Box::new(DeepgramStt::new(settings))),
+        Err(e) => missing.push(format!("deepgram: {e}")),
+    }
+    match AssemblyAiSettings::from_env() {
+        Ok(settings) => listeners.push(Box::new(AssemblyAiStt::new(settings))),
+        Err(e) => missing.push(format!("assemblyai: {e}")),
+    }
+    match OpenAiSttSettings::from_env() {
+        Ok(settings) => listeners.push(Box::new(OpenAiStt::new(settings))),
+        Err(e) => missing.push(format!("openai transcription: {e}")),
+    }
     let mut voices: Vec<Box<dyn TtsEngine>> = Vec::new();
     match CartesiaSettings::from_env() {
         Ok(settings) => voices.push(Box::new(CartesiaTts::new(settings))),
         Err(e) => missing.push(format!("cartesia: {e}")),
+    }
+    match ElevenLabsSettings::from_env() {
+        Ok(settings) => voices.push(Box::new(ElevenLabsTts::new(settings))),
+        Err(e) => missing.push(format!("elevenlabs: {e}")),
+    }
+    match AuraSettings::from_env() {
+        Ok(settings) => voices.push(Box::new(AuraTts::new(settings))),
+        Err(e) => missing.push(format!("deepgram aura: {e}")),
     }
     match OpenAiSpeechSettings::from_env().and_then(OpenAiSpeech::new) {
         Ok(voice) => voices.push(Box::new(voice)),
@@ -210,11 +234,12 @@ async fn main() {
     for line in &missing {
         eprintln!("skipped {line}");
     }
-    if engines.is_empty() && deepgram.is_none() && voices.is_empty() {
+    if engines.is_empty() && listeners.is_empty() && voices.is_empty() {
         eprintln!(
             "No provider key is set, so nothing was tried. Set OPENAI_API_KEY, ANTHROPIC_API_KEY, \
-             GEMINI_API_KEY, DEEPGRAM_API_KEY or CARTESIA_API_KEY (or OPENAI_BASE_URL for a local \
-             OpenAI-compatible server) and run it again."
+             GEMINI_API_KEY, DEEPGRAM_API_KEY, ASSEMBLYAI_API_KEY, CARTESIA_API_KEY or \
+             ELEVENLABS_API_KEY (or OPENAI_BASE_URL for a local OpenAI-compatible server) and run \
+             it again."
         );
         return;
     }
@@ -222,8 +247,8 @@ async fn main() {
         engine.warm().await;
         try_engine(engine.as_ref()).await;
     }
-    if let Some(deepgram) = &deepgram {
-        try_deepgram(deepgram).await;
+    for listener in &listeners {
+        try_listener(listener.as_ref()).await;
     }
     for voice in &voices {
         try_voice(voice.as_ref()).await;

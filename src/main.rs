@@ -585,9 +585,10 @@ enum Bench {
         #[arg(long)]
         turn_workers: Option<usize>,
     },
-    /// The latency voxide adds around a network LLM, against a local stand-in with a realistic
-    /// time to the first token: the request built and sent, and the first token to the voice.
-    /// Pin it (`taskset -c 0`) to read it per core.
+    /// The latency voxide adds around network providers, against local stand-ins of Deepgram,
+    /// an LLM stream and Cartesia with a realistic time to each answer: the STT's final to the
+    /// LLM request, the first token to the TTS request, the first audio to the transport. Pin it
+    /// (`taskset -c 0`) to read it per core.
     Providers {
         /// Concurrent sessions.
         #[arg(long, default_value_t = 1)]
