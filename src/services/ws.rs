@@ -127,6 +127,24 @@ pub trait WsCore: Send + 'static {
 
     /// The driver gave up: what to tell the service.
     fn failed(&mut self, error: &WsError) -> Vec<Self::Output>;
+
+    /// Whether the connection now open counts as made, so that its loss starts the count of
+    /// failed attempts afresh (a provider that accepts the socket but never confirms its set-up
+    /// does not reset it). Any open socket counts by default.
+    fn established(&self) -> bool {
+        true
+    }
+
+    /// The connection failed and attempt `attempt` (1-based) follows in `delay`: what to tell
+    /// the service. Nothing by default.
+    fn reconnecting(
+        &mut self,
+        _attempt: u32,
+        _delay: Duration,
+        _error: &WsError,
+    ) -> Vec<Self::Output> {
+        Vec::new()
+    }
 }
 
 /// A connect request for `url` with extra headers.
@@ -172,24 +190,24 @@ pub async fn drive<C: WsCore>(
             }
         };
         let error = match connected {
-            Ok(mut socket) => {
-                failures = 0;
-                match serve(&mut core, &mut socket, &mut inputs, &outputs).await {
-                    Served::Closed => {
-                        for message in core.closing() {
-                            let _ = socket.send(message).await;
-                        }
-                        let _ = socket.close(None).await;
-                        return;
+            Ok(mut socket) => match serve(&mut core, &mut socket, &mut inputs, &outputs).await {
+                Served::Closed => {
+                    for message in core.closing() {
+                        let _ = socket.send(message).await;
                     }
-                    Served::Lost(error) => {
-                        for output in core.lost(Instant::now()) {
-                            let _ = outputs.send(output).await;
-                        }
-                        error
-                    }
+                    let _ = socket.close(None).await;
+                    return;
                 }
-            }
+                Served::Lost(error) => {
+                    if core.established() {
+                        failures = 0;
+                    }
+                    for output in core.lost(Instant::now()) {
+                        let _ = outputs.send(output).await;
+                    }
+                    error
+                }
+            },
             Err(error) => error,
         };
         failures += 1;
@@ -204,6 +222,9 @@ pub async fn drive<C: WsCore>(
         }
         let delay = policy.delay(failures);
         tracing::warn!(%error, attempt = failures, delay_ms = delay.as_millis() as u64, "the provider's connection was lost; reconnecting");
+        for output in core.reconnecting(failures, delay, &error) {
+            let _ = outputs.send(output).await;
+        }
         let wake = tokio::time::Instant::now() + delay;
         loop {
             tokio::select! {

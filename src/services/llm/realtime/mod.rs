@@ -1,0 +1,480 @@
+//! Realtime (speech-to-speech) LLM services: one WebSocket per session, audio both ways, tool
+//! calls through the same function registry as the text LLMs, and tool results delivered through
+//! the provider's own channel, each exactly once.
+//!
+//! Three layers. A [`RealtimeProtocol`] speaks one provider's messages
+//! ([`super::openai_realtime::OpenAiRealtime`], [`super::gemini_live::GeminiLive`]), purely. The
+//! sans-IO `core::RealtimeCore` does what every provider shares: the set-up of each connection,
+//! the ledger of what was delivered, the response and its timeout, interruptions, frames and
+//! metrics, as actions. The shared WebSocket driver ([`crate::services::ws`]) runs it: connects,
+//! reconnects with backoff and jitter, and refuses to retry a rejected key; [`RealtimeService`]
+//! feeds it commands and a pump carries out its actions.
+
+mod core;
+
+use std::time::Duration;
+
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+use self::core::{Action, Command, RealtimeCore};
+use super::LlmServiceOptions;
+use super::service::ToolRunner;
+use crate::audio::resample::StreamResampler;
+use crate::context::{ContextHandle, Message, ToolChoice, ToolsSchema};
+use crate::frames::{
+    AudioFrame, ControlFrame, DataFrame, Frame, FrameBody, FunctionCallRequest, StartParams,
+    SystemFrame, TokenUsage,
+};
+use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
+
+pub use crate::services::ws::ConnectRequest;
+
+/// The service's name, on its frames and metrics.
+const PROCESSOR: &str = "RealtimeService";
+
+/// Why a realtime service could not be configured or connected.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum RealtimeError {
+    /// A setting is missing or unusable (e.g. no API key, a malformed URL).
+    #[error("realtime LLM configuration: {0}")]
+    Config(String),
+}
+
+/// How a lost connection is retried: exponential backoff with jitter, a bounded number of times.
+#[derive(Debug, Clone)]
+pub struct ReconnectPolicy {
+    /// Attempts after a loss before the service gives up with a fatal error.
+    pub max_attempts: u32,
+    /// Delay before the first retry; each further retry doubles it.
+    pub initial_delay: Duration,
+    /// Longest delay between two attempts.
+    pub max_delay: Duration,
+    /// How long opening the socket may take.
+    pub connect_timeout: Duration,
+    /// How long the provider may take to confirm the session set-up.
+    pub setup_timeout: Duration,
+}
+
+impl Default for ReconnectPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 5,
+            initial_delay: Duration::from_millis(500),
+            max_delay: Duration::from_secs(8),
+            connect_timeout: Duration::from_secs(10),
+            setup_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ReconnectPolicy {
+    /// The wait before attempt `attempt` (1-based): the doubled delay, jittered down by up to
+    /// half so that many sessions cut off together do not come back in step.
+    pub fn delay(&self, attempt: u32) -> Duration {
+        crate::services::ws::backoff(self.initial_delay, self.max_delay, attempt)
+    }
+}
+
+/// Options of a realtime service.
+#[derive(Debug, Clone)]
+pub struct RealtimeOptions {
+    /// Reconnection after a lost connection.
+    pub reconnect: ReconnectPolicy,
+    /// How long the provider may stay silent after it was asked to respond, or in the middle of
+    /// a response, before the response is given up with an error.
+    pub response_timeout: Duration,
+    /// Options of the function calls (timeouts, parallelism, prices).
+    pub functions: LlmServiceOptions,
+}
+
+impl Default for RealtimeOptions {
+    fn default() -> Self {
+        Self {
+            reconnect: ReconnectPolicy::default(),
+            response_timeout: Duration::from_secs(30),
+            functions: LlmServiceOptions::default(),
+        }
+    }
+}
+
+/// What a provider's server said, in the service's terms.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RealtimeEvent {
+    /// The session is set up; the conversation may start.
+    Ready,
+    /// The model started a response.
+    ResponseStarted,
+    /// Bot audio at the provider's output rate, mono.
+    Audio {
+        /// The samples.
+        samples: Vec<i16>,
+        /// The provider's id of the item it belongs to, where it has one (for truncation).
+        item_id: Option<String>,
+    },
+    /// Words the bot says (a transcript of its audio).
+    BotText(String),
+    /// The user's words, transcribed by the provider.
+    UserTranscript {
+        /// The words.
+        text: String,
+        /// False for a partial transcript.
+        is_final: bool,
+    },
+    /// The provider heard the user start speaking (its own turn detection).
+    UserStarted,
+    /// The provider heard the user stop speaking.
+    UserStopped,
+    /// The provider stopped its response because the user cut in (without separate speech
+    /// events).
+    Interrupted,
+    /// The provider withdrew these tool calls.
+    ToolCallsCancelled(Vec<String>),
+    /// The model calls these functions.
+    ToolCalls(Vec<FunctionCallRequest>),
+    /// Tokens used.
+    Usage(TokenUsage),
+    /// The response ended.
+    ResponseDone {
+        /// True when it was cancelled or cut short.
+        cancelled: bool,
+    },
+    /// The provider reported an error.
+    Error(String),
+}
+
+/// How a conversation item reaches the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryKind {
+    /// Conversation history: sent when a session is first set up, never afterwards (later
+    /// messages came from the provider itself).
+    History,
+    /// A tool's result through the provider's tool-result channel; the model answers it.
+    ToolResult,
+    /// A partial result of a running tool, through whatever channel the provider has for it.
+    PartialResult,
+}
+
+/// One conversation item to deliver once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Delivery {
+    /// Stable identity across context updates and reconnects.
+    pub key: String,
+    /// What it is.
+    pub kind: DeliveryKind,
+    /// The client messages that deliver it.
+    pub messages: Vec<Value>,
+}
+
+/// What a new connection is configured from.
+#[derive(Debug, Clone)]
+pub struct SessionSetup {
+    /// The conversation (its leading system messages are the instructions).
+    pub messages: Vec<Message>,
+    /// Every tool the model may call.
+    pub tools: ToolsSchema,
+    /// How it may use them.
+    pub tool_choice: Option<ToolChoice>,
+    /// Names of the async functions (`cancel_on_interruption = false`).
+    pub async_functions: Vec<String>,
+}
+
+/// The bot audio of the item being played, for truncating it where the user cut in.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlayedAudio {
+    /// The provider's id of the item.
+    pub item_id: Option<String>,
+    /// Milliseconds of it that were played.
+    pub played_ms: u64,
+}
+
+/// One provider's side of a realtime session: the messages it sends and how to read the ones it
+/// receives. Every method is pure; the service owns the socket.
+pub trait RealtimeProtocol: Send + Sync + 'static {
+    /// The provider's name (e.g. `openai`).
+    fn provider(&self) -> &str;
+    /// The model's name.
+    fn model(&self) -> &str;
+    /// The request that opens the socket: URL and headers.
+    fn request(&self) -> Result<ConnectRequest, RealtimeError>;
+    /// The sample rate the provider takes audio at.
+    fn input_rate(&self) -> u32;
+    /// The sample rate of the provider's audio.
+    fn output_rate(&self) -> u32;
+    /// The messages that configure a fresh connection.
+    fn setup(&self, setup: &SessionSetup) -> Vec<Value>;
+    /// One chunk of user audio at [`Self::input_rate`].
+    fn audio(&self, samples: &[i16]) -> Value;
+    /// Every deliverable item of the conversation, in order, keyed.
+    fn deliveries(&self, messages: &[Message]) -> Vec<Delivery>;
+    /// The message that asks for a response, if the provider needs one after tool results.
+    fn respond(&self) -> Option<Value>;
+    /// The messages that stop the current response where the user cut in.
+    fn interrupt(&self, played: Option<&PlayedAudio>) -> Vec<Value>;
+    /// Messages for the start of a user turn detected by voxide (empty with the provider's own
+    /// turn detection).
+    fn user_started(&self) -> Vec<Value>;
+    /// Messages for the end of a user turn detected by voxide.
+    fn user_stopped(&self) -> Vec<Value>;
+    /// Reads one server message.
+    fn parse(&mut self, text: &str) -> Result<Vec<RealtimeEvent>, String>;
+}
+
+/// A realtime LLM in a pipeline: takes user audio, gives bot audio, runs tools, and delivers their
+/// results through the provider's tool-result channel.
+///
+/// Place it where the STT, LLM and TTS would be: `input → [VAD, turns] → realtime → output →
+/// assistant aggregator`. The provider's own turn detection drives turns unless the protocol was
+/// configured without it, in which case voxide's user turns (upstream) do.
+pub struct RealtimeService<P: RealtimeProtocol> {
+    pending: Option<(P, RealtimeOptions)>,
+    input_rate: u32,
+    context: ContextHandle,
+    tools: ToolRunner,
+    commands: Option<mpsc::Sender<Command>>,
+    resampler: Option<(u32, StreamResampler)>,
+}
+
+/// Commands the connection may fall behind by (about 10 s of 20 ms audio).
+const COMMAND_QUEUE: usize = 512;
+/// Actions the pump may fall behind by.
+const ACTION_QUEUE: usize = 256;
+
+impl<P: RealtimeProtocol> RealtimeService<P> {
+    /// A service speaking `protocol`, recording into `context`.
+    pub fn new(protocol: P, context: ContextHandle, options: RealtimeOptions) -> Self {
+        Self {
+            input_rate: protocol.input_rate(),
+            tools: ToolRunner::new(options.functions.clone()),
+            pending: Some((protocol, options)),
+            context,
+            commands: None,
+            resampler: None,
+        }
+    }
+
+    /// The function registry, to register handlers before the session starts.
+    pub fn functions(&mut self) -> &mut super::FunctionRegistry {
+        self.tools.functions()
+    }
+
+    fn send(&self, command: Command) {
+        if let Some(commands) = &self.commands
+            && let Err(mpsc::error::TrySendError::Full(_)) = commands.try_send(command)
+        {
+            // The connection has given up, or is far behind: audio that cannot wait is dropped.
+            crate::warnings::warn(
+                "realtime_commands_full",
+                "the realtime LLM's connection is behind; a command was dropped",
+            );
+        }
+    }
+
+    fn start(&mut self, params: StartParams, cx: &mut FrameContext<'_>) {
+        let Some((protocol, options)) = self.pending.take() else {
+            return;
+        };
+        let (commands, inputs) = mpsc::channel(COMMAND_QUEUE);
+        let (actions, pending) = mpsc::channel(ACTION_QUEUE);
+        self.commands = Some(commands);
+        let policy = crate::services::ws::ReconnectPolicy {
+            max_attempts: options.reconnect.max_attempts,
+            initial_delay: options.reconnect.initial_delay,
+            max_delay: options.reconnect.max_delay,
+            connect_timeout: options.reconnect.connect_timeout,
+        };
+        let (context, tools) = (self.context.clone(), self.tools.clone());
+        let setup = Box::new(move || {
+            let snapshot = context.snapshot();
+            SessionSetup {
+                messages: snapshot.messages,
+                tools: tools.tools(snapshot.tools),
+                tool_choice: snapshot.tool_choice,
+                async_functions: tools.async_functions(),
+            }
+        });
+        let core = RealtimeCore::new(protocol, options, self.context.clone(), params, setup);
+        tokio::spawn(crate::services::ws::drive(core, inputs, actions, policy));
+        let pump = Pump {
+            pusher: cx.pusher(),
+            context: self.context.clone(),
+            tools: self.tools.clone(),
+        };
+        cx.spawn(pump.run(pending));
+    }
+
+    /// User audio, mono at the provider's rate.
+    fn audio(&mut self, audio: &AudioFrame) -> Option<Vec<i16>> {
+        let channels = usize::from(audio.channels.max(1));
+        let mono: Vec<i16> = audio.samples.iter().step_by(channels).copied().collect();
+        if audio.sample_rate == self.input_rate {
+            return Some(mono);
+        }
+        if self
+            .resampler
+            .as_ref()
+            .is_none_or(|(rate, _)| *rate != audio.sample_rate)
+        {
+            match StreamResampler::new(audio.sample_rate, self.input_rate) {
+                Ok(r) => self.resampler = Some((audio.sample_rate, r)),
+                Err(e) => {
+                    crate::warnings::warn(
+                        "realtime_input_resample",
+                        format_args!("cannot resample the input for the realtime LLM: {e}"),
+                    );
+                    return None;
+                }
+            }
+        }
+        self.resampler.as_mut().map(|(_, r)| r.process(&mono))
+    }
+}
+
+impl<P: RealtimeProtocol> Drop for RealtimeService<P> {
+    fn drop(&mut self) {
+        self.tools.abort_all();
+    }
+}
+
+impl<P: RealtimeProtocol> FrameProcessor for RealtimeService<P> {
+    fn name(&self) -> &str {
+        PROCESSOR
+    }
+
+    fn process(
+        &mut self,
+        frame: Frame,
+        direction: Direction,
+        cx: &mut FrameContext<'_>,
+    ) -> Result<(), ProcessorError> {
+        match &frame.body {
+            FrameBody::System(SystemFrame::Start(start)) => {
+                self.tools.set_resources(start.resources.clone());
+                self.start(start.params.clone(), cx);
+            }
+            FrameBody::System(SystemFrame::InputAudio(audio)) => {
+                if let Some(samples) = self.audio(audio)
+                    && !samples.is_empty()
+                {
+                    self.send(Command::Audio(samples));
+                }
+            }
+            FrameBody::System(SystemFrame::Interruption) => {
+                for (frame, dir) in self.tools.cancel_for_interruption() {
+                    cx.push(frame, dir);
+                }
+                self.send(Command::Interrupt);
+            }
+            FrameBody::System(SystemFrame::UserStartedSpeaking)
+                if direction == Direction::Downstream =>
+            {
+                self.send(Command::UserStarted);
+            }
+            FrameBody::System(SystemFrame::UserStoppedSpeaking)
+                if direction == Direction::Downstream =>
+            {
+                self.send(Command::UserStopped);
+            }
+            FrameBody::Data(DataFrame::LlmContext(_)) => {
+                // The context is the one this service records into: look for new results in it.
+                self.send(Command::Deliver);
+                return Ok(());
+            }
+            // Dropping the commands closes the connection.
+            FrameBody::Control(ControlFrame::End(_)) => self.commands = None,
+            _ => {}
+        }
+        cx.push(frame, direction);
+        Ok(())
+    }
+}
+
+/// Carries out what the core asks, in order: frames into the pipeline, events, tool calls. A
+/// connection given up for good ends the session with a fatal error.
+struct Pump {
+    pusher: FramePusher,
+    context: ContextHandle,
+    tools: ToolRunner,
+}
+
+impl Pump {
+    async fn run(self, mut actions: mpsc::Receiver<Action>) -> Result<(), ProcessorError> {
+        while let Some(action) = actions.recv().await {
+            match action {
+                Action::Push(frame, direction) => {
+                    let _ = self.pusher.push(frame, direction).await;
+                }
+                Action::Emit(event) => self.pusher.emit(event),
+                Action::RunTools(calls) => {
+                    self.tools
+                        .batch(self.context.clone(), self.pusher.clone())
+                        .start(calls)
+                        .await;
+                }
+                Action::CancelTools(ids) => {
+                    for (frame, direction) in self.tools.cancel_ids(&ids) {
+                        let _ = self.pusher.push(frame, direction).await;
+                    }
+                }
+                Action::CancelToolsForInterruption => {
+                    for (frame, direction) in self.tools.cancel_for_interruption() {
+                        let _ = self.pusher.push(frame, direction).await;
+                    }
+                }
+                Action::Fatal(message) => return Err(ProcessorError::fatal(message)),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A connect request for `url` with extra headers.
+pub fn connect_request(
+    url: &str,
+    headers: &[(&str, &str)],
+) -> Result<ConnectRequest, RealtimeError> {
+    crate::services::ws::connect_request(url, headers)
+        .map_err(|e| RealtimeError::Config(e.to_string()))
+}
+
+/// `url` with `name=value` added to its query.
+pub fn with_query(url: &str, name: &str, value: &str) -> String {
+    let separator = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{separator}{name}={value}")
+}
+
+/// 16-bit little-endian PCM as base64, as both providers carry audio in JSON.
+pub fn pcm_to_base64(samples: &[i16]) -> String {
+    use base64::Engine;
+    let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// Base64 16-bit little-endian PCM back to samples (a trailing odd byte is dropped).
+pub fn pcm_from_base64(data: &str) -> Result<Vec<i16>, String> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|e| format!("audio is not base64: {e}"))?;
+    Ok(bytes
+        .chunks_exact(2)
+        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pcm_survives_base64_and_bad_data_is_an_error() {
+        let samples = [0i16, 1, -1, i16::MAX, i16::MIN];
+        assert_eq!(
+            pcm_from_base64(&pcm_to_base64(&samples)),
+            Ok(samples.to_vec())
+        );
+        assert!(pcm_from_base64("%%").is_err());
+        assert_eq!(with_query("ws://h/x?a=1", "key", "k"), "ws://h/x?a=1&key=k");
+        assert_eq!(with_query("ws://h/x", "model", "m"), "ws://h/x?model=m");
+    }
+}
