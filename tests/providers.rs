@@ -64,7 +64,59 @@ fn samples_at(events: &[voxide::services::tts::TtsEvent], level: i16) -> usize {
         .sum()
 }
 
+/// Sends `samples` samples of speech (a level of 300) in 20 ms frames.
+async fn speak(stream: &voxide::services::stt::SttStream, samples: usize) {
+    for _ in 0..samples / 320 {
+        stream
+            .input
+            .send(voxide::services::stt::SttInput::Audio(vec![300; 320]))
+            .await
+            .expect("the stream takes audio");
+        tokio::task::yield_now().await;
+    }
+}
+
+/// The next event of `stream` that `wanted` picks (10 s at most).
+async fn next_event<T>(
+    stream: &mut voxide::services::stt::SttStream,
+    wanted: impl Fn(voxide::services::stt::SttEvent) -> Option<T>,
+) -> T {
+    loop {
+        let event = tokio::time::timeout(std::time::Duration::from_secs(10), stream.events.recv())
+            .await
+            .expect("an event in time")
+            .expect("the stream is open");
+        if let Some(found) = wanted(event) {
+            return found;
+        }
+    }
+}
+
+/// Asks `stream` to finalize; returns the answer.
+async fn finalize(stream: &mut voxide::services::stt::SttStream) -> String {
+    stream
+        .input
+        .send(voxide::services::stt::SttInput::Finalize)
+        .await
+        .expect("the stream takes the finalize");
+    next_event(stream, |e| match e {
+        voxide::services::stt::SttEvent::Finalized(text) => Some(text),
+        _ => None,
+    })
+    .await
+}
+
+/// Sends `samples` samples of speech, then a finalize; returns the answer.
+async fn speak_and_finalize(
+    stream: &mut voxide::services::stt::SttStream,
+    samples: usize,
+) -> String {
+    speak(stream, samples).await;
+    finalize(stream).await
+}
+
 mod deepgram {
+    use super::speak_and_finalize;
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
@@ -73,10 +125,9 @@ mod deepgram {
     use axum::http::{HeaderMap, StatusCode};
     use axum::response::{IntoResponse, Response};
     use serde_json::json;
-    use tokio::sync::mpsc;
 
     use voxide::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
-    use voxide::services::stt::{SttEngine, SttEvent, SttInput, SttStream};
+    use voxide::services::stt::{SttEngine, SttEvent};
 
     /// How the Deepgram stand-in misbehaves.
     #[derive(Clone, Copy, Default)]
@@ -224,36 +275,6 @@ mod deepgram {
             ..DeepgramSettings::new(key)
         });
         (engine, stand_in)
-    }
-
-    /// Sends `samples` samples of audio in 20 ms frames, then a finalize; returns the answer.
-    async fn speak_and_finalize(stream: &mut SttStream, samples: usize) -> String {
-        for _ in 0..samples / 320 {
-            stream
-                .input
-                .send(SttInput::Audio(vec![300; 320]))
-                .await
-                .expect("the stream takes audio");
-            tokio::task::yield_now().await;
-        }
-        stream
-            .input
-            .send(SttInput::Finalize)
-            .await
-            .expect("the stream takes the finalize");
-        finalized(&mut stream.events).await
-    }
-
-    async fn finalized(events: &mut mpsc::Receiver<SttEvent>) -> String {
-        loop {
-            let event = tokio::time::timeout(Duration::from_secs(10), events.recv())
-                .await
-                .expect("an answer in time")
-                .expect("the stream is open");
-            if let SttEvent::Finalized(text) = event {
-                return text;
-            }
-        }
     }
 
     #[tokio::test]
@@ -592,6 +613,7 @@ mod cartesia {
 /// AssemblyAI Universal-Streaming v3: audio only after `Begin`, frames of 50 ms to 1 s,
 /// `ForceEndpoint` answered by the formatted final `Turn`.
 mod assemblyai {
+    use super::{next_event, speak, speak_and_finalize};
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
@@ -602,7 +624,7 @@ mod assemblyai {
     use serde_json::json;
 
     use voxide::services::stt::assemblyai::{AssemblyAiSettings, AssemblyAiStt};
-    use voxide::services::stt::{SttEngine, SttEvent, SttInput, SttStream};
+    use voxide::services::stt::{SttEngine, SttEvent};
 
     /// How the AssemblyAI stand-in misbehaves.
     #[derive(Clone, Copy, Default)]
@@ -772,46 +794,6 @@ mod assemblyai {
         (engine, stand_in)
     }
 
-    /// Sends `samples` samples of speech in 20 ms frames.
-    async fn speak(stream: &mut SttStream, samples: usize) {
-        for _ in 0..samples / 320 {
-            stream
-                .input
-                .send(SttInput::Audio(vec![300; 320]))
-                .await
-                .expect("the stream takes audio");
-            tokio::task::yield_now().await;
-        }
-    }
-
-    /// The next event that `wanted` picks.
-    async fn next<T>(stream: &mut SttStream, wanted: impl Fn(SttEvent) -> Option<T>) -> T {
-        loop {
-            let event = tokio::time::timeout(Duration::from_secs(10), stream.events.recv())
-                .await
-                .expect("an event in time")
-                .expect("the stream is open");
-            if let Some(found) = wanted(event) {
-                return found;
-            }
-        }
-    }
-
-    /// Sends `samples` samples of speech, then a finalize; returns the answer.
-    async fn speak_and_finalize(stream: &mut SttStream, samples: usize) -> String {
-        speak(stream, samples).await;
-        stream
-            .input
-            .send(SttInput::Finalize)
-            .await
-            .expect("the stream takes the finalize");
-        next(stream, |e| match e {
-            SttEvent::Finalized(text) => Some(text),
-            _ => None,
-        })
-        .await
-    }
-
     #[tokio::test]
     async fn the_first_words_wait_for_begin_and_go_in_frames_it_takes() {
         let faults = Faults {
@@ -854,8 +836,8 @@ mod assemblyai {
         // before the rest is sent, as in real time); everything after it is heard again on the
         // new socket (and up to 50 ms of silence padding its last frame).
         // (A frame under 50 ms may wait for the next: 1.08 s sent is more than 1 s received.)
-        speak(&mut stream, 17_280).await;
-        next(&mut stream, |e| {
+        speak(&stream, 17_280).await;
+        next_event(&mut stream, |e| {
             matches!(e, SttEvent::Interim(t) if t == "part one").then_some(())
         })
         .await;
@@ -1056,24 +1038,7 @@ mod openai_transcription {
             .send(SttInput::SpeechStarted)
             .await
             .expect("input");
-        for _ in 0..samples / 320 {
-            stream
-                .input
-                .send(SttInput::Audio(vec![300; 320]))
-                .await
-                .expect("audio");
-            tokio::task::yield_now().await;
-        }
-        stream.input.send(SttInput::Finalize).await.expect("input");
-        loop {
-            let event = tokio::time::timeout(Duration::from_secs(10), stream.events.recv())
-                .await
-                .expect("an answer in time")
-                .expect("the stream is open");
-            if let SttEvent::Finalized(text) = event {
-                return text;
-            }
-        }
+        super::speak_and_finalize(stream, samples).await
     }
 
     /// The samples a "heard N" answer counts, at 24 kHz.

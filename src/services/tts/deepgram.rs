@@ -54,12 +54,10 @@ impl AuraSettings {
 
     /// From `DEEPGRAM_API_KEY` (required) and `DEEPGRAM_URL`.
     pub fn from_env() -> Result<Self, WsError> {
-        let key = std::env::var("DEEPGRAM_API_KEY")
-            .ok()
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| WsError::Permanent("--tts deepgram needs DEEPGRAM_API_KEY".into()))?;
+        let key = crate::services::key_from_env("DEEPGRAM_API_KEY", "--tts deepgram")
+            .map_err(WsError::Permanent)?;
         let mut settings = Self::new(key);
-        if let Some(url) = std::env::var("DEEPGRAM_URL").ok().filter(|u| !u.is_empty()) {
+        if let Some(url) = crate::services::url_from_env("DEEPGRAM_URL") {
             settings.url = url;
         }
         Ok(settings)

@@ -18,7 +18,7 @@ use super::stream::{
 };
 
 /// OpenAI's API, when `OPENAI_BASE_URL` names no other.
-pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+pub const DEFAULT_BASE_URL: &str = crate::services::OPENAI_BASE_URL;
 /// The model used when none is named.
 pub const DEFAULT_MODEL: &str = "gpt-4o-mini-tts";
 /// The voice used when none is named.
@@ -44,19 +44,7 @@ pub struct OpenAiSpeechSettings {
 impl OpenAiSpeechSettings {
     /// From `OPENAI_API_KEY` and `OPENAI_BASE_URL`: a key is required for OpenAI's own API.
     pub fn from_env() -> Result<Self, String> {
-        let api_key = std::env::var("OPENAI_API_KEY")
-            .ok()
-            .filter(|k| !k.is_empty());
-        let base_url = std::env::var("OPENAI_BASE_URL")
-            .ok()
-            .filter(|u| !u.is_empty())
-            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
-        if api_key.is_none() && base_url == DEFAULT_BASE_URL {
-            return Err(
-                "--tts openai needs OPENAI_API_KEY (or OPENAI_BASE_URL for a server that needs no key)"
-                    .into(),
-            );
-        }
+        let (base_url, api_key) = crate::services::openai_from_env("--tts openai")?;
         Ok(Self {
             base_url,
             api_key,

@@ -18,7 +18,7 @@ use crate::context::adapters::openai;
 /// The model used when none is named: a current small one.
 pub const DEFAULT_MODEL: &str = "gpt-4.1-mini";
 /// OpenAI's API, when `OPENAI_BASE_URL` names no other.
-pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
+pub const DEFAULT_BASE_URL: &str = crate::services::OPENAI_BASE_URL;
 
 /// Where and how to ask.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,19 +54,8 @@ impl OpenAiSettings {
     /// From `OPENAI_API_KEY` and `OPENAI_BASE_URL`. A key is required for OpenAI's own API; a
     /// server at another base URL (Ollama) may need none.
     pub fn from_env() -> Result<Self, LlmError> {
-        let api_key = std::env::var("OPENAI_API_KEY")
-            .ok()
-            .filter(|k| !k.is_empty());
-        let base_url = std::env::var("OPENAI_BASE_URL")
-            .ok()
-            .filter(|u| !u.is_empty())
-            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
-        if api_key.is_none() && base_url == DEFAULT_BASE_URL {
-            return Err(LlmError::Setup(
-                "--llm openai needs OPENAI_API_KEY (or OPENAI_BASE_URL for a server that needs no key)"
-                    .into(),
-            ));
-        }
+        let (base_url, api_key) =
+            crate::services::openai_from_env("--llm openai").map_err(LlmError::Setup)?;
         Ok(Self {
             api_key,
             base_url,

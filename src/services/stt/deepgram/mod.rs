@@ -14,10 +14,8 @@ mod wire;
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
-
 use super::kept::{KeptAudio, pcm_bytes};
-use super::stream::{EVENT_QUEUE, INPUT_QUEUE, SttEngine, SttEvent, SttInput, SttStream};
+use super::stream::{SttEngine, SttEvent, SttInput, SttStream, socket_stream};
 use crate::services::ws::{
     self, ConnectRequest, Message, ReconnectPolicy, Step, Tick, WsCore, WsError,
 };
@@ -65,12 +63,10 @@ impl DeepgramSettings {
 
     /// From `DEEPGRAM_API_KEY` (required) and `DEEPGRAM_URL`.
     pub fn from_env() -> Result<Self, WsError> {
-        let key = std::env::var("DEEPGRAM_API_KEY")
-            .ok()
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| WsError::Permanent("--stt deepgram needs DEEPGRAM_API_KEY".into()))?;
+        let key = crate::services::key_from_env("DEEPGRAM_API_KEY", "--stt deepgram")
+            .map_err(WsError::Permanent)?;
         let mut settings = Self::new(key);
-        if let Some(url) = std::env::var("DEEPGRAM_URL").ok().filter(|u| !u.is_empty()) {
+        if let Some(url) = crate::services::url_from_env("DEEPGRAM_URL") {
             settings.url = url;
         }
         Ok(settings)
@@ -119,16 +115,8 @@ impl SttEngine for DeepgramStt {
     }
 
     fn start(&self) -> SttStream {
-        let (input, inputs) = mpsc::channel(INPUT_QUEUE);
-        let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
         let core = DeepgramCore::new(self.settings.clone(), Instant::now());
-        tokio::spawn(ws::drive(
-            core,
-            inputs,
-            events_tx,
-            self.settings.reconnect.clone(),
-        ));
-        SttStream { input, events }
+        socket_stream(core, self.settings.reconnect.clone())
     }
 }
 

@@ -15,17 +15,13 @@ mod wire;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
-
-use super::stream::{EVENT_QUEUE, INPUT_QUEUE, SttEngine, SttEvent, SttInput, SttStream};
+use super::stream::{SttEngine, SttEvent, SttInput, SttStream, socket_stream};
 use crate::audio::resample::StreamResampler;
 use crate::services::ws::{
     self, ConnectRequest, Message, ReconnectPolicy, Step, Tick, WsCore, WsError,
 };
 use wire::{ClientEvent, ServerEvent};
 
-/// OpenAI's API, when `OPENAI_BASE_URL` names no other.
-pub const DEFAULT_BASE_URL: &str = "https://api.openai.com/v1";
 /// The model used when none is named.
 pub const DEFAULT_MODEL: &str = "gpt-4o-transcribe";
 /// The rate the engine takes, like the other engines.
@@ -65,19 +61,8 @@ impl OpenAiSttSettings {
 
     /// From `OPENAI_API_KEY` and `OPENAI_BASE_URL`: a key is required for OpenAI's own API.
     pub fn from_env() -> Result<Self, WsError> {
-        let api_key = std::env::var("OPENAI_API_KEY")
-            .ok()
-            .filter(|k| !k.is_empty());
-        let base_url = std::env::var("OPENAI_BASE_URL")
-            .ok()
-            .filter(|u| !u.is_empty())
-            .unwrap_or_else(|| DEFAULT_BASE_URL.to_owned());
-        if api_key.is_none() && base_url == DEFAULT_BASE_URL {
-            return Err(WsError::Permanent(
-                "--stt openai needs OPENAI_API_KEY (or OPENAI_BASE_URL for a server that needs no key)"
-                    .into(),
-            ));
-        }
+        let (base_url, api_key) =
+            crate::services::openai_from_env("--stt openai").map_err(WsError::Permanent)?;
         Ok(Self::new(base_url, api_key))
     }
 
@@ -127,16 +112,8 @@ impl SttEngine for OpenAiStt {
     }
 
     fn start(&self) -> SttStream {
-        let (input, inputs) = mpsc::channel(INPUT_QUEUE);
-        let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
         let core = OpenAiSttCore::new(self.settings.clone());
-        tokio::spawn(ws::drive(
-            core,
-            inputs,
-            events_tx,
-            self.settings.reconnect.clone(),
-        ));
-        SttStream { input, events }
+        socket_stream(core, self.settings.reconnect.clone())
     }
 }
 

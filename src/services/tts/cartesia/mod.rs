@@ -68,12 +68,10 @@ impl CartesiaSettings {
 
     /// From `CARTESIA_API_KEY` (required) and `CARTESIA_URL`.
     pub fn from_env() -> Result<Self, WsError> {
-        let key = std::env::var("CARTESIA_API_KEY")
-            .ok()
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| WsError::Permanent("--tts cartesia needs CARTESIA_API_KEY".into()))?;
+        let key = crate::services::key_from_env("CARTESIA_API_KEY", "--tts cartesia")
+            .map_err(WsError::Permanent)?;
         let mut settings = Self::new(key);
-        if let Some(url) = std::env::var("CARTESIA_URL").ok().filter(|u| !u.is_empty()) {
+        if let Some(url) = crate::services::url_from_env("CARTESIA_URL") {
             settings.url = url;
         }
         Ok(settings)

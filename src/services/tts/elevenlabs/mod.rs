@@ -71,17 +71,10 @@ impl ElevenLabsSettings {
 
     /// From `ELEVENLABS_API_KEY` (required) and `ELEVENLABS_URL`.
     pub fn from_env() -> Result<Self, WsError> {
-        let key = std::env::var("ELEVENLABS_API_KEY")
-            .ok()
-            .filter(|k| !k.is_empty())
-            .ok_or_else(|| {
-                WsError::Permanent("--tts elevenlabs needs ELEVENLABS_API_KEY".into())
-            })?;
+        let key = crate::services::key_from_env("ELEVENLABS_API_KEY", "--tts elevenlabs")
+            .map_err(WsError::Permanent)?;
         let mut settings = Self::new(key);
-        if let Some(url) = std::env::var("ELEVENLABS_URL")
-            .ok()
-            .filter(|u| !u.is_empty())
-        {
+        if let Some(url) = crate::services::url_from_env("ELEVENLABS_URL") {
             settings.url = url;
         }
         Ok(settings)
