@@ -115,6 +115,28 @@ async fn speak_and_finalize(
     finalize(stream).await
 }
 
+/// A listener whose key the provider refuses fails at once, naming the 401, with no second
+/// handshake (no retry storm); a finalize still gets its (empty) answer, so the turn logic is
+/// never left waiting.
+async fn refused_at_once(
+    engine: &dyn voxide::services::stt::SttEngine,
+    handshakes: &std::sync::Mutex<usize>,
+) {
+    let mut stream = engine.start();
+    let failure = match stream.events.recv().await.expect("an event") {
+        voxide::services::stt::SttEvent::Failed(message) => message,
+        other => panic!("a failure first: {other:?}"),
+    };
+    assert!(failure.contains("401"), "{failure}");
+    assert_eq!(*handshakes.lock().expect("lock"), 1, "no retry storm");
+    stream
+        .input
+        .send(voxide::services::stt::SttInput::SpeechStarted)
+        .await
+        .expect("input");
+    assert_eq!(speak_and_finalize(&mut stream, 320).await, "");
+}
+
 mod deepgram {
     use super::speak_and_finalize;
     use std::sync::{Arc, Mutex};
@@ -126,8 +148,8 @@ mod deepgram {
     use axum::response::{IntoResponse, Response};
     use serde_json::json;
 
+    use voxide::services::stt::SttEngine;
     use voxide::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
-    use voxide::services::stt::{SttEngine, SttEvent};
 
     /// How the Deepgram stand-in misbehaves.
     #[derive(Clone, Copy, Default)]
@@ -332,19 +354,7 @@ mod deepgram {
     #[tokio::test]
     async fn a_rejected_key_fails_at_once_without_retrying() {
         let (engine, stand_in) = deepgram(Faults::default(), "wrong").await;
-        let mut stream = engine.start();
-        let failure = match stream.events.recv().await.expect("an event") {
-            SttEvent::Failed(message) => message,
-            other => panic!("a failure first: {other:?}"),
-        };
-        assert!(failure.contains("401"), "{failure}");
-        assert_eq!(
-            *stand_in.handshakes.lock().expect("lock"),
-            1,
-            "no retry storm"
-        );
-        // The turn logic is never left waiting: a finalize still gets its (empty) answer.
-        assert_eq!(speak_and_finalize(&mut stream, 320).await, "");
+        super::refused_at_once(&engine, &stand_in.handshakes).await;
     }
 }
 
@@ -858,18 +868,7 @@ mod assemblyai {
     #[tokio::test]
     async fn a_rejected_key_fails_at_once_without_retrying() {
         let (engine, stand_in) = assemblyai(Faults::default(), "wrong").await;
-        let mut stream = engine.start();
-        let failure = match stream.events.recv().await.expect("an event") {
-            SttEvent::Failed(message) => message,
-            other => panic!("a failure first: {other:?}"),
-        };
-        assert!(failure.contains("401"), "{failure}");
-        assert_eq!(
-            *stand_in.handshakes.lock().expect("lock"),
-            1,
-            "no retry storm"
-        );
-        assert_eq!(speak_and_finalize(&mut stream, 320).await, "");
+        super::refused_at_once(&engine, &stand_in.handshakes).await;
     }
 }
 
@@ -886,7 +885,7 @@ mod openai_transcription {
     use serde_json::{Value, json};
 
     use voxide::services::stt::openai::{OpenAiStt, OpenAiSttSettings};
-    use voxide::services::stt::{SttEngine, SttEvent, SttInput, SttStream};
+    use voxide::services::stt::{SttEngine, SttInput, SttStream};
 
     #[derive(Clone, Copy, Default)]
     pub(super) struct Faults {
@@ -1091,18 +1090,7 @@ mod openai_transcription {
     #[tokio::test]
     async fn a_rejected_key_fails_at_once_without_retrying() {
         let (engine, stand_in) = transcriber(Faults::default(), "wrong").await;
-        let mut stream = engine.start();
-        let failure = match stream.events.recv().await.expect("an event") {
-            SttEvent::Failed(message) => message,
-            other => panic!("a failure first: {other:?}"),
-        };
-        assert!(failure.contains("401"), "{failure}");
-        assert_eq!(
-            *stand_in.handshakes.lock().expect("lock"),
-            1,
-            "no retry storm"
-        );
-        assert_eq!(segment(&mut stream, 320).await, "");
+        super::refused_at_once(&engine, &stand_in.handshakes).await;
     }
 }
 
