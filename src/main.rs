@@ -116,6 +116,55 @@ enum Command {
         #[command(subcommand)]
         bench: Bench,
     },
+    /// Load-tests a running voice bot with recorded audio, as callers reach it, and measures
+    /// from the audio: v2v (the end of the user's speech to the bot's first sound), the first
+    /// audio after connecting, the connect time. Exit status: 0 every SLO passed, 1 an SLO
+    /// failed, 2 a usage error, 3 no session connected, 4 the generator could not keep time.
+    Loadtest(LoadtestArgs),
+}
+
+#[derive(clap::Args)]
+struct LoadtestArgs {
+    /// The server: `http://host:port`.
+    #[arg(long)]
+    target: String,
+    /// `ws` (voxide's /ws: PCM and JSON) or `twilio` (Twilio Media Streams at /ws/twilio).
+    #[arg(long, default_value = "ws")]
+    protocol: String,
+    /// A WAV of one user turn; repeat for more (the turns cycle through them).
+    #[arg(long, required = true)]
+    audio: Vec<PathBuf>,
+    /// Sessions in all.
+    #[arg(long, default_value_t = 1)]
+    sessions: usize,
+    /// Sessions at once [default: --sessions].
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Turns per session.
+    #[arg(long, default_value_t = 1)]
+    turns: usize,
+    /// Silence after the bot's reply before the next turn, ms.
+    #[arg(long, default_value_t = 400)]
+    think_ms: u64,
+    /// Seconds over which the first wave of sessions starts.
+    #[arg(long, default_value_t = 0.0)]
+    ramp: f64,
+    /// Seeds the sessions' start offsets.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// A turn with no reply this many seconds after the user's speech ended is an error.
+    #[arg(long, default_value_t = 20.0)]
+    response_timeout: f64,
+    /// An SLO, as `p95(v2v)<1200ms`, `p99(connect)<2s` or `error_rate<1%`; repeatable. A metric
+    /// with no data fails.
+    #[arg(long)]
+    slo: Vec<String>,
+    /// Where summary.json, turns.csv, sessions.csv, timeline.jsonl and report.html go.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// The run is invalid (exit 4) when the p99 lag of the 20 ms send clock is above this, ms.
+    #[arg(long, default_value_t = 10.0)]
+    max_pacing_lag_ms: f64,
 }
 
 /// The bot's options, shared by the commands that run one. Each falls back to its
@@ -637,6 +686,12 @@ async fn main() -> Result<()> {
 
 async fn run_command(cli: Cli) -> Result<()> {
     match cli.command {
+        Command::Loadtest(args) => {
+            let code = loadtest(args).await;
+            if code != 0 {
+                std::process::exit(i32::from(code));
+            }
+        }
         Command::Models => list_models(),
         Command::Local {
             list_devices,
@@ -1018,5 +1073,58 @@ fn list_models() {
             model.license,
             model.purpose,
         );
+    }
+}
+
+/// Runs `voxide loadtest`; the exit status.
+async fn loadtest(args: LoadtestArgs) -> u8 {
+    use voxide::loadtest::{LoadtestError, LoadtestOptions, Protocol, run, stats::Slo, table};
+    let usage = |message: String| {
+        eprintln!("error: {message}");
+        2
+    };
+    let protocol = match args.protocol.as_str() {
+        "ws" => Protocol::Ws,
+        "twilio" => Protocol::Twilio,
+        other => return usage(format!("--protocol {other:?}: use ws or twilio")),
+    };
+    let slos = match args
+        .slo
+        .iter()
+        .map(|s| Slo::parse(s))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(slos) => slos,
+        Err(e) => return usage(e),
+    };
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if !(positive(args.ramp) || args.ramp == 0.0)
+        || !positive(args.response_timeout)
+        || !positive(args.max_pacing_lag_ms)
+    {
+        return usage("--ramp, --response-timeout and --max-pacing-lag-ms must be positive".into());
+    }
+    let options = LoadtestOptions {
+        target: args.target,
+        protocol,
+        audio: args.audio,
+        sessions: args.sessions,
+        concurrency: args.concurrency.unwrap_or(args.sessions),
+        turns: args.turns,
+        think: Duration::from_millis(args.think_ms),
+        ramp: Duration::from_secs_f64(args.ramp),
+        seed: args.seed,
+        response_timeout: Duration::from_secs_f64(args.response_timeout),
+        slos,
+        out: args.out,
+        max_pacing_lag: Duration::from_secs_f64(args.max_pacing_lag_ms / 1000.0),
+    };
+    match run(options).await {
+        Ok(summary) => {
+            print!("{}", table(&summary));
+            summary.verdict.exit_code()
+        }
+        Err(LoadtestError::Usage(message)) => usage(message),
+        Err(e) => usage(e.to_string()),
     }
 }

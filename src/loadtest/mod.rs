@@ -1,0 +1,566 @@
+//! `voxide loadtest`: drives a running voice bot the way callers do, with recorded audio, and
+//! says how it holds up, measured from the audio itself.
+//!
+//! Each session connects over the protocol a client uses (voxide's `/ws`, or Twilio Media
+//! Streams), speaks its WAV turns paced by a 20 ms clock (silence in between, as a microphone
+//! sends), waits for the bot's reply to end plus a think time, and speaks the next. The end of the
+//! user's speech is where the WAV's last voiced window leaves; the bot's reply starts at the
+//! first voiced window of the audio received: `v2v` is the difference, as a caller hears it.
+//! Sessions start at seeded random offsets, at most `concurrency` at once, ramped.
+//!
+//! It checks itself: a generator that cannot keep its 20 ms clock makes the run invalid (exit
+//! 4), not a false verdict.
+
+mod report;
+mod session;
+pub mod signal;
+pub mod stats;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde::Serialize;
+use serde_json::{Value, json};
+use tokio::time::Instant;
+
+use session::{Plan, SessionResult, TurnAudio};
+use stats::{Distribution, Slo, Verdict};
+
+/// How the sessions reach the bot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Protocol {
+    /// voxide's `/ws`: PCM both ways, JSON events.
+    Ws,
+    /// Twilio Media Streams (`/ws/twilio`): μ-law at 8 kHz in JSON.
+    Twilio,
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct LoadtestOptions {
+    /// The server, `http://host:port` (or `ws://`).
+    pub target: String,
+    /// The protocol the sessions speak.
+    pub protocol: Protocol,
+    /// WAVs, one user turn each, cycled.
+    pub audio: Vec<PathBuf>,
+    /// Sessions in all.
+    pub sessions: usize,
+    /// Sessions at once.
+    pub concurrency: usize,
+    /// Turns per session.
+    pub turns: usize,
+    /// Silence after a reply before the next turn.
+    pub think: Duration,
+    /// How long the first `concurrency` sessions take to start.
+    pub ramp: Duration,
+    /// Seeds the sessions' start offsets.
+    pub seed: u64,
+    /// A turn with no reply for this long after the speech ended is an error.
+    pub response_timeout: Duration,
+    /// The SLOs judged.
+    pub slos: Vec<Slo>,
+    /// Where the results go.
+    pub out: Option<PathBuf>,
+    /// The run is invalid when the p99 lag of the generator's 20 ms clock is above this.
+    pub max_pacing_lag: Duration,
+}
+
+/// Why a run could not be made (exit 2).
+#[derive(Debug, thiserror::Error)]
+pub enum LoadtestError {
+    /// The command asked for something that cannot be run.
+    #[error("{0}")]
+    Usage(String),
+    /// Writing the results failed.
+    #[error("writing the results failed: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// The run's verdict, as the exit status says it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunVerdict {
+    /// Every SLO passed.
+    Pass,
+    /// An SLO failed (exit 1).
+    SloFailed,
+    /// No session connected (exit 3).
+    Unreachable,
+    /// The generator could not keep time (exit 4): the figures are not to be trusted.
+    Saturated,
+}
+
+impl RunVerdict {
+    /// The exit status.
+    pub fn exit_code(self) -> u8 {
+        match self {
+            RunVerdict::Pass => 0,
+            RunVerdict::SloFailed => 1,
+            RunVerdict::Unreachable => 3,
+            RunVerdict::Saturated => 4,
+        }
+    }
+}
+
+/// Session counts.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Counts {
+    /// Sessions begun.
+    pub started: usize,
+    /// Sessions whose connection opened.
+    pub connected: usize,
+    /// Sessions that spoke every turn and heard every reply.
+    pub completed: usize,
+    /// Sessions that failed to connect, were dropped, or lost a turn.
+    pub failed: usize,
+}
+
+/// How well the generator kept time.
+#[derive(Debug, Clone, Serialize)]
+pub struct Generator {
+    /// The lag of its 20 ms clock.
+    pub pacing_lag_ms: Option<Distribution>,
+    /// CPU it and whatever shares its process used, as a share of one core.
+    pub cpu_percent: f64,
+    /// Whether the figures can be trusted.
+    pub valid: bool,
+}
+
+/// `summary.json`.
+#[derive(Debug, Clone, Serialize)]
+pub struct Summary {
+    /// The version of this layout.
+    pub schema: u32,
+    /// The server loaded.
+    pub target: String,
+    /// How it was reached.
+    pub protocol: Protocol,
+    /// When the run began.
+    pub started_at_unix_ms: u64,
+    /// How long it took.
+    pub wall_s: f64,
+    /// Sessions by outcome.
+    pub sessions: Counts,
+    /// Turns spoken.
+    pub turns: usize,
+    /// Per metric, in ms: `v2v`, `first_audio`, `connect`.
+    pub metrics: BTreeMap<String, Option<Distribution>>,
+    /// Failures by kind.
+    pub errors: BTreeMap<String, usize>,
+    /// Failed turns and sessions that never connected, over all of them.
+    pub error_rate: f64,
+    /// Each SLO's verdict.
+    pub slos: Vec<Verdict>,
+    /// How well the generator kept time.
+    pub generator: Generator,
+    /// The run's verdict (its exit status).
+    pub verdict: RunVerdict,
+}
+
+/// The run's timeline: one line per event, seconds from the run's start.
+#[derive(Clone, Default)]
+pub struct Recorder(Arc<Mutex<Vec<Value>>>);
+
+impl Recorder {
+    fn event(&self, at: f64, session: usize, kind: &str, mut detail: Value) {
+        if let Value::Object(map) = &mut detail {
+            map.insert("t_ms".into(), json!((at * 1000.0).round()));
+            map.insert("session".into(), json!(session));
+            map.insert("event".into(), json!(kind));
+        }
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(detail);
+    }
+
+    fn take(&self) -> Vec<Value> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+}
+
+/// The WebSocket URL of `target` for `protocol`: `http(s)://` becomes `ws(s)://`; with no path,
+/// voxide's (`/ws?…`, `/ws/twilio`); with one, that path (a pipecat bot's `/ws`).
+fn socket_url(target: &str, protocol: Protocol) -> Result<String, LoadtestError> {
+    let (scheme, rest) = target.split_once("://").ok_or_else(|| {
+        LoadtestError::Usage(format!("--target {target:?}: write http://host:port"))
+    })?;
+    let scheme = match scheme {
+        "http" | "ws" => "ws",
+        "https" | "wss" => "wss",
+        other => {
+            return Err(LoadtestError::Usage(format!(
+                "--target {target:?}: the scheme {other:?} is not http, https, ws or wss"
+            )));
+        }
+    };
+    let (host, path) = match rest.split_once('/') {
+        Some((host, path)) if !path.trim_end_matches('/').is_empty() => {
+            (host, format!("/{}", path.trim_end_matches('/')))
+        }
+        Some((host, _)) => (host, String::new()),
+        None => (rest, String::new()),
+    };
+    if host.is_empty() {
+        return Err(LoadtestError::Usage(format!(
+            "--target {target:?}: no host"
+        )));
+    }
+    let path = match (path.is_empty(), protocol) {
+        (false, _) => path,
+        (true, Protocol::Ws) => "/ws?sample_rate=16000&out_sample_rate=16000".to_owned(),
+        (true, Protocol::Twilio) => "/ws/twilio".to_owned(),
+    };
+    Ok(format!("{scheme}://{host}{path}"))
+}
+
+/// A seeded offset in `[0, 1)` for session `i` (splitmix64).
+fn offset(seed: u64, i: usize) -> f64 {
+    let mut z = seed.wrapping_add((i as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15));
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    (z >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Reads and encodes the turns once.
+fn turns(options: &LoadtestOptions) -> Result<Vec<TurnAudio>, LoadtestError> {
+    if options.audio.is_empty() {
+        return Err(LoadtestError::Usage("give at least one --audio WAV".into()));
+    }
+    options
+        .audio
+        .iter()
+        .map(|path| {
+            let wav = crate::audio::wav::read(path)
+                .map_err(|e| LoadtestError::Usage(format!("--audio {}: {e}", path.display())))?;
+            let rate = wav.sample_rate;
+            let mono = wav.to_mono();
+            let samples = if rate == 16_000 {
+                mono
+            } else {
+                crate::audio::resample::StreamResampler::new(rate, 16_000)
+                    .map_err(|e| LoadtestError::Usage(format!("--audio {}: {e}", path.display())))?
+                    .process(&mono)
+            };
+            let name = path.file_name().map_or_else(
+                || path.display().to_string(),
+                |n| n.to_string_lossy().into_owned(),
+            );
+            TurnAudio::new(name, &samples, options.protocol).ok_or_else(|| {
+                LoadtestError::Usage(format!("--audio {}: no speech in it", path.display()))
+            })
+        })
+        .collect()
+}
+
+/// Runs the load test.
+pub async fn run(options: LoadtestOptions) -> Result<Summary, LoadtestError> {
+    if options.sessions == 0 || options.concurrency == 0 || options.turns == 0 {
+        return Err(LoadtestError::Usage(
+            "--sessions, --concurrency and --turns must be at least 1".into(),
+        ));
+    }
+    let url = socket_url(&options.target, options.protocol)?;
+    let audio = Arc::new(turns(&options)?);
+    let origin = Instant::now();
+    let started_at_unix_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let cpu_start = crate::bench::sessions::cpu_seconds();
+    let plan = Arc::new(Plan {
+        protocol: options.protocol,
+        url,
+        turns: options.turns,
+        think: options.think,
+        response_timeout: options.response_timeout,
+        audio,
+        origin,
+    });
+    let recorder = Recorder::default();
+    let permits = Arc::new(tokio::sync::Semaphore::new(options.concurrency));
+    let live = live_line(options.sessions, origin);
+    let mut tasks = Vec::with_capacity(options.sessions);
+    for i in 0..options.sessions {
+        // The first wave spreads over the ramp; every session adds its own seeded offset, so
+        // sessions do not speak in lock step.
+        let ramp = options
+            .ramp
+            .mul_f64(i.min(options.concurrency) as f64 / options.concurrency as f64);
+        let start = origin + ramp + Duration::from_millis(500).mul_f64(offset(options.seed, i));
+        let permits = permits.clone();
+        let (plan, recorder, live) = (plan.clone(), recorder.clone(), live.clone());
+        tasks.push(tokio::spawn(async move {
+            tokio::time::sleep_until(start).await;
+            let _permit = permits.acquire_owned().await;
+            live.started();
+            let result = session::run(i, plan, recorder).await;
+            live.finished(&result);
+            result
+        }));
+    }
+    let mut results = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        if let Ok(result) = task.await {
+            results.push(result);
+        }
+    }
+    live.stop();
+    let wall_s = origin.elapsed().as_secs_f64();
+    let cpu = crate::bench::sessions::cpu_seconds() - cpu_start;
+    let summary = summarize(&options, &results, started_at_unix_ms, wall_s, cpu);
+    if let Some(dir) = &options.out {
+        report::write(dir, &summary, &results, recorder.take())?;
+    }
+    Ok(summary)
+}
+
+fn summarize(
+    options: &LoadtestOptions,
+    results: &[SessionResult],
+    started_at_unix_ms: u64,
+    wall_s: f64,
+    cpu_s: f64,
+) -> Summary {
+    let mut counts = Counts {
+        started: results.len(),
+        ..Counts::default()
+    };
+    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
+    let (mut v2v, mut first_audio, mut connect, mut lags) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut turns = 0;
+    let mut failed_turns = 0;
+    for result in results {
+        lags.extend(&result.pacing_lag_ms);
+        if let Some(connected) = result.connected {
+            counts.connected += 1;
+            connect.push((connected - result.started) * 1000.0);
+            if let Some(first) = result.first_audio {
+                first_audio.push((first - connected) * 1000.0);
+            }
+        }
+        for turn in &result.turns {
+            turns += 1;
+            // A reply that came is timed, whatever happened after it.
+            v2v.extend(turn.v2v_ms());
+            match &turn.error {
+                Some(kind) => {
+                    failed_turns += 1;
+                    *errors.entry(kind.clone()).or_default() += 1;
+                }
+                None if turn.onset.is_none() => failed_turns += 1,
+                None => {}
+            }
+        }
+        match &result.error {
+            Some(kind) => {
+                counts.failed += 1;
+                if result.connected.is_none() {
+                    *errors.entry(kind.clone()).or_default() += 1;
+                }
+            }
+            None if result.turns.iter().all(|t| t.error.is_none()) => counts.completed += 1,
+            None => counts.failed += 1,
+        }
+    }
+    let mut metrics = BTreeMap::new();
+    metrics.insert("v2v".to_owned(), Distribution::of(&v2v));
+    metrics.insert("first_audio".to_owned(), Distribution::of(&first_audio));
+    metrics.insert("connect".to_owned(), Distribution::of(&connect));
+    let attempts = turns + results.iter().filter(|r| r.connected.is_none()).count();
+    let error_rate = if attempts == 0 {
+        1.0
+    } else {
+        (failed_turns + results.iter().filter(|r| r.connected.is_none()).count()) as f64
+            / attempts as f64
+    };
+    let slos: Vec<Verdict> = options
+        .slos
+        .iter()
+        .map(|slo| slo.judge(&metrics, error_rate))
+        .collect();
+    let pacing = Distribution::of(&lags);
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let cpu_percent = 100.0 * cpu_s / wall_s.max(1e-9);
+    let valid = pacing.is_none_or(|p| p.p99 <= options.max_pacing_lag.as_secs_f64() * 1000.0)
+        && cpu_percent <= 80.0 * cores;
+    let verdict = if counts.connected == 0 {
+        RunVerdict::Unreachable
+    } else if !valid {
+        RunVerdict::Saturated
+    } else if slos.iter().all(|s| s.pass) {
+        RunVerdict::Pass
+    } else {
+        RunVerdict::SloFailed
+    };
+    Summary {
+        schema: 1,
+        target: options.target.clone(),
+        protocol: options.protocol,
+        started_at_unix_ms,
+        wall_s,
+        sessions: counts,
+        turns,
+        metrics,
+        errors,
+        error_rate,
+        slos,
+        generator: Generator {
+            pacing_lag_ms: pacing,
+            cpu_percent,
+            valid,
+        },
+        verdict,
+    }
+}
+
+/// The console's live line, once a second on stderr.
+#[derive(Clone)]
+struct Live {
+    state: Arc<Mutex<LiveState>>,
+    ticker: Arc<tokio::task::JoinHandle<()>>,
+}
+
+#[derive(Default)]
+struct LiveState {
+    total: usize,
+    active: usize,
+    started: usize,
+    failed: usize,
+    v2v: Vec<f64>,
+}
+
+fn live_line(total: usize, origin: Instant) -> Live {
+    let state = Arc::new(Mutex::new(LiveState {
+        total,
+        ..LiveState::default()
+    }));
+    let ticker = {
+        let state = state.clone();
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(1));
+            every.tick().await;
+            loop {
+                every.tick().await;
+                let s = state.lock().unwrap_or_else(|p| p.into_inner());
+                let d = Distribution::of(&s.v2v);
+                eprintln!(
+                    "[{:>5.0}s] active {:>3}  started {:>4}/{}  failed {:>3}  v2v p50 {}  p95 {}",
+                    origin.elapsed().as_secs_f64(),
+                    s.active,
+                    s.started,
+                    s.total,
+                    s.failed,
+                    d.map_or("-".into(), |d| format!("{:.0} ms", d.p50)),
+                    d.map_or("-".into(), |d| format!("{:.0} ms", d.p95)),
+                );
+            }
+        })
+    };
+    Live {
+        state,
+        ticker: Arc::new(ticker),
+    }
+}
+
+impl Live {
+    fn started(&self) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.active += 1;
+        s.started += 1;
+    }
+
+    fn finished(&self, result: &SessionResult) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.active = s.active.saturating_sub(1);
+        if result.error.is_some() {
+            s.failed += 1;
+        }
+        s.v2v.extend(result.turns.iter().filter_map(|t| t.v2v_ms()));
+    }
+
+    fn stop(&self) {
+        self.ticker.abort();
+    }
+}
+
+/// The final table, for the console.
+pub fn table(summary: &Summary) -> String {
+    let mut out = format!(
+        "sessions: {} started, {} connected, {} completed, {} failed; {} turns\n",
+        summary.sessions.started,
+        summary.sessions.connected,
+        summary.sessions.completed,
+        summary.sessions.failed,
+        summary.turns
+    );
+    out.push_str("metric           p50      p90      p95      p99      max    n\n");
+    for (name, d) in &summary.metrics {
+        match d {
+            Some(d) => out.push_str(&format!(
+                "{name:<12} {:>6.0}ms {:>6.0}ms {:>6.0}ms {:>6.0}ms {:>6.0}ms {:>4}\n",
+                d.p50, d.p90, d.p95, d.p99, d.max, d.n
+            )),
+            None => out.push_str(&format!("{name:<12} no data\n")),
+        }
+    }
+    for (kind, n) in &summary.errors {
+        out.push_str(&format!("error {kind}: {n}\n"));
+    }
+    for slo in &summary.slos {
+        out.push_str(&format!(
+            "SLO {}: {} ({})\n",
+            slo.slo,
+            if slo.pass { "pass" } else { "FAIL" },
+            slo.value.map_or("no data".into(), |v| format!("{v:.1}"))
+        ));
+    }
+    if let Some(lag) = summary.generator.pacing_lag_ms {
+        out.push_str(&format!(
+            "generator: 20 ms clock lag p99 {:.1} ms, CPU {:.0}%{}\n",
+            lag.p99,
+            summary.generator.cpu_percent,
+            if summary.generator.valid {
+                ""
+            } else {
+                " — saturated: the run is invalid"
+            }
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_become_websocket_bases_and_offsets_are_seeded() {
+        let url = |t: &str, p| socket_url(t, p).expect("valid");
+        assert_eq!(
+            url("http://127.0.0.1:8080/", Protocol::Ws),
+            "ws://127.0.0.1:8080/ws?sample_rate=16000&out_sample_rate=16000"
+        );
+        assert_eq!(
+            url("https://bot.example", Protocol::Twilio),
+            "wss://bot.example/ws/twilio"
+        );
+        // A pipecat Twilio bot's own path.
+        assert_eq!(
+            url("http://127.0.0.1:8765/ws", Protocol::Twilio),
+            "ws://127.0.0.1:8765/ws"
+        );
+        assert!(socket_url("127.0.0.1:8080", Protocol::Ws).is_err());
+        assert!(socket_url("ftp://h", Protocol::Ws).is_err());
+        assert!(socket_url("http:///ws", Protocol::Ws).is_err());
+        let a: Vec<f64> = (0..5).map(|i| offset(7, i)).collect();
+        assert_eq!(a, (0..5).map(|i| offset(7, i)).collect::<Vec<_>>());
+        assert_ne!(a, (0..5).map(|i| offset(8, i)).collect::<Vec<_>>());
+        assert!(a.iter().all(|o| (0.0..1.0).contains(o)));
+    }
+}

@@ -1,0 +1,141 @@
+//! `voxide loadtest` against `voxide serve` on loopback: the bot's replies timed from the audio,
+//! the files a run writes, and the exit status of an SLO that cannot hold and of a target that
+//! is not there. Needs the models (`scripts/setup.sh`).
+
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+mod common;
+
+use common::{HELLO, start};
+
+/// Runs the `voxide loadtest` binary; its exit status and what it printed.
+async fn loadtest(args: Vec<String>) -> (Option<i32>, String) {
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_voxide"))
+            .arg("loadtest")
+            .args(args)
+            .output()
+            .expect("the binary runs")
+    })
+    .await
+    .expect("joined");
+    (
+        output.status.code(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+    )
+}
+
+mod whole_bot {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_callers_over_the_websocket_are_timed_and_an_impossible_slo_fails_the_run() {
+        let server = start(4).await;
+        let out = std::env::temp_dir().join(format!("voxide-loadtest-{}", std::process::id()));
+        let (code, table) = loadtest(
+            [
+                "--target",
+                &format!("http://{}", server.addr),
+                "--audio",
+                HELLO,
+                "--sessions",
+                "2",
+                "--slo",
+                "p50(v2v)<1ms",
+                "--max-pacing-lag-ms",
+                "1000",
+                "--out",
+                out.to_str().expect("utf-8"),
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+        )
+        .await;
+        assert_eq!(
+            code,
+            Some(1),
+            "an SLO no bot can meet fails the run:\n{table}"
+        );
+        let summary: Value = serde_json::from_str(
+            &std::fs::read_to_string(out.join("summary.json")).expect("summary.json"),
+        )
+        .expect("JSON");
+        assert_eq!(summary["schema"], 1);
+        assert_eq!(summary["sessions"]["connected"], 2, "{summary}");
+        assert_eq!(summary["turns"], 2);
+        let v2v = &summary["metrics"]["v2v"];
+        assert_eq!(v2v["n"], 2, "both turns were answered: {summary}");
+        let p50 = v2v["p50"].as_f64().expect("a figure");
+        assert!(
+            p50 > 150.0 && p50 < 15_000.0,
+            "the reply came after the question: {p50}"
+        );
+        assert_eq!(summary["slos"][0]["pass"], false);
+        for file in ["turns.csv", "sessions.csv", "timeline.jsonl", "report.html"] {
+            assert!(out.join(file).exists(), "{file}");
+        }
+        let turns = std::fs::read_to_string(out.join("turns.csv")).expect("turns.csv");
+        assert_eq!(
+            turns.lines().count(),
+            3,
+            "a header and a line a turn:\n{turns}"
+        );
+        let timeline = std::fs::read_to_string(out.join("timeline.jsonl")).expect("timeline");
+        assert!(timeline.contains("\"bot_audio_onset\""));
+        assert!(
+            timeline.contains("bot_started_speaking"),
+            "the server's own events too"
+        );
+        let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_twilio_caller_is_answered_in_mulaw() {
+        let server = start(2).await;
+        let options = voxide::loadtest::LoadtestOptions {
+            target: format!("http://{}", server.addr),
+            protocol: voxide::loadtest::Protocol::Twilio,
+            audio: vec![HELLO.into()],
+            sessions: 1,
+            concurrency: 1,
+            turns: 1,
+            think: Duration::from_millis(200),
+            ramp: Duration::ZERO,
+            seed: 3,
+            response_timeout: Duration::from_secs(20),
+            slos: vec![voxide::loadtest::stats::Slo::parse("p95(v2v)<15s").expect("valid")],
+            out: None,
+            max_pacing_lag: Duration::from_secs(1),
+        };
+        let summary = voxide::loadtest::run(options).await.expect("runs");
+        assert_eq!(summary.sessions.completed, 1, "{summary:?}");
+        assert_eq!(summary.metrics["v2v"].map(|d| d.n), Some(1));
+        assert_eq!(summary.verdict.exit_code(), 0);
+    }
+}
+
+#[tokio::test]
+async fn a_target_that_is_not_there_exits_3_and_a_bad_slo_exits_2() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let target = format!("http://{closed}");
+    let (code, table) = loadtest(
+        ["--target", &target, "--audio", HELLO]
+            .map(str::to_owned)
+            .to_vec(),
+    )
+    .await;
+    assert_eq!(code, Some(3), "{table}");
+    assert!(table.contains("0 connected"), "{table}");
+    let (code, _) = loadtest(
+        ["--target", &target, "--audio", HELLO, "--slo", "fast(v2v)"]
+            .map(str::to_owned)
+            .to_vec(),
+    )
+    .await;
+    assert_eq!(code, Some(2));
+}
