@@ -128,8 +128,11 @@ struct LoadtestArgs {
     /// The server: `http://host:port`.
     #[arg(long)]
     target: String,
-    /// `ws` (voxide's /ws: PCM and JSON) or `twilio` (Twilio Media Streams at /ws/twilio).
-    #[arg(long, default_value = "ws")]
+    /// `webrtc` (SmallWebRTC: POST /api/offer, Opus, RTVI on the data channel), `webrtc-start`
+    /// (pipecat's runner: POST /start, then /sessions/{id}/api/offer), `ws` (voxide's /ws: PCM
+    /// and JSON) or `twilio` (Twilio Media Streams at /ws/twilio). A path in --target replaces
+    /// the default one.
+    #[arg(long, default_value = "webrtc")]
     protocol: String,
     /// A WAV of one user turn; repeat for more (the turns cycle through them).
     #[arg(long, required = true)]
@@ -1086,7 +1089,13 @@ async fn loadtest(args: LoadtestArgs) -> u8 {
     let protocol = match args.protocol.as_str() {
         "ws" => Protocol::Ws,
         "twilio" => Protocol::Twilio,
-        other => return usage(format!("--protocol {other:?}: use ws or twilio")),
+        "webrtc" => Protocol::WebRtc,
+        "webrtc-start" => Protocol::WebRtcStart,
+        other => {
+            return usage(format!(
+                "--protocol {other:?}: use webrtc, webrtc-start, ws or twilio"
+            ));
+        }
     };
     let slos = match args
         .slo

@@ -39,6 +39,8 @@ mod whole_bot {
             [
                 "--target",
                 &format!("http://{}", server.addr),
+                "--protocol",
+                "ws",
                 "--audio",
                 HELLO,
                 "--sessions",
@@ -90,6 +92,34 @@ mod whole_bot {
             "the server's own events too"
         );
         let _ = std::fs::remove_dir_all(&out);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn two_webrtc_callers_get_bot_ready_and_their_replies_are_timed() {
+        let server = start(4).await;
+        let options = voxide::loadtest::LoadtestOptions {
+            target: format!("http://{}", server.addr),
+            protocol: voxide::loadtest::Protocol::WebRtc,
+            audio: vec![HELLO.into()],
+            sessions: 2,
+            concurrency: 2,
+            turns: 1,
+            think: Duration::from_millis(200),
+            ramp: Duration::from_millis(500),
+            seed: 5,
+            response_timeout: Duration::from_secs(30),
+            slos: Vec::new(),
+            out: None,
+            max_pacing_lag: Duration::from_secs(1),
+        };
+        let summary = voxide::loadtest::run(options).await.expect("runs");
+        assert_eq!(summary.sessions.connected, 2, "{summary:?}");
+        assert_eq!(summary.metrics["v2v"].map(|d| d.n), Some(2), "{summary:?}");
+        let connect = summary.metrics["connect"].expect("connect times");
+        assert!(
+            connect.max < 15_000.0,
+            "offer, ICE and bot-ready in time: {connect:?}"
+        );
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

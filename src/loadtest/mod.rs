@@ -11,10 +11,12 @@
 //! It checks itself: a generator that cannot keep its 20 ms clock makes the run invalid (exit
 //! 4), not a false verdict.
 
+mod link;
 mod report;
 mod session;
 pub mod signal;
 pub mod stats;
+mod webrtc;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -36,6 +38,32 @@ pub enum Protocol {
     Ws,
     /// Twilio Media Streams (`/ws/twilio`): μ-law at 8 kHz in JSON.
     Twilio,
+    /// pipecat's SmallWebRTC: `POST /api/offer`, Opus, RTVI on the data channel.
+    #[serde(rename = "webrtc")]
+    WebRtc,
+    /// pipecat's runner and Pipecat Cloud: `POST /start`, then `/sessions/{id}/api/offer`.
+    #[serde(rename = "webrtc-start")]
+    WebRtcStart,
+}
+
+impl Protocol {
+    /// The rate of the bot's audio as it arrives.
+    fn output_rate(self) -> u32 {
+        match self {
+            Protocol::Ws => 16_000,
+            Protocol::Twilio => 8_000,
+            Protocol::WebRtc | Protocol::WebRtcStart => 48_000,
+        }
+    }
+
+    /// One 20 ms frame of silence as the wire carries it.
+    fn silence(self) -> Vec<u8> {
+        match self {
+            Protocol::Ws => vec![0; session::FRAME * 2],
+            Protocol::Twilio => vec![crate::audio::mulaw::encode(0); session::FRAME / 2],
+            Protocol::WebRtc | Protocol::WebRtcStart => webrtc::opus_silence(),
+        }
+    }
 }
 
 /// What to run.
@@ -214,6 +242,13 @@ fn socket_url(target: &str, protocol: Protocol) -> Result<String, LoadtestError>
         (false, _) => path,
         (true, Protocol::Ws) => "/ws?sample_rate=16000&out_sample_rate=16000".to_owned(),
         (true, Protocol::Twilio) => "/ws/twilio".to_owned(),
+        (true, Protocol::WebRtc) => "/api/offer".to_owned(),
+        (true, Protocol::WebRtcStart) => "/start".to_owned(),
+    };
+    let scheme = match protocol {
+        // Signalling is HTTP.
+        Protocol::WebRtc | Protocol::WebRtcStart => scheme.replacen("ws", "http", 1),
+        Protocol::Ws | Protocol::Twilio => scheme.to_owned(),
     };
     Ok(format!("{scheme}://{host}{path}"))
 }

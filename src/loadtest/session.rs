@@ -4,13 +4,10 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use base64::Engine as _;
-use base64::engine::general_purpose::STANDARD;
-use futures_util::{SinkExt, StreamExt};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::time::{Instant, MissedTickBehavior};
-use tokio_tungstenite::tungstenite::Message;
 
+use super::link::Link;
 use super::signal::{Change, Voice};
 use super::{Protocol, Recorder};
 use crate::audio::mulaw;
@@ -19,13 +16,14 @@ use crate::audio::resample::StreamResampler;
 /// The bot's audio is over after this much quiet.
 const HANGOVER_SECS: f64 = 0.8;
 /// Samples of one 20 ms frame at 16 kHz.
-const FRAME: usize = 320;
+pub(super) const FRAME: usize = 320;
 
 /// One recorded user turn, encoded once for every session.
 pub struct TurnAudio {
     /// The WAV it came from.
     pub name: String,
-    /// 20 ms frames as the wire carries them (PCM bytes, or μ-law bytes for Twilio).
+    /// 20 ms frames as the wire carries them (PCM bytes, μ-law bytes for Twilio, Opus packets
+    /// for WebRTC).
     frames: Vec<Vec<u8>>,
     /// Where its speech ends, in seconds from its start.
     pub speech_end: f64,
@@ -44,6 +42,7 @@ impl TurnAudio {
                     frame
                 })
                 .collect(),
+            Protocol::WebRtc | Protocol::WebRtcStart => super::webrtc::opus_frames(samples)?,
             Protocol::Twilio => {
                 let narrow = StreamResampler::new(16_000, 8_000)
                     .map(|mut r| r.process(samples))
@@ -105,18 +104,24 @@ pub struct SessionResult {
 }
 
 /// What the reader heard, shared with the speaker.
-struct Heard {
+pub(super) struct Heard {
     /// Follows the bot's audio (the speaker's clock ends speech that no audio follows).
-    voice: Voice,
+    pub(super) voice: Voice,
     onsets: Vec<f64>,
     offsets: Vec<f64>,
-    /// Server events: (seconds, type).
+    /// Server events: (seconds, type, with `-` read as `_`).
     events: Vec<(f64, String)>,
-    closed: Option<String>,
+    /// The connection ended, for this reason.
+    pub(super) closed: Option<String>,
 }
 
 impl Heard {
-    fn note(
+    /// A server event.
+    pub(super) fn event(&mut self, at: f64, kind: &str) {
+        self.events.push((at, kind.replace('-', "_")));
+    }
+
+    pub(super) fn note(
         &mut self,
         changes: impl IntoIterator<Item = Change>,
         index: usize,
@@ -151,27 +156,8 @@ pub struct Plan {
 }
 
 impl Plan {
-    fn secs(&self, at: Instant) -> f64 {
+    pub(super) fn secs(&self, at: Instant) -> f64 {
         at.duration_since(self.origin).as_secs_f64()
-    }
-
-    fn message(&self, frame: &[u8], n: usize, sid: &str) -> Message {
-        match self.protocol {
-            Protocol::Ws => Message::binary(frame.to_vec()),
-            Protocol::Twilio => Message::text(
-                json!({"event": "media", "sequenceNumber": (n + 2).to_string(), "streamSid": sid,
-                    "media": {"track": "inbound", "chunk": (n + 1).to_string(),
-                              "timestamp": (n * 20).to_string(), "payload": STANDARD.encode(frame)}})
-                .to_string(),
-            ),
-        }
-    }
-
-    fn silence(&self) -> Vec<u8> {
-        match self.protocol {
-            Protocol::Ws => vec![0; FRAME * 2],
-            Protocol::Twilio => vec![mulaw::encode(0); FRAME / 2],
-        }
     }
 }
 
@@ -184,123 +170,39 @@ pub async fn run(index: usize, plan: Arc<Plan>, recorder: Recorder) -> SessionRe
         ..SessionResult::default()
     };
     recorder.event(plan.secs(started), index, "connect_started", json!({}));
-    let connecting = tokio_tungstenite::connect_async(plan.url.as_str());
-    let socket = match tokio::time::timeout(Duration::from_secs(15), connecting).await {
-        Ok(Ok((socket, _))) => socket,
-        Ok(Err(e)) => {
-            let kind = match &e {
-                tokio_tungstenite::tungstenite::Error::Http(r) => {
-                    format!("connect_http_{}", r.status().as_u16())
-                }
-                _ => "connect_refused".to_owned(),
-            };
+    let heard = Arc::new(Mutex::new(Heard {
+        voice: Voice::new(plan.protocol.output_rate(), HANGOVER_SECS),
+        onsets: Vec::new(),
+        offsets: Vec::new(),
+        events: Vec::new(),
+        closed: None,
+    }));
+    let connecting = Link::connect(&plan, index, heard.clone(), recorder.clone());
+    let connected = tokio::time::timeout(Duration::from_secs(20), connecting)
+        .await
+        .unwrap_or_else(|_| Err("connect_timeout".to_owned()));
+    let mut link = match connected {
+        Ok(link) => link,
+        Err(kind) => {
             recorder.event(
                 plan.secs(Instant::now()),
                 index,
                 "error",
-                json!({"kind": kind, "detail": e.to_string()}),
+                json!({"kind": kind}),
             );
             result.error = Some(kind);
-            return result;
-        }
-        Err(_) => {
-            recorder.event(
-                plan.secs(Instant::now()),
-                index,
-                "error",
-                json!({"kind": "connect_timeout"}),
-            );
-            result.error = Some("connect_timeout".into());
             return result;
         }
     };
     let connected = Instant::now();
     result.connected = Some(plan.secs(connected));
     recorder.event(plan.secs(connected), index, "connected", json!({}));
-    let (mut tx, mut rx) = socket.split();
-    let sid = format!("MZloadtest{index}");
-    if plan.protocol == Protocol::Twilio {
-        let hello = [
-            json!({"event": "connected", "protocol": "Call", "version": "1.0.0"}),
-            json!({"event": "start", "sequenceNumber": "1", "streamSid": sid,
-                "start": {"streamSid": sid, "accountSid": "ACloadtest", "callSid": format!("CA{index}"),
-                          "tracks": ["inbound"], "customParameters": {},
-                          "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}),
-        ];
-        for message in hello {
-            if tx.send(Message::text(message.to_string())).await.is_err() {
-                result.error = Some("dropped".into());
-                return result;
-            }
-        }
-    }
-
-    let rate = match plan.protocol {
-        Protocol::Ws => 16_000,
-        Protocol::Twilio => 8_000,
-    };
-    let heard = Arc::new(Mutex::new(Heard {
-        voice: Voice::new(rate, HANGOVER_SECS),
-        onsets: Vec::new(),
-        offsets: Vec::new(),
-        events: Vec::new(),
-        closed: None,
-    }));
-    let reader = {
-        let (heard, plan, recorder) = (heard.clone(), plan.clone(), recorder.clone());
-        tokio::spawn(async move {
-            loop {
-                let message = rx.next().await;
-                let now = plan.secs(Instant::now());
-                let samples: Option<Vec<i16>> = match message {
-                    Some(Ok(Message::Binary(bytes))) => Some(
-                        bytes
-                            .chunks_exact(2)
-                            .map(|b| i16::from_le_bytes([b[0], b[1]]))
-                            .collect(),
-                    ),
-                    Some(Ok(Message::Text(text))) => {
-                        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-                        match plan.protocol {
-                            Protocol::Twilio if value["event"] == "media" => {
-                                value["media"]["payload"]
-                                    .as_str()
-                                    .and_then(|p| STANDARD.decode(p).ok())
-                                    .map(|b| b.into_iter().map(mulaw::decode).collect())
-                            }
-                            _ => {
-                                let kind = value["type"]
-                                    .as_str()
-                                    .or(value["event"].as_str())
-                                    .unwrap_or("unknown")
-                                    .to_owned();
-                                recorder.event(now, index, "server", json!({"type": kind}));
-                                let mut heard = heard.lock().unwrap_or_else(|p| p.into_inner());
-                                heard.events.push((now, kind));
-                                None
-                            }
-                        }
-                    }
-                    Some(Ok(_)) => None,
-                    Some(Err(_)) | None => {
-                        let mut heard = heard.lock().unwrap_or_else(|p| p.into_inner());
-                        heard.closed = Some("dropped".into());
-                        return;
-                    }
-                };
-                let Some(samples) = samples else { continue };
-                let mut heard = heard.lock().unwrap_or_else(|p| p.into_inner());
-                let changes = heard.voice.feed(&samples, now);
-                heard.note(changes, index, &recorder);
-            }
-        })
-    };
 
     let frame = Duration::from_millis(20);
     let mut tick = tokio::time::interval(frame);
     tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
     let mut sent = 0usize;
-    let silence = plan.silence();
+    let silence = plan.protocol.silence();
     // Sends the next frame on the clock; when it went, in run seconds. A mic sends a frame once
     // it is captured, so that is when its last sample was spoken.
     macro_rules! send_frame {
@@ -310,11 +212,10 @@ pub async fn run(index: usize, plan: Arc<Plan>, recorder: Recorder) -> SessionRe
             result
                 .pacing_lag_ms
                 .push(now.saturating_duration_since(scheduled).as_secs_f64() * 1000.0);
-            let message = plan.message($bytes, sent, &sid);
             sent += 1;
-            match tx.send(message).await {
+            match link.send($bytes, sent - 1).await {
                 Ok(()) => Ok(plan.secs(now)),
-                Err(_) => Err(()),
+                Err(()) => Err(()),
             }
         }};
     }
@@ -427,13 +328,7 @@ pub async fn run(index: usize, plan: Arc<Plan>, recorder: Recorder) -> SessionRe
         let heard = heard.lock().unwrap_or_else(|p| p.into_inner());
         result.first_audio = heard.onsets.first().copied();
     }
-    let bye = match plan.protocol {
-        Protocol::Ws => json!({"type": "stop"}),
-        Protocol::Twilio => json!({"event": "stop", "streamSid": sid, "stop": {}}),
-    };
-    let _ = tx.send(Message::text(bye.to_string())).await;
-    let _ = tx.close().await;
-    reader.abort();
+    link.close().await;
     recorder.event(
         plan.secs(Instant::now()),
         index,

@@ -1,0 +1,180 @@
+//! A caller's connection to the bot: a WebSocket (voxide's `/ws`, Twilio Media Streams) or a
+//! WebRTC peer connection. It sends the caller's 20 ms frames, and a reader feeds what comes
+//! back (the bot's audio, the server's events) into the session's [`Heard`].
+
+use std::sync::{Arc, Mutex};
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use futures_util::stream::SplitSink;
+use futures_util::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::net::TcpStream;
+use tokio::time::Instant;
+use tokio_tungstenite::tungstenite::Message;
+use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
+
+use super::session::{Heard, Plan};
+use super::webrtc::Call;
+use super::{Protocol, Recorder};
+use crate::audio::mulaw;
+
+type Sink = SplitSink<WebSocketStream<MaybeTlsStream<TcpStream>>, Message>;
+
+/// One caller's connection.
+pub(super) enum Link {
+    /// voxide's `/ws` or Twilio Media Streams.
+    Socket {
+        sink: Sink,
+        reader: tokio::task::JoinHandle<()>,
+        /// Twilio's stream id; none for `/ws`.
+        twilio: Option<String>,
+    },
+    /// SmallWebRTC.
+    WebRtc(Box<Call>),
+}
+
+impl Link {
+    /// Connects the way a client of `plan`'s protocol does; the error is its kind.
+    pub(super) async fn connect(
+        plan: &Plan,
+        index: usize,
+        heard: Arc<Mutex<Heard>>,
+        recorder: Recorder,
+    ) -> Result<Self, String> {
+        match plan.protocol {
+            Protocol::Ws | Protocol::Twilio => socket(plan, index, heard, recorder).await,
+            Protocol::WebRtc | Protocol::WebRtcStart => {
+                let call = Call::connect(plan, index, heard, recorder).await?;
+                Ok(Link::WebRtc(Box::new(call)))
+            }
+        }
+    }
+
+    /// Sends frame number `n`; an error means the connection is gone.
+    pub(super) async fn send(&mut self, frame: &[u8], n: usize) -> Result<(), ()> {
+        match self {
+            Link::Socket {
+                sink, twilio: None, ..
+            } => sink
+                .send(Message::binary(frame.to_vec()))
+                .await
+                .map_err(|_| ()),
+            Link::Socket {
+                sink,
+                twilio: Some(sid),
+                ..
+            } => {
+                let media = json!({"event": "media", "sequenceNumber": (n + 2).to_string(),
+                    "streamSid": sid, "media": {"track": "inbound", "chunk": (n + 1).to_string(),
+                    "timestamp": (n * 20).to_string(), "payload": STANDARD.encode(frame)}});
+                sink.send(Message::text(media.to_string()))
+                    .await
+                    .map_err(|_| ())
+            }
+            Link::WebRtc(call) => call.send(frame, n).await,
+        }
+    }
+
+    /// Says goodbye and hangs up.
+    pub(super) async fn close(self) {
+        match self {
+            Link::Socket {
+                mut sink,
+                reader,
+                twilio,
+            } => {
+                let bye = match &twilio {
+                    None => json!({"type": "stop"}),
+                    Some(sid) => json!({"event": "stop", "streamSid": sid, "stop": {}}),
+                };
+                let _ = sink.send(Message::text(bye.to_string())).await;
+                let _ = sink.close().await;
+                reader.abort();
+            }
+            Link::WebRtc(call) => call.close().await,
+        }
+    }
+}
+
+async fn socket(
+    plan: &Plan,
+    index: usize,
+    heard: Arc<Mutex<Heard>>,
+    recorder: Recorder,
+) -> Result<Link, String> {
+    let (socket, _) = tokio_tungstenite::connect_async(plan.url.as_str())
+        .await
+        .map_err(|e| match &e {
+            tokio_tungstenite::tungstenite::Error::Http(r) => {
+                format!("connect_http_{}", r.status().as_u16())
+            }
+            _ => "connect_refused".to_owned(),
+        })?;
+    let (mut sink, mut stream) = socket.split();
+    let twilio = (plan.protocol == Protocol::Twilio).then(|| format!("MZloadtest{index}"));
+    if let Some(sid) = &twilio {
+        let hello = [
+            json!({"event": "connected", "protocol": "Call", "version": "1.0.0"}),
+            json!({"event": "start", "sequenceNumber": "1", "streamSid": sid,
+                "start": {"streamSid": sid, "accountSid": "ACloadtest", "callSid": format!("CA{index}"),
+                          "tracks": ["inbound"], "customParameters": {},
+                          "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}),
+        ];
+        for message in hello {
+            sink.send(Message::text(message.to_string()))
+                .await
+                .map_err(|_| "dropped".to_owned())?;
+        }
+    }
+    let origin = plan.origin;
+    let twilio_wire = twilio.is_some();
+    let reader = tokio::spawn(async move {
+        loop {
+            let message = stream.next().await;
+            let now = Instant::now().duration_since(origin).as_secs_f64();
+            let samples: Option<Vec<i16>> = match message {
+                Some(Ok(Message::Binary(bytes))) => Some(
+                    bytes
+                        .chunks_exact(2)
+                        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+                        .collect(),
+                ),
+                Some(Ok(Message::Text(text))) => {
+                    let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+                    if twilio_wire && value["event"] == "media" {
+                        value["media"]["payload"]
+                            .as_str()
+                            .and_then(|p| STANDARD.decode(p).ok())
+                            .map(|b| b.into_iter().map(mulaw::decode).collect())
+                    } else {
+                        let kind = value["type"]
+                            .as_str()
+                            .or(value["event"].as_str())
+                            .unwrap_or("unknown");
+                        recorder.event(now, index, "server", json!({"type": kind}));
+                        heard
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner())
+                            .event(now, kind);
+                        None
+                    }
+                }
+                Some(Ok(_)) => None,
+                Some(Err(_)) | None => {
+                    heard.lock().unwrap_or_else(|p| p.into_inner()).closed = Some("dropped".into());
+                    return;
+                }
+            };
+            let Some(samples) = samples else { continue };
+            let mut heard = heard.lock().unwrap_or_else(|p| p.into_inner());
+            let changes = heard.voice.feed(&samples, now);
+            heard.note(changes, index, &recorder);
+        }
+    });
+    Ok(Link::Socket {
+        sink,
+        reader,
+        twilio,
+    })
+}

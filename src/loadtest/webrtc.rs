@@ -1,0 +1,384 @@
+//! A caller over SmallWebRTC, as pipecat's JS client connects: a peer connection with a
+//! microphone track (Opus) and the `chat` data channel, the offer `POST`ed to `/api/offer` (or,
+//! through pipecat's runner, `POST /start` and then `/sessions/{id}/api/offer`), RTVI
+//! `client-ready` answered by `bot-ready`, the JS transport's `ping` once a second. The bot's
+//! Opus is decoded and followed like any other audio.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rtc::interceptor::Registry;
+use rtc::media::Sample;
+use rtc::media_stream::MediaStreamTrack;
+use rtc::peer_connection::configuration::RTCConfigurationBuilder;
+use rtc::peer_connection::configuration::interceptor_registry::register_default_interceptors;
+use rtc::peer_connection::configuration::media_engine::{MIME_TYPE_OPUS, MediaEngine};
+use rtc::peer_connection::sdp::RTCSessionDescription;
+use rtc::rtp_transceiver::rtp_sender::{
+    RTCRtpCodec, RTCRtpCodecParameters, RTCRtpCodingParameters, RTCRtpEncodingParameters,
+    RtpCodecKind,
+};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use webrtc::data_channel::{DataChannel, DataChannelEvent};
+use webrtc::media_stream::track_local::TrackLocal;
+use webrtc::media_stream::track_local::static_sample::TrackLocalStaticSample;
+use webrtc::media_stream::track_remote::{TrackRemote, TrackRemoteEvent};
+use webrtc::peer_connection::{
+    PeerConnection, PeerConnectionBuilder, PeerConnectionEventHandler, RTCIceGatheringState,
+};
+
+use super::session::{Heard, Plan};
+use super::{Protocol, Recorder};
+use crate::audio::resample::StreamResampler;
+
+/// Samples of one 20 ms Opus frame at 48 kHz.
+const OPUS_FRAME: usize = 960;
+
+fn opus_codec() -> RTCRtpCodec {
+    RTCRtpCodec {
+        mime_type: MIME_TYPE_OPUS.to_owned(),
+        clock_rate: 48_000,
+        channels: 2,
+        sdp_fmtp_line: "minptime=10;useinbandfec=1".to_owned(),
+        rtcp_feedback: vec![],
+    }
+}
+
+/// `samples` (16 kHz mono) as 20 ms Opus packets at 48 kHz, encoded once for every session.
+pub(super) fn opus_frames(samples: &[i16]) -> Option<Vec<Vec<u8>>> {
+    let wide = StreamResampler::new(16_000, 48_000).ok()?.process(samples);
+    let mut encoder =
+        opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Voip).ok()?;
+    let mut packet = vec![0u8; 1500];
+    wide.chunks(OPUS_FRAME)
+        .map(|chunk| {
+            let mut frame = chunk.to_vec();
+            frame.resize(OPUS_FRAME, 0);
+            let n = encoder.encode(&frame, &mut packet).ok()?;
+            Some(packet[..n].to_vec())
+        })
+        .collect()
+}
+
+/// 20 ms of silence as an Opus packet.
+pub(super) fn opus_silence() -> Vec<u8> {
+    opus_frames(&[0; 320])
+        .and_then(|frames| frames.into_iter().next())
+        .unwrap_or_default()
+}
+
+struct Events {
+    gathered: Mutex<Option<oneshot::Sender<()>>>,
+    heard: Arc<Mutex<Heard>>,
+    recorder: Recorder,
+    index: usize,
+    origin: Instant,
+}
+
+#[async_trait::async_trait]
+impl PeerConnectionEventHandler for Events {
+    async fn on_ice_gathering_state_change(&self, state: RTCIceGatheringState) {
+        if state == RTCIceGatheringState::Complete
+            && let Some(done) = self
+                .gathered
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take()
+        {
+            let _ = done.send(());
+        }
+    }
+
+    async fn on_track(&self, track: Arc<dyn TrackRemote>) {
+        let (heard, recorder, index, origin) = (
+            self.heard.clone(),
+            self.recorder.clone(),
+            self.index,
+            self.origin,
+        );
+        tokio::spawn(async move {
+            let Ok(mut decoder) = opus::Decoder::new(48_000, opus::Channels::Mono) else {
+                return;
+            };
+            let mut pcm = vec![0i16; 5760];
+            while let Some(event) = track.poll().await {
+                if let TrackRemoteEvent::OnRtpPacket(packet) = event
+                    && let Ok(n) = decoder.decode(&packet.payload, &mut pcm, false)
+                {
+                    let now = Instant::now().duration_since(origin).as_secs_f64();
+                    let mut heard = heard.lock().unwrap_or_else(|p| p.into_inner());
+                    let changes = heard.voice.feed(&pcm[..n], now);
+                    heard.note(changes, index, &recorder);
+                }
+            }
+        });
+    }
+}
+
+/// A connected WebRTC caller.
+pub(super) struct Call {
+    pc: Arc<dyn PeerConnection>,
+    mic: Arc<TrackLocalStaticSample>,
+    ssrc: u32,
+    payload_type: u8,
+    channel: Arc<dyn DataChannel>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Call {
+    /// Connects and waits for the bot's `bot-ready`.
+    pub(super) async fn connect(
+        plan: &Plan,
+        index: usize,
+        heard: Arc<Mutex<Heard>>,
+        recorder: Recorder,
+    ) -> Result<Self, String> {
+        let mut media = MediaEngine::default();
+        media
+            .register_codec(
+                RTCRtpCodecParameters {
+                    rtp_codec: opus_codec(),
+                    payload_type: 111,
+                },
+                RtpCodecKind::Audio,
+            )
+            .map_err(|e| failed("webrtc_setup", e))?;
+        let registry = register_default_interceptors(Registry::new(), &mut media)
+            .map_err(|e| failed("webrtc_setup", e))?;
+        let (gathered_tx, gathered) = oneshot::channel();
+        let events = Arc::new(Events {
+            gathered: Mutex::new(Some(gathered_tx)),
+            heard: heard.clone(),
+            recorder: recorder.clone(),
+            index,
+            origin: plan.origin,
+        });
+        let loopback = plan.url.contains("://127.") || plan.url.contains("://localhost");
+        let bind = if loopback { "127.0.0.1:0" } else { "0.0.0.0:0" };
+        let runtime =
+            webrtc::runtime::default_runtime().ok_or_else(|| "webrtc_setup".to_owned())?;
+        let pc: Arc<dyn PeerConnection> = Arc::new(
+            PeerConnectionBuilder::new()
+                .with_configuration(RTCConfigurationBuilder::new().build())
+                .with_media_engine(media)
+                .with_interceptor_registry(registry)
+                .with_handler(events)
+                .with_runtime(runtime)
+                .with_udp_addrs(vec![bind.to_owned()])
+                .build()
+                .await
+                .map_err(|e| failed("webrtc_setup", e))?,
+        );
+        let ssrc = 0x10ad_0000 | (index as u32 & 0xffff);
+        let mic = Arc::new(
+            TrackLocalStaticSample::new(
+                std::time::Instant::now(),
+                MediaStreamTrack::new(
+                    format!("loadtest-{index}"),
+                    "mic-audio".into(),
+                    "microphone".into(),
+                    RtpCodecKind::Audio,
+                    vec![RTCRtpEncodingParameters {
+                        rtp_coding_parameters: RTCRtpCodingParameters {
+                            ssrc: Some(ssrc),
+                            ..Default::default()
+                        },
+                        codec: opus_codec(),
+                        ..Default::default()
+                    }],
+                ),
+            )
+            .map_err(|e| failed("webrtc_setup", e))?,
+        );
+        let sender = pc
+            .add_track(mic.clone() as Arc<dyn TrackLocal>)
+            .await
+            .map_err(|e| failed("webrtc_setup", e))?;
+        // pipecat's JS transport names its channel "chat".
+        let channel = pc
+            .create_data_channel("chat", None)
+            .await
+            .map_err(|e| failed("webrtc_setup", e))?;
+        let offer = pc
+            .create_offer(None)
+            .await
+            .map_err(|e| failed("webrtc_setup", e))?;
+        pc.set_local_description(offer)
+            .await
+            .map_err(|e| failed("webrtc_setup", e))?;
+        // The whole offer at once: the SmallWebRTC servers take it with its candidates.
+        let _ = tokio::time::timeout(Duration::from_secs(3), gathered).await;
+        let offer_sdp = pc
+            .local_description()
+            .await
+            .ok_or_else(|| "webrtc_setup".to_owned())?
+            .sdp;
+
+        let answer = signal(plan, &offer_sdp).await?;
+        let sdp = answer["sdp"]
+            .as_str()
+            .ok_or_else(|| "offer_bad_answer".to_owned())?;
+        let description = RTCSessionDescription::answer(sdp.to_owned())
+            .map_err(|e| failed("offer_bad_answer", e))?;
+        pc.set_remote_description(description)
+            .await
+            .map_err(|e| failed("offer_bad_answer", e))?;
+        let payload_type = sender
+            .get_parameters()
+            .await
+            .ok()
+            .and_then(|p| p.rtp_parameters.codecs.first().map(|c| c.payload_type))
+            .unwrap_or(111);
+
+        let (opened_tx, opened) = oneshot::channel();
+        let (ready_tx, mut ready) = mpsc::channel::<()>(1);
+        let reader = {
+            let (channel, origin) = (channel.clone(), plan.origin);
+            tokio::spawn(async move {
+                let mut opened_tx = Some(opened_tx);
+                while let Some(event) = channel.poll().await {
+                    match event {
+                        DataChannelEvent::OnOpen => {
+                            if let Some(tx) = opened_tx.take() {
+                                let _ = tx.send(());
+                            }
+                        }
+                        DataChannelEvent::OnMessage(message) => {
+                            let Ok(value) = serde_json::from_slice::<Value>(&message.data) else {
+                                continue;
+                            };
+                            let Some(kind) = value["type"].as_str() else {
+                                continue;
+                            };
+                            let now = Instant::now().duration_since(origin).as_secs_f64();
+                            if kind == "bot-ready" {
+                                let _ = ready_tx.try_send(());
+                            }
+                            recorder.event(now, index, "server", json!({"type": kind}));
+                            heard
+                                .lock()
+                                .unwrap_or_else(|p| p.into_inner())
+                                .event(now, kind);
+                        }
+                        DataChannelEvent::OnClose => break,
+                        _ => {}
+                    }
+                }
+                heard.lock().unwrap_or_else(|p| p.into_inner()).closed = Some("dropped".into());
+            })
+        };
+        let call = Self {
+            pc,
+            mic,
+            ssrc,
+            payload_type,
+            channel,
+            reader,
+        };
+        if tokio::time::timeout(Duration::from_secs(15), opened)
+            .await
+            .is_err()
+        {
+            call.close().await;
+            return Err("ice_failed".into());
+        }
+        let hello = json!({"label": "rtvi-ai", "type": "client-ready", "id": format!("ready-{index}"),
+            "data": {"version": "1.0.0", "about": {"library": "voxide-loadtest"}}});
+        if call.channel.send_text(&hello.to_string()).await.is_err() {
+            call.close().await;
+            return Err("dropped".into());
+        }
+        if tokio::time::timeout(Duration::from_secs(15), ready.recv())
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+        {
+            call.close().await;
+            return Err("no_bot_ready".into());
+        }
+        Ok(call)
+    }
+
+    /// Sends Opus frame `n`, and the JS transport's ping once a second.
+    pub(super) async fn send(&mut self, frame: &[u8], n: usize) -> Result<(), ()> {
+        if n.is_multiple_of(50) {
+            let _ = self.channel.send_text(&format!("ping: {n}")).await;
+        }
+        let sample = Sample {
+            data: Bytes::copy_from_slice(frame),
+            duration: Duration::from_millis(20),
+            ..Sample::new(std::time::Instant::now())
+        };
+        self.mic
+            .sample_writer(self.ssrc, self.payload_type)
+            .write_sample(&sample)
+            .await
+            .map_err(|_| ())
+    }
+
+    /// Hangs up.
+    pub(super) async fn close(self) {
+        self.reader.abort();
+        let _ = self.pc.close().await;
+    }
+}
+
+/// The kind of a failure, with its detail in the debug log.
+fn failed(kind: &str, error: impl std::fmt::Display) -> String {
+    tracing::debug!(%error, kind, "the WebRTC caller failed");
+    kind.to_owned()
+}
+
+/// Posts the offer the way `plan`'s protocol does; the answer, or the error's kind.
+async fn signal(plan: &Plan, sdp: &str) -> Result<Value, String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(15))
+        .build()
+        .map_err(|_| "webrtc_setup".to_owned())?;
+    let offer_url = match plan.protocol {
+        Protocol::WebRtcStart => {
+            let started: Value = client
+                .post(plan.url.as_str())
+                .json(&json!({"enableDefaultIceServers": false}))
+                .send()
+                .await
+                .map_err(|_| "connect_refused".to_owned())?
+                .error_for_status()
+                .map_err(|e| http_kind("start", e.status()))?
+                .json()
+                .await
+                .map_err(|_| "start_bad_answer".to_owned())?;
+            let id = started["sessionId"]
+                .as_str()
+                .ok_or_else(|| "start_bad_answer".to_owned())?;
+            let base = plan.url.trim_end_matches("/start");
+            format!("{base}/sessions/{id}/api/offer")
+        }
+        _ => plan.url.clone(),
+    };
+    let body = json!({"sdp": sdp, "type": "offer", "pc_id": null, "restart_pc": false,
+        "requestData": {}});
+    client
+        .post(offer_url)
+        .json(&body)
+        .send()
+        .await
+        .map_err(|_| "connect_refused".to_owned())?
+        .error_for_status()
+        .map_err(|e| http_kind("offer", e.status()))?
+        .json::<Value>()
+        .await
+        .map_err(|_| "offer_bad_answer".to_owned())
+}
+
+fn http_kind(step: &str, status: Option<reqwest::StatusCode>) -> String {
+    match status {
+        Some(status) => format!("{step}_http_{}", status.as_u16()),
+        None => format!("{step}_failed"),
+    }
+}
