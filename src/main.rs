@@ -149,6 +149,10 @@ struct LoadtestArgs {
     /// Silence after the bot's reply before the next turn, ms.
     #[arg(long, default_value_t = 400)]
     think_ms: u64,
+    /// Each turn after the first talks over the bot this many ms after its reply starts, and
+    /// `barge_in_stop` times how long the bot takes to fall silent.
+    #[arg(long)]
+    barge_in_at_ms: Option<u64>,
     /// Seconds over which the first wave of sessions starts.
     #[arg(long, default_value_t = 0.0)]
     ramp: f64,
@@ -1121,6 +1125,7 @@ async fn loadtest(args: LoadtestArgs) -> u8 {
         concurrency: args.concurrency.unwrap_or(args.sessions),
         turns: args.turns,
         think: Duration::from_millis(args.think_ms),
+        barge_in_at: args.barge_in_at_ms.map(Duration::from_millis),
         ramp: Duration::from_secs_f64(args.ramp),
         seed: args.seed,
         response_timeout: Duration::from_secs_f64(args.response_timeout),

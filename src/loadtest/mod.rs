@@ -83,6 +83,9 @@ pub struct LoadtestOptions {
     pub turns: usize,
     /// Silence after a reply before the next turn.
     pub think: Duration,
+    /// Each turn after the first talks over the bot's reply this long after it starts; the bot's
+    /// audio should stop (`barge_in_stop`).
+    pub barge_in_at: Option<Duration>,
     /// How long the first `concurrency` sessions take to start.
     pub ramp: Duration,
     /// Seeds the sessions' start offsets.
@@ -175,7 +178,8 @@ pub struct Summary {
     pub sessions: Counts,
     /// Turns spoken.
     pub turns: usize,
-    /// Per metric, in ms: `v2v`, `first_audio`, `connect`.
+    /// Per metric, in ms: `v2v`, `first_audio`, `connect`, and `barge_in_stop` when turns talk
+    /// over the bot.
     pub metrics: BTreeMap<String, Option<Distribution>>,
     /// Failures by kind.
     pub errors: BTreeMap<String, usize>,
@@ -312,6 +316,7 @@ pub async fn run(options: LoadtestOptions) -> Result<Summary, LoadtestError> {
         url,
         turns: options.turns,
         think: options.think,
+        barge_in_at: options.barge_in_at,
         response_timeout: options.response_timeout,
         audio,
         origin,
@@ -366,8 +371,8 @@ fn summarize(
         ..Counts::default()
     };
     let mut errors: BTreeMap<String, usize> = BTreeMap::new();
-    let (mut v2v, mut first_audio, mut connect, mut lags) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut v2v, mut first_audio, mut connect, mut lags, mut barge_in) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut turns = 0;
     let mut failed_turns = 0;
     for result in results {
@@ -383,6 +388,7 @@ fn summarize(
             turns += 1;
             // A reply that came is timed, whatever happened after it.
             v2v.extend(turn.v2v_ms());
+            barge_in.extend(turn.barge_in_stop_ms);
             match &turn.error {
                 Some(kind) => {
                     failed_turns += 1;
@@ -407,6 +413,9 @@ fn summarize(
     metrics.insert("v2v".to_owned(), Distribution::of(&v2v));
     metrics.insert("first_audio".to_owned(), Distribution::of(&first_audio));
     metrics.insert("connect".to_owned(), Distribution::of(&connect));
+    if options.barge_in_at.is_some() {
+        metrics.insert("barge_in_stop".to_owned(), Distribution::of(&barge_in));
+    }
     let attempts = turns + results.iter().filter(|r| r.connected.is_none()).count();
     let error_rate = if attempts == 0 {
         1.0

@@ -22,7 +22,7 @@ pub fn write(
     std::fs::write(dir.join("summary.json"), json + "\n")?;
 
     let mut turns =
-        String::from("session,turn,audio,speech_end_ms,onset_ms,v2v_ms,reply_end_ms,error\n");
+        String::from("session,turn,audio,speech_end_ms,onset_ms,v2v_ms,reply_end_ms,barge_in_stop_ms,error\n");
     let mut sessions =
         String::from("session,started_ms,connect_ms,first_audio_ms,turns,failed_turns,error\n");
     let ms = |v: Option<f64>| v.map_or(String::new(), |v| format!("{:.1}", v * 1000.0));
@@ -30,7 +30,7 @@ pub fn write(
         for turn in &result.turns {
             let _ = writeln!(
                 turns,
-                "{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{}",
                 turn.session,
                 turn.turn,
                 csv(&turn.audio),
@@ -38,6 +38,8 @@ pub fn write(
                 ms(turn.onset),
                 turn.v2v_ms().map_or(String::new(), |v| format!("{v:.1}")),
                 ms(turn.reply_end),
+                turn.barge_in_stop_ms
+                    .map_or(String::new(), |v| format!("{v:.1}")),
                 turn.error.as_deref().unwrap_or_default()
             );
         }

@@ -25,14 +25,15 @@ pub struct TurnAudio {
     /// 20 ms frames as the wire carries them (PCM bytes, μ-law bytes for Twilio, Opus packets
     /// for WebRTC).
     frames: Vec<Vec<u8>>,
-    /// Where its speech ends, in seconds from its start.
+    /// Where its speech starts and ends, in seconds from its start.
+    pub speech_start: f64,
     pub speech_end: f64,
 }
 
 impl TurnAudio {
     /// `samples` (mono 16 kHz) encoded for `protocol`; `None` when it holds no speech.
     pub fn new(name: String, samples: &[i16], protocol: Protocol) -> Option<Self> {
-        let (_, end) = super::signal::speech_bounds(samples, 16_000)?;
+        let (start, end) = super::signal::speech_bounds(samples, 16_000)?;
         let frames = match protocol {
             Protocol::Ws => samples
                 .chunks(FRAME)
@@ -60,6 +61,7 @@ impl TurnAudio {
         Some(Self {
             name,
             frames,
+            speech_start: start as f64 / 16_000.0,
             speech_end: end as f64 / 16_000.0,
         })
     }
@@ -77,6 +79,8 @@ pub struct TurnResult {
     pub speech_end: f64,
     pub onset: Option<f64>,
     pub reply_end: Option<f64>,
+    /// The turn talked over the bot's reply: its speech's onset to the bot's audio stopping, ms.
+    pub barge_in_stop_ms: Option<f64>,
     /// What went wrong, by kind.
     pub error: Option<String>,
 }
@@ -149,6 +153,8 @@ pub struct Plan {
     pub url: String,
     pub turns: usize,
     pub think: Duration,
+    /// Talk over the bot this long after its reply starts (each turn after the first).
+    pub barge_in_at: Option<Duration>,
     pub response_timeout: Duration,
     pub audio: Arc<Vec<TurnAudio>>,
     /// The run's clock.
@@ -219,6 +225,8 @@ pub async fn run(index: usize, plan: Arc<Plan>, recorder: Recorder) -> SessionRe
             }
         }};
     }
+    // The turn being spoken talks over the reply to the one before.
+    let mut barging_in = false;
     'turns: for turn in 0..plan.turns {
         let audio = &plan.audio[turn % plan.audio.len()];
         let mut outcome = TurnResult {
@@ -230,11 +238,19 @@ pub async fn run(index: usize, plan: Arc<Plan>, recorder: Recorder) -> SessionRe
         // The frame holding the speech's last sample, and how much of it follows that sample.
         let end_frame = ((audio.speech_end / 0.02).ceil() as usize).saturating_sub(1);
         let after_end = (end_frame + 1) as f64 * 0.02 - audio.speech_end;
+        // The frame holding the speech's first sample, and how much of it comes before.
+        let start_frame = (audio.speech_start / 0.02) as usize;
+        let before_start = audio.speech_start - start_frame as f64 * 0.02;
+        let mut speech_onset = None;
         let mut begun = None;
         for (k, bytes) in audio.frames.iter().enumerate() {
             match send_frame!(bytes) {
                 Ok(at) => {
                     begun.get_or_insert(at);
+                    if k == start_frame {
+                        // Sent as the frame ended: its first sample was spoken 20 ms earlier.
+                        speech_onset = Some(at - 0.02 + before_start);
+                    }
                     if k == end_frame {
                         outcome.speech_end = at - after_end;
                     }
@@ -256,6 +272,21 @@ pub async fn run(index: usize, plan: Arc<Plan>, recorder: Recorder) -> SessionRe
             "user_speech_end",
             json!({"turn": turn}),
         );
+        if barging_in {
+            // How long the bot took to fall silent once the user talked over it.
+            let mut heard = heard.lock().unwrap_or_else(|p| p.into_inner());
+            let quiet = heard.voice.quiet_until(plan.secs(Instant::now()));
+            heard.note(quiet, index, &recorder);
+            if let Some(onset) = speech_onset {
+                outcome.barge_in_stop_ms = heard
+                    .offsets
+                    .iter()
+                    .copied()
+                    .find(|o| *o > onset)
+                    .map(|o| (o - onset) * 1000.0);
+            }
+        }
+        barging_in = false;
         let deadline = outcome.speech_end + plan.response_timeout.as_secs_f64();
         // Silence until the reply has ended (or never came), then the think time.
         let mut quiet_from: Option<f64> = None;
@@ -298,6 +329,15 @@ pub async fn run(index: usize, plan: Arc<Plan>, recorder: Recorder) -> SessionRe
                     .or(stopped);
             }
             drop(heard);
+            let talk_over = plan
+                .barge_in_at
+                .filter(|_| turn + 1 < plan.turns)
+                .zip(outcome.onset)
+                .is_some_and(|(after, onset)| at - onset >= after.as_secs_f64());
+            if talk_over && outcome.reply_end.is_none() {
+                barging_in = true;
+                break;
+            }
             if outcome.reply_end.is_some() {
                 let since = *quiet_from.get_or_insert(at);
                 if at - since >= plan.think.as_secs_f64() {
