@@ -169,6 +169,12 @@ struct LoadtestArgs {
     /// Where summary.json, turns.csv, sessions.csv, timeline.jsonl and report.html go.
     #[arg(long)]
     out: Option<PathBuf>,
+    /// Raises the concurrency (1, 2, 4, …, up to N, then bisecting) until an --slo breaks, and
+    /// reports the largest that held: what an autoscaler's per-node target is set to. Each step
+    /// runs that many sessions at once; results go under --out/concurrency-K/ and
+    /// --out/capacity.json.
+    #[arg(long, value_name = "N")]
+    find_capacity: Option<usize>,
     /// The run is invalid (exit 4) when the p99 lag of the 20 ms send clock is above this, ms.
     #[arg(long, default_value_t = 10.0)]
     max_pacing_lag_ms: f64,
@@ -1133,6 +1139,28 @@ async fn loadtest(args: LoadtestArgs) -> u8 {
         out: args.out,
         max_pacing_lag: Duration::from_secs_f64(args.max_pacing_lag_ms / 1000.0),
     };
+    if let Some(max) = args.find_capacity {
+        return match voxide::loadtest::find_capacity(options, max).await {
+            Ok(capacity) => {
+                for step in &capacity.steps {
+                    println!(
+                        "{:>4} at once: {:?}{}",
+                        step.concurrency,
+                        step.verdict,
+                        step.v2v
+                            .map_or(String::new(), |d| format!(", v2v p95 {:.0} ms", d.p95))
+                    );
+                }
+                match capacity.capacity {
+                    Some(k) => println!("capacity: {k} sessions at once"),
+                    None => println!("capacity: none (one session already breaks an SLO)"),
+                }
+                capacity.verdict.exit_code()
+            }
+            Err(LoadtestError::Usage(message)) => usage(message),
+            Err(e) => usage(e.to_string()),
+        };
+    }
     match run(options).await {
         Ok(summary) => {
             print!("{}", table(&summary));

@@ -359,6 +359,114 @@ pub async fn run(options: LoadtestOptions) -> Result<Summary, LoadtestError> {
     Ok(summary)
 }
 
+/// One step of a capacity search.
+#[derive(Debug, Clone, Serialize)]
+pub struct Step {
+    /// Sessions at once (and in all).
+    pub concurrency: usize,
+    /// How it went.
+    pub verdict: RunVerdict,
+    /// Its SLO verdicts.
+    pub slos: Vec<Verdict>,
+    /// Its v2v.
+    pub v2v: Option<Distribution>,
+}
+
+/// `capacity.json`: the largest concurrency at which every SLO held.
+#[derive(Debug, Clone, Serialize)]
+pub struct Capacity {
+    /// The version of this layout.
+    pub schema: u32,
+    /// The steps, in the order run.
+    pub steps: Vec<Step>,
+    /// The largest passing concurrency; none when even one session failed an SLO.
+    pub capacity: Option<usize>,
+    /// The search's verdict: `saturated` when a step's generator could not keep time (the
+    /// search stopped there), `unreachable` when no session of the first step connected.
+    pub verdict: RunVerdict,
+}
+
+/// Raises the concurrency (1, 2, 4, … up to `max`, then halfway between the last pass and the
+/// first failure until they meet) until an SLO breaks; every step runs `concurrency` sessions at
+/// once. The SLOs must be given: without them nothing can fail.
+pub async fn find_capacity(
+    options: LoadtestOptions,
+    max: usize,
+) -> Result<Capacity, LoadtestError> {
+    if options.slos.is_empty() {
+        return Err(LoadtestError::Usage(
+            "--find-capacity needs at least one --slo".into(),
+        ));
+    }
+    let mut steps = Vec::new();
+    let (mut pass, mut fail): (Option<usize>, Option<usize>) = (None, None);
+    let mut next = 1usize;
+    loop {
+        let k = next.min(max.max(1));
+        let step_options = LoadtestOptions {
+            sessions: k,
+            concurrency: k,
+            out: options
+                .out
+                .as_ref()
+                .map(|d| d.join(format!("concurrency-{k}"))),
+            ..options.clone()
+        };
+        eprintln!("[capacity] {k} sessions at once");
+        let summary = run(step_options).await?;
+        steps.push(Step {
+            concurrency: k,
+            verdict: summary.verdict,
+            slos: summary.slos.clone(),
+            v2v: summary.metrics.get("v2v").copied().flatten(),
+        });
+        match summary.verdict {
+            RunVerdict::Pass => pass = Some(k),
+            RunVerdict::SloFailed => fail = Some(k),
+            // Nothing more can be learnt.
+            verdict @ (RunVerdict::Saturated | RunVerdict::Unreachable) => {
+                return Ok(Capacity {
+                    schema: 1,
+                    steps,
+                    capacity: pass,
+                    verdict,
+                });
+            }
+        }
+        match next_step(pass, fail, max) {
+            Some(k) => next = k,
+            None => break,
+        }
+    }
+    let verdict = if pass.is_some() {
+        RunVerdict::Pass
+    } else {
+        RunVerdict::SloFailed
+    };
+    let capacity = Capacity {
+        schema: 1,
+        steps,
+        capacity: pass,
+        verdict,
+    };
+    if let Some(dir) = &options.out {
+        std::fs::create_dir_all(dir)?;
+        let json = serde_json::to_string_pretty(&capacity).map_err(std::io::Error::other)?;
+        std::fs::write(dir.join("capacity.json"), json + "\n")?;
+    }
+    Ok(capacity)
+}
+
+/// The next concurrency to try after the largest that passed and the smallest that failed:
+/// doubling up to `max`, then bisecting; none when they meet.
+fn next_step(pass: Option<usize>, fail: Option<usize>, max: usize) -> Option<usize> {
+    match (pass, fail) {
+        (Some(p), None) if p < max => Some((p * 2).min(max)),
+        (Some(p), Some(f)) if f > p + 1 => Some(p + (f - p) / 2),
+        _ => None,
+    }
+}
+
 fn summarize(
     options: &LoadtestOptions,
     results: &[SessionResult],
@@ -582,6 +690,16 @@ pub fn table(summary: &Summary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_capacity_search_doubles_then_bisects_until_pass_and_fail_meet() {
+        assert_eq!(next_step(Some(1), None, 64), Some(2));
+        assert_eq!(next_step(Some(32), None, 50), Some(50));
+        assert_eq!(next_step(Some(50), None, 50), None);
+        assert_eq!(next_step(Some(8), Some(16), 64), Some(12));
+        assert_eq!(next_step(Some(12), Some(13), 64), None);
+        assert_eq!(next_step(None, Some(1), 64), None);
+    }
 
     #[test]
     fn targets_become_websocket_bases_and_offsets_are_seeded() {

@@ -21,8 +21,9 @@ pub fn write(
     let json = serde_json::to_string_pretty(summary).map_err(std::io::Error::other)?;
     std::fs::write(dir.join("summary.json"), json + "\n")?;
 
-    let mut turns =
-        String::from("session,turn,audio,speech_end_ms,onset_ms,v2v_ms,reply_end_ms,barge_in_stop_ms,error\n");
+    let mut turns = String::from(
+        "session,turn,audio,speech_end_ms,onset_ms,v2v_ms,reply_end_ms,barge_in_stop_ms,error\n",
+    );
     let mut sessions =
         String::from("session,started_ms,connect_ms,first_audio_ms,turns,failed_turns,error\n");
     let ms = |v: Option<f64>| v.map_or(String::new(), |v| format!("{:.1}", v * 1000.0));
