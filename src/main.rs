@@ -149,6 +149,14 @@ struct LoadtestArgs {
     /// Silence after the bot's reply before the next turn, ms.
     #[arg(long, default_value_t = 400)]
     think_ms: u64,
+    /// A load shape, k6's way: `30s:5,2m:20,30s:0` ramps to 5 sessions at once over 30 s, to 20
+    /// over 2 minutes, down to none over 30 s; each slot runs sessions back to back. Replaces
+    /// --sessions.
+    #[arg(long, conflicts_with = "duration")]
+    stages: Option<String>,
+    /// Keeps --concurrency sessions going, back to back, for this many seconds (after --ramp).
+    #[arg(long)]
+    duration: Option<f64>,
     /// Each turn after the first talks over the bot this many ms after its reply starts, and
     /// `barge_in_stop` times how long the bot takes to fall silent.
     #[arg(long)]
@@ -1123,12 +1131,32 @@ async fn loadtest(args: LoadtestArgs) -> u8 {
     {
         return usage("--ramp, --response-timeout and --max-pacing-lag-ms must be positive".into());
     }
+    let concurrency = args.concurrency.unwrap_or(args.sessions);
+    let stages = match (&args.stages, args.duration) {
+        (Some(text), _) => match voxide::loadtest::Stage::parse_list(text) {
+            Ok(stages) => stages,
+            Err(e) => return usage(e),
+        },
+        (None, Some(seconds)) if seconds.is_finite() && seconds > 0.0 => vec![
+            voxide::loadtest::Stage {
+                duration: Duration::from_secs_f64(args.ramp),
+                target: concurrency,
+            },
+            voxide::loadtest::Stage {
+                duration: Duration::from_secs_f64(seconds),
+                target: concurrency,
+            },
+        ],
+        (None, Some(_)) => return usage("--duration must be positive".into()),
+        (None, None) => Vec::new(),
+    };
     let options = LoadtestOptions {
         target: args.target,
         protocol,
         audio: args.audio,
         sessions: args.sessions,
-        concurrency: args.concurrency.unwrap_or(args.sessions),
+        concurrency,
+        stages,
         turns: args.turns,
         think: Duration::from_millis(args.think_ms),
         barge_in_at: args.barge_in_at_ms.map(Duration::from_millis),

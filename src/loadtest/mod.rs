@@ -88,6 +88,10 @@ pub struct LoadtestOptions {
     pub barge_in_at: Option<Duration>,
     /// How long the first `concurrency` sessions take to start.
     pub ramp: Duration,
+    /// A load shape over time, k6's way (`30s:5,2m:20,30s:0`: ramp to 5 sessions at once over
+    /// 30 s, to 20 over 2 minutes, down to none over 30 s): each slot runs sessions back to back
+    /// while the target is above it. When set, `sessions` and `concurrency` are not used.
+    pub stages: Vec<Stage>,
     /// Seeds the sessions' start offsets.
     pub seed: u64,
     /// A turn with no reply for this long after the speech ended is an error.
@@ -322,33 +326,24 @@ pub async fn run(options: LoadtestOptions) -> Result<Summary, LoadtestError> {
         origin,
     });
     let recorder = Recorder::default();
-    let permits = Arc::new(tokio::sync::Semaphore::new(options.concurrency));
-    let live = live_line(options.sessions, origin);
-    let mut tasks = Vec::with_capacity(options.sessions);
-    for i in 0..options.sessions {
-        // The first wave spreads over the ramp; every session adds its own seeded offset, so
-        // sessions do not speak in lock step.
-        let ramp = options
-            .ramp
-            .mul_f64(i.min(options.concurrency) as f64 / options.concurrency as f64);
-        let start = origin + ramp + Duration::from_millis(500).mul_f64(offset(options.seed, i));
-        let permits = permits.clone();
-        let (plan, recorder, live) = (plan.clone(), recorder.clone(), live.clone());
-        tasks.push(tokio::spawn(async move {
-            tokio::time::sleep_until(start).await;
-            let _permit = permits.acquire_owned().await;
-            live.started();
-            let result = session::run(i, plan, recorder).await;
-            live.finished(&result);
-            result
-        }));
-    }
-    let mut results = Vec::with_capacity(tasks.len());
+    let expected = if options.stages.is_empty() {
+        options.sessions
+    } else {
+        stages_peak(&options.stages)
+    };
+    let live = live_line(expected, origin);
+    let tasks = if options.stages.is_empty() {
+        fixed(&options, origin, &plan, &recorder, &live)
+    } else {
+        staged(&options, origin, &plan, &recorder, &live)
+    };
+    let mut results = Vec::new();
     for task in tasks {
-        if let Ok(result) = task.await {
-            results.push(result);
+        if let Ok(done) = task.await {
+            results.extend(done);
         }
     }
+    results.sort_by_key(|r| r.session);
     live.stop();
     let wall_s = origin.elapsed().as_secs_f64();
     let cpu = crate::bench::sessions::cpu_seconds() - cpu_start;
@@ -357,6 +352,140 @@ pub async fn run(options: LoadtestOptions) -> Result<Summary, LoadtestError> {
         report::write(dir, &summary, &results, recorder.take())?;
     }
     Ok(summary)
+}
+
+type Sessions = Vec<tokio::task::JoinHandle<Vec<SessionResult>>>;
+
+/// `sessions` sessions, `concurrency` at once, the first wave spread over the ramp; every
+/// session adds its own seeded offset, so sessions do not speak in lock step.
+fn fixed(
+    options: &LoadtestOptions,
+    origin: Instant,
+    plan: &Arc<Plan>,
+    recorder: &Recorder,
+    live: &Live,
+) -> Sessions {
+    let permits = Arc::new(tokio::sync::Semaphore::new(options.concurrency));
+    (0..options.sessions)
+        .map(|i| {
+            let ramp = options
+                .ramp
+                .mul_f64(i.min(options.concurrency) as f64 / options.concurrency as f64);
+            let start = origin + ramp + Duration::from_millis(500).mul_f64(offset(options.seed, i));
+            let permits = permits.clone();
+            let (plan, recorder, live) = (plan.clone(), recorder.clone(), live.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep_until(start).await;
+                let _permit = permits.acquire_owned().await;
+                live.started();
+                let result = session::run(i, plan, recorder).await;
+                live.finished(&result);
+                vec![result]
+            })
+        })
+        .collect()
+}
+
+/// One slot per session the stages ever want at once; a slot runs sessions back to back while
+/// the target stands above it, and lets its session finish when the target drops.
+fn staged(
+    options: &LoadtestOptions,
+    origin: Instant,
+    plan: &Arc<Plan>,
+    recorder: &Recorder,
+    live: &Live,
+) -> Sessions {
+    let stages = Arc::new(options.stages.clone());
+    let end = origin + stages.iter().map(|s| s.duration).sum::<Duration>();
+    let next = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    (0..stages_peak(&stages))
+        .map(|slot| {
+            let (stages, next, seed) = (stages.clone(), next.clone(), options.seed);
+            let (plan, recorder, live) = (plan.clone(), recorder.clone(), live.clone());
+            tokio::spawn(async move {
+                let mut done = Vec::new();
+                let jitter = Duration::from_millis(500).mul_f64(offset(seed, slot));
+                tokio::time::sleep(jitter).await;
+                loop {
+                    let now = Instant::now();
+                    if now >= end {
+                        return done;
+                    }
+                    if target_at(&stages, now.duration_since(origin)) <= slot as f64 {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    live.started();
+                    let result = session::run(i, plan.clone(), recorder.clone()).await;
+                    live.finished(&result);
+                    done.push(result);
+                }
+            })
+        })
+        .collect()
+}
+
+/// One stage of a load shape: reach `target` sessions at once over `duration`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stage {
+    /// How long it takes.
+    pub duration: Duration,
+    /// Sessions at once at its end.
+    pub target: usize,
+}
+
+impl Stage {
+    /// Reads k6's `30s:5,2m:20,30s:0` (durations in ms, s, m or h).
+    pub fn parse_list(text: &str) -> Result<Vec<Stage>, String> {
+        let bad = || format!("--stages {text:?}: write DURATION:SESSIONS,…, as 30s:5,2m:20,30s:0");
+        text.split(',')
+            .map(|part| {
+                let (duration, target) = part.trim().split_once(':').ok_or_else(bad)?;
+                let (number, unit) = duration
+                    .find(|c: char| c.is_ascii_alphabetic())
+                    .map(|i| duration.split_at(i))
+                    .ok_or_else(bad)?;
+                let value: f64 = number.parse().map_err(|_| bad())?;
+                let seconds = match unit {
+                    "ms" => value / 1000.0,
+                    "s" => value,
+                    "m" => value * 60.0,
+                    "h" => value * 3600.0,
+                    _ => return Err(bad()),
+                };
+                if !(seconds.is_finite() && seconds >= 0.0) {
+                    return Err(bad());
+                }
+                Ok(Stage {
+                    duration: Duration::from_secs_f64(seconds),
+                    target: target.parse().map_err(|_| bad())?,
+                })
+            })
+            .collect()
+    }
+}
+
+/// The most sessions the stages want at once.
+fn stages_peak(stages: &[Stage]) -> usize {
+    stages.iter().map(|s| s.target).max().unwrap_or(0)
+}
+
+/// The target `elapsed` into the stages: each stage moves linearly from the one before's target
+/// (0 at the start) to its own.
+fn target_at(stages: &[Stage], elapsed: Duration) -> f64 {
+    let mut from = 0.0;
+    let mut at = Duration::ZERO;
+    for stage in stages {
+        let to = stage.target as f64;
+        if elapsed < at + stage.duration {
+            let share = (elapsed - at).as_secs_f64() / stage.duration.as_secs_f64();
+            return from + (to - from) * share;
+        }
+        at += stage.duration;
+        from = to;
+    }
+    from
 }
 
 /// One step of a capacity search.
@@ -406,6 +535,7 @@ pub async fn find_capacity(
         let step_options = LoadtestOptions {
             sessions: k,
             concurrency: k,
+            stages: Vec::new(),
             out: options
                 .out
                 .as_ref()
@@ -690,6 +820,37 @@ pub fn table(summary: &Summary) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stages_read_like_k6_and_ramp_linearly() {
+        let stages = Stage::parse_list("30s:5, 1m:20,500ms:0").expect("valid");
+        assert_eq!(
+            stages[1],
+            Stage {
+                duration: Duration::from_secs(60),
+                target: 20
+            }
+        );
+        assert_eq!(stages_peak(&stages), 20);
+        assert_eq!(target_at(&stages, Duration::from_secs(15)), 2.5);
+        assert_eq!(target_at(&stages, Duration::from_secs(60)), 12.5);
+        assert_eq!(target_at(&stages, Duration::from_secs(91)), 0.0);
+        // A stage of no length jumps to its target.
+        let constant = [
+            Stage {
+                duration: Duration::ZERO,
+                target: 4,
+            },
+            Stage {
+                duration: Duration::from_secs(10),
+                target: 4,
+            },
+        ];
+        assert_eq!(target_at(&constant, Duration::from_secs(1)), 4.0);
+        for bad in ["30:5", "30s", "30s:x", "1d:3", "-1s:2"] {
+            assert!(Stage::parse_list(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn the_capacity_search_doubles_then_bisects_until_pass_and_fail_meet() {
