@@ -16,7 +16,7 @@
 //!
 //! Run it pinned (`taskset -c 0`) to read it per core; the stand-ins share that core.
 
-mod stand_ins;
+pub mod stand_ins;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -248,8 +248,9 @@ fn question() -> Vec<Frame> {
 
 /// Runs the bench.
 pub async fn run_providers(options: ProvidersOptions) -> Result<ProvidersReport, ProvidersError> {
-    let (stand_ins, addr, server) =
-        StandIns::serve(options.provider_delay, options.protocol).await?;
+    let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+    let delays = stand_ins::Delays::all(options.provider_delay);
+    let (stand_ins, addr, server) = StandIns::serve(loopback, delays, options.protocol).await?;
     let cpu_start = cpu_seconds();
     let wall_start = std::time::Instant::now();
     let k = options.sessions.max(1);

@@ -1,11 +1,15 @@
-//! The bench's local providers, each speaking its wire protocol with a realistic delay before it
-//! answers, and noting when it wrote what the bench times:
-//! - Deepgram live transcription: a `Finalize` is answered `delay` later with a final naming the
-//!   session (from its key, `bench-N`) and the question (the socket's count of finalizes);
-//! - an OpenAI-compatible or Anthropic chat stream: the first token `delay` after the request;
-//! - Cartesia's TTS socket: a context's first audio `delay` after its first text.
+//! Local providers for benchmarks and load tests, each speaking its wire protocol with a
+//! realistic delay before it answers, and noting when it wrote what the bench times:
+//! - Deepgram live transcription: a `Finalize` is answered [`Delays::stt`] later with a final
+//!   naming the session (from its key, `bench-N`) and the question (the socket's count of
+//!   finalizes);
+//! - an OpenAI-compatible or Anthropic chat stream: the first token [`Delays::llm`] after the
+//!   request;
+//! - Cartesia's TTS socket: a context's first audio [`Delays::tts`] after its first text, a
+//!   quarter second of tone a word.
 //!
 //! Every turn is named `session N question T` on all three, so the legs line up across them.
+//! `cargo run --release --example stand_in_providers` serves them for a whole bot.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -38,23 +42,47 @@ pub struct Log {
     pub audio_sent: HashMap<String, Instant>,
 }
 
+/// How long each stand-in takes to answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Delays {
+    /// From a `Finalize` to its final.
+    pub stt: Duration,
+    /// From a request to its first token.
+    pub llm: Duration,
+    /// From a context's first text to its first audio.
+    pub tts: Duration,
+}
+
+impl Delays {
+    /// The same delay everywhere.
+    pub fn all(delay: Duration) -> Self {
+        Self {
+            stt: delay,
+            llm: delay,
+            tts: delay,
+        }
+    }
+}
+
 /// The stand-ins' shared state.
 #[derive(Clone)]
 pub struct StandIns {
+    /// What they saw and wrote.
     pub log: Arc<Mutex<Log>>,
-    delay: Duration,
+    delays: Delays,
     protocol: Protocol,
 }
 
 impl StandIns {
-    /// Serves all three on one loopback port.
+    /// Serves all three on `addr` (port 0 for any).
     pub async fn serve(
-        delay: Duration,
+        addr: std::net::SocketAddr,
+        delays: Delays,
         protocol: Protocol,
     ) -> std::io::Result<(Self, std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
         let stand_ins = Self {
             log: Arc::default(),
-            delay,
+            delays,
             protocol,
         };
         let app = axum::Router::new()
@@ -62,7 +90,7 @@ impl StandIns {
             .route("/tts/websocket", axum::routing::get(speak))
             .fallback(chat)
             .with_state(stand_ins.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let server = tokio::spawn(async move {
             let _ = axum::serve(listener, app).await;
@@ -128,7 +156,7 @@ async fn transcribe(socket: WebSocket, stand_ins: StandIns, session: String) {
                     "is_final": true, "speech_final": true, "from_finalize": true,
                     "channel": {"alternatives": [{"transcript": key, "confidence": 0.99, "words": []}]}});
                 finalized = received;
-                let due = Instant::now() + stand_ins.delay;
+                let due = Instant::now() + stand_ins.delays.stt;
                 if out.send((due, key, results.to_string())).await.is_err() {
                     break;
                 }
@@ -191,7 +219,7 @@ async fn voice(socket: WebSocket, stand_ins: StandIns, session: String) {
             let key = turn(&session, questions);
             questions += 1;
             stand_ins.note(arrived, key.clone(), |log| &mut log.text_arrived);
-            contexts.insert(context.clone(), (key, arrived + stand_ins.delay));
+            contexts.insert(context.clone(), (key, arrived + stand_ins.delays.tts));
         }
         let Some((key, due)) = contexts.get(&context).cloned() else {
             continue;
@@ -215,7 +243,7 @@ async fn voice(socket: WebSocket, stand_ins: StandIns, session: String) {
             "context_id": context, "word_timestamps": {"words": words,
             "start": (0..words.len()).map(|i| i as f64 * 0.3).collect::<Vec<_>>(),
             "end": (0..words.len()).map(|i| i as f64 * 0.3 + 0.25).collect::<Vec<_>>()}});
-        let chunk = json!({"type": "chunk", "data": SILENCE_B64.as_str(), "done": false,
+        let chunk = json!({"type": "chunk", "data": WORD_B64.as_str(), "done": false,
             "status_code": 206, "step_time": 10, "context_id": context});
         let first = (!known).then_some(key);
         if out.send((at, None, timestamps.to_string())).await.is_err()
@@ -228,10 +256,14 @@ async fn voice(socket: WebSocket, stand_ins: StandIns, session: String) {
     let _ = writer.await;
 }
 
-/// 20 ms of 24 kHz audio, base64.
-static SILENCE_B64: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+/// A spoken word: a quarter second of a 220 Hz tone at 24 kHz, base64.
+static WORD_B64: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(vec![1u8; 960])
+    let bytes: Vec<u8> = (0..6_000)
+        .map(|i| (3_000.0 * (i as f64 * 220.0 * std::f64::consts::TAU / 24_000.0).sin()) as i16)
+        .flat_map(i16::to_le_bytes)
+        .collect();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 });
 
 /// The marker of a question: the last user text of the request.
@@ -318,7 +350,7 @@ async fn chat(State(stand_ins): State<StandIns>, body: Bytes) -> Response {
     let (first, rest) = answer(stand_ins.protocol);
     let (tx, mut rx) = mpsc::channel::<Result<Bytes, Infallible>>(4);
     tokio::spawn(async move {
-        tokio::time::sleep_until(arrived + stand_ins.delay).await;
+        tokio::time::sleep_until(arrived + stand_ins.delays.llm).await;
         stand_ins.note(Instant::now(), key, |log| &mut log.first_token_sent);
         let _ = tx.send(Ok(Bytes::from(first))).await;
         let _ = tx.send(Ok(Bytes::from(rest))).await;
