@@ -68,6 +68,8 @@ impl Voice {
     /// A chunk that arrived at `at` seconds; what changed in it.
     pub fn feed(&mut self, samples: &[i16], at: f64) -> Vec<Change> {
         let mut changes = Vec::new();
+        // Nothing came for a while: the gap was quiet.
+        changes.extend(self.quiet_until(at));
         self.cursor = self.cursor.max(at);
         let window = (self.rate as usize / 100).max(1);
         for piece in samples.chunks(window) {
@@ -139,6 +141,18 @@ mod tests {
             panic!("{changes:?}")
         };
         assert!((end - 1.4).abs() < 1e-9, "{end}");
+    }
+
+    #[test]
+    fn speech_after_a_silent_gap_is_a_new_onset() {
+        let mut voice = Voice::new(16_000, 0.8);
+        assert_eq!(
+            voice.feed(&tone(1_600, 3_000.0), 1.0),
+            vec![Change::Onset(1.0)]
+        );
+        // The server sent nothing for five seconds, then speech again.
+        let changes = voice.feed(&tone(1_600, 3_000.0), 6.1);
+        assert_eq!(changes, vec![Change::Offset(1.1), Change::Onset(6.1)]);
     }
 
     #[test]
