@@ -378,7 +378,7 @@ fn fixed(
                 tokio::time::sleep_until(start).await;
                 let _permit = permits.acquire_owned().await;
                 live.started();
-                let result = session::run(i, plan, recorder).await;
+                let result = session::run(i, plan, recorder, &live).await;
                 live.finished(&result);
                 vec![result]
             })
@@ -417,7 +417,7 @@ fn staged(
                     }
                     let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     live.started();
-                    let result = session::run(i, plan.clone(), recorder.clone()).await;
+                    let result = session::run(i, plan.clone(), recorder.clone(), &live).await;
                     live.finished(&result);
                     done.push(result);
                 }
@@ -703,7 +703,7 @@ fn summarize(
 
 /// The console's live line, once a second on stderr.
 #[derive(Clone)]
-struct Live {
+pub(crate) struct Live {
     state: Arc<Mutex<LiveState>>,
     ticker: Arc<tokio::task::JoinHandle<()>>,
 }
@@ -763,7 +763,12 @@ impl Live {
         if result.error.is_some() {
             s.failed += 1;
         }
-        s.v2v.extend(result.turns.iter().filter_map(|t| t.v2v_ms()));
+    }
+
+    /// A turn was answered (or not): the live percentiles include it at once.
+    fn turn(&self, v2v_ms: Option<f64>) {
+        let mut s = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        s.v2v.extend(v2v_ms);
     }
 
     fn stop(&self) {

@@ -168,7 +168,12 @@ impl Plan {
 }
 
 /// Runs session `index`: connects, speaks every turn, and says how it went.
-pub async fn run(index: usize, plan: Arc<Plan>, recorder: Recorder) -> SessionResult {
+pub async fn run(
+    index: usize,
+    plan: Arc<Plan>,
+    recorder: Recorder,
+    live: &super::Live,
+) -> SessionResult {
     let started = Instant::now();
     let mut result = SessionResult {
         session: index,
@@ -358,6 +363,7 @@ pub async fn run(index: usize, plan: Arc<Plan>, recorder: Recorder) -> SessionRe
             }
         }
         let dropped = outcome.error.as_deref() == Some("dropped");
+        live.turn(outcome.v2v_ms());
         result.turns.push(outcome);
         if dropped {
             result.error = Some("dropped".into());
