@@ -1,9 +1,11 @@
-//! Barge-in policies of the user-turn stage, frame by frame on a paused clock: interrupt at the
+//! Barge-in policies of the user-turn machine, frame by frame on a clock of the test's own: interrupt at the
 //! VAD's start, wait for enough words, pause the bot and resume it when no words come; and the
 //! output holding its audio while paused.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use voxide::events::Event;
 use voxide::frames::{
@@ -13,7 +15,8 @@ use voxide::pipeline::{
     Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session,
 };
 use voxide::transports::{AudioOutput, AudioSink, OutputOptions};
-use voxide::turns::{BargeIn, TurnStop, UserTurns};
+use voxide::turns::machine::{Action, Input, StopRule};
+use voxide::turns::{BargeIn, TurnMachine, TurnStop, UserTurns};
 
 /// Records the turn-taking frames that leave the stage, and the transcripts' words.
 #[derive(Clone, Default)]
@@ -102,19 +105,67 @@ fn final_(text: &str) -> Step {
     Step::Frame(DataFrame::Transcription(Box::new(Transcription::new(text, "user"))).into())
 }
 
-/// Plays `steps` to a turn stage (300 ms of silence ends a turn) while the bot is speaking and
-/// returns what left it.
-async fn play(barge_in: BargeIn, steps: Vec<Step>) -> Vec<String> {
-    play_with_events(barge_in, steps).await.0
+/// A turn ends after 300 ms of silence.
+const SILENCE: Duration = Duration::from_millis(300);
+
+/// Plays `steps` to a turn machine while the bot is speaking, on a clock of its own, and
+/// returns the frames it pushed and the transcripts it passed on, in order.
+fn play(barge_in: BargeIn, steps: Vec<Step>) -> Vec<String> {
+    let mut machine = TurnMachine::new(StopRule::Silence(SILENCE), barge_in);
+    let mut now = Instant::now();
+    let mut seen = Vec::new();
+    let speaking = Step::Frame(SystemFrame::BotStartedSpeaking.into());
+    for step in std::iter::once(speaking).chain(steps) {
+        match step {
+            Step::Frame(frame) => {
+                let input = Input::of(&frame.body).expect("a frame the machine takes");
+                let actions = machine.handle(input, now);
+                record(&mut seen, Some(&frame), actions);
+            }
+            Step::Wait(ms) => {
+                let until = now + Duration::from_millis(ms);
+                while let Some(due) = machine.next_deadline().filter(|due| *due <= until) {
+                    now = due;
+                    let actions = machine.handle(Input::Tick, now);
+                    record(&mut seen, None, actions);
+                }
+                now = until;
+            }
+        }
+    }
+    seen
 }
 
-/// [`play`], plus the session's pause, resume and interruption events.
+/// Names what the machine did: the frames it pushed, and the transcripts it let through.
+fn record(seen: &mut Vec<String>, frame: Option<&Frame>, actions: Vec<Action>) {
+    for action in actions {
+        match action {
+            Action::Forward => seen.extend(frame.and_then(transcript_label)),
+            Action::Push(pushed) => seen.push(Frame::from(pushed).name().to_owned()),
+            Action::Interrupt => seen.push("interruption".to_owned()),
+            Action::Judge { .. } => {}
+        }
+    }
+}
+
+fn transcript_label(frame: &Frame) -> Option<String> {
+    match &frame.body {
+        FrameBody::Data(DataFrame::Transcription(t)) => Some(format!("final: {}", t.text)),
+        FrameBody::Data(DataFrame::InterimTranscription(t)) => Some(format!("interim: {}", t.text)),
+        _ => None,
+    }
+}
+
+/// Plays `steps` (all system frames, ending with a wait) through the stage in a session
+/// whose clock is paused; returns what left the stage and the session's pause, resume and
+/// interruption events. What left it is what the machine alone does with the same steps.
 async fn play_with_events(barge_in: BargeIn, steps: Vec<Step>) -> (Vec<String>, Vec<String>) {
-    let recorder = Recorder::default();
-    let stage = UserTurns::with_barge_in(
-        TurnStop::SpeechTimeout(Duration::from_millis(300)),
-        barge_in,
+    assert!(
+        matches!(steps.last(), Some(Step::Wait(_))),
+        "let the last frame land"
     );
+    let recorder = Recorder::default();
+    let stage = UserTurns::with_barge_in(TurnStop::SpeechTimeout(SILENCE), barge_in);
     let upstream = UpstreamInterruptions::default();
     let pipeline = Pipeline::new()
         .then(upstream.clone())
@@ -127,14 +178,18 @@ async fn play_with_events(barge_in: BargeIn, steps: Vec<Step>) -> (Vec<String>, 
         .queue_frame(SystemFrame::BotStartedSpeaking)
         .await
         .expect("queued");
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    let mut alone = Vec::new();
     for step in steps {
         match step {
-            Step::Frame(frame) => handle.queue_frame(frame).await.expect("queued"),
-            Step::Wait(ms) => tokio::time::sleep(Duration::from_millis(ms)).await,
+            Step::Frame(frame) => {
+                alone.push(Step::Frame(Frame::new(frame.body.clone())));
+                handle.queue_frame(frame).await.expect("queued");
+            }
+            Step::Wait(ms) => {
+                alone.push(Step::Wait(ms));
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+            }
         }
-        // Let the stage's task see each frame before the next.
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
     handle.cancel();
     let _ = session.join().await;
@@ -148,6 +203,11 @@ async fn play_with_events(barge_in: BargeIn, steps: Vec<Step>) -> (Vec<String>, 
         }
     }
     let seen = recorder.seen();
+    assert_eq!(
+        seen,
+        play(barge_in, alone),
+        "the stage does what its machine says"
+    );
     // Every interruption goes both ways, and the session reports it once.
     let interruptions = seen.iter().filter(|s| *s == "interruption").count();
     assert_eq!(*upstream.0.lock().expect("lock"), interruptions);
@@ -158,9 +218,9 @@ async fn play_with_events(barge_in: BargeIn, steps: Vec<Step>) -> (Vec<String>, 
     (seen, names)
 }
 
-#[tokio::test(start_paused = true)]
-async fn by_default_speech_over_the_bot_interrupts_at_once() {
-    let seen = play(BargeIn::default(), vec![vad_start(), Step::Wait(100)]).await;
+#[test]
+fn by_default_speech_over_the_bot_interrupts_at_once() {
+    let seen = play(BargeIn::default(), vec![vad_start(), Step::Wait(100)]);
     assert_eq!(seen, ["user_started_speaking", "interruption"]);
 }
 
@@ -168,7 +228,7 @@ async fn by_default_speech_over_the_bot_interrupts_at_once() {
 async fn the_bot_holds_at_an_onset_and_plays_on_when_it_fades() {
     let (seen, events) = play_with_events(
         BargeIn::default(),
-        vec![onset(), Step::Wait(60), onset_faded()],
+        vec![onset(), Step::Wait(60), onset_faded(), Step::Wait(10)],
     )
     .await;
     assert_eq!(seen, ["pause_playback", "resume_playback"]);
@@ -189,8 +249,8 @@ async fn an_onset_that_starts_speech_turns_the_hold_into_an_interruption() {
     assert_eq!(events, ["bot_paused", "interruption"]);
 }
 
-#[tokio::test(start_paused = true)]
-async fn with_the_onset_hold_off_the_bot_talks_until_the_start() {
+#[test]
+fn with_the_onset_hold_off_the_bot_talks_until_the_start() {
     let barge_in = BargeIn {
         pause_at_onset: false,
         ..BargeIn::default()
@@ -204,8 +264,7 @@ async fn with_the_onset_hold_off_the_bot_talks_until_the_start() {
             Step::Wait(150),
             vad_start(),
         ],
-    )
-    .await;
+    );
     assert_eq!(seen, ["user_started_speaking", "interruption"]);
 }
 
@@ -243,7 +302,7 @@ async fn a_hold_at_the_onset_carries_into_a_barge_in_waiting_for_words() {
         min_words: 3,
         ..BargeIn::default()
     };
-    let seen = play(barge_in, vec![onset(), Step::Wait(150), vad_start()]).await;
+    let seen = play(barge_in, vec![onset(), Step::Wait(150), vad_start()]);
     assert_eq!(
         seen,
         ["pause_playback", "user_started_speaking", "resume_playback"]
@@ -274,8 +333,8 @@ async fn a_paused_bot_resumes_when_no_words_come() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn words_confirm_the_interruption_before_their_transcript_goes_on() {
+#[test]
+fn words_confirm_the_interruption_before_their_transcript_goes_on() {
     let barge_in = BargeIn {
         min_words: 2,
         resume_after: Some(Duration::from_millis(500)),
@@ -292,8 +351,7 @@ async fn words_confirm_the_interruption_before_their_transcript_goes_on() {
             final_("Wait, stop."),
             Step::Wait(1_000),
         ],
-    )
-    .await;
+    );
     assert_eq!(
         seen,
         [
@@ -308,8 +366,8 @@ async fn words_confirm_the_interruption_before_their_transcript_goes_on() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_short_remark_over_the_bot_is_dropped_and_the_bot_talks_on() {
+#[test]
+fn a_short_remark_over_the_bot_is_dropped_and_the_bot_talks_on() {
     let barge_in = BargeIn {
         min_words: 3,
         resume_after: None,
@@ -325,8 +383,7 @@ async fn a_short_remark_over_the_bot_is_dropped_and_the_bot_talks_on() {
             final_("Yeah."),
             Step::Wait(200),
         ],
-    )
-    .await;
+    );
     // The turn starts and ends (the aggregator gets no words); no pause, no interruption.
     assert_eq!(
         seen,
@@ -338,8 +395,8 @@ async fn a_short_remark_over_the_bot_is_dropped_and_the_bot_talks_on() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_late_transcript_with_enough_words_still_interrupts_a_resumed_bot() {
+#[test]
+fn a_late_transcript_with_enough_words_still_interrupts_a_resumed_bot() {
     let barge_in = BargeIn {
         min_words: 2,
         resume_after: Some(Duration::from_millis(300)),
@@ -354,8 +411,7 @@ async fn a_late_transcript_with_enough_words_still_interrupts_a_resumed_bot() {
             final_("Hold on please."),
             Step::Wait(100),
         ],
-    )
-    .await;
+    );
     assert_eq!(
         seen,
         [
@@ -438,8 +494,8 @@ async fn a_paused_output_holds_its_audio_and_the_floor_until_it_resumes() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn once_the_bot_has_finished_a_short_answer_is_a_turn_again() {
+#[test]
+fn once_the_bot_has_finished_a_short_answer_is_a_turn_again() {
     let barge_in = BargeIn {
         min_words: 3,
         resume_after: None,
@@ -458,8 +514,7 @@ async fn once_the_bot_has_finished_a_short_answer_is_a_turn_again() {
             final_("Okay."),
             Step::Wait(400),
         ],
-    )
-    .await;
+    );
     assert_eq!(
         seen,
         [
@@ -472,8 +527,8 @@ async fn once_the_bot_has_finished_a_short_answer_is_a_turn_again() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_transcript_of_speech_the_vad_missed_interrupts_and_is_a_turn() {
+#[test]
+fn a_transcript_of_speech_the_vad_missed_interrupts_and_is_a_turn() {
     let seen = play(
         BargeIn::default(),
         vec![
@@ -485,8 +540,7 @@ async fn a_transcript_of_speech_the_vad_missed_interrupts_and_is_a_turn() {
             Step::Frame(SystemFrame::BotStoppedSpeaking.into()),
             Step::Wait(300),
         ],
-    )
-    .await;
+    );
     assert_eq!(
         seen,
         [
@@ -499,8 +553,8 @@ async fn a_transcript_of_speech_the_vad_missed_interrupts_and_is_a_turn() {
     );
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_final_announced_in_a_vad_turn_that_lands_after_it_opens_no_turn() {
+#[test]
+fn a_final_announced_in_a_vad_turn_that_lands_after_it_opens_no_turn() {
     let seen = play(
         BargeIn::default(),
         vec![
@@ -512,8 +566,7 @@ async fn a_final_announced_in_a_vad_turn_that_lands_after_it_opens_no_turn() {
             Step::Frame(ControlFrame::TranscriptionDone.into()),
             Step::Wait(1_500),
         ],
-    )
-    .await;
+    );
     assert_eq!(
         seen,
         [

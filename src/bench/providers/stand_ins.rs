@@ -290,21 +290,36 @@ fn answer(protocol: Protocol) -> (String, String) {
         None => format!("data: {data}\n\n"),
     };
     match protocol {
-        Protocol::Openai => (
-            sse(
-                None,
-                json!({"choices": [{"index": 0, "delta": {"content": "Sure, "}}]}),
-            ),
-            [
-                json!({"choices": [{"index": 0, "delta": {"content": "it is noon."}}]}),
-                json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}),
-                json!({"choices": [], "usage": {"prompt_tokens": 40, "completion_tokens": 6}}),
-            ]
-            .into_iter()
-            .map(|c| sse(None, c))
-            .chain(["data: [DONE]\n\n".to_owned()])
-            .collect(),
-        ),
+        Protocol::Openai => {
+            // Every chunk as the API writes it: its id, object, creation time and model.
+            let chunk = |choices: Value, usage: Value| {
+                sse(
+                    None,
+                    json!({"id": "chatcmpl-stand-in", "object": "chat.completion.chunk",
+                        "created": 1_767_225_600, "model": "gpt-4o-mini",
+                        "choices": choices, "usage": usage}),
+                )
+            };
+            let delta = |content: &str| {
+                json!([{"index": 0, "delta": {"content": content}, "finish_reason": null}])
+            };
+            (
+                chunk(delta("Sure, "), Value::Null),
+                [
+                    chunk(delta("it is noon."), Value::Null),
+                    chunk(
+                        json!([{"index": 0, "delta": {}, "finish_reason": "stop"}]),
+                        Value::Null,
+                    ),
+                    chunk(
+                        json!([]),
+                        json!({"prompt_tokens": 40, "completion_tokens": 6, "total_tokens": 46}),
+                    ),
+                    "data: [DONE]\n\n".to_owned(),
+                ]
+                .concat(),
+            )
+        }
         Protocol::Anthropic => (
             [
                 sse(

@@ -1,0 +1,675 @@
+//! The user-turn state machine, sans IO: what the stage has seen goes in with the time, what to
+//! push comes out. It owns every piece of turn state (the VAD and the transcripts, the verdict
+//! awaited from the turn model, the bot speaking, a held onset, an interruption waiting for
+//! words, the answer owed) and one deadline; [`super::UserTurns`] only drives it.
+
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::audio::TurnAudio;
+use super::{BargeIn, TRANSCRIPT_TURN_TIMEOUT, VERDICT_WAIT};
+use crate::audio::turn::TurnPrediction;
+use crate::frames::{AudioFrame, ControlFrame, DataFrame, FrameBody, SystemFrame};
+
+/// How a turn ends once the VAD hears silence, as the machine sees it (the model itself lives
+/// with the driver).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum StopRule {
+    /// After this much silence.
+    Silence(Duration),
+    /// When the turn model says the turn is finished, or after `incomplete_timeout` of silence.
+    Model {
+        /// Silence after which an unfinished-sounding turn ends anyway.
+        incomplete_timeout: Duration,
+    },
+}
+
+/// What the stage saw.
+#[derive(Debug)]
+pub enum Input<'a> {
+    /// The session started; interruptions are allowed or not.
+    Start {
+        /// Whether the user may interrupt the bot.
+        interruptions: bool,
+    },
+    /// The user's audio.
+    Audio(&'a AudioFrame),
+    /// The VAD heard what may be the start of speech.
+    Onset,
+    /// That onset faded without becoming speech.
+    OnsetFaded,
+    /// An interruption from elsewhere (the session, a realtime LLM's own turn detection).
+    Interruption,
+    /// The VAD confirmed speech.
+    VadStarted,
+    /// The VAD heard the silence after speech.
+    VadStopped,
+    /// The STT announced a final it will deliver.
+    TranscriptionPending,
+    /// The STT delivered an announced final.
+    TranscriptionDone,
+    /// The bot started speaking.
+    BotStarted,
+    /// The bot stopped speaking.
+    BotStopped,
+    /// A transcript of the user's words.
+    Transcript {
+        /// Its text.
+        text: &'a str,
+        /// A final (not an interim).
+        is_final: bool,
+    },
+    /// The turn model's verdict on the pause [`Action::Judge`] asked about; `Ok(None)`: the
+    /// model skipped it.
+    Verdict {
+        /// The request's id.
+        id: u64,
+        /// The verdict.
+        judged: Result<Option<TurnPrediction>, String>,
+    },
+    /// Time passed: whatever is due by now happens.
+    Tick,
+}
+
+impl<'a> Input<'a> {
+    /// The machine's view of a frame; `None` for frames it does not care about.
+    pub fn of(body: &'a FrameBody) -> Option<Self> {
+        Some(match body {
+            FrameBody::System(SystemFrame::Start(start)) => Self::Start {
+                interruptions: start.params.allow_interruptions,
+            },
+            FrameBody::System(SystemFrame::InputAudio(audio)) => Self::Audio(audio),
+            FrameBody::System(SystemFrame::VadSpeechOnset) => Self::Onset,
+            FrameBody::System(SystemFrame::VadOnsetFaded) => Self::OnsetFaded,
+            FrameBody::System(SystemFrame::Interruption) => Self::Interruption,
+            FrameBody::System(SystemFrame::VadUserStartedSpeaking) => Self::VadStarted,
+            FrameBody::System(SystemFrame::VadUserStoppedSpeaking) => Self::VadStopped,
+            FrameBody::System(SystemFrame::TranscriptionPending) => Self::TranscriptionPending,
+            FrameBody::Control(ControlFrame::TranscriptionDone) => Self::TranscriptionDone,
+            FrameBody::System(SystemFrame::BotStartedSpeaking) => Self::BotStarted,
+            FrameBody::System(SystemFrame::BotStoppedSpeaking) => Self::BotStopped,
+            FrameBody::Data(DataFrame::Transcription(t)) => Self::Transcript {
+                text: &t.text,
+                is_final: true,
+            },
+            FrameBody::Data(DataFrame::InterimTranscription(t)) => Self::Transcript {
+                text: &t.text,
+                is_final: false,
+            },
+            _ => return None,
+        })
+    }
+}
+
+/// What the driver does, in order.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Pass the frame that was handled on, here in the order.
+    Forward,
+    /// Push this frame downstream.
+    Push(SystemFrame),
+    /// Interrupt the bot: an interruption upstream and downstream.
+    Interrupt,
+    /// Ask the turn model whether the turn is finished, from its audio; the answer comes back
+    /// as [`Input::Verdict`] with this id. A request the machine no longer awaits
+    /// ([`TurnMachine::awaits`]) may be skipped.
+    Judge {
+        /// The request's id.
+        id: u64,
+        /// The turn's audio at 16 kHz.
+        audio: Vec<i16>,
+    },
+}
+
+/// An interruption waiting for the user's words.
+#[derive(Debug, Default)]
+struct Pending {
+    /// Speech started over the bot and no transcript has confirmed it yet.
+    active: bool,
+    /// The bot's playback is paused for it.
+    paused: bool,
+    /// The turn it started has ended.
+    turn_over: bool,
+    /// Words in the turn's final transcripts so far.
+    final_words: usize,
+}
+
+/// The verdict awaited on the latest pause.
+#[derive(Debug, Clone, Copy)]
+struct Awaited {
+    id: u64,
+    /// Not back by then: the turn ends without it ([`VERDICT_WAIT`]).
+    by: Instant,
+}
+
+/// The user-turn machine. See the module docs.
+pub struct TurnMachine {
+    stop: StopRule,
+    barge_in: BargeIn,
+    interruptions: bool,
+    /// The VAD hears speech (between its start and stop).
+    vad_speaking: bool,
+    /// Finals the STT announced and has not delivered yet.
+    owed: usize,
+    bot_speaking: bool,
+    /// A user turn is open.
+    in_turn: bool,
+    /// The open turn was started by a transcript, not the VAD: words keep it open.
+    by_transcript: bool,
+    /// The bot owes an answer: a turn ended, and the bot has not finished speaking since.
+    answer_due: bool,
+    /// The bot's audio is held for a VAD onset that has neither started nor faded yet.
+    onset_paused: bool,
+    pending: Pending,
+    /// The turn's end (silence, or an unfinished-sounding pause running out).
+    deadline: Option<Instant>,
+    /// When a paused bot resumes if no words confirm the interruption.
+    resume_at: Option<Instant>,
+    verdict: Option<Awaited>,
+    verdicts_asked: u64,
+    /// The user's recent audio, for the turn model.
+    audio: TurnAudio,
+    actions: Vec<Action>,
+}
+
+impl TurnMachine {
+    /// A machine ending turns by `stop`, letting speech over the bot interrupt it as
+    /// `barge_in` says.
+    pub fn new(stop: StopRule, barge_in: BargeIn) -> Self {
+        Self {
+            stop,
+            barge_in,
+            interruptions: true,
+            vad_speaking: false,
+            owed: 0,
+            bot_speaking: false,
+            in_turn: false,
+            by_transcript: false,
+            answer_due: false,
+            onset_paused: false,
+            pending: Pending::default(),
+            deadline: None,
+            resume_at: None,
+            verdict: None,
+            verdicts_asked: 0,
+            audio: TurnAudio::default(),
+            actions: Vec::new(),
+        }
+    }
+
+    /// When the machine next wants an [`Input::Tick`].
+    pub fn next_deadline(&self) -> Option<Instant> {
+        [self.deadline, self.resume_at, self.verdict.map(|v| v.by)]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Whether the verdict `id` is still wanted.
+    pub fn awaits(&self, id: u64) -> bool {
+        self.verdict.is_some_and(|v| v.id == id)
+    }
+
+    /// A user turn is open.
+    pub fn in_turn(&self) -> bool {
+        self.in_turn
+    }
+
+    /// Takes `input`, seen at `now`; returns what to do, in order.
+    pub fn handle(&mut self, input: Input<'_>, now: Instant) -> Vec<Action> {
+        match input {
+            Input::Start { interruptions } => {
+                self.interruptions = interruptions;
+                self.forward();
+            }
+            Input::Audio(audio) => {
+                self.audio.keep(audio);
+                self.forward();
+            }
+            Input::Onset => {
+                self.on_onset();
+                self.audio.onset();
+                self.forward();
+            }
+            Input::OnsetFaded => {
+                if std::mem::take(&mut self.onset_paused) {
+                    tracing::debug!("the onset faded: the bot plays on");
+                    self.push(SystemFrame::ResumePlayback);
+                }
+                self.forward();
+            }
+            Input::Interruption => {
+                // It released the hold as it cut the bot off, and dropped the answer in the
+                // making.
+                self.onset_paused = false;
+                self.answer_due = false;
+                self.forward();
+            }
+            Input::VadStarted => {
+                self.vad_speaking = true;
+                self.forward();
+                self.on_speech_started();
+            }
+            Input::VadStopped => {
+                self.vad_speaking = false;
+                self.forward();
+                self.on_pause(now);
+            }
+            Input::TranscriptionPending => {
+                self.owed += 1;
+                self.forward();
+            }
+            Input::TranscriptionDone => {
+                self.owed = self.owed.saturating_sub(1);
+                self.forward();
+            }
+            Input::BotStarted => {
+                self.bot_speaking = true;
+                self.forward();
+            }
+            Input::BotStopped => {
+                self.bot_speaking = false;
+                self.answer_due = false;
+                // The bot finished on its own: what the user says now is a plain turn.
+                if self.pending.active && !self.pending.paused {
+                    self.pending = Pending::default();
+                }
+                self.forward();
+            }
+            Input::Transcript { text, is_final } => self.on_transcript(text, is_final, now),
+            Input::Verdict { id, judged } => self.on_verdict(id, judged, now),
+            Input::Tick => self.on_tick(now),
+        }
+        std::mem::take(&mut self.actions)
+    }
+
+    fn forward(&mut self) {
+        self.actions.push(Action::Forward);
+    }
+
+    fn push(&mut self, frame: SystemFrame) {
+        self.actions.push(Action::Push(frame));
+    }
+
+    /// Speech may be starting over the bot: hold its audio until the VAD decides.
+    fn on_onset(&mut self) {
+        let hold = self.barge_in.pause_at_onset
+            && self.bot_speaking
+            && self.interruptions
+            && !self.onset_paused
+            && !self.in_turn
+            && !self.pending.paused;
+        if hold {
+            self.onset_paused = true;
+            self.push(SystemFrame::PausePlayback);
+        }
+    }
+
+    /// The VAD confirmed speech: a turn starts, or the open one goes on past its pause.
+    fn on_speech_started(&mut self) {
+        let mut held = std::mem::take(&mut self.onset_paused);
+        self.deadline = None;
+        self.by_transcript = false;
+        // The pause being judged was not the end.
+        self.verdict = None;
+        if !self.in_turn {
+            self.in_turn = true;
+            self.audio.start_turn();
+            self.push(SystemFrame::UserStartedSpeaking);
+            let answering = std::mem::take(&mut self.answer_due);
+            if self.bot_speaking && self.interruptions {
+                held = self.barge_in_started(held);
+            } else {
+                // A turn over silence is a plain turn, whatever came before it.
+                self.pending = Pending::default();
+                if answering && self.interruptions {
+                    // The user went on: the answer being worked out is to half of what they
+                    // meant.
+                    self.actions.push(Action::Interrupt);
+                }
+            }
+        }
+        if held {
+            self.push(SystemFrame::ResumePlayback);
+        }
+    }
+
+    /// The user started talking over the bot: interrupt now, or wait for words (paused).
+    /// `held`: the bot is already paused for the onset. Returns whether it still needs
+    /// resuming (the policy lets the bot talk on while words are awaited).
+    fn barge_in_started(&mut self, held: bool) -> bool {
+        if !self.barge_in.waits() {
+            // The interruption releases any pause as it drops the bot's audio.
+            self.actions.push(Action::Interrupt);
+            return false;
+        }
+        let pause = self.barge_in.resume_after.is_some();
+        let was_paused = self.pending.paused;
+        self.pending = Pending {
+            active: true,
+            paused: was_paused || pause,
+            ..Pending::default()
+        };
+        self.resume_at = None;
+        if pause && !was_paused && !held {
+            self.push(SystemFrame::PausePlayback);
+        }
+        held && !pause
+    }
+
+    /// The VAD heard silence: the turn ends after a while, or sooner if the model says so.
+    fn on_pause(&mut self, now: Instant) {
+        if !self.in_turn {
+            return;
+        }
+        match self.stop {
+            StopRule::Silence(silence) => self.deadline = Some(now + silence),
+            StopRule::Model { incomplete_timeout } => {
+                // The turn ends by this time whatever the model says, or however long it
+                // takes to say it (sessions share it, so under load it queues).
+                self.deadline = Some(now + incomplete_timeout);
+                self.verdicts_asked += 1;
+                let id = self.verdicts_asked;
+                self.verdict = Some(Awaited {
+                    id,
+                    by: now + VERDICT_WAIT,
+                });
+                self.actions.push(Action::Judge {
+                    id,
+                    audio: self.audio.turn(),
+                });
+            }
+        }
+    }
+
+    fn on_transcript(&mut self, text: &str, is_final: bool, now: Instant) {
+        if self.missed_speech(text) {
+            self.forward();
+            self.by_transcript = true;
+            self.pending = Pending::default();
+            self.deadline = Some(now + TRANSCRIPT_TURN_TIMEOUT);
+            return;
+        }
+        if !self.vad_speaking && self.owed == 0 && self.in_turn && self.by_transcript {
+            // Words keep a turn the VAD did not hear open.
+            self.deadline = Some(now + TRANSCRIPT_TURN_TIMEOUT);
+        }
+        if !self.pending.active {
+            self.forward();
+            return;
+        }
+        let words = word_count(text);
+        let heard = self.pending.final_words + words;
+        if is_final {
+            self.pending.final_words += words;
+        }
+        if heard >= self.barge_in.words_needed() {
+            self.pending = Pending::default();
+            self.resume_at = None;
+            tracing::debug!(words = heard, "barge-in confirmed");
+            self.onset_paused = false;
+            // Transcripts are uninterruptible, so this one still reaches the aggregator.
+            self.actions.push(Action::Interrupt);
+            self.forward();
+        } else if self.pending.turn_over {
+            // Too short to interrupt: while the bot talks on, the remark is not a turn.
+            tracing::debug!(text, "remark over the bot dropped");
+        } else {
+            self.forward();
+        }
+    }
+
+    /// A transcript of speech the VAD did not hear, outside any turn: opens a turn, ahead of
+    /// the transcript so the aggregator keeps its words for it; returns whether it did.
+    fn missed_speech(&mut self, text: &str) -> bool {
+        let words = word_count(text);
+        // Words of a barge-in still waiting for them belong to that barge-in.
+        if words == 0 || self.vad_speaking || self.owed > 0 || self.in_turn || self.pending.active {
+            return false;
+        }
+        if self.bot_speaking && self.interruptions && words < self.barge_in.min_words {
+            // A remark over the bot, as for speech the VAD heard.
+            return false;
+        }
+        tracing::debug!(
+            text,
+            "transcript without VAD speech: the user's turn starts"
+        );
+        self.in_turn = true;
+        self.push(SystemFrame::UserStartedSpeaking);
+        let answering = std::mem::take(&mut self.answer_due);
+        if self.interruptions && (self.bot_speaking || answering) {
+            self.onset_paused = false;
+            self.actions.push(Action::Interrupt);
+        }
+        true
+    }
+
+    fn on_verdict(
+        &mut self,
+        id: u64,
+        judged: Result<Option<TurnPrediction>, String>,
+        now: Instant,
+    ) {
+        if !self.awaits(id) {
+            // The user spoke again while the model worked (the pause was not the end, whatever
+            // it says), or the turn has ended already.
+            return;
+        }
+        self.verdict = None;
+        match judged {
+            // Skipped: the user spoke again before the model was free.
+            Ok(None) => {}
+            Ok(Some(p)) if p.complete => {
+                tracing::debug!(probability = p.probability, "turn complete");
+                self.end_turn(now);
+            }
+            Ok(Some(p)) => {
+                // The deadline set at the pause stands: more speech, or the end.
+                tracing::debug!(probability = p.probability, "turn unfinished");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "turn model failed; ending the turn");
+                self.end_turn(now);
+            }
+        }
+    }
+
+    fn on_tick(&mut self, now: Instant) {
+        if self.verdict.is_some_and(|v| v.by <= now) {
+            tracing::debug!("no verdict in time: the turn ends on its silence");
+            self.deadline = Some(now);
+        }
+        if self.deadline.is_some_and(|d| d <= now) {
+            self.end_turn(now);
+        }
+        if self.resume_at.is_some_and(|r| r <= now) {
+            self.resume_at = None;
+            // A paused bot whose interruption no words confirmed plays on.
+            if self.pending.active && self.pending.paused {
+                self.pending.paused = false;
+                tracing::debug!("false interruption: the bot resumes");
+                self.push(SystemFrame::ResumePlayback);
+            }
+        }
+    }
+
+    fn end_turn(&mut self, now: Instant) {
+        self.in_turn = false;
+        self.by_transcript = false;
+        self.deadline = None;
+        // A verdict still to come is too late: the turn ends now, judged or not.
+        self.verdict = None;
+        self.audio.end_turn();
+        self.pending.turn_over = self.pending.active;
+        // A remark over the bot (a barge-in still short of words) is not a turn to answer.
+        if !self.pending.active {
+            self.answer_due = true;
+        }
+        if self.pending.active
+            && self.pending.paused
+            && let Some(after) = self.barge_in.resume_after
+        {
+            self.resume_at = Some(now + after);
+        }
+        self.push(SystemFrame::UserStoppedSpeaking);
+    }
+}
+
+/// Words in a transcript, punctuation aside.
+fn word_count(text: &str) -> usize {
+    text.split_whitespace()
+        .filter(|w| w.chars().any(char::is_alphanumeric))
+        .count()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const INCOMPLETE: Duration = Duration::from_secs(3);
+
+    fn model_machine() -> TurnMachine {
+        TurnMachine::new(
+            StopRule::Model {
+                incomplete_timeout: INCOMPLETE,
+            },
+            BargeIn::default(),
+        )
+    }
+
+    /// The frames pushed, by name, and the verdicts asked for.
+    fn pushed(actions: &[Action]) -> Vec<String> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Push(frame) => {
+                    Some(crate::frames::Frame::from(frame.clone()).name().to_owned())
+                }
+                Action::Interrupt => Some("interruption".to_owned()),
+                Action::Judge { id, .. } => Some(format!("judge {id}")),
+                Action::Forward => None,
+            })
+            .collect()
+    }
+
+    fn verdict(id: u64, complete: bool) -> Input<'static> {
+        Input::Verdict {
+            id,
+            judged: Ok(Some(TurnPrediction {
+                complete,
+                probability: if complete { 0.9 } else { 0.1 },
+            })),
+        }
+    }
+
+    #[test]
+    fn a_pause_the_model_calls_finished_ends_the_turn_when_the_verdict_lands() {
+        let mut m = model_machine();
+        let t0 = Instant::now();
+        assert_eq!(
+            pushed(&m.handle(Input::VadStarted, t0)),
+            ["user_started_speaking"]
+        );
+        let pause = t0 + Duration::from_millis(800);
+        assert_eq!(pushed(&m.handle(Input::VadStopped, pause)), ["judge 1"]);
+        assert_eq!(m.next_deadline(), Some(pause + VERDICT_WAIT));
+        let done = m.handle(verdict(1, true), pause + Duration::from_millis(70));
+        assert_eq!(pushed(&done), ["user_stopped_speaking"]);
+        assert_eq!(m.next_deadline(), None);
+        assert!(!m.in_turn());
+    }
+
+    #[test]
+    fn an_unfinished_verdict_waits_for_more_speech_up_to_the_timeout() {
+        let mut m = model_machine();
+        let t0 = Instant::now();
+        m.handle(Input::VadStarted, t0);
+        m.handle(Input::VadStopped, t0);
+        assert!(pushed(&m.handle(verdict(1, false), t0 + Duration::from_millis(70))).is_empty());
+        assert_eq!(m.next_deadline(), Some(t0 + INCOMPLETE));
+        assert!(
+            pushed(&m.handle(Input::Tick, t0 + INCOMPLETE - Duration::from_millis(1))).is_empty()
+        );
+        assert_eq!(
+            pushed(&m.handle(Input::Tick, t0 + INCOMPLETE)),
+            ["user_stopped_speaking"]
+        );
+    }
+
+    #[test]
+    fn a_verdict_on_a_pause_the_user_spoke_past_is_ignored_and_no_longer_awaited() {
+        let mut m = model_machine();
+        let t0 = Instant::now();
+        m.handle(Input::VadStarted, t0);
+        m.handle(Input::VadStopped, t0);
+        assert!(m.awaits(1));
+        m.handle(Input::VadStarted, t0 + Duration::from_millis(300));
+        assert!(!m.awaits(1), "the model may skip it");
+        assert!(pushed(&m.handle(verdict(1, true), t0 + Duration::from_millis(350))).is_empty());
+        assert!(m.in_turn());
+        // The next pause is judged afresh.
+        assert_eq!(
+            pushed(&m.handle(Input::VadStopped, t0 + Duration::from_secs(1))),
+            ["judge 2"]
+        );
+    }
+
+    #[test]
+    fn a_verdict_that_does_not_come_in_time_ends_the_turn_on_its_silence() {
+        let mut m = model_machine();
+        let t0 = Instant::now();
+        m.handle(Input::VadStarted, t0);
+        m.handle(Input::VadStopped, t0);
+        assert_eq!(
+            pushed(&m.handle(Input::Tick, t0 + VERDICT_WAIT)),
+            ["user_stopped_speaking"]
+        );
+        // Too late now.
+        assert!(pushed(&m.handle(verdict(1, true), t0 + VERDICT_WAIT * 2)).is_empty());
+    }
+
+    #[test]
+    fn a_failed_model_ends_the_turn_rather_than_holding_it() {
+        let mut m = model_machine();
+        let t0 = Instant::now();
+        m.handle(Input::VadStarted, t0);
+        m.handle(Input::VadStopped, t0);
+        let failed = Input::Verdict {
+            id: 1,
+            judged: Err("the model is gone".into()),
+        };
+        assert_eq!(pushed(&m.handle(failed, t0)), ["user_stopped_speaking"]);
+    }
+
+    #[test]
+    fn a_silence_outside_a_turn_asks_the_model_nothing() {
+        let mut m = model_machine();
+        assert!(pushed(&m.handle(Input::VadStopped, Instant::now())).is_empty());
+        assert_eq!(m.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_remark_over_the_bot_is_dropped_before_the_transcript_goes_on() {
+        let barge_in = BargeIn {
+            min_words: 3,
+            ..BargeIn::default()
+        };
+        let mut m = TurnMachine::new(StopRule::Silence(Duration::from_millis(300)), barge_in);
+        let t0 = Instant::now();
+        m.handle(Input::BotStarted, t0);
+        m.handle(Input::VadStarted, t0);
+        m.handle(Input::VadStopped, t0);
+        m.handle(Input::Tick, t0 + Duration::from_millis(300));
+        let late = Input::Transcript {
+            text: "Yeah.",
+            is_final: true,
+        };
+        let actions = m.handle(late, t0 + Duration::from_millis(400));
+        assert!(
+            !actions.iter().any(|a| matches!(a, Action::Forward)),
+            "{actions:?}"
+        );
+    }
+}
