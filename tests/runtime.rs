@@ -10,7 +10,7 @@ use tokio::sync::{Notify, mpsc};
 use voxide::events::EndReason;
 use voxide::frames::{
     ControlFrame, DataFrame, EndFrame, Frame, FrameBody, FrameId, FunctionCallInProgress,
-    FunctionCallResult, FunctionCallResultProperties, SystemFrame,
+    FunctionCallResult, FunctionCallResultProperties, ResultKind, SystemFrame,
 };
 use voxide::pipeline::testing::run_processor;
 use voxide::pipeline::{
@@ -197,8 +197,7 @@ fn result() -> Frame {
             tool_call_id: "call_1".into(),
             arguments: Value::Null,
             result: Some(Value::from(42)),
-            is_final: true,
-            cancelled: false,
+            kind: ResultKind::Final,
             cancel_on_interruption: true,
             group_id: 1,
             properties: FunctionCallResultProperties::default(),

@@ -14,8 +14,8 @@ use crate::context::{
     ToolCall, ToolMessage,
 };
 use crate::frames::{
-    ControlFrame, DataFrame, Frame, FrameBody, FunctionCallResult, LlmResponseSummary, SystemFrame,
-    WordTiming,
+    ControlFrame, DataFrame, Frame, FrameBody, FunctionCallResult, LlmResponseSummary, ResultKind,
+    SystemFrame, WordTiming,
 };
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
 use crate::services::llm::IN_PROGRESS;
@@ -238,7 +238,7 @@ impl AssistantAggregator {
 
     /// Replaces the call's placeholder with its result; true once its batch has settled.
     fn settle_sync(&mut self, result: &FunctionCallResult) -> bool {
-        let content = if result.cancelled {
+        let content = if result.kind == ResultKind::Cancelled {
             "CANCELLED".to_owned()
         } else {
             encode_result(result.result.as_ref())
@@ -271,12 +271,14 @@ impl AssistantAggregator {
     }
 
     fn record_async(&mut self, result: &FunctionCallResult) {
-        let message = if result.cancelled {
-            build_cancelled_message(&result.tool_call_id)
-        } else if result.is_final {
-            build_final_result_message(&result.tool_call_id, result.result.as_ref())
-        } else {
-            build_intermediate_result_message(&result.tool_call_id, result.result.as_ref())
+        let message = match result.kind {
+            ResultKind::Cancelled => build_cancelled_message(&result.tool_call_id),
+            ResultKind::Final => {
+                build_final_result_message(&result.tool_call_id, result.result.as_ref())
+            }
+            ResultKind::Intermediate => {
+                build_intermediate_result_message(&result.tool_call_id, result.result.as_ref())
+            }
         };
         self.context.lock().messages.push(message);
         if let Some(callback) = &result.properties.on_context_updated {

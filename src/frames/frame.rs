@@ -606,16 +606,32 @@ pub struct FunctionCallResult {
     pub arguments: Value,
     /// What the tool returned; `None` when it returned nothing.
     pub result: Option<Value>,
-    /// False for an intermediate update of an async call.
-    pub is_final: bool,
-    /// True when the call was cancelled rather than completed.
-    pub cancelled: bool,
+    /// Final, an intermediate update of an async call, or the call's cancellation.
+    pub kind: ResultKind,
     /// False for asynchronous calls.
     pub cancel_on_interruption: bool,
     /// The batch this call came in.
     pub group_id: u64,
     /// What to do after the result lands.
     pub properties: FunctionCallResultProperties,
+}
+
+impl FunctionCallResult {
+    /// The call is over: its final result, or its cancellation.
+    pub fn settles(&self) -> bool {
+        self.kind != ResultKind::Intermediate
+    }
+}
+
+/// What a [`FunctionCallResult`] is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ResultKind {
+    /// An update of an async call; more follow.
+    Intermediate,
+    /// The call's result.
+    Final,
+    /// The call was cancelled rather than completed (the result is empty).
+    Cancelled,
 }
 
 /// A running function call is cancelled.
@@ -680,8 +696,7 @@ mod tests {
             tool_call_id: "1".into(),
             arguments: Value::Null,
             result: None,
-            is_final: true,
-            cancelled: false,
+            kind: ResultKind::Final,
             cancel_on_interruption: true,
             group_id: 1,
             properties: FunctionCallResultProperties::default(),

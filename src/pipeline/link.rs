@@ -8,7 +8,7 @@ use tokio::time::Instant;
 use super::observer::{FramePushed, Observers};
 use super::processor::Direction;
 use crate::events::{Event, EventSink};
-use crate::frames::Frame;
+use crate::frames::{ErrorFrame, Frame, SystemFrame};
 
 /// Capacity of each stage's data/control queue. When it is full, the stage pushing into it waits
 /// (backpressure towards the source) while it keeps handling system frames; transports that cannot
@@ -140,6 +140,18 @@ impl FramePusher {
             return target.system.send(item).map_err(|_| PushError::Closed);
         }
         target.data.send(item).await.map_err(|_| PushError::Closed)
+    }
+
+    /// Reports a non-fatal error upstream, as this stage's.
+    pub async fn push_error(&self, message: impl Into<String>) {
+        let mut error = ErrorFrame::new(message);
+        error.processor = Some(self.name().to_owned());
+        let _ = self
+            .push(
+                SystemFrame::Error(Box::new(error)).into(),
+                Direction::Upstream,
+            )
+            .await;
     }
 
     /// Pushes without waiting: system frames always go; data frames come back when the queue is

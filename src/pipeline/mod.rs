@@ -18,6 +18,7 @@ mod stage;
 pub mod testing;
 
 pub use link::{DATA_QUEUE_CAPACITY, FramePusher, PushError};
+pub(crate) use node::panic_text;
 pub use observer::{FramePushed, Observer};
 pub use parallel::ParallelPipeline;
 pub use processor::{Direction, FrameContext, FrameProcessor, Job, ProcessorError};

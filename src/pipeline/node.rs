@@ -337,7 +337,8 @@ async fn next_data(
     }
 }
 
-fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
+/// What a panic said, as text.
+pub(crate) fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {

@@ -15,8 +15,8 @@ use super::resources::AppResources;
 use super::stage::{Pipeline, Stage, spawn_line};
 use crate::events::{EndReason, Event, EventSink, SessionEvent};
 use crate::frames::{
-    ControlFrame, DataFrame, EndFrame, ErrorFrame, Frame, FrameBody, FrameId, StartFrame,
-    StartParams, SystemFrame,
+    ControlFrame, DataFrame, EndFrame, ErrorFrame, Frame, FrameBody, FrameId, ResultKind,
+    StartFrame, StartParams, SystemFrame,
 };
 
 /// Default time without user or bot activity before the idle timeout fires.
@@ -545,8 +545,7 @@ impl Observer for EventObserver {
                     arguments: call.arguments.clone(),
                 }
             }
-            FrameBody::Data(DataFrame::FunctionCallResult(r)) if r.cancelled => return,
-            FrameBody::Data(DataFrame::FunctionCallResult(r)) if r.is_final => {
+            FrameBody::Data(DataFrame::FunctionCallResult(r)) if r.kind == ResultKind::Final => {
                 Event::ToolCallResult {
                     name: r.function_name.clone(),
                     tool_call_id: r.tool_call_id.clone(),

@@ -67,9 +67,7 @@ impl UserMute {
             {
                 self.calls.insert(call.tool_call_id.clone());
             }
-            FrameBody::Data(DataFrame::FunctionCallResult(result))
-                if result.is_final || result.cancelled =>
-            {
+            FrameBody::Data(DataFrame::FunctionCallResult(result)) if result.settles() => {
                 self.calls.remove(&result.tool_call_id);
             }
             FrameBody::System(SystemFrame::FunctionCallCancel(cancel)) => {
@@ -110,7 +108,7 @@ impl FrameProcessor for UserMute {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frames::{FunctionCallInProgress, FunctionCallResult};
+    use crate::frames::{FunctionCallInProgress, FunctionCallResult, ResultKind};
 
     /// Whether the input is muted after each frame.
     fn muted_after(strategies: &[MuteStrategy], frames: Vec<Frame>) -> Vec<bool> {
@@ -157,8 +155,7 @@ mod tests {
             tool_call_id: "a".into(),
             arguments: serde_json::json!({}),
             result: Some(serde_json::json!(1)),
-            is_final: true,
-            cancelled: false,
+            kind: ResultKind::Final,
             cancel_on_interruption: true,
             group_id: 1,
             properties: Default::default(),

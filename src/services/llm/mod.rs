@@ -16,6 +16,7 @@ mod pricing;
 pub mod realtime;
 mod service;
 pub mod sse;
+mod tools;
 
 pub use engine::{LlmEngine, LlmError, LlmEvent, LlmRequest};
 pub use fallback::{FallbackLlm, RETRY_PRIMARY_AFTER};
@@ -26,4 +27,5 @@ pub use functions::{
 pub use http::Timing;
 pub use pricing::{PRICES_AS_OF, Price, PriceTable, SpeechPrice, speech_price, stt_cost, tts_cost};
 pub use realtime::{RealtimeOptions, RealtimeService, ReconnectPolicy};
-pub use service::{IN_PROGRESS, LlmService, LlmServiceOptions, cancel_tool_schema};
+pub use service::{LlmService, LlmServiceOptions};
+pub use tools::{IN_PROGRESS, cancel_tool_schema};

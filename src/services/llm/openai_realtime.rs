@@ -274,7 +274,7 @@ impl RealtimeProtocol for OpenAiRealtime {
                 self.calls.push(FunctionCallRequest {
                     function_name: field_str(&event, "name")?.to_owned(),
                     tool_call_id: field_str(&event, "call_id")?.to_owned(),
-                    arguments: super::service::parse_arguments(arguments),
+                    arguments: super::tools::parse_arguments(arguments),
                 });
                 Vec::new()
             }

@@ -3,7 +3,9 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::frames::TokenUsage;
+use crate::frames::{
+    ControlFrame, Frame, LlmResponseSummary, MetricsData, SystemFrame, TokenUsage,
+};
 
 /// Dollars per million tokens of each kind.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -247,6 +249,31 @@ pub fn tts_cost(model: &str, characters: u64) -> Option<f64> {
         SpeechPrice::PerMillionChars(usd) => Some(usd * characters as f64 / 1e6),
         SpeechPrice::PerMinute(_) => None,
     }
+}
+
+/// Accounts for one finished LLM response, for the text service and the realtime ones alike:
+/// prices it, and returns what ends it downstream, in order: the usage metrics (when asked for
+/// and there was usage), the summary, the response's end.
+pub(crate) fn account_response(
+    mut summary: LlmResponseSummary,
+    prices: &PriceTable,
+    usage_metrics: bool,
+    processor: &str,
+) -> Vec<Frame> {
+    summary.cost_usd = prices.cost(&summary.model, &summary.usage);
+    let mut frames = Vec::with_capacity(3);
+    if usage_metrics && summary.usage != TokenUsage::default() {
+        let data = MetricsData::LlmUsage {
+            processor: processor.to_owned(),
+            model: Some(summary.model.clone()),
+            usage: summary.usage,
+            cost_usd: summary.cost_usd,
+        };
+        frames.push(SystemFrame::Metrics(vec![data]).into());
+    }
+    frames.push(ControlFrame::LlmResponseSummary(Box::new(summary)).into());
+    frames.push(ControlFrame::LlmFullResponseEnd.into());
+    frames
 }
 
 #[cfg(test)]

@@ -219,16 +219,7 @@ impl Pump {
                     self.pusher.emit(Event::SttFallback { from, to, reason });
                 }
                 SttEvent::Error(message) | SttEvent::Failed(message) => {
-                    let error = crate::frames::ErrorFrame {
-                        message,
-                        fatal: false,
-                        processor: Some(self.pusher.name().to_owned()),
-                    };
-                    self.push(
-                        SystemFrame::Error(Box::new(error)).into(),
-                        Direction::Upstream,
-                    )
-                    .await;
+                    self.pusher.push_error(message).await;
                 }
             }
         }

@@ -250,18 +250,7 @@ impl Pump {
                 }
                 TtsEvent::Error(message) | TtsEvent::Failed(message) => {
                     if self.is_live() {
-                        let error = crate::frames::ErrorFrame {
-                            message,
-                            fatal: false,
-                            processor: Some(self.pusher.name().to_owned()),
-                        };
-                        let _ = self
-                            .pusher
-                            .push(
-                                SystemFrame::Error(Box::new(error)).into(),
-                                Direction::Upstream,
-                            )
-                            .await;
+                        self.pusher.push_error(message).await;
                     }
                     break;
                 }

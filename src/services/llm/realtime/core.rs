@@ -21,6 +21,7 @@ use crate::frames::{
     LlmResponseSummary, MetricsData, StartParams, SystemFrame, TokenUsage, Transcription, TtsText,
 };
 use crate::pipeline::Direction;
+use crate::services::llm::pricing::account_response;
 use crate::services::ws::{ConnectRequest, Message as WsMessage, Step, Tick, WsCore, WsError};
 
 /// What the service tells its connection.
@@ -417,32 +418,20 @@ impl<P: RealtimeProtocol> RealtimeCore<P> {
         let down = Direction::Downstream;
         self.flush_sentence();
         self.response.open = false;
-        let usage = std::mem::take(&mut self.response.usage);
-        let model = self.protocol.model().to_owned();
-        let cost_usd = self.options.functions.prices.cost(&model, &usage);
-        if self.params.enable_usage_metrics && usage != TokenUsage::default() {
-            let data = MetricsData::LlmUsage {
-                processor: super::PROCESSOR.to_owned(),
-                model: Some(model.clone()),
-                usage,
-                cost_usd,
-            };
-            self.push(SystemFrame::Metrics(vec![data]).into(), down);
-        }
         let summary = LlmResponseSummary {
             provider: self.protocol.provider().to_owned(),
-            model,
-            usage,
-            cost_usd,
+            model: self.protocol.model().to_owned(),
+            usage: std::mem::take(&mut self.response.usage),
+            cost_usd: None,
             stop_reason,
             thinking: String::new(),
             provider_messages: Vec::new(),
         };
-        self.push(
-            ControlFrame::LlmResponseSummary(Box::new(summary)).into(),
-            down,
-        );
-        self.push(ControlFrame::LlmFullResponseEnd.into(), down);
+        let prices = &self.options.functions.prices;
+        let usage_metrics = self.params.enable_usage_metrics;
+        for frame in account_response(summary, prices, usage_metrics, super::PROCESSOR) {
+            self.push(frame, down);
+        }
     }
 
     /// When the response asked for, or under way, is overdue.

@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 
 use self::core::{Action, Command, RealtimeCore};
 use super::LlmServiceOptions;
-use super::service::ToolRunner;
+use super::tools::ToolRunner;
 use crate::audio::resample::StreamResampler;
 use crate::context::{ContextHandle, Message, ToolChoice, ToolsSchema};
 use crate::frames::{
