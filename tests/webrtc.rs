@@ -523,7 +523,9 @@ async fn bad_signalling_gets_clear_errors() {
         404
     );
     let huge = "x".repeat(voxide::server::MAX_BODY_BYTES + 1);
-    assert_eq!(request(addr, "POST", "/api/offer", &huge).await.0, 413);
+    let (status, body) = request(addr, "POST", "/api/offer", &huge).await;
+    assert_eq!(status, 413, "{body}");
+    assert!(body.contains("\"too_large\""), "{body}");
     let (status, body) = request(addr, "POST", "/start", "{}").await;
     assert_eq!(status, 200);
     assert!(body.contains("sessionId"), "{body}");

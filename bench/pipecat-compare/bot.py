@@ -7,6 +7,9 @@ OpenAILLMService and CartesiaTTSService. Only the providers' addresses differ: t
 
     python bot.py -t webrtc --port 7860     # served by pipecat's development runner
 
+TURN=silence ends turns on 0.6 s of silence (`SpeechTimeoutUserTurnStopStrategy`) instead of
+Smart Turn, to measure the framework without the turn model's cost.
+
 `run.sh` in this folder starts it beside the stand-ins and loads it with `voxide loadtest`.
 """
 
@@ -29,6 +32,8 @@ from pipecat.services.deepgram.stt import DeepgramSTTService
 from pipecat.services.openai.llm import OpenAILLMService
 from pipecat.transports.base_transport import TransportParams
 from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
+from pipecat.turns.user_stop import SpeechTimeoutUserTurnStopStrategy
+from pipecat.turns.user_turn_strategies import UserTurnStrategies
 from pipecat.workers.runner import WorkerRunner
 
 STAND_INS = os.getenv("STAND_INS", "127.0.0.1:9000")
@@ -60,9 +65,13 @@ async def bot(runner_args: RunnerArguments):
     context = LLMContext(
         [{"role": "system", "content": "You are a helpful voice assistant. Answer briefly."}]
     )
-    aggregators = LLMContextAggregatorPair(
-        context, user_params=LLMUserAggregatorParams(vad_analyzer=SileroVADAnalyzer())
-    )
+    turn = {}
+    if os.getenv("TURN") == "silence":
+        turn["user_turn_strategies"] = UserTurnStrategies(
+            stop=[SpeechTimeoutUserTurnStopStrategy(user_speech_timeout=0.6)]
+        )
+    user_params = LLMUserAggregatorParams(vad_analyzer=SileroVADAnalyzer(), **turn)
+    aggregators = LLMContextAggregatorPair(context, user_params=user_params)
     pipeline = Pipeline(
         [
             transport.input(),

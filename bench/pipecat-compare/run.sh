@@ -8,6 +8,7 @@
 #
 #   bench/pipecat-compare/run.sh                 # both bots, results in bench/pipecat-compare/results/
 #   BOTS=voxide MAX=256 bench/pipecat-compare/run.sh
+#   TURN=silence bench/pipecat-compare/run.sh    # turns end on 0.6 s of silence, no turn model
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -19,6 +20,8 @@ TURNS=${TURNS:-4}
 # The first wave's starts spread over about one turn's cycle, so callers' turns end at random
 # moments, as independent callers' do, not all in the same second.
 RAMP=${RAMP:-4}
+# `smart` (both bots' default: Smart Turn v3 judges each pause) or `silence` (0.6 s of silence).
+TURN=${TURN:-smart}
 SERVER_CORE=${SERVER_CORE:-0}
 CLIENT_CORE=${CLIENT_CORE:-1}
 STAND_INS_PORT=${STAND_INS_PORT:-9000}
@@ -53,6 +56,11 @@ for i in 1 2; do
     rm "$OUT/raw$i.wav"
 done
 AUDIO=(--audio "$OUT/question1.wav" --audio "$OUT/question2.wav")
+VOXIDE_TURN=()
+if [ "$TURN" = silence ]; then
+    VOXIDE_TURN=(--turn silence --turn-timeout-secs 0.6)
+fi
+export TURN
 
 taskset -c "$CLIENT_CORE" "$ROOT/target/release/examples/stand_in_providers" \
     --port "$STAND_INS_PORT" >"$OUT/stand_ins.log" 2>&1 &
@@ -68,7 +76,7 @@ start_bot() {
     case $bot in
     voxide)
         RUST_LOG=error taskset -c "$SERVER_CORE" "$VOXIDE" serve --port "$port" \
-            --max-sessions 1000 --stt deepgram --llm openai --tts cartesia \
+            --max-sessions 1000 --stt deepgram --llm openai --tts cartesia "${VOXIDE_TURN[@]}" \
             >"$OUT/$bot.log" 2>&1 &
         ;;
     pipecat)

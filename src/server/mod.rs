@@ -1,6 +1,7 @@
 //! `voxide serve`: the HTTP server. The browser page, the WebSocket transports, health,
 //! readiness, status and Prometheus metrics, with a session limit and a graceful shutdown.
 
+mod error;
 mod metrics;
 mod webrtc;
 mod ws;
@@ -13,16 +14,18 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::header;
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Serialize;
 use tokio::sync::watch;
 
+pub use error::ApiError;
 pub use metrics::Metrics;
 
-use crate::bot::BotOptions;
+use crate::bot::{Bot, BotError, BotOptions};
 use crate::pipeline::SessionHandle;
+use crate::transports::{AudioSink, OutputOptions};
 
 /// Largest HTTP request body accepted (signalling messages are a few kilobytes).
 pub const MAX_BODY_BYTES: usize = 256 * 1024;
@@ -58,9 +61,32 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
+/// Builds each session's bot. The server's own is its [`BotOptions`]; a test gives one that
+/// needs no models.
+pub trait BotFactory: Send + Sync + 'static {
+    /// Loads what every session shares (the embedded models) before the server says it is
+    /// ready.
+    fn preload(&self) -> Result<(), BotError>;
+    /// One session's bot, speaking at `out_rate` into `sink`.
+    fn build(&self, out_rate: u32, sink: Box<dyn AudioSink>) -> Result<Bot, BotError>;
+}
+
+impl BotFactory for BotOptions {
+    fn preload(&self) -> Result<(), BotError> {
+        crate::bot::preload(self)
+    }
+
+    fn build(&self, out_rate: u32, sink: Box<dyn AudioSink>) -> Result<Bot, BotError> {
+        let mut options = self.clone();
+        options.audio_out_sample_rate = out_rate;
+        crate::bot::build(&options, sink, OutputOptions::default())
+    }
+}
+
 /// Shared by every request.
 pub(crate) struct App {
     pub(crate) options: ServeOptions,
+    pub(crate) bots: Arc<dyn BotFactory>,
     pub(crate) metrics: Metrics,
     sessions: Mutex<HashMap<u64, SessionHandle>>,
     peers: Mutex<HashMap<String, webrtc::PeerHandle>>,
@@ -90,26 +116,6 @@ impl Drop for Admission {
     }
 }
 
-/// Why a session was refused.
-pub(crate) enum Refusal {
-    Draining,
-    Full(usize),
-    NotReady,
-}
-
-impl IntoResponse for Refusal {
-    fn into_response(self) -> Response {
-        let message = match self {
-            Refusal::Draining => "the server is shutting down and takes no new sessions".into(),
-            Refusal::Full(max) => {
-                format!("the server is at its session limit ({max} live sessions); try again later")
-            }
-            Refusal::NotReady => "the server is still loading its models; try again shortly".into(),
-        };
-        (StatusCode::SERVICE_UNAVAILABLE, message).into_response()
-    }
-}
-
 impl App {
     fn lock_peers(&self) -> std::sync::MutexGuard<'_, HashMap<String, webrtc::PeerHandle>> {
         self.peers.lock().unwrap_or_else(|p| p.into_inner())
@@ -120,18 +126,18 @@ impl App {
     }
 
     /// Takes a session slot, or says why not.
-    pub(crate) fn admit(self: &Arc<Self>) -> Result<Admission, Refusal> {
+    pub(crate) fn admit(self: &Arc<Self>) -> Result<Admission, ApiError> {
         if self.draining.load(Ordering::SeqCst) {
-            return Err(Refusal::Draining);
+            return Err(ApiError::Draining);
         }
         if !self.ready.load(Ordering::SeqCst) {
-            return Err(Refusal::NotReady);
+            return Err(ApiError::NotReady);
         }
         // Slots are reserved under the lock, so the limit holds under a burst of connections.
         let sessions = self.lock_sessions();
         if self.metrics.active() >= self.options.max_sessions {
             self.metrics.session_rejected();
-            return Err(Refusal::Full(self.options.max_sessions));
+            return Err(ApiError::Full(self.options.max_sessions));
         }
         self.metrics.session_started();
         drop(sessions);
@@ -143,8 +149,48 @@ impl App {
     }
 }
 
-/// The router, for the server and for tests.
-pub(crate) fn router(app: Arc<App>) -> Router {
+/// The server without its socket: its routes and its state. [`serve_until`] runs one; a test
+/// sends its [`Server::router`] requests with `tower::ServiceExt::oneshot`.
+pub struct Server {
+    app: Arc<App>,
+}
+
+impl Server {
+    /// A server whose sessions run the bots `bots` builds. It takes no session until
+    /// [`Server::set_ready`].
+    pub fn new(options: ServeOptions, bots: Arc<dyn BotFactory>) -> Self {
+        Self {
+            app: Arc::new(App {
+                options,
+                bots,
+                metrics: Metrics::default(),
+                sessions: Mutex::default(),
+                peers: Mutex::default(),
+                next_id: AtomicU64::new(1),
+                ready: AtomicBool::new(false),
+                draining: AtomicBool::new(false),
+                started: Instant::now(),
+            }),
+        }
+    }
+
+    /// The routes.
+    pub fn router(&self) -> Router {
+        router(self.app.clone())
+    }
+
+    /// The models are in: sessions are taken from now on.
+    pub fn set_ready(&self) {
+        self.app.ready.store(true, Ordering::SeqCst);
+    }
+
+    /// Stops taking sessions, asks the live ones to finish, cancels what is left after `grace`.
+    pub async fn drain(&self, grace: Duration) {
+        drain(&self.app, grace).await;
+    }
+}
+
+fn router(app: Arc<App>) -> Router {
     Router::new()
         .route("/", get(page))
         .route("/healthz", get(|| async { "ok" }))
@@ -198,21 +244,12 @@ pub async fn serve_until(
         })?;
     let addr = listener.local_addr()?;
     let grace = options.shutdown_grace;
-    let bot = options.bot.clone();
-    let app = Arc::new(App {
-        options,
-        metrics: Metrics::default(),
-        sessions: Mutex::default(),
-        peers: Mutex::default(),
-        next_id: AtomicU64::new(1),
-        ready: AtomicBool::new(false),
-        draining: AtomicBool::new(false),
-        started: Instant::now(),
-    });
+    let bots = Arc::new(options.bot.clone());
+    let app = Server::new(options, bots).app;
     // Load the models in the background: /healthz answers at once, /readyz once they are in.
     {
         let app = app.clone();
-        tokio::task::spawn_blocking(move || match crate::bot::preload(&bot) {
+        tokio::task::spawn_blocking(move || match app.bots.preload() {
             Ok(()) => {
                 app.ready.store(true, Ordering::SeqCst);
                 tracing::info!("models loaded; ready");
@@ -262,13 +299,13 @@ async fn page() -> Html<&'static str> {
     Html(include_str!("../../assets/web/index.html"))
 }
 
-async fn readyz(State(app): State<Arc<App>>) -> Response {
+async fn readyz(State(app): State<Arc<App>>) -> Result<&'static str, ApiError> {
     if app.draining.load(Ordering::SeqCst) {
-        (StatusCode::SERVICE_UNAVAILABLE, "shutting down").into_response()
+        Err(ApiError::Draining)
     } else if app.ready.load(Ordering::SeqCst) {
-        "ready".into_response()
+        Ok("ready")
     } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "loading models").into_response()
+        Err(ApiError::NotReady)
     }
 }
 

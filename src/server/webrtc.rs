@@ -6,24 +6,20 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::extract::rejection::JsonRejection;
 use rtc::peer_connection::transport::RTCIceCandidateInit;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::App;
+use super::{ApiError, App};
 use crate::context::Message as ChatMessage;
 use crate::events::{EndReason, Event, SessionEvent};
 use crate::frames::{AudioFrame, DataFrame, SystemFrame};
 use crate::pipeline::{Session, SessionHandle};
-use crate::transports::OutputOptions;
 use crate::transports::rtvi::{ClientMessage, Rtvi};
 use crate::transports::signalling::{self, AUDIO_RECEIVER, Inbound, Liveness, Signal};
-use crate::transports::webrtc::{
-    OPUS_RATE, Peer, PeerEvent, PeerOptions, TrackSink, WebRtcError, connect,
-};
+use crate::transports::webrtc::{OPUS_RATE, Peer, PeerEvent, PeerOptions, TrackSink, connect};
 
 /// An SDP offer.
 #[derive(Debug, Deserialize)]
@@ -38,7 +34,7 @@ pub(crate) struct OfferRequest {
 }
 
 #[derive(Debug, Serialize)]
-struct OfferAnswer {
+pub(crate) struct OfferAnswer {
     sdp: String,
     #[serde(rename = "type")]
     kind: &'static str,
@@ -59,26 +55,18 @@ struct Candidate {
     sdp_mline_index: Option<u16>,
 }
 
-fn error(status: StatusCode, message: impl Into<String>) -> Response {
-    (status, Json(json!({"error": message.into()}))).into_response()
-}
-
-fn webrtc_error(e: WebRtcError) -> Response {
-    match e {
-        WebRtcError::Offer(_) => error(StatusCode::BAD_REQUEST, e.to_string()),
-        _ => error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()),
-    }
-}
+type Answer = Result<Json<OfferAnswer>, ApiError>;
 
 pub(crate) async fn offer(
     State(app): State<Arc<App>>,
-    Json(request): Json<OfferRequest>,
-) -> Response {
+    request: Result<Json<OfferRequest>, JsonRejection>,
+) -> Answer {
+    let Json(request) = request?;
     if request.kind != "offer" {
-        return error(
-            StatusCode::BAD_REQUEST,
-            format!("type must be \"offer\", not {:?}", request.kind),
-        );
+        return Err(ApiError::BadRequest(format!(
+            "type must be \"offer\", not {:?}",
+            request.kind
+        )));
     }
     if let Some(pc_id) = &request.pc_id {
         let known = app.lock_peers().get(pc_id).cloned();
@@ -87,35 +75,25 @@ pub(crate) async fn offer(
                 return restart(&app, &link, pc_id, request.sdp).await;
             }
             Some(link) => {
-                return match link.peer().renegotiate(request.sdp).await {
-                    Ok(sdp) => answer(sdp, pc_id.clone()),
-                    Err(e) => webrtc_error(e),
-                };
+                let sdp = link.peer().renegotiate(request.sdp).await?;
+                return Ok(answer(sdp, pc_id.clone()));
             }
             None if !request.restart_pc => {
-                return error(StatusCode::NOT_FOUND, format!("no connection {pc_id}"));
+                return Err(ApiError::NotFound(format!("no connection {pc_id}")));
             }
             // A restart of a connection that is gone (the server restarted, or the session
             // ended): a new session.
             None => {}
         }
     }
-    let admission = match app.admit() {
-        Ok(admission) => admission,
-        Err(refusal) => return refusal.into_response(),
-    };
+    let admission = app.admit()?;
     let sink = TrackSink::new();
-    let (peer, peer_events, sdp) = match connect(request.sdp, &peer_options(&app), &sink).await {
-        Ok(connected) => connected,
-        Err(e) => return webrtc_error(e),
-    };
-    let mut bot_options = app.options.bot.clone();
-    bot_options.audio_out_sample_rate = OPUS_RATE;
-    let bot = match crate::bot::build(&bot_options, sink.clone(), OutputOptions::default()) {
+    let (peer, peer_events, sdp) = connect(request.sdp, &peer_options(&app), &sink).await?;
+    let bot = match app.bots.build(OPUS_RATE, Box::new(sink.clone())) {
         Ok(bot) => bot,
         Err(e) => {
             peer.close().await;
-            return error(StatusCode::INTERNAL_SERVER_ERROR, e.to_string());
+            return Err(ApiError::Internal(e.to_string()));
         }
     };
     let builder = Session::builder(bot.pipeline).params(bot.params);
@@ -160,16 +138,15 @@ pub(crate) async fn offer(
         app_for_end.metrics.observe(&Event::SessionEnded { reason });
         drop(admission);
     });
-    answer(sdp, pc_id)
+    Ok(answer(sdp, pc_id))
 }
 
-fn answer(sdp: String, pc_id: String) -> Response {
+fn answer(sdp: String, pc_id: String) -> Json<OfferAnswer> {
     Json(OfferAnswer {
         sdp,
         kind: "answer",
         pc_id,
     })
-    .into_response()
 }
 
 fn peer_options(app: &App) -> PeerOptions {
@@ -181,22 +158,16 @@ fn peer_options(app: &App) -> PeerOptions {
 
 /// `restart_pc`: a new peer connection for a live session. The session, its conversation and
 /// the bot's queued voice carry over; only the connection is replaced.
-async fn restart(app: &App, link: &Link, pc_id: &str, sdp: String) -> Response {
-    let (peer, peer_events, sdp) = match connect(sdp, &peer_options(app), &link.sink).await {
-        Ok(connected) => connected,
-        Err(e) => return webrtc_error(e),
-    };
+async fn restart(app: &App, link: &Link, pc_id: &str, sdp: String) -> Answer {
+    let (peer, peer_events, sdp) = connect(sdp, &peer_options(app), &link.sink).await?;
     let peer = Arc::new(peer);
     *link.peer.lock().unwrap_or_else(|p| p.into_inner()) = peer.clone();
     if link.restarts.send((peer.clone(), peer_events)).is_err() {
         peer.close().await;
-        return error(
-            StatusCode::NOT_FOUND,
-            format!("connection {pc_id} has ended"),
-        );
+        return Err(ApiError::NotFound(format!("connection {pc_id} has ended")));
     }
     tracing::info!(pc_id, "peer connection restarted");
-    answer(sdp, pc_id.to_owned())
+    Ok(answer(sdp, pc_id.to_owned()))
 }
 
 /// A replacement connection for a session: the peer and its events.
@@ -361,13 +332,14 @@ impl Drive {
 
 pub(crate) async fn candidates(
     State(app): State<Arc<App>>,
-    Json(request): Json<CandidatesRequest>,
-) -> Response {
+    request: Result<Json<CandidatesRequest>, JsonRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let Json(request) = request?;
     let Some(link) = app.lock_peers().get(&request.pc_id).cloned() else {
-        return error(
-            StatusCode::NOT_FOUND,
-            format!("no connection {}", request.pc_id),
-        );
+        return Err(ApiError::NotFound(format!(
+            "no connection {}",
+            request.pc_id
+        )));
     };
     let candidates = request
         .candidates
@@ -379,13 +351,11 @@ pub(crate) async fn candidates(
             ..Default::default()
         })
         .collect();
-    match link.peer().add_candidates(candidates).await {
-        Ok(()) => Json(json!({"status": "success"})).into_response(),
-        Err(e) => webrtc_error(e),
-    }
+    link.peer().add_candidates(candidates).await?;
+    Ok(Json(json!({"status": "success"})))
 }
 
-pub(crate) async fn start(State(app): State<Arc<App>>) -> Response {
+pub(crate) async fn start(State(app): State<Arc<App>>) -> Json<Value> {
     let id = format!(
         "{:08x}-{:08x}",
         crate::transports::webrtc::random_u32(),
@@ -397,5 +367,5 @@ pub(crate) async fn start(State(app): State<Arc<App>>) -> Response {
         .iter()
         .map(|url| json!({"urls": [url]}))
         .collect();
-    Json(json!({"sessionId": id, "iceConfig": {"iceServers": servers}})).into_response()
+    Json(json!({"sessionId": id, "iceConfig": {"iceServers": servers}}))
 }

@@ -3,20 +3,21 @@
 
 use std::sync::Arc;
 
+use axum::extract::rejection::QueryRejection;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Query, State};
-use axum::http::StatusCode;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use super::{Admission, App};
+use super::{Admission, ApiError, App};
 use crate::context::Message as ChatMessage;
 use crate::events::Event;
 use crate::frames::{AudioFrame, DataFrame, SystemFrame};
 use crate::pipeline::Session;
-use crate::transports::output::{AudioSink, OutputOptions};
+use crate::transports::output::AudioSink;
 use crate::transports::websocket::{Framing, Inbound, Outbound, WsMessage};
 
 /// Query parameters of `/ws`.
@@ -32,34 +33,33 @@ const RATES: std::ops::RangeInclusive<u32> = 8_000..=48_000;
 
 pub(crate) async fn pcm(
     State(app): State<Arc<App>>,
-    Query(params): Query<PcmParams>,
-    upgrade: WebSocketUpgrade,
-) -> Response {
+    params: Result<Query<PcmParams>, QueryRejection>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let Query(params) = params?;
+    let upgrade = upgrade?;
     let input_rate = params.sample_rate.unwrap_or(16_000);
     let out_rate = params.out_sample_rate.unwrap_or(24_000);
     if !RATES.contains(&input_rate) || !RATES.contains(&out_rate) {
-        return (
-            StatusCode::BAD_REQUEST,
-            "sample_rate and out_sample_rate must be between 8000 and 48000",
-        )
-            .into_response();
+        return Err(ApiError::BadRequest(
+            "sample_rate and out_sample_rate must be between 8000 and 48000".into(),
+        ));
     }
-    let admission = match app.admit() {
-        Ok(admission) => admission,
-        Err(refusal) => return refusal.into_response(),
-    };
-    upgrade.on_upgrade(move |socket| {
+    let admission = app.admit()?;
+    Ok(upgrade.on_upgrade(move |socket| {
         run_session(app, socket, Framing::pcm(input_rate), out_rate, admission)
-    })
+    }))
 }
 
-pub(crate) async fn twilio(State(app): State<Arc<App>>, upgrade: WebSocketUpgrade) -> Response {
-    let admission = match app.admit() {
-        Ok(admission) => admission,
-        Err(refusal) => return refusal.into_response(),
-    };
+pub(crate) async fn twilio(
+    State(app): State<Arc<App>>,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let upgrade = upgrade?;
+    let admission = app.admit()?;
     // The pipeline speaks at 16 kHz for telephone calls; the framing narrows it to 8 kHz.
-    upgrade.on_upgrade(move |socket| run_session(app, socket, Framing::twilio(), 16_000, admission))
+    Ok(upgrade
+        .on_upgrade(move |socket| run_session(app, socket, Framing::twilio(), 16_000, admission)))
 }
 
 /// Sends the bot's audio to the socket's writer.
@@ -84,13 +84,10 @@ async fn run_session(
 ) {
     let (mut sender, mut receiver) = socket.split();
     let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outbound>();
-    let mut options = app.options.bot.clone();
-    options.audio_out_sample_rate = out_rate;
-    let bot = match crate::bot::build(
-        &options,
-        SocketSink(out_tx.clone()),
-        OutputOptions::default(),
-    ) {
+    let bot = match app
+        .bots
+        .build(out_rate, Box::new(SocketSink(out_tx.clone())))
+    {
         Ok(bot) => bot,
         Err(e) => {
             tracing::error!(error = %e, "cannot build the bot");

@@ -35,6 +35,20 @@ pub trait AudioSink: Send + 'static {
     }
 }
 
+impl AudioSink for Box<dyn AudioSink> {
+    fn write(&mut self, samples: &[i16], sample_rate: u32) {
+        (**self).write(samples, sample_rate);
+    }
+
+    fn clear(&mut self) {
+        (**self).clear();
+    }
+
+    fn record_playback(&mut self, reference: &crate::audio::echo::EchoReference) -> bool {
+        (**self).record_playback(reference)
+    }
+}
+
 /// How playback keeps time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Pacing {
