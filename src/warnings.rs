@@ -89,6 +89,31 @@ pub fn counts() -> BTreeMap<&'static str, u64> {
     tallies().0.iter().map(|(k, t)| (*k, t.total)).collect()
 }
 
+/// Audio chunks dropped by a full bounded queue, by queue.
+static DROPS: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
+
+/// A full bounded audio queue (`queue`: `ws_out`, `webrtc_in`, `vad_in`, `aec_in`…) dropped a
+/// chunk rather than let a consumer that fell behind grow memory without end: counted by queue
+/// (`/metrics`: `voxide_audio_dropped_total{queue="…"}`) and warned about as a repeated warning.
+pub fn audio_dropped(queue: &'static str) {
+    *DROPS
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .entry(queue)
+        .or_default() += 1;
+    warn(
+        "audio_dropped",
+        format_args!(
+            "the {queue} audio queue is full: its consumer fell behind and a chunk was dropped"
+        ),
+    );
+}
+
+/// Chunks each audio queue dropped since the process started.
+pub fn audio_drops() -> BTreeMap<&'static str, u64> {
+    DROPS.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

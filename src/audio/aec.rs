@@ -38,7 +38,7 @@ const ECHO_TAIL_FRAMES: u32 = 30;
 /// goes there in order and comes back cleaned, 10 ms frame by 10 ms frame.
 pub struct EchoCanceller {
     reference: EchoReference,
-    input: Option<std::sync::mpsc::Sender<AudioFrame>>,
+    input: Option<std::sync::mpsc::SyncSender<AudioFrame>>,
 }
 
 impl EchoCanceller {
@@ -352,8 +352,9 @@ impl FrameProcessor for EchoCanceller {
     ) -> Result<(), ProcessorError> {
         match &frame.body {
             FrameBody::System(SystemFrame::Start(_)) => {
-                let (input, inputs) = std::sync::mpsc::channel::<AudioFrame>();
-                let (output, mut outputs) = tokio::sync::mpsc::unbounded_channel();
+                let (input, inputs) =
+                    std::sync::mpsc::sync_channel::<AudioFrame>(crate::audio::AUDIO_QUEUE);
+                let (output, mut outputs) = tokio::sync::mpsc::channel(crate::audio::AUDIO_QUEUE);
                 let reference = self.reference.clone();
                 let pusher = cx.pusher();
                 let name = pusher.name().to_owned();
@@ -367,12 +368,14 @@ impl FrameProcessor for EchoCanceller {
                                 Some(samples) => AudioFrame::new(samples, audio.sample_rate, 1),
                                 None => audio,
                             };
-                            if output.send(Cancelled::Audio(clean)).is_err() {
+                            // Its own thread: waiting for room holds only the canceller, and a
+                            // full input queue then drops and counts.
+                            if output.blocking_send(Cancelled::Audio(clean)).is_err() {
                                 break;
                             }
                             if let Some(report) = state.report(&name) {
                                 tracing::debug!(?report, "echo canceller");
-                                let _ = output.send(Cancelled::Report(report));
+                                let _ = output.blocking_send(Cancelled::Report(report));
                             }
                         }
                     })
@@ -395,10 +398,16 @@ impl FrameProcessor for EchoCanceller {
             FrameBody::System(SystemFrame::InputAudio(audio))
                 if direction == Direction::Downstream =>
             {
-                if let Some(input) = &self.input
-                    && input.send(audio.clone()).is_ok()
-                {
-                    return Ok(());
+                if let Some(input) = &self.input {
+                    match input.try_send(audio.clone()) {
+                        Ok(()) => return Ok(()),
+                        Err(std::sync::mpsc::TrySendError::Full(_)) => {
+                            crate::warnings::audio_dropped("aec_in");
+                            return Ok(());
+                        }
+                        // The canceller is gone: the audio goes on as it is.
+                        Err(std::sync::mpsc::TrySendError::Disconnected(_)) => {}
+                    }
                 }
             }
             _ => {}

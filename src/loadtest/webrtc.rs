@@ -1,8 +1,10 @@
 //! A caller over SmallWebRTC, as pipecat's JS client connects: a peer connection with a
 //! microphone track (Opus) and the `chat` data channel, the offer `POST`ed to `/api/offer` (or,
-//! through pipecat's runner, `POST /start` and then `/sessions/{id}/api/offer`), RTVI
-//! `client-ready` answered by `bot-ready`, the JS transport's `ping` once a second. The bot's
-//! Opus is decoded and followed like any other audio.
+//! through pipecat's runner, `POST /start` and then `/sessions/{id}/api/offer`) as soon as it is
+//! made, its ICE candidates trickled after the answer with `PATCH` on the same URL (batched, as
+//! the JS transport's `waitForICEGathering: false` default does), RTVI `client-ready` answered
+//! by `bot-ready`, the JS transport's `ping` once a second. The bot's Opus is decoded and
+//! followed like any other audio.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -27,7 +29,7 @@ use webrtc::media_stream::track_local::TrackLocal;
 use webrtc::media_stream::track_local::static_sample::TrackLocalStaticSample;
 use webrtc::media_stream::track_remote::{TrackRemote, TrackRemoteEvent};
 use webrtc::peer_connection::{
-    PeerConnection, PeerConnectionBuilder, PeerConnectionEventHandler, RTCIceGatheringState,
+    PeerConnection, PeerConnectionBuilder, PeerConnectionEventHandler, RTCPeerConnectionIceEvent,
 };
 
 use super::session::{Heard, Plan};
@@ -71,7 +73,8 @@ pub(super) fn opus_silence() -> Vec<u8> {
 }
 
 struct Events {
-    gathered: Mutex<Option<oneshot::Sender<()>>>,
+    /// Candidates as they are gathered, for the trickle.
+    candidates: mpsc::Sender<Value>,
     heard: Arc<Mutex<Heard>>,
     recorder: Recorder,
     index: usize,
@@ -80,15 +83,15 @@ struct Events {
 
 #[async_trait::async_trait]
 impl PeerConnectionEventHandler for Events {
-    async fn on_ice_gathering_state_change(&self, state: RTCIceGatheringState) {
-        if state == RTCIceGatheringState::Complete
-            && let Some(done) = self
-                .gathered
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .take()
-        {
-            let _ = done.send(());
+    async fn on_ice_candidate(&self, event: RTCPeerConnectionIceEvent) {
+        match event.candidate.to_json() {
+            // As a browser writes it: on the first (bundled) m-line.
+            Ok(init) => {
+                let candidate = json!({"candidate": init.candidate, "sdp_mid": "0",
+                    "sdp_mline_index": 0});
+                let _ = self.candidates.send(candidate).await;
+            }
+            Err(e) => tracing::debug!(error = %e, "a candidate that cannot be written"),
         }
     }
 
@@ -148,9 +151,9 @@ impl Call {
             .map_err(|e| failed("webrtc_setup", e))?;
         let registry = register_default_interceptors(Registry::new(), &mut media)
             .map_err(|e| failed("webrtc_setup", e))?;
-        let (gathered_tx, gathered) = oneshot::channel();
+        let (candidates_tx, candidates) = mpsc::channel(TRICKLE_QUEUE);
         let events = Arc::new(Events {
-            gathered: Mutex::new(Some(gathered_tx)),
+            candidates: candidates_tx,
             heard: heard.clone(),
             recorder: recorder.clone(),
             index,
@@ -209,15 +212,18 @@ impl Call {
         pc.set_local_description(offer)
             .await
             .map_err(|e| failed("webrtc_setup", e))?;
-        // The whole offer at once: the SmallWebRTC servers take it with its candidates.
-        let _ = tokio::time::timeout(Duration::from_secs(3), gathered).await;
+        // The offer goes as soon as it is made, with whatever candidates it has; the rest
+        // trickle once the answer names the connection.
         let offer_sdp = pc
             .local_description()
             .await
             .ok_or_else(|| "webrtc_setup".to_owned())?
             .sdp;
 
-        let answer = signal(plan, &offer_sdp).await?;
+        let (answer, offer_url) = signal(plan, &offer_sdp).await?;
+        if let Some(pc_id) = answer["pc_id"].as_str() {
+            tokio::spawn(trickle(offer_url, pc_id.to_owned(), candidates));
+        }
         let sdp = answer["sdp"]
             .as_str()
             .ok_or_else(|| "offer_bad_answer".to_owned())?;
@@ -334,7 +340,42 @@ fn failed(kind: &str, error: impl std::fmt::Display) -> String {
 }
 
 /// Posts the offer the way `plan`'s protocol does; the answer, or the error's kind.
-async fn signal(plan: &Plan, sdp: &str) -> Result<Value, String> {
+/// Candidates gathered and not yet sent, at most.
+const TRICKLE_QUEUE: usize = 64;
+
+/// How long the trickle gathers candidates into one `PATCH` (the JS transport's 200 ms).
+const TRICKLE_BATCH: Duration = Duration::from_millis(200);
+
+/// Sends the connection's candidates as they are gathered, in batches, until gathering ends
+/// (the peer connection drops its handler). A failed `PATCH` is only logged: the server can still
+/// learn the caller's address from its connectivity checks.
+async fn trickle(url: String, pc_id: String, mut candidates: mpsc::Receiver<Value>) {
+    let Ok(client) = reqwest::Client::builder()
+        .timeout(Duration::from_secs(15))
+        .build()
+    else {
+        return;
+    };
+    while let Some(first) = candidates.recv().await {
+        let mut batch = vec![first];
+        let until = Instant::now() + TRICKLE_BATCH;
+        while let Ok(Some(more)) = tokio::time::timeout_at(until, candidates.recv()).await {
+            batch.push(more);
+        }
+        let body = json!({"pc_id": pc_id, "candidates": batch});
+        match client.patch(url.as_str()).json(&body).send().await {
+            Ok(response) if !response.status().is_success() => {
+                tracing::debug!(status = %response.status(), "the server refused trickled candidates");
+            }
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "cannot trickle candidates"),
+        }
+    }
+}
+
+/// Posts the offer (after `POST /start` for the runner's flavour); the answer and the URL it
+/// was posted to, where candidates trickle.
+async fn signal(plan: &Plan, sdp: &str) -> Result<(Value, String), String> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(15))
@@ -363,8 +404,8 @@ async fn signal(plan: &Plan, sdp: &str) -> Result<Value, String> {
     };
     let body = json!({"sdp": sdp, "type": "offer", "pc_id": null, "restart_pc": false,
         "requestData": {}});
-    client
-        .post(offer_url)
+    let answer = client
+        .post(offer_url.as_str())
         .json(&body)
         .send()
         .await
@@ -373,7 +414,8 @@ async fn signal(plan: &Plan, sdp: &str) -> Result<Value, String> {
         .map_err(|e| http_kind("offer", e.status()))?
         .json::<Value>()
         .await
-        .map_err(|_| "offer_bad_answer".to_owned())
+        .map_err(|_| "offer_bad_answer".to_owned())?;
+    Ok((answer, offer_url))
 }
 
 fn http_kind(step: &str, status: Option<reqwest::StatusCode>) -> String {

@@ -181,6 +181,17 @@ impl Metrics {
                 "voxide_repeated_warnings_total{{kind=\"{kind}\"}} {count}"
             );
         }
+        let _ = writeln!(
+            out,
+            "# HELP voxide_audio_dropped_total Audio chunks a full bounded queue dropped.\n\
+             # TYPE voxide_audio_dropped_total counter"
+        );
+        for (queue, count) in crate::warnings::audio_drops() {
+            let _ = writeln!(
+                out,
+                "voxide_audio_dropped_total{{queue=\"{queue}\"}} {count}"
+            );
+        }
         let v2v = *self
             .voice_to_voice
             .lock()

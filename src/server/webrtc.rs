@@ -171,7 +171,7 @@ async fn restart(app: &App, link: &Link, pc_id: &str, sdp: String) -> Answer {
 }
 
 /// A replacement connection for a session: the peer and its events.
-type Replacement = (Arc<Peer>, mpsc::UnboundedReceiver<PeerEvent>);
+type Replacement = (Arc<Peer>, mpsc::Receiver<PeerEvent>);
 
 /// A WebRTC session as the registry holds it.
 pub(crate) struct Link {
@@ -208,7 +208,7 @@ struct Drive {
     app: Arc<App>,
     pc_id: String,
     peer: Arc<Peer>,
-    peer_events: mpsc::UnboundedReceiver<PeerEvent>,
+    peer_events: mpsc::Receiver<PeerEvent>,
     restarted: mpsc::UnboundedReceiver<Replacement>,
     events: tokio::sync::broadcast::Receiver<SessionEvent>,
     rtvi: Rtvi,

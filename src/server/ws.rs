@@ -62,16 +62,22 @@ pub(crate) async fn twilio(
         .on_upgrade(move |socket| run_session(app, socket, Framing::twilio(), 16_000, admission)))
 }
 
-/// Sends the bot's audio to the socket's writer.
-struct SocketSink(mpsc::UnboundedSender<Outbound>);
+/// Sends the bot's audio to the socket's writer; a client that stops reading loses audio, not
+/// the server's memory.
+struct SocketSink(mpsc::Sender<Outbound>);
 
 impl AudioSink for SocketSink {
     fn write(&mut self, samples: &[i16], sample_rate: u32) {
-        let _ = self.0.send(Outbound::Audio(samples.to_vec(), sample_rate));
+        let audio = Outbound::Audio(samples.to_vec(), sample_rate);
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.0.try_send(audio) {
+            crate::warnings::audio_dropped("ws_out");
+        }
     }
 
     fn clear(&mut self) {
-        let _ = self.0.send(Outbound::Clear);
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.0.try_send(Outbound::Clear) {
+            crate::warnings::audio_dropped("ws_out");
+        }
     }
 }
 
@@ -83,7 +89,7 @@ async fn run_session(
     admission: Admission,
 ) {
     let (mut sender, mut receiver) = socket.split();
-    let (out_tx, mut out_rx) = mpsc::unbounded_channel::<Outbound>();
+    let (out_tx, mut out_rx) = mpsc::channel::<Outbound>(crate::audio::AUDIO_QUEUE);
     let bot = match app
         .bots
         .build(out_rate, Box::new(SocketSink(out_tx.clone())))
@@ -113,7 +119,7 @@ async fn run_session(
                     Ok(event) => {
                         app.metrics.observe(&event.event);
                         let ended = matches!(event.event, Event::SessionEnded { .. });
-                        let _ = out_tx.send(Outbound::Event(event));
+                        let _ = out_tx.send(Outbound::Event(event)).await;
                         if ended {
                             break;
                         }
@@ -187,7 +193,7 @@ async fn run_session(
             Err(e) => {
                 // A bad message is answered and skipped; the session goes on.
                 tracing::debug!(error = %e, "unusable client message");
-                let _ = out_tx.send(Outbound::Error(e.to_string()));
+                let _ = out_tx.send(Outbound::Error(e.to_string())).await;
                 Ok(())
             }
         };

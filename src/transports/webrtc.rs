@@ -178,7 +178,7 @@ impl AudioSink for TrackSink {
 }
 
 struct Handler {
-    events: mpsc::UnboundedSender<PeerEvent>,
+    events: mpsc::Sender<PeerEvent>,
     gathered: Mutex<Option<oneshot::Sender<()>>>,
     channel: Arc<Mutex<Option<mpsc::UnboundedReceiver<Outgoing>>>>,
 }
@@ -203,7 +203,7 @@ impl PeerConnectionEventHandler for Handler {
             state,
             RTCPeerConnectionState::Failed | RTCPeerConnectionState::Closed
         ) {
-            let _ = self.events.send(PeerEvent::Closed);
+            let _ = self.events.send(PeerEvent::Closed).await;
         }
     }
 
@@ -230,8 +230,13 @@ impl PeerConnectionEventHandler for Handler {
                 }
                 match decoder.decode(&packet.payload, &mut pcm, false) {
                     Ok(n) => {
-                        if events.send(PeerEvent::Audio(pcm[..n].to_vec())).is_err() {
-                            break;
+                        match events.try_send(PeerEvent::Audio(pcm[..n].to_vec())) {
+                            Ok(()) => {}
+                            // The session fell behind: it loses 20 ms, not memory.
+                            Err(mpsc::error::TrySendError::Full(_)) => {
+                                crate::warnings::audio_dropped("webrtc_in");
+                            }
+                            Err(mpsc::error::TrySendError::Closed(_)) => break,
                         }
                     }
                     // A damaged packet costs 20 ms of audio, not the session.
@@ -278,7 +283,7 @@ impl PeerConnectionEventHandler for Handler {
                     DataChannelEvent::OnMessage(message) => {
                         match String::from_utf8(message.data.to_vec()) {
                             Ok(text) => {
-                                let _ = events.send(PeerEvent::Message(text));
+                                let _ = events.send(PeerEvent::Message(text)).await;
                             }
                             Err(_) => tracing::debug!("binary data-channel message ignored"),
                         }
@@ -297,7 +302,7 @@ pub async fn connect(
     offer_sdp: String,
     options: &PeerOptions,
     sink: &TrackSink,
-) -> Result<(Peer, mpsc::UnboundedReceiver<PeerEvent>, String), WebRtcError> {
+) -> Result<(Peer, mpsc::Receiver<PeerEvent>, String), WebRtcError> {
     if !offer_sdp.contains("m=audio") {
         return Err(WebRtcError::Offer("the offer has no audio section".into()));
     }
@@ -331,7 +336,7 @@ pub async fn connect(
                 .collect(),
         )
         .build();
-    let (events_tx, events) = mpsc::unbounded_channel();
+    let (events_tx, events) = mpsc::channel(crate::audio::AUDIO_QUEUE);
     let (gathered_tx, gathered) = oneshot::channel();
     let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
     let handler = Arc::new(Handler {

@@ -22,7 +22,7 @@ pub struct VadStage {
     params: VadParams,
     audio_idle_timeout: Duration,
     batcher: Arc<VadBatcher>,
-    audio: Option<mpsc::UnboundedSender<AudioFrame>>,
+    audio: Option<mpsc::Sender<AudioFrame>>,
 }
 
 impl VadStage {
@@ -56,7 +56,7 @@ impl FrameProcessor for VadStage {
     ) -> Result<(), ProcessorError> {
         match &frame.body {
             FrameBody::System(SystemFrame::Start(_)) => {
-                let (tx, rx) = mpsc::unbounded_channel();
+                let (tx, rx) = mpsc::channel(crate::audio::AUDIO_QUEUE);
                 self.audio = Some(tx);
                 let detector = Detector {
                     batcher: self.batcher.clone(),
@@ -67,8 +67,10 @@ impl FrameProcessor for VadStage {
                 cx.spawn(detector.run(rx));
             }
             FrameBody::System(SystemFrame::InputAudio(audio)) => {
-                if let Some(tx) = &self.audio {
-                    let _ = tx.send(audio.clone());
+                if let Some(tx) = &self.audio
+                    && let Err(mpsc::error::TrySendError::Full(_)) = tx.try_send(audio.clone())
+                {
+                    crate::warnings::audio_dropped("vad_in");
                 }
             }
             _ => {}
@@ -86,10 +88,7 @@ struct Detector {
 }
 
 impl Detector {
-    async fn run(
-        self,
-        mut audio: mpsc::UnboundedReceiver<AudioFrame>,
-    ) -> Result<(), ProcessorError> {
+    async fn run(self, mut audio: mpsc::Receiver<AudioFrame>) -> Result<(), ProcessorError> {
         let mut analyzer: Option<(u32, VadAnalyzer)> = None;
         let mut state = None;
         loop {
