@@ -74,6 +74,10 @@ pub struct ConversationReport {
     pub max_ms: f64,
     /// Every measurement, in order.
     pub voice_to_voice_ms: Vec<f64>,
+    /// Median wait from the end of speech to the end of the turn, ms (part of voice-to-voice).
+    pub turn_wait_p50_ms: f64,
+    /// 90th percentile of that wait, ms.
+    pub turn_wait_p90_ms: f64,
     /// The run's summary (transcripts, what the bot said, tool calls).
     pub run: RunSummary,
 }
@@ -120,22 +124,32 @@ pub async fn run_conversation(
         bot,
     })
     .await?;
-    let mut sorted = summary.voice_to_voice_ms.clone();
-    sorted.sort_by(f64::total_cmp);
-    let at = |q: f64| {
-        sorted
-            .get(((sorted.len() as f64 - 1.0) * q).round() as usize)
-            .copied()
-            .unwrap_or(0.0)
-    };
+    let v2v = sorted(&summary.voice_to_voice_ms);
+    let waits = sorted(&summary.turn_wait_ms);
     Ok(ConversationReport {
         turns,
-        answered: sorted.len(),
-        p50_ms: at(0.5),
-        p90_ms: at(0.9),
-        min_ms: sorted.first().copied().unwrap_or(0.0),
-        max_ms: sorted.last().copied().unwrap_or(0.0),
+        answered: v2v.len(),
+        p50_ms: quantile(&v2v, 0.5),
+        p90_ms: quantile(&v2v, 0.9),
+        turn_wait_p50_ms: quantile(&waits, 0.5),
+        turn_wait_p90_ms: quantile(&waits, 0.9),
+        min_ms: v2v.first().copied().unwrap_or(0.0),
+        max_ms: v2v.last().copied().unwrap_or(0.0),
         voice_to_voice_ms: summary.voice_to_voice_ms.clone(),
         run: summary,
     })
+}
+
+fn sorted(values: &[f64]) -> Vec<f64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    sorted
+}
+
+/// The `q` quantile of sorted values (nearest rank); 0 when there are none.
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    sorted
+        .get(((sorted.len() as f64 - 1.0) * q).round() as usize)
+        .copied()
+        .unwrap_or(0.0)
 }

@@ -53,8 +53,15 @@ pub enum MetricsData {
         /// Dollars, when the model's price is known.
         cost_usd: Option<f64>,
     },
-    /// End of user speech to first bot audio.
+    /// End of user speech (the last voiced audio of the turn: the VAD's last stop in it, less
+    /// its stop window) to first bot audio.
     VoiceToVoice {
+        /// Seconds.
+        seconds: f64,
+    },
+    /// End of user speech to the end of their turn: how long the turn detection waited, a part
+    /// of `VoiceToVoice` a slow turn detector cannot hide in.
+    TurnWait {
         /// Seconds.
         seconds: f64,
     },

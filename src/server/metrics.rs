@@ -25,6 +25,7 @@ pub struct Metrics {
     interruptions: AtomicU64,
     tool_calls: AtomicU64,
     voice_to_voice: Mutex<Sum>,
+    turn_wait: Mutex<Sum>,
     ttfb: Mutex<BTreeMap<String, Sum>>,
     /// Sessions ended, by reason (`completed`, `client_gone`, ...).
     ended: Mutex<BTreeMap<String, u64>>,
@@ -96,6 +97,7 @@ impl Metrics {
                         MetricsData::VoiceToVoice { seconds } => {
                             add(&self.voice_to_voice, *seconds)
                         }
+                        MetricsData::TurnWait { seconds } => add(&self.turn_wait, *seconds),
                         MetricsData::Ttfb {
                             processor, seconds, ..
                         } => {
@@ -202,6 +204,14 @@ impl Metrics {
              # TYPE voxide_voice_to_voice_seconds summary\n\
              voxide_voice_to_voice_seconds_sum {}\nvoxide_voice_to_voice_seconds_count {}",
             v2v.sum, v2v.count
+        );
+        let wait = *self.turn_wait.lock().unwrap_or_else(|p| p.into_inner());
+        let _ = writeln!(
+            out,
+            "# HELP voxide_turn_wait_seconds End of user speech to the end of their turn.\n\
+             # TYPE voxide_turn_wait_seconds summary\n\
+             voxide_turn_wait_seconds_sum {}\nvoxide_turn_wait_seconds_count {}",
+            wait.sum, wait.count
         );
         let _ = writeln!(
             out,

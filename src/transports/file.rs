@@ -151,8 +151,10 @@ pub struct RunSummary {
     pub transcripts: Vec<String>,
     /// What the bot said, sentence by sentence.
     pub bot_text: Vec<String>,
-    /// Voice-to-voice latency of each answered turn, ms.
+    /// Voice-to-voice latency of each answered turn, from the end of the user's speech, ms.
     pub voice_to_voice_ms: Vec<f64>,
+    /// How long each turn's end waited after the user's speech ended, ms.
+    pub turn_wait_ms: Vec<f64>,
     /// Tool calls made.
     pub tool_calls: Vec<String>,
     /// Errors the session reported.
@@ -196,8 +198,14 @@ impl Progress {
             }
             Event::Metrics { data } => {
                 for m in data {
-                    if let MetricsData::VoiceToVoice { seconds } = m {
-                        self.summary.voice_to_voice_ms.push(seconds * 1e3);
+                    match m {
+                        MetricsData::VoiceToVoice { seconds } => {
+                            self.summary.voice_to_voice_ms.push(seconds * 1e3);
+                        }
+                        MetricsData::TurnWait { seconds } => {
+                            self.summary.turn_wait_ms.push(seconds * 1e3);
+                        }
+                        _ => {}
                     }
                 }
                 return;

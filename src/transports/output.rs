@@ -67,8 +67,8 @@ pub struct OutputOptions {
     pub stop_gap: Duration,
     /// How often a `BotSpeaking` tick goes upstream while the bot speaks.
     pub speaking_tick: Duration,
-    /// How long before `UserStoppedSpeaking` the user's speech actually ended (the VAD's
-    /// `stop_secs`), so voice-to-voice latency counts from the end of speech.
+    /// How long before the VAD's stop the user's speech actually ended (its `stop_secs`), so
+    /// voice-to-voice latency and the turn wait count from the end of speech.
     pub speech_end_offset: Duration,
     /// Real-time or unpaced.
     pub pacing: Pacing,
@@ -91,8 +91,11 @@ struct Playback<S> {
     /// When the next chunk is due; `None` when nothing is playing.
     next_slot: Option<Instant>,
     speaking: bool,
-    /// When the user's last turn ended, until the bot answers it.
+    /// When the user's speech in their last turn ended (the VAD heard its silence), until the
+    /// bot answers it.
     user_stopped: Option<Instant>,
+    /// When the VAD last heard silence after speech in the open turn.
+    vad_stopped: Option<Instant>,
 }
 
 /// The output stage around an [`AudioSink`].
@@ -117,6 +120,7 @@ impl<S: AudioSink> AudioOutput<S> {
                 next_slot: None,
                 speaking: false,
                 user_stopped: None,
+                vad_stopped: None,
             })),
             options,
             wake: Arc::new(Notify::new()),
@@ -171,8 +175,27 @@ impl<S: AudioSink> FrameProcessor for AudioOutput<S> {
                 };
                 cx.spawn(watcher.run());
             }
+            FrameBody::System(SystemFrame::VadUserStoppedSpeaking) => {
+                lock(&self.playback).vad_stopped = Some(Instant::now());
+            }
+            FrameBody::System(SystemFrame::VadUserStartedSpeaking) => {
+                lock(&self.playback).vad_stopped = None;
+            }
             FrameBody::System(SystemFrame::UserStoppedSpeaking) => {
-                lock(&self.playback).user_stopped = Some(Instant::now());
+                // The clock starts where the user's speech ended, not where the turn detector
+                // decided it had: the wait between the two is its own metric. A turn the VAD
+                // never heard (a transcript opened it) ends where it is.
+                let now = Instant::now();
+                let speech_ended = {
+                    let mut playback = lock(&self.playback);
+                    let ended = playback.vad_stopped.take().unwrap_or(now);
+                    playback.user_stopped = Some(ended);
+                    ended
+                };
+                let waited = now.duration_since(speech_ended) + self.options.speech_end_offset;
+                cx.push_downstream(SystemFrame::Metrics(vec![MetricsData::TurnWait {
+                    seconds: waited.as_secs_f64(),
+                }]));
             }
             FrameBody::System(SystemFrame::UserStartedSpeaking) => {
                 lock(&self.playback).user_stopped = None;
@@ -318,5 +341,73 @@ impl<S: AudioSink> Watcher<S> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::events::Event;
+    use crate::pipeline::{Pipeline, Session};
+
+    struct Silent;
+
+    impl AudioSink for Silent {
+        fn write(&mut self, _: &[i16], _: u32) {}
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn latency_counts_from_the_end_of_speech_and_the_turn_wait_is_reported_apart() {
+        let options = OutputOptions {
+            speech_end_offset: Duration::from_millis(200),
+            ..OutputOptions::default()
+        };
+        let session = Session::builder(Pipeline::new().then(AudioOutput::new(Silent, options)))
+            .idle_timeout(None)
+            .spawn();
+        let mut events = session.handle().subscribe();
+        let handle = session.handle();
+        handle
+            .queue_frame(SystemFrame::VadUserStoppedSpeaking)
+            .await
+            .expect("queued");
+        // The turn detector takes half a second to end the turn, then the answer takes 300 ms.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        handle
+            .queue_frame(SystemFrame::UserStoppedSpeaking)
+            .await
+            .expect("queued");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let audio = crate::frames::AudioFrame::new(vec![100i16; 1_600], 16_000, 1);
+        handle
+            .queue_frame(DataFrame::OutputAudio(audio))
+            .await
+            .expect("queued");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        handle.cancel();
+        let _ = session.join().await;
+        let (mut wait, mut v2v) = (None, None);
+        while let Ok(event) = events.try_recv() {
+            if let Event::Metrics { data } = event.event {
+                for m in data {
+                    match m {
+                        MetricsData::TurnWait { seconds } => wait = Some(seconds),
+                        MetricsData::VoiceToVoice { seconds } => v2v = Some(seconds),
+                        _ => {}
+                    }
+                }
+            }
+        }
+        let ms = |s: Option<f64>| (s.expect("reported") * 1e3).round();
+        assert_eq!(
+            ms(wait),
+            700.0,
+            "the VAD's 200 ms window and the detector's 500 ms"
+        );
+        assert_eq!(
+            ms(v2v),
+            1_000.0,
+            "from the end of speech, not the end of the turn"
+        );
     }
 }
