@@ -234,25 +234,28 @@ struct BotArgs {
     /// openai, claude-haiku-4-5 for anthropic, gemini-2.5-flash for gemini]
     #[arg(long, env = "VOXIDE_LLM_MODEL")]
     llm_model: Option<String>,
-    /// Who listens (with a text LLM): `whisper` (embedded, offline) or `deepgram` (live
-    /// streaming: DEEPGRAM_API_KEY; DEEPGRAM_URL, scheme and host, for another server); a
-    /// comma-separated list falls back from each to the next (`deepgram,whisper`).
-    /// [default: whisper]
+    /// Who listens (with a text LLM): `whisper` (embedded, offline), `deepgram` (live
+    /// streaming: DEEPGRAM_API_KEY; DEEPGRAM_URL, scheme and host, for another server),
+    /// `assemblyai` (Universal-Streaming: ASSEMBLYAI_API_KEY; ASSEMBLYAI_URL) or `openai`
+    /// (realtime transcription: OPENAI_API_KEY; OPENAI_BASE_URL); a comma-separated list falls
+    /// back from each to the next (`deepgram,whisper`). [default: whisper]
     #[arg(long, env = "VOXIDE_STT")]
     stt: Option<String>,
-    /// The STT's model (the first provider of the list). [default: nova-3 for deepgram]
+    /// The STT's model (the first provider of the list). [default: nova-3 for deepgram,
+    /// universal-streaming-english for assemblyai, gpt-4o-transcribe for openai]
     #[arg(long, env = "VOXIDE_STT_MODEL")]
     stt_model: Option<String>,
     /// Who speaks (with a text LLM): `piper` or `espeak` (embedded, offline; the same as
     /// --voice), `cartesia` (streaming: CARTESIA_API_KEY; CARTESIA_URL, scheme and host, for
     /// another server), `openai` (OpenAI's speech API or a server that speaks it:
-    /// OPENAI_API_KEY, OPENAI_BASE_URL) or `deepgram` (Aura, streaming: DEEPGRAM_API_KEY,
-    /// DEEPGRAM_URL); a comma-separated list falls back from each to the next
-    /// (`cartesia,piper`). [default: the --voice]
+    /// OPENAI_API_KEY, OPENAI_BASE_URL), `deepgram` (Aura, streaming: DEEPGRAM_API_KEY,
+    /// DEEPGRAM_URL) or `elevenlabs` (streaming: ELEVENLABS_API_KEY; ELEVENLABS_URL); a
+    /// comma-separated list falls back from each to the next (`cartesia,piper`).
+    /// [default: the --voice]
     #[arg(long, env = "VOXIDE_TTS")]
     tts: Option<String>,
     /// The TTS provider's model (the first provider of the list). [default: sonic-3.5 for
-    /// cartesia, gpt-4o-mini-tts for openai]
+    /// cartesia, gpt-4o-mini-tts for openai, eleven_flash_v2_5 for elevenlabs]
     #[arg(long, env = "VOXIDE_TTS_MODEL")]
     tts_model: Option<String>,
     /// The TTS provider's voice id (the first provider of the list).
