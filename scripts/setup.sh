@@ -8,7 +8,8 @@ cd "$(dirname "$0")/.."
 # libopus (WebRTC audio).
 APT_PACKAGES=(pkg-config python3 python3-pip libespeak-ng-dev libasound2-dev cmake)
 # --test: what only the tests need: headless Chromium for the browser end-to-end tests, Node.js
-# to bundle pipecat's official JS client for them, and PulseAudio (the daemon, pacat/parecord,
+# to bundle pipecat's official JS client for them and to run the reference MCP server, and
+# PulseAudio (the daemon, pacat/parecord,
 # ALSA's pulse plugin) for `voxide local` on a virtual sound server (tests/local.rs).
 TEST=0
 if [ "${1:-}" = "--test" ]; then
@@ -50,6 +51,15 @@ if ((TEST)); then
         --outfile="../../$bundle")
   else
     echo "setup: pipecat JS client bundle present"
+  fi
+  # The reference MCP server (@modelcontextprotocol/server-everything) the MCP tool tests talk
+  # to (tests/bot_tools.rs), pinned by its lock file.
+  mcp=tests/mcp_everything/node_modules/@modelcontextprotocol/server-everything/dist/index.js
+  if [ ! -f "$mcp" ] || [ tests/mcp_everything/package-lock.json -nt "$mcp" ]; then
+    echo "setup: installing the reference MCP server (npm ci)"
+    (cd tests/mcp_everything && npm ci --no-audit --no-fund --loglevel=error)
+  else
+    echo "setup: reference MCP server present"
   fi
 fi
 echo "setup: done"

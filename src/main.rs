@@ -9,24 +9,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use voxide::bench::pipeline::PipelineBench;
-use voxide::bot::{BotOptions, LlmChoice, SttChoice, TextLlm, TtsChoice, TurnEnd, Voice};
+use voxide::bot::{BotOptions, TurnEnd, Voice};
 use voxide::config::{BotConfig, Config};
 use voxide::server::ServeOptions;
-use voxide::services::llm::PriceTable;
-use voxide::services::llm::anthropic::AnthropicSettings;
-use voxide::services::llm::gemini::GeminiSettings;
-use voxide::services::llm::gemini_live::GeminiLiveSettings;
-use voxide::services::llm::openai::OpenAiSettings;
-use voxide::services::llm::openai_realtime::OpenAiRealtimeSettings;
-use voxide::services::stt::assemblyai::AssemblyAiSettings;
-use voxide::services::stt::deepgram::DeepgramSettings;
-use voxide::services::stt::openai::OpenAiSttSettings;
-use voxide::services::tts::cartesia::CartesiaSettings;
-use voxide::services::tts::deepgram::AuraSettings;
-use voxide::services::tts::elevenlabs::ElevenLabsSettings;
-use voxide::services::tts::openai::OpenAiSpeechSettings;
 use voxide::transports::file::{RunOptions, run};
-use voxide::turns::BargeIn;
 
 /// A realtime voice-agent server.
 #[derive(Parser)]
@@ -58,6 +44,21 @@ enum Command {
         /// which is all a local network or loopback needs.
         #[arg(long = "ice-server", value_name = "URL")]
         ice_servers: Vec<String>,
+        /// Serves every bot file (`*.toml`) of this folder: a client picks one by name
+        /// (`{"bot": "name"}` in `/start`'s body or the offer's `requestData`, `?bot=name` on the
+        /// WebSockets); the first in name order is the default. The flags here override each.
+        #[arg(long, env = "VOXIDE_BOTS", value_name = "DIR", conflicts_with = "bot")]
+        bots: Option<PathBuf>,
+        #[command(flatten)]
+        bot: BotArgs,
+    },
+    /// Checks a bot file (or a folder of them, or a config file) without starting anything:
+    /// unknown keys, values out of range, provider keys missing from the environment, tool
+    /// schemas, environment variables the headers name. Exit status 0 when all is well.
+    Check {
+        /// A folder of bot files to check.
+        #[arg(long, value_name = "DIR", conflicts_with = "bot")]
+        bots: Option<PathBuf>,
         #[command(flatten)]
         bot: BotArgs,
     },
@@ -189,16 +190,21 @@ struct LoadtestArgs {
 }
 
 /// The bot's options, shared by the commands that run one. Each falls back to its
-/// environment variable, then to the config file's `[bot]` table, then to the default.
+/// environment variable, then to the bot file, then to the config file's `[bot]` table, then
+/// to the default.
 #[derive(clap::Args, Debug)]
 struct BotArgs {
+    /// A bot file: its instruction, greeting, providers and tools (see `voxide::config` for
+    /// its keys; `voxide check --bot FILE` checks one). The flags here override it.
+    #[arg(long, env = "VOXIDE_BOT", value_name = "FILE")]
+    bot: Option<PathBuf>,
     /// The voice: `piper` (natural) or `espeak` (robotic, nearly free). [default: piper]
     #[arg(long, value_enum, env = "VOXIDE_VOICE")]
-    voice: Option<VoiceArg>,
+    voice: Option<Voice>,
     /// How a user turn ends: `smart` (the Smart Turn model judges each pause) or `silence`
     /// (a fixed silence of --turn-timeout-secs). [default: smart]
     #[arg(long, value_enum, env = "VOXIDE_TURN")]
-    turn: Option<TurnArg>,
+    turn: Option<TurnEnd>,
     /// With `--turn silence` the silence that ends a turn; with `--turn smart` the silence after
     /// which a turn that sounds unfinished ends anyway. [default: 2]
     #[arg(long, env = "VOXIDE_TURN_TIMEOUT_SECS")]
@@ -269,221 +275,11 @@ struct BotArgs {
     config: Option<PathBuf>,
 }
 
-/// The `--tts` value: voices, each the fallback of the one before. Naming an embedded voice
-/// picks it as `voice`.
-fn tts_choice(
-    spec: &str,
-    model: Option<String>,
-    voice_id: Option<String>,
-    voice: &mut Voice,
-) -> Result<Vec<TtsChoice>> {
-    let (mut model, mut voice_id) = (model, voice_id);
-    let mut list = Vec::new();
-    let mut embedded = None;
-    for name in spec.split(',').map(str::trim) {
-        let tts = match name {
-            "piper" | "espeak" => {
-                let picked = if name == "piper" {
-                    Voice::Piper
-                } else {
-                    Voice::Espeak
-                };
-                if embedded.replace(picked).is_some() {
-                    anyhow::bail!("--tts {spec:?}: one embedded voice at most");
-                }
-                *voice = picked;
-                TtsChoice::Embedded
-            }
-            "cartesia" => {
-                let mut settings = CartesiaSettings::from_env()?;
-                if let Some(model) = model.take() {
-                    settings.model = model;
-                }
-                if let Some(id) = voice_id.take() {
-                    settings.voice = id;
-                }
-                TtsChoice::Cartesia(settings)
-            }
-            "openai" => {
-                let mut settings =
-                    OpenAiSpeechSettings::from_env().map_err(|e| anyhow::anyhow!(e))?;
-                if let Some(model) = model.take() {
-                    settings.model = model;
-                }
-                if let Some(id) = voice_id.take() {
-                    settings.voice = id;
-                }
-                TtsChoice::OpenAi(settings)
-            }
-            "deepgram" => {
-                let mut settings = AuraSettings::from_env()?;
-                // Aura's voice is its model.
-                if let Some(voice) = voice_id.take().or_else(|| model.take()) {
-                    settings.model = voice;
-                }
-                TtsChoice::Deepgram(settings)
-            }
-            "elevenlabs" => {
-                let mut settings = ElevenLabsSettings::from_env()?;
-                if let Some(model) = model.take() {
-                    settings.model = model;
-                }
-                if let Some(id) = voice_id.take() {
-                    settings.voice = id;
-                }
-                TtsChoice::ElevenLabs(settings)
-            }
-            other => anyhow::bail!(
-                "--tts {other:?}: use piper, espeak, cartesia, elevenlabs, openai or deepgram (a \
-                 comma-separated list falls back from each to the next)"
-            ),
-        };
-        if list.contains(&tts) {
-            anyhow::bail!("--tts {spec:?} names {name} twice");
-        }
-        list.push(tts);
-    }
-    Ok(list)
-}
-
-/// The `--stt` value: engines, each the fallback of the one before.
-fn stt_choice(spec: &str, model: Option<String>) -> Result<Vec<SttChoice>> {
-    let mut model = model;
-    let mut list = Vec::new();
-    for name in spec.split(',').map(str::trim) {
-        let stt = match name {
-            "whisper" => SttChoice::Whisper,
-            "deepgram" => {
-                let mut settings = DeepgramSettings::from_env()?;
-                if let Some(model) = model.take() {
-                    settings.model = model;
-                }
-                SttChoice::Deepgram(settings)
-            }
-            "assemblyai" => {
-                let mut settings = AssemblyAiSettings::from_env()?;
-                if let Some(model) = model.take() {
-                    settings.model = model;
-                }
-                SttChoice::AssemblyAi(settings)
-            }
-            "openai" => {
-                let mut settings = OpenAiSttSettings::from_env()?;
-                if let Some(model) = model.take() {
-                    settings.model = model;
-                }
-                SttChoice::OpenAi(settings)
-            }
-            other => anyhow::bail!(
-                "--stt {other:?}: use whisper, deepgram, assemblyai or openai (a comma-separated \
-                 list falls back from each to the next)"
-            ),
-        };
-        if list.contains(&stt) {
-            anyhow::bail!("--stt {spec:?} names {name} twice");
-        }
-        list.push(stt);
-    }
-    Ok(list)
-}
-
-/// The `--llm` value: one realtime model, or text LLMs each the fallback of the one before.
-fn llm_choice(
-    spec: &str,
-    model: Option<String>,
-    temperature: Option<f32>,
-    file: &BotConfig,
-) -> Result<LlmChoice> {
-    let names: Vec<&str> = spec.split(',').map(str::trim).collect();
-    match names[..] {
-        ["openai-realtime"] => {
-            let mut settings = OpenAiRealtimeSettings::from_env()?;
-            if std::env::var_os("OPENAI_REALTIME_URL").is_none()
-                && let Some(url) = &file.realtime_url
-            {
-                settings.url = url.clone();
-            }
-            if let Some(model) = &file.realtime_model {
-                settings.model = model.clone();
-            }
-            return Ok(LlmChoice::OpenAiRealtime(settings));
-        }
-        ["gemini-live"] => {
-            let mut settings = GeminiLiveSettings::from_env()?;
-            if std::env::var_os("GEMINI_LIVE_URL").is_none()
-                && let Some(url) = &file.realtime_url
-            {
-                settings.url = url.clone();
-            }
-            if let Some(model) = &file.realtime_model {
-                settings.model = model.clone();
-            }
-            return Ok(LlmChoice::GeminiLive(settings));
-        }
-        _ => {}
-    }
-    let mut model = model;
-    let mut list = Vec::new();
-    for name in names {
-        let llm = match name {
-            "local" => TextLlm::Local,
-            "openai" => {
-                let mut settings = OpenAiSettings::from_env()?;
-                if let Some(model) = model.take() {
-                    settings.model = model;
-                }
-                settings.temperature = temperature;
-                TextLlm::OpenAi(settings)
-            }
-            "anthropic" => {
-                let mut settings = AnthropicSettings::from_env()?;
-                if let Some(model) = model.take() {
-                    settings.model = model;
-                }
-                settings.temperature = temperature;
-                TextLlm::Anthropic(settings)
-            }
-            "gemini" => {
-                let mut settings = GeminiSettings::from_env()?;
-                if let Some(model) = model.take() {
-                    settings.model = model;
-                }
-                settings.temperature = temperature;
-                TextLlm::Gemini(settings)
-            }
-            "openai-realtime" | "gemini-live" => anyhow::bail!(
-                "--llm {spec:?}: {name} listens and speaks itself and has no fallback list"
-            ),
-            other => anyhow::bail!(
-                "--llm {other:?}: use local, openai, anthropic or gemini (a comma-separated list \
-                 falls back from each to the next), openai-realtime or gemini-live"
-            ),
-        };
-        if list.contains(&llm) {
-            anyhow::bail!("--llm {spec:?} names {name} twice");
-        }
-        list.push(llm);
-    }
-    Ok(LlmChoice::Text(list))
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug)]
-enum VoiceArg {
-    Piper,
-    Espeak,
-}
-
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 enum EchoArg {
     Cancel,
     Guard,
     Off,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-enum TurnArg {
-    Smart,
-    Silence,
 }
 
 impl BotArgs {
@@ -495,101 +291,54 @@ impl BotArgs {
         })
     }
 
-    fn options(&self, file: &BotConfig) -> Result<BotOptions> {
-        let defaults = BotOptions::default();
-        let mut voice = match (self.voice, file.voice.as_deref()) {
-            (Some(VoiceArg::Piper), _) | (None, None | Some("piper")) => Voice::Piper,
-            (Some(VoiceArg::Espeak), _) | (None, Some("espeak")) => Voice::Espeak,
-            (None, Some(other)) => {
-                anyhow::bail!("bot.voice = {other:?} in the config: use \"piper\" or \"espeak\"")
-            }
-        };
-        let turn_end = match (self.turn, file.turn.as_deref()) {
-            (Some(TurnArg::Smart), _) | (None, None | Some("smart")) => TurnEnd::SmartTurn,
-            (Some(TurnArg::Silence), _) | (None, Some("silence")) => TurnEnd::Silence,
-            (None, Some(other)) => {
-                anyhow::bail!("bot.turn = {other:?} in the config: use \"smart\" or \"silence\"")
-            }
-        };
-        let turn_timeout_secs = self
-            .turn_timeout_secs
-            .or(file.turn_timeout_secs)
-            .unwrap_or(defaults.turn_timeout.as_secs_f64());
-        if !(turn_timeout_secs > 0.0 && turn_timeout_secs < 60.0) {
-            anyhow::bail!("the turn timeout must be between 0 and 60 seconds");
+    /// The flags (and their environment variables) as the top layer of the bot's settings.
+    fn layer(&self) -> BotConfig {
+        BotConfig {
+            voice: self.voice,
+            turn: self.turn,
+            turn_timeout_secs: self.turn_timeout_secs,
+            max_tokens: self.max_tokens,
+            interrupt_min_words: self.interrupt_min_words,
+            resume_after_secs: self.resume_after_secs,
+            pause_at_onset: self.pause_at_onset,
+            instructions: self.instructions.clone(),
+            llm: self.llm.clone(),
+            llm_model: self.llm_model.clone(),
+            llm_temperature: self.llm_temperature,
+            stt: self.stt.clone(),
+            stt_model: self.stt_model.clone(),
+            tts: self.tts.clone(),
+            tts_model: self.tts_model.clone(),
+            tts_voice: self.tts_voice.clone(),
+            ..BotConfig::default()
         }
-        let max_tokens = self
-            .max_tokens
-            .or(file.max_tokens)
-            .unwrap_or(defaults.max_tokens);
-        if !(1..=2048).contains(&max_tokens) {
-            anyhow::bail!("max tokens must be between 1 and 2048");
+    }
+
+    /// The bot: the flags over `--bot`'s file over the config's `[bot]` over `defaults`,
+    /// resolved, its MCP servers started.
+    async fn bot(&self, defaults: BotConfig) -> Result<BotOptions> {
+        let file = match &self.bot {
+            Some(path) => BotConfig::load(path)?,
+            None => BotConfig::default(),
+        };
+        let bot = self
+            .layer()
+            .over(file.over(self.config()?.bot.over(defaults)))
+            .resolve()?;
+        bot.start_tools().await?;
+        Ok(bot)
+    }
+
+    /// Each bot of `dir`, layered as [`BotArgs::bot`] does with its file, started.
+    async fn bots(&self, dir: &std::path::Path) -> Result<Vec<BotOptions>> {
+        let base = self.config()?.bot;
+        let mut bots = Vec::new();
+        for file in BotConfig::load_dir(dir)? {
+            let bot = self.layer().over(file.over(base.clone())).resolve()?;
+            bot.start_tools().await?;
+            bots.push(bot);
         }
-        let resume_after = match self.resume_after_secs.or(file.resume_after_secs) {
-            None => None,
-            Some(secs) if secs > 0.0 && secs < 30.0 => Some(Duration::from_secs_f64(secs)),
-            Some(_) => anyhow::bail!("the resume delay must be between 0 and 30 seconds"),
-        };
-        let barge_in = BargeIn {
-            min_words: self
-                .interrupt_min_words
-                .or(file.interrupt_min_words)
-                .unwrap_or(defaults.barge_in.min_words),
-            resume_after,
-            pause_at_onset: self
-                .pause_at_onset
-                .or(file.pause_at_onset)
-                .unwrap_or(defaults.barge_in.pause_at_onset),
-        };
-        let spec = match (&self.llm, &file.llm) {
-            (Some(flag), _) => flag.as_str(),
-            (None, Some(key)) => key.as_str(),
-            (None, None) => "local",
-        };
-        let model = self.llm_model.clone().or_else(|| file.llm_model.clone());
-        let temperature = self.llm_temperature.or(file.llm_temperature);
-        if temperature.is_some_and(|t| !(0.0..=2.0).contains(&t)) {
-            anyhow::bail!("the LLM temperature must be between 0 and 2");
-        }
-        let llm = llm_choice(spec, model, temperature, file)?;
-        let tts = match self.tts.as_deref().or(file.tts.as_deref()) {
-            None => vec![TtsChoice::Embedded],
-            Some(spec) => tts_choice(
-                spec,
-                self.tts_model.clone().or_else(|| file.tts_model.clone()),
-                self.tts_voice.clone().or_else(|| file.tts_voice.clone()),
-                &mut voice,
-            )?,
-        };
-        let stt = stt_choice(
-            self.stt
-                .as_deref()
-                .or(file.stt.as_deref())
-                .unwrap_or("whisper"),
-            self.stt_model.clone().or_else(|| file.stt_model.clone()),
-        )?;
-        Ok(BotOptions {
-            llm,
-            voice,
-            turn_end,
-            turn_timeout: Duration::from_secs_f64(turn_timeout_secs),
-            max_tokens,
-            barge_in,
-            instructions: self
-                .instructions
-                .clone()
-                .or_else(|| file.instructions.clone())
-                .unwrap_or(defaults.instructions),
-            prices: file
-                .prices
-                .iter()
-                .fold(PriceTable::default(), |table, (model, price)| {
-                    table.with(model.clone(), price.price())
-                }),
-            stt,
-            tts,
-            ..BotOptions::default()
-        })
+        Ok(bots)
     }
 }
 
@@ -648,8 +397,8 @@ enum Bench {
         #[arg(long)]
         input: PathBuf,
         /// How turns end: the Smart Turn model, or a silence timeout.
-        #[arg(long, value_enum, default_value_t = TurnArg::Smart)]
-        turn: TurnArg,
+        #[arg(long, value_enum, default_value_t = TurnEnd::SmartTurn)]
+        turn: TurnEnd,
         /// Seconds of the recording to play (0: all).
         #[arg(long, default_value_t = 0.0)]
         seconds: f64,
@@ -717,6 +466,7 @@ async fn run_command(cli: Cli) -> Result<()> {
             }
         }
         Command::Models => list_models(),
+        Command::Check { bots, bot } => check(bots.as_deref(), &bot)?,
         Command::Local {
             list_devices,
             input_device,
@@ -746,7 +496,7 @@ async fn run_command(cli: Cli) -> Result<()> {
                 }
                 return Ok(());
             }
-            let mut bot = bot.options(&bot.config()?.bot)?;
+            let mut bot = bot.bot(BotConfig::default()).await?;
             match echo {
                 EchoArg::Cancel => bot.echo_canceller = true,
                 EchoArg::Guard => bot.echo_guard = Some(Default::default()),
@@ -760,6 +510,7 @@ async fn run_command(cli: Cli) -> Result<()> {
             max_sessions,
             shutdown_grace_secs,
             ice_servers,
+            bots,
             bot,
         } => {
             let config = bot.config()?;
@@ -785,7 +536,10 @@ async fn run_command(cli: Cli) -> Result<()> {
                 addr,
                 max_sessions,
                 shutdown_grace: Duration::from_secs_f64(grace),
-                bot: bot.options(&config.bot)?,
+                bots: match &bots {
+                    Some(dir) => bot.bots(dir).await?,
+                    None => vec![bot.bot(BotConfig::default()).await?],
+                },
                 ice_servers,
             };
             eprintln!(
@@ -805,7 +559,7 @@ async fn run_command(cli: Cli) -> Result<()> {
                 anyhow::bail!("--max-tail-secs must be between 0 and 3600");
             }
             eprintln!("loading the models…");
-            let bot = preloaded(&bot).await?;
+            let bot = preloaded(&bot, BotConfig::default()).await?;
             eprintln!("running {}…", input.display());
             let summary = run(RunOptions {
                 input,
@@ -862,7 +616,7 @@ async fn run_command(cli: Cli) -> Result<()> {
             if !(1..=100).contains(&turns) || !(1.0..=60.0).contains(&gap_secs) {
                 anyhow::bail!("--turns must be 1 to 100 and --gap-secs 1 to 60");
             }
-            let bot = preloaded(&bot).await?;
+            let bot = preloaded(&bot, BotConfig::default()).await?;
             let report = voxide::bench::conversation::run_conversation(
                 turns,
                 Duration::from_secs_f64(gap_secs),
@@ -885,11 +639,12 @@ async fn run_command(cli: Cli) -> Result<()> {
                 anyhow::bail!("--rounds must be 1 to 200 and --after-secs 0.5 to 30");
             }
             // Long answers, so that the user's cut-ins land on speech.
-            let mut bot = bot;
-            bot.instructions
-                .get_or_insert_with(|| voxide::bench::interruptions::LONG_ANSWERS.to_owned());
-            bot.max_tokens.get_or_insert(200);
-            let bot = preloaded(&bot).await?;
+            let long_answers = BotConfig {
+                instructions: Some(voxide::bench::interruptions::LONG_ANSWERS.to_owned()),
+                max_tokens: Some(200),
+                ..BotConfig::default()
+            };
+            let bot = preloaded(&bot, long_answers).await?;
             let report = voxide::bench::interruptions::run_interruptions(
                 rounds,
                 Duration::from_secs_f64(after_secs),
@@ -917,7 +672,7 @@ async fn run_command(cli: Cli) -> Result<()> {
             }
             let options = voxide::bench::sessions::SessionsOptions {
                 sessions,
-                smart_turn: turn == TurnArg::Smart,
+                smart_turn: turn == TurnEnd::SmartTurn,
                 seconds,
                 turn_workers,
             };
@@ -959,9 +714,31 @@ async fn run_command(cli: Cli) -> Result<()> {
     Ok(())
 }
 
-/// The bot's options, with every engine they use loaded.
-async fn preloaded(args: &BotArgs) -> Result<BotOptions> {
-    let bot = args.options(&args.config()?.bot)?;
+/// `voxide check`: every bot resolved as a run would resolve it, nothing started.
+fn check(dir: Option<&std::path::Path>, args: &BotArgs) -> Result<()> {
+    let base = args.config()?.bot;
+    let files = match (dir, &args.bot) {
+        (Some(dir), _) => BotConfig::load_dir(dir)?,
+        (None, Some(path)) => vec![BotConfig::load(path)?],
+        (None, None) => vec![BotConfig::default()],
+    };
+    for file in files {
+        let bot = args.layer().over(file.over(base.clone())).resolve()?;
+        let tools = bot.http_tools.len();
+        let servers: Vec<&str> = bot.mcp.iter().map(|s| s.name()).collect();
+        println!(
+            "ok: bot {:?}: {} built-in tools, {tools} HTTP tools, MCP servers [{}] (not started)",
+            bot.name.as_deref().unwrap_or("default"),
+            bot.builtin.len(),
+            servers.join(", ")
+        );
+    }
+    Ok(())
+}
+
+/// The bot's options over `defaults`, with every engine they use loaded.
+async fn preloaded(args: &BotArgs, defaults: BotConfig) -> Result<BotOptions> {
+    let bot = args.bot(defaults).await?;
     let preload = bot.clone();
     tokio::task::spawn_blocking(move || voxide::bot::preload(&preload)).await??;
     Ok(bot)

@@ -8,11 +8,12 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use serde_json::{Value, json};
 use tower::ServiceExt;
-use voxide::bot::{Bot, BotError, BotOptions};
+use voxide::bot::{Bot, BotError, SessionInfo};
 use voxide::server::{BotFactory, ServeOptions, Server};
 use voxide::transports::AudioSink;
 
 /// Bots that need no models and never get built: these requests end before a session does.
+/// The one bot there is is named `front-desk`.
 struct NoBots;
 
 impl BotFactory for NoBots {
@@ -20,7 +21,17 @@ impl BotFactory for NoBots {
         Ok(())
     }
 
-    fn build(&self, _: u32, _: Box<dyn AudioSink>) -> Result<Bot, BotError> {
+    fn find(&self, name: &str) -> Result<(), BotError> {
+        match name {
+            "front-desk" => Ok(()),
+            _ => Err(BotError::UnknownBot {
+                name: name.to_owned(),
+                known: "front-desk".to_owned(),
+            }),
+        }
+    }
+
+    fn build(&self, _: &SessionInfo, _: u32, _: Box<dyn AudioSink>) -> Result<Bot, BotError> {
         panic!("no request here gets as far as a session's bot")
     }
 }
@@ -30,7 +41,7 @@ fn server(max_sessions: usize) -> Server {
         addr: ([127, 0, 0, 1], 0).into(),
         max_sessions,
         shutdown_grace: Duration::from_secs(1),
-        bot: BotOptions::default(),
+        bots: Vec::new(),
         ice_servers: Vec::new(),
     };
     Server::new(options, Arc::new(NoBots))
@@ -171,4 +182,61 @@ async fn status_reports_the_limits_as_json() {
     assert_eq!(body["max_sessions"], 7);
     assert_eq!(body["ready"], false);
     assert_eq!(body["sessions"], 0);
+}
+
+#[tokio::test]
+async fn a_client_asking_for_a_bot_the_server_lacks_is_told_which_it_has() {
+    let server = server(4);
+    server.set_ready();
+    for request in [
+        json_request("POST", "/start", r#"{"body": {"bot": "night-desk"}}"#),
+        json_request(
+            "POST",
+            "/start",
+            r#"{"requestData": {"bot": "night-desk"}}"#,
+        ),
+        json_request(
+            "POST",
+            "/api/offer",
+            r#"{"sdp": "v=0", "type": "offer", "requestData": {"bot": "night-desk"}}"#,
+        ),
+        get("/ws?bot=night-desk"),
+        get("/ws/twilio?bot=night-desk"),
+    ] {
+        let uri = request.uri().clone();
+        let (status, _, body) = send(&server, request).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{uri}: {body}");
+        assert_eq!(code(&body), "not_found");
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("night-desk") && message.contains("front-desk"),
+            "{uri}: {message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn start_takes_pipecats_body_and_refuses_one_it_cannot_read() {
+    let server = server(4);
+    server.set_ready();
+    let (status, _, body) = send(
+        &server,
+        json_request(
+            "POST",
+            "/start",
+            r#"{"body": {"bot": "front-desk", "caller": "+15550100"}}"#,
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert!(body["sessionId"].as_str().is_some_and(|id| !id.is_empty()));
+    let (status, _, body) = send(&server, json_request("POST", "/start", "")).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "an empty body is a plain start: {body}"
+    );
+    let (status, _, body) = send(&server, json_request("POST", "/start", "{\"body\": ")).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(code(&body), "bad_request");
 }

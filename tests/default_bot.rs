@@ -37,7 +37,7 @@ async fn ask(request: &str, responses: usize) -> Vec<Message> {
     let context = ContextHandle::new(context);
     let mut llm =
         LlmService::new(bot::local_llm().expect("the local LLM loads; run scripts/setup.sh"));
-    bot::register_tools(&mut llm);
+    bot::BotOptions::default().register_tools(llm.functions());
     let (tx, mut frames) = mpsc::unbounded_channel();
     let pipeline = Pipeline::new()
         .then(llm)

@@ -1,200 +1,25 @@
 //! Function calling through the LLM service and the assistant aggregator, driven by a scripted
 //! engine that emits tool calls the way providers stream them (assembled calls, then the end).
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::stream::{self, BoxStream};
 use serde_json::{Value, json};
-use tokio::sync::{broadcast, mpsc};
+use tokio::sync::mpsc;
 
-use voxide::aggregators::AssistantAggregator;
+mod common;
+
+use common::scripted::{Bot, ScriptedLlm, call, held_until_released, say};
 use voxide::context::async_tool_messages::{AsyncToolMessageKind, parse_message};
-use voxide::context::{ContentBlock, ContextHandle, LlmContext, Message, StopReason};
-use voxide::events::{EndReason, Event, SessionEvent};
+use voxide::context::{ContentBlock, Message, StopReason};
+use voxide::events::Event;
 use voxide::frames::OnContextUpdated;
-use voxide::frames::{CancelReason, DataFrame, Frame, StartParams, SystemFrame, TokenUsage};
-use voxide::pipeline::{
-    Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session, SessionHandle,
-};
+use voxide::frames::{CancelReason, DataFrame, SystemFrame, TokenUsage};
 use voxide::services::llm::{
-    FunctionCallParams, FunctionOptions, LlmEngine, LlmError, LlmEvent, LlmRequest, LlmService,
-    LlmServiceOptions, Price, PriceTable, ResultProperties,
+    FunctionOptions, LlmEngine, LlmError, LlmEvent, LlmRequest, LlmService, LlmServiceOptions,
+    Price, PriceTable, ResultProperties,
 };
-
-/// Plays back one scripted response per request; records every request.
-#[derive(Clone, Default)]
-struct ScriptedLlm {
-    script: Arc<Mutex<VecDeque<Vec<LlmEvent>>>>,
-    requests: Arc<Mutex<Vec<LlmRequest>>>,
-}
-
-impl ScriptedLlm {
-    fn new(responses: Vec<Vec<LlmEvent>>) -> Self {
-        Self {
-            script: Arc::new(Mutex::new(responses.into())),
-            requests: Arc::default(),
-        }
-    }
-
-    fn runs(&self) -> usize {
-        self.requests.lock().expect("lock").len()
-    }
-}
-
-impl LlmEngine for ScriptedLlm {
-    fn model(&self) -> &str {
-        "scripted"
-    }
-
-    fn provider(&self) -> &str {
-        "test"
-    }
-
-    fn generate(&self, request: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
-        self.requests.lock().expect("lock").push(request);
-        let events = self
-            .script
-            .lock()
-            .expect("lock")
-            .pop_front()
-            .unwrap_or_else(|| vec![LlmEvent::Text("ok".into())]);
-        Box::pin(stream::iter(events.into_iter().map(Ok)))
-    }
-}
-
-fn call(id: &str, name: &str, args: Value) -> LlmEvent {
-    LlmEvent::ToolCall {
-        id: id.into(),
-        name: name.into(),
-        arguments: args.to_string(),
-    }
-}
-
-fn say(text: &str) -> LlmEvent {
-    LlmEvent::Text(text.into())
-}
-
-/// Reports every frame name that reaches the end of the pipeline.
-struct Probe(mpsc::UnboundedSender<String>);
-
-impl FrameProcessor for Probe {
-    fn process(
-        &mut self,
-        frame: Frame,
-        direction: Direction,
-        cx: &mut FrameContext<'_>,
-    ) -> Result<(), ProcessorError> {
-        let _ = self.0.send(frame.name().to_owned());
-        cx.push(frame, direction);
-        Ok(())
-    }
-}
-
-struct Bot {
-    handle: SessionHandle,
-    session: Session,
-    context: ContextHandle,
-    frames: mpsc::UnboundedReceiver<String>,
-    errors: mpsc::UnboundedReceiver<String>,
-    events: broadcast::Receiver<SessionEvent>,
-}
-
-impl Bot {
-    fn start(llm: LlmService) -> Self {
-        let context = ContextHandle::new(LlmContext::new(vec![
-            Message::system("You are a test bot."),
-            Message::user("hello"),
-        ]));
-        let (tx, frames) = mpsc::unbounded_channel();
-        let (etx, errors) = mpsc::unbounded_channel();
-        let pipeline = Pipeline::new()
-            .then(llm)
-            .then(AssistantAggregator::new(context.clone()))
-            .then(Probe(tx));
-        let builder = Session::builder(pipeline)
-            .idle_timeout(None)
-            .params(StartParams {
-                enable_usage_metrics: true,
-                ..StartParams::default()
-            })
-            .on_error(move |e| {
-                let _ = etx.send(e.message.clone());
-            });
-        let events = builder.subscribe();
-        let session = builder.spawn();
-        Self {
-            handle: session.handle(),
-            session,
-            context,
-            frames,
-            errors,
-            events,
-        }
-    }
-
-    async fn run_llm(&self) {
-        self.handle
-            .queue_frame(DataFrame::LlmContext(self.context.clone()))
-            .await
-            .expect("queued");
-    }
-
-    /// Waits until `n` responses have ended at the sink.
-    async fn responses(&mut self, n: usize) {
-        let mut seen = 0;
-        while seen < n {
-            match self.frames.recv().await {
-                Some(name) if name == "llm_full_response_end" => seen += 1,
-                Some(_) => {}
-                None => panic!("session ended before {n} responses"),
-            }
-        }
-    }
-
-    async fn stop(self) -> (Vec<Message>, Vec<String>) {
-        let (messages, errors, _) = self.stop_with_events().await;
-        (messages, errors)
-    }
-
-    /// Stops the bot; returns the context's messages, the errors and every session event.
-    async fn stop_with_events(self) -> (Vec<Message>, Vec<String>, Vec<Event>) {
-        self.handle.stop_when_done().await.expect("queued");
-        assert_eq!(self.session.join().await, EndReason::Completed);
-        let mut errors = self.errors;
-        let mut out = Vec::new();
-        while let Ok(e) = errors.try_recv() {
-            out.push(e);
-        }
-        let mut events = self.events;
-        let mut seen = Vec::new();
-        while let Ok(e) = events.try_recv() {
-            seen.push(e.event);
-        }
-        (self.context.messages(), out, seen)
-    }
-}
-
-/// A handler that delivers `result` once released, and the sender that releases it.
-fn held_until_released(
-    result: Value,
-) -> (
-    mpsc::UnboundedSender<()>,
-    impl Fn(FunctionCallParams) -> futures_util::future::BoxFuture<'static, ()> + Send + Sync + 'static,
-) {
-    let (tx, rx) = mpsc::unbounded_channel::<()>();
-    let rx = Arc::new(tokio::sync::Mutex::new(rx));
-    let handler = move |p: FunctionCallParams| {
-        let rx = rx.clone();
-        let result = result.clone();
-        Box::pin(async move {
-            rx.lock().await.recv().await;
-            p.result_callback.done(result);
-        }) as futures_util::future::BoxFuture<'static, ()>
-    };
-    (tx, handler)
-}
 
 fn json_of(messages: &[Message]) -> Vec<Value> {
     messages

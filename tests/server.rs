@@ -227,3 +227,58 @@ async fn a_twilio_media_stream_gets_mulaw_answers() {
         ))
         .await;
 }
+
+/// The first `bot_text` a WebSocket client at `path` hears.
+async fn first_words(addr: std::net::SocketAddr, path: &str) -> String {
+    let url = format!("ws://{addr}{path}");
+    let (socket, _) = tokio_tungstenite::connect_async(&url)
+        .await
+        .expect("upgrade");
+    let (_tx, mut rx) = socket.split();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while let Ok(Some(Ok(message))) = tokio::time::timeout_at(deadline, rx.next()).await {
+        if let Message::Text(text) = message {
+            let event: Value = serde_json::from_str(&text).expect("JSON events");
+            if event["type"] == "bot_text" {
+                return event["text"].as_str().unwrap_or_default().to_owned();
+            }
+        }
+    }
+    panic!("{path}: the bot said nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_folder_of_bot_files_serves_each_client_the_bot_it_asked_for() {
+    use voxide::config::BotConfig;
+    let dir = std::env::temp_dir().join(format!("voxide-bots-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    for (file, greeting) in [
+        ("front", "Front desk, hello."),
+        ("night", "Night desk here."),
+    ] {
+        let text = format!("voice = \"espeak\"\nbuiltin = [\"clock\"]\ngreeting = {greeting:?}\n");
+        std::fs::write(dir.join(format!("{file}.toml")), text).expect("a bot file");
+    }
+    let bots = BotConfig::load_dir(&dir)
+        .expect("the folder")
+        .into_iter()
+        .map(|bot| bot.resolve().expect("a bot"))
+        .collect();
+    let server = common::start_with(4, bots).await;
+    let addr = server.addr;
+    let (night, default, front) = tokio::join!(
+        first_words(addr, "/ws?bot=night"),
+        first_words(addr, "/ws"),
+        first_words(addr, "/ws?bot=front"),
+    );
+    assert_eq!(night, "Night desk here.");
+    assert_eq!(
+        default, "Front desk, hello.",
+        "the first in name order is the default"
+    );
+    assert_eq!(front, "Front desk, hello.");
+    let (status, body) = get(addr, "/ws?bot=day").await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("front, night"), "{body}");
+    std::fs::remove_dir_all(&dir).expect("clean up");
+}

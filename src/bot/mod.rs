@@ -1,7 +1,11 @@
-//! The default bot: a short instruction and three built-in tools that exercise the whole
-//! function-calling path (a sync tool, a sync tool with checked input, an async tool).
+//! The bot: the stages a session runs, from the options a config and a bot file resolve to. The
+//! default one has a short instruction and three built-in tools that exercise the whole
+//! function-calling path (a sync tool, a sync tool with checked input, an async tool); a bot
+//! file adds its own instruction, greeting, HTTP tools ([`http_tool`]) and MCP servers ([`mcp`]).
 
 pub mod calculator;
+pub mod http_tool;
+pub mod mcp;
 pub mod tools;
 
 use std::sync::Arc;
@@ -12,14 +16,18 @@ use crate::audio::aec::EchoCanceller;
 use crate::audio::echo::{EchoGuard, EchoGuardParams, EchoReference, EchoTap};
 use crate::audio::turn::SmartTurn;
 use crate::audio::vad::{VadBatcher, VadParams, VadStage};
+pub use crate::config::Builtin;
 use crate::context::{ContextHandle, LlmContext, Message};
-use crate::frames::StartParams;
+use crate::frames::{ControlFrame, DataFrame, Frame, FrameBody, StartParams, SystemFrame};
 use crate::models::ModelError;
-use crate::pipeline::Pipeline;
+use crate::pipeline::{
+    AppResources, Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError,
+};
+use crate::services::llm::FunctionRegistry;
 use crate::services::llm::anthropic::{AnthropicLlm, AnthropicSettings};
 use crate::services::llm::gemini::{GeminiLlm, GeminiSettings};
 use crate::services::llm::gemini_live::{GeminiLive, GeminiLiveSettings};
-use crate::services::llm::local::{LocalLlm, LocalLlmOptions, LocalModel};
+use crate::services::llm::local::{LocalLlm, LocalLlmOptions, LocalModel, ToolExample};
 use crate::services::llm::openai::{OpenAiLlm, OpenAiSettings};
 use crate::services::llm::openai_realtime::{OpenAiRealtime, OpenAiRealtimeSettings};
 use crate::services::llm::realtime::RealtimeProtocol;
@@ -41,6 +49,8 @@ use crate::services::tts::{
 };
 use crate::transports::{AudioOutput, AudioSink, OutputOptions};
 use crate::turns::{BargeIn, MuteStrategy, TurnStop, UserMute, UserTurns};
+pub use http_tool::HttpTool;
+pub use mcp::McpServer;
 
 /// The default bot's system instruction: short, because the embedded model is small.
 pub const INSTRUCTIONS: &str = "You are voxide, a friendly voice assistant. Your replies are \
@@ -53,17 +63,25 @@ pub fn context() -> LlmContext {
 
 /// The embedded LLM for one conversation, taught the default tools.
 pub fn local_llm() -> Result<LocalLlm, ModelError> {
+    local_llm_taught(&[])
+}
+
+/// The embedded LLM taught the default tools and `examples` of the bot's own.
+fn local_llm_taught(examples: &[ToolExample]) -> Result<LocalLlm, ModelError> {
+    let mut tool_examples = tools::local_examples();
+    tool_examples.extend_from_slice(examples);
     Ok(LocalLlm::new(
         LocalModel::shared()?,
         LocalLlmOptions {
-            tool_examples: tools::local_examples(),
+            tool_examples,
             ..LocalLlmOptions::default()
         },
     ))
 }
 
 /// Which embedded voice speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
 pub enum Voice {
     /// Piper (VITS): natural, RTF about 0.05 here.
     #[default]
@@ -73,12 +91,15 @@ pub enum Voice {
 }
 
 /// How a turn ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
 pub enum TurnEnd {
     /// The Smart Turn model decides at each pause.
     #[default]
+    #[serde(rename = "smart")]
+    #[value(name = "smart")]
     SmartTurn,
     /// A fixed silence ends the turn.
+    #[serde(rename = "silence")]
     Silence,
 }
 
@@ -161,12 +182,17 @@ pub enum TextLlm {
 }
 
 impl TextLlm {
-    /// The engine, replies capped at `max_tokens` where the settings name no cap.
-    fn engine(&self, max_tokens: usize) -> Result<Box<dyn LlmEngine>, BotError> {
+    /// The engine, replies capped at `max_tokens` where the settings name no cap; the embedded
+    /// model learns the bot's own tools from `examples`.
+    fn engine(
+        &self,
+        max_tokens: usize,
+        examples: &[ToolExample],
+    ) -> Result<Box<dyn LlmEngine>, BotError> {
         let cap = u32::try_from(max_tokens).unwrap_or(u32::MAX);
         Ok(match self {
             TextLlm::Local => {
-                let mut engine = local_llm()?;
+                let mut engine = local_llm_taught(examples)?;
                 engine.set_max_tokens(max_tokens);
                 Box::new(engine)
             }
@@ -185,9 +211,32 @@ impl TextLlm {
     }
 }
 
-/// What the default bot is made of.
+/// Registers a program's own functions on each session's registry.
+type Register = Arc<dyn Fn(&mut FunctionRegistry) + Send + Sync>;
+
+/// Tools a Rust program gives the bot, beside the built-in, HTTP and MCP ones: each entry
+/// registers its functions on every session's registry.
+#[derive(Clone, Default)]
+pub struct RustTools(Vec<Register>);
+
+impl RustTools {
+    /// Adds `register`, run for every session.
+    pub fn add(&mut self, register: impl Fn(&mut FunctionRegistry) + Send + Sync + 'static) {
+        self.0.push(Arc::new(register));
+    }
+}
+
+impl std::fmt::Debug for RustTools {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RustTools({} registrations)", self.0.len())
+    }
+}
+
+/// What a bot is made of.
 #[derive(Debug, Clone)]
 pub struct BotOptions {
+    /// The name clients ask for it by (none: the server's only bot).
+    pub name: Option<String>,
     /// The model: embedded, or a realtime provider.
     pub llm: LlmChoice,
     /// The VAD's parameters.
@@ -203,6 +252,19 @@ pub struct BotOptions {
     pub max_tokens: usize,
     /// The system instruction.
     pub instructions: String,
+    /// What the bot says as the session starts.
+    pub greeting: Option<String>,
+    /// The built-in tools it keeps.
+    pub builtin: Vec<Builtin>,
+    /// Its own HTTP tools.
+    pub http_tools: Vec<HttpTool>,
+    /// MCP servers whose tools it gets (started once, shared by its sessions).
+    pub mcp: Vec<McpServer>,
+    /// Tools a Rust program gives it ([`RustTools::add`]).
+    pub rust_tools: RustTools,
+    /// Worked examples that teach the embedded LLM when to call the bot's own tools (larger
+    /// models need none).
+    pub tool_examples: Vec<ToolExample>,
     /// Whether the user may interrupt the bot.
     pub allow_interruptions: bool,
     /// The pipeline's output sample rate.
@@ -229,6 +291,7 @@ pub struct BotOptions {
 impl Default for BotOptions {
     fn default() -> Self {
         Self {
+            name: None,
             llm: LlmChoice::default(),
             vad: VadParams::default(),
             turn_end: TurnEnd::SmartTurn,
@@ -236,6 +299,12 @@ impl Default for BotOptions {
             voice: Voice::Piper,
             max_tokens: 60,
             instructions: INSTRUCTIONS.to_owned(),
+            greeting: None,
+            builtin: Builtin::ALL.to_vec(),
+            http_tools: Vec::new(),
+            mcp: Vec::new(),
+            rust_tools: RustTools::default(),
+            tool_examples: Vec::new(),
             allow_interruptions: true,
             audio_out_sample_rate: 24_000,
             echo_canceller: false,
@@ -250,6 +319,55 @@ impl Default for BotOptions {
 }
 
 impl BotOptions {
+    /// Registers the bot's tools on `registry`: the built-in ones it keeps, its HTTP tools, and
+    /// the tools its MCP servers list.
+    pub fn register_tools(&self, registry: &mut FunctionRegistry) {
+        tools::register(registry, &self.builtin);
+        for tool in &self.http_tools {
+            tool.register(registry);
+        }
+        for server in &self.mcp {
+            server.register(registry);
+        }
+        for register in &self.rust_tools.0 {
+            register(registry);
+        }
+    }
+
+    /// Two tools of one name would shadow each other: an error naming it.
+    pub fn check_tool_names(&self) -> Result<(), String> {
+        let mut registry = FunctionRegistry::default();
+        tools::register(&mut registry, &self.builtin);
+        let mut seen: Vec<String> = registry
+            .direct_schemas()
+            .iter()
+            .map(|s| s.name.clone())
+            .collect();
+        let http = self.http_tools.iter().map(|t| t.name().to_owned());
+        let mcp = self.mcp.iter().flat_map(McpServer::tool_names);
+        let mut rust = FunctionRegistry::default();
+        for register in &self.rust_tools.0 {
+            register(&mut rust);
+        }
+        let rust = rust.direct_schemas().iter().map(|s| s.name.clone());
+        for name in http.chain(mcp).chain(rust) {
+            if seen.contains(&name) {
+                return Err(format!("two tools are named {name:?}"));
+            }
+            seen.push(name);
+        }
+        Ok(())
+    }
+
+    /// Starts the bot's MCP servers (each once) and lists their tools; an error names a server
+    /// that would not start, or a tool name two places give.
+    pub async fn start_tools(&self) -> Result<(), BotError> {
+        for server in &self.mcp {
+            server.start().await.map_err(BotError::Config)?;
+        }
+        self.check_tool_names().map_err(BotError::Config)
+    }
+
     /// The session parameters the bot runs with.
     fn start_params(&self) -> StartParams {
         StartParams {
@@ -277,6 +395,33 @@ pub enum BotError {
     /// The options do not go together.
     #[error("{0}")]
     Config(String),
+    /// A client asked for a bot this server does not have.
+    #[error("no bot named {name:?} here (this server has: {known})")]
+    UnknownBot {
+        /// The name asked for.
+        name: String,
+        /// The names there are.
+        known: String,
+    },
+}
+
+/// Who a session is for: its id and what its client sent when it started (pipecat's
+/// `requestData`, or `/start`'s `body`). Every tool call can read it from the session's
+/// resources (`params.app_resources.get::<SessionInfo>()`); HTTP tools send it in the request
+/// body and MCP tools in the call's `_meta`, so a backend can look the caller up.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionInfo {
+    /// The session's id.
+    pub id: String,
+    /// What the client sent (null when nothing).
+    pub request_data: serde_json::Value,
+}
+
+impl SessionInfo {
+    /// The bot the client asked for: `{"bot": "name"}`.
+    pub fn bot(&self) -> Option<&str> {
+        self.request_data.get("bot").and_then(|b| b.as_str())
+    }
 }
 
 /// A bot ready to run in a session.
@@ -287,6 +432,16 @@ pub struct Bot {
     pub context: ContextHandle,
     /// The session parameters it expects.
     pub params: StartParams,
+    /// What its tools get: the [`SessionInfo`].
+    pub resources: AppResources,
+}
+
+impl Bot {
+    /// The bot for the session `session`: its tools see who it is for.
+    pub fn for_session(mut self, session: SessionInfo) -> Self {
+        self.resources = self.resources.with(session);
+        self
+    }
 }
 
 /// Loads every embedded engine the bot uses (once per process), so the first session does not
@@ -347,7 +502,7 @@ pub fn build<S: AudioSink>(
     };
     let mut engines = text_llms
         .iter()
-        .map(|llm| llm.engine(options.max_tokens))
+        .map(|llm| llm.engine(options.max_tokens, &options.tool_examples))
         .collect::<Result<Vec<_>, _>>()?;
     let service_options = LlmServiceOptions {
         prices: options.prices.clone(),
@@ -357,7 +512,7 @@ pub fn build<S: AudioSink>(
         1 => LlmService::with_options(engines.remove(0), service_options),
         _ => LlmService::with_options(FallbackLlm::new(engines)?, service_options),
     };
-    register_tools(&mut llm);
+    options.register_tools(llm.functions());
     let voices = options
         .tts
         .iter()
@@ -397,6 +552,7 @@ pub fn build<S: AudioSink>(
         .then(UserTurns::with_barge_in(stop, options.barge_in))
         .then(UserAggregator::new(context.clone()))
         .then(llm)
+        .then(Greeting(options.greeting.clone()))
         .then(TtsService::new(voice))
         .then(AudioOutput::new(sink, output))
         .then(AssistantAggregator::new(context.clone()));
@@ -404,6 +560,7 @@ pub fn build<S: AudioSink>(
         pipeline,
         context,
         params: options.start_params(),
+        resources: AppResources::default(),
     })
 }
 
@@ -424,7 +581,7 @@ fn realtime<P: RealtimeProtocol, S: AudioSink>(
         ..RealtimeOptions::default()
     };
     let mut service = RealtimeService::new(protocol, context.clone(), realtime_options);
-    tools::register(service.functions());
+    options.register_tools(service.functions());
     let (front, sink) = input_front(options, sink);
     let pipeline = front
         .then(service)
@@ -434,6 +591,39 @@ fn realtime<P: RealtimeProtocol, S: AudioSink>(
         pipeline,
         context,
         params: options.start_params(),
+        resources: AppResources::default(),
+    }
+}
+
+/// Says the bot's greeting as the session starts, as a response of its own: the TTS speaks it
+/// and the assistant aggregator writes it into the conversation.
+struct Greeting(Option<String>);
+
+impl FrameProcessor for Greeting {
+    fn name(&self) -> &str {
+        "Greeting"
+    }
+
+    fn process(
+        &mut self,
+        frame: Frame,
+        direction: Direction,
+        cx: &mut FrameContext<'_>,
+    ) -> Result<(), ProcessorError> {
+        let starting = matches!(frame.body, FrameBody::System(SystemFrame::Start(_)));
+        cx.push(frame, direction);
+        if starting && let Some(greeting) = self.0.take() {
+            cx.push(
+                ControlFrame::LlmFullResponseStart.into(),
+                Direction::Downstream,
+            );
+            cx.push(DataFrame::LlmText(greeting).into(), Direction::Downstream);
+            cx.push(
+                ControlFrame::LlmFullResponseEnd.into(),
+                Direction::Downstream,
+            );
+        }
+        Ok(())
     }
 }
 
@@ -458,9 +648,4 @@ fn input_front<S: AudioSink>(options: &BotOptions, sink: S) -> (Pipeline, EchoTa
         EchoTap::untapped(sink)
     };
     (front, tapped)
-}
-
-/// Registers the default bot's tools on `llm`.
-pub fn register_tools(llm: &mut LlmService) {
-    tools::register(llm.functions());
 }

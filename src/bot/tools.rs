@@ -7,6 +7,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::calculator::{evaluate, format_number};
+use crate::config::Builtin;
 use crate::services::llm::cancel_tool_schema;
 use crate::services::llm::local::{ToolExample, ToolSet};
 use crate::services::llm::{FunctionOptions, FunctionRegistry, ResultProperties};
@@ -34,8 +35,20 @@ pub struct TimerArgs {
     pub label: Option<String>,
 }
 
-/// Registers the three tools.
-pub fn register(registry: &mut FunctionRegistry) {
+/// Registers the built-in tools `keep` names.
+pub fn register(registry: &mut FunctionRegistry, keep: &[Builtin]) {
+    if keep.contains(&Builtin::Clock) {
+        register_clock(registry);
+    }
+    if keep.contains(&Builtin::Calculator) {
+        register_calculator(registry);
+    }
+    if keep.contains(&Builtin::Timer) {
+        register_timer(registry);
+    }
+}
+
+fn register_clock(registry: &mut FunctionRegistry) {
     registry.register_direct_function(
         "get_current_time",
         "Tells the current date and time.",
@@ -44,6 +57,9 @@ pub fn register(registry: &mut FunctionRegistry) {
         },
         FunctionOptions::default(),
     );
+}
+
+fn register_calculator(registry: &mut FunctionRegistry) {
     registry.register_direct_function(
         "calculate",
         "Works out arithmetic, such as 12*7 or 15% of 80.",
@@ -52,6 +68,9 @@ pub fn register(registry: &mut FunctionRegistry) {
         },
         FunctionOptions::default(),
     );
+}
+
+fn register_timer(registry: &mut FunctionRegistry) {
     registry.register_direct_function(
         "set_timer",
         "Starts a timer that rings after the given number of seconds.",
@@ -77,7 +96,7 @@ pub fn register(registry: &mut FunctionRegistry) {
 /// The built-in tools as the embedded LLM sees them (with `cancel_set_timer`).
 pub fn tool_set() -> ToolSet {
     let mut registry = FunctionRegistry::default();
-    register(&mut registry);
+    register(&mut registry, &Builtin::ALL);
     let mut schemas = registry.direct_schemas().to_vec();
     schemas.push(cancel_tool_schema("set_timer"));
     ToolSet::new(&schemas).with_examples(&local_examples())

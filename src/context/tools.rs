@@ -39,6 +39,53 @@ impl FunctionSchema {
         self
     }
 
+    /// A function whose arguments `parameters` describes: a JSON Schema of an object (its
+    /// `properties` and `required` are kept), or null for none.
+    pub fn from_parameters(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        parameters: &Value,
+    ) -> Result<Self, String> {
+        let name = name.into();
+        let mut schema = Self::new(name.clone(), description);
+        if parameters.is_null() {
+            return Ok(schema);
+        }
+        let Some(object) = parameters.as_object() else {
+            return Err(format!(
+                "the parameters of {name} are not a JSON Schema object"
+            ));
+        };
+        if let Some(kind) = object.get("type")
+            && kind != "object"
+        {
+            return Err(format!(
+                "the parameters of {name} must be of type \"object\", not {kind}"
+            ));
+        }
+        match object.get("properties") {
+            None => {}
+            Some(Value::Object(properties)) => schema.properties = properties.clone(),
+            Some(_) => return Err(format!("the properties of {name} are not an object")),
+        }
+        match object.get("required") {
+            None => {}
+            Some(Value::Array(names)) => {
+                for n in names {
+                    let Some(n) = n.as_str() else {
+                        return Err(format!("{name}'s required list holds a non-string"));
+                    };
+                    if !schema.properties.contains_key(n) {
+                        return Err(format!("{name} requires {n:?}, which it does not describe"));
+                    }
+                    schema.required.push(n.to_owned());
+                }
+            }
+            Some(_) => return Err(format!("the required list of {name} is not an array")),
+        }
+        Ok(schema)
+    }
+
     /// The JSON schema of the arguments object.
     pub fn parameters(&self) -> Value {
         json!({

@@ -72,6 +72,15 @@ impl ApiError {
     }
 }
 
+impl From<crate::bot::BotError> for ApiError {
+    fn from(e: crate::bot::BotError) -> Self {
+        match e {
+            crate::bot::BotError::UnknownBot { .. } => Self::NotFound(e.to_string()),
+            other => Self::Internal(other.to_string()),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if self.status().is_server_error() {

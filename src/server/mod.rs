@@ -23,7 +23,7 @@ use tokio::sync::watch;
 pub use error::ApiError;
 pub use metrics::Metrics;
 
-use crate::bot::{Bot, BotError, BotOptions};
+use crate::bot::{Bot, BotError, BotOptions, SessionInfo};
 use crate::pipeline::SessionHandle;
 use crate::transports::{AudioSink, OutputOptions};
 
@@ -39,8 +39,9 @@ pub struct ServeOptions {
     pub max_sessions: usize,
     /// How long live sessions get to finish after a shutdown signal.
     pub shutdown_grace: Duration,
-    /// The bot every session runs.
-    pub bot: BotOptions,
+    /// The bots it serves: a client picks one by name (`{"bot": "name"}` in `/start`'s body or
+    /// the offer's `requestData`, `?bot=` on the WebSockets); the first is the default.
+    pub bots: Vec<BotOptions>,
     /// STUN/TURN server URLs for WebRTC; none: host candidates only.
     pub ice_servers: Vec<String>,
 }
@@ -61,25 +62,76 @@ pub enum ServeError {
     Io(#[from] std::io::Error),
 }
 
-/// Builds each session's bot. The server's own is its [`BotOptions`]; a test gives one that
-/// needs no models.
+/// Builds each session's bot. The server's own are its [`BotOptions`] ([`Bots`]); a test gives
+/// one that needs no models.
 pub trait BotFactory: Send + Sync + 'static {
     /// Loads what every session shares (the embedded models) before the server says it is
     /// ready.
     fn preload(&self) -> Result<(), BotError>;
-    /// One session's bot, speaking at `out_rate` into `sink`.
-    fn build(&self, out_rate: u32, sink: Box<dyn AudioSink>) -> Result<Bot, BotError>;
+    /// Whether a client may ask for the bot `name`; an error names the bots there are.
+    fn find(&self, name: &str) -> Result<(), BotError>;
+    /// The bot `session` asked for (the default one when it named none), speaking at
+    /// `out_rate` into `sink`.
+    fn build(
+        &self,
+        session: &SessionInfo,
+        out_rate: u32,
+        sink: Box<dyn AudioSink>,
+    ) -> Result<Bot, BotError>;
 }
 
-impl BotFactory for BotOptions {
-    fn preload(&self) -> Result<(), BotError> {
-        crate::bot::preload(self)
+/// The server's bots, by name; the first is the default.
+pub struct Bots(Vec<BotOptions>);
+
+impl Bots {
+    /// These bots; an empty list serves the default bot.
+    pub fn new(bots: Vec<BotOptions>) -> Self {
+        if bots.is_empty() {
+            Self(vec![BotOptions::default()])
+        } else {
+            Self(bots)
+        }
     }
 
-    fn build(&self, out_rate: u32, sink: Box<dyn AudioSink>) -> Result<Bot, BotError> {
-        let mut options = self.clone();
+    fn pick(&self, name: Option<&str>) -> Result<&BotOptions, BotError> {
+        match name {
+            None => Ok(&self.0[0]),
+            Some(name) => self
+                .0
+                .iter()
+                .find(|bot| bot.name.as_deref() == Some(name))
+                .ok_or_else(|| BotError::UnknownBot {
+                    name: name.to_owned(),
+                    known: self
+                        .0
+                        .iter()
+                        .filter_map(|bot| bot.name.clone())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                }),
+        }
+    }
+}
+
+impl BotFactory for Bots {
+    fn preload(&self) -> Result<(), BotError> {
+        self.0.iter().try_for_each(crate::bot::preload)
+    }
+
+    fn find(&self, name: &str) -> Result<(), BotError> {
+        self.pick(Some(name)).map(drop)
+    }
+
+    fn build(
+        &self,
+        session: &SessionInfo,
+        out_rate: u32,
+        sink: Box<dyn AudioSink>,
+    ) -> Result<Bot, BotError> {
+        let mut options = self.pick(session.bot())?.clone();
         options.audio_out_sample_rate = out_rate;
-        crate::bot::build(&options, sink, OutputOptions::default())
+        Ok(crate::bot::build(&options, sink, OutputOptions::default())?
+            .for_session(session.clone()))
     }
 }
 
@@ -90,6 +142,8 @@ pub(crate) struct App {
     pub(crate) metrics: Metrics,
     sessions: Mutex<HashMap<u64, SessionHandle>>,
     peers: Mutex<HashMap<String, webrtc::PeerHandle>>,
+    /// What each `/start` asked for, until its offer comes.
+    starts: Mutex<webrtc::Starts>,
     next_id: AtomicU64,
     ready: AtomicBool,
     draining: AtomicBool,
@@ -119,6 +173,10 @@ impl Drop for Admission {
 impl App {
     fn lock_peers(&self) -> std::sync::MutexGuard<'_, HashMap<String, webrtc::PeerHandle>> {
         self.peers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_starts(&self) -> std::sync::MutexGuard<'_, webrtc::Starts> {
+        self.starts.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn lock_sessions(&self) -> std::sync::MutexGuard<'_, HashMap<u64, SessionHandle>> {
@@ -166,6 +224,7 @@ impl Server {
                 metrics: Metrics::default(),
                 sessions: Mutex::default(),
                 peers: Mutex::default(),
+                starts: Mutex::default(),
                 next_id: AtomicU64::new(1),
                 ready: AtomicBool::new(false),
                 draining: AtomicBool::new(false),
@@ -203,7 +262,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/start", post(webrtc::start))
         .route(
             "/sessions/{session_id}/api/offer",
-            post(webrtc::offer).patch(webrtc::candidates),
+            post(webrtc::session_offer).patch(webrtc::candidates),
         )
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .with_state(app)
@@ -244,7 +303,7 @@ pub async fn serve_until(
         })?;
     let addr = listener.local_addr()?;
     let grace = options.shutdown_grace;
-    let bots = Arc::new(options.bot.clone());
+    let bots = Arc::new(Bots::new(options.bots.clone()));
     let app = Server::new(options, bots).app;
     // Load the models in the background: /healthz answers at once, /readyz once they are in.
     {

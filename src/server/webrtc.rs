@@ -2,17 +2,21 @@
 //! renegotiated or restarted connection), `PATCH /api/offer` (trickled ICE), `POST /start` and
 //! the session-scoped `/sessions/{id}/api/offer`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::Json;
-use axum::extract::State;
+use axum::body::Bytes;
 use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
 use rtc::peer_connection::transport::RTCIceCandidateInit;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::{ApiError, App};
+use crate::bot::SessionInfo;
 use crate::context::Message as ChatMessage;
 use crate::events::{EndReason, Event, SessionEvent};
 use crate::frames::{AudioFrame, DataFrame, SystemFrame};
@@ -30,7 +34,50 @@ pub(crate) struct OfferRequest {
     pc_id: Option<String>,
     #[serde(default)]
     restart_pc: bool,
-    // `request_data` (app data the client may send) is accepted and not used.
+    /// What the app sent with the connection (pipecat's `requestData`): the bot it asks for
+    /// (`{"bot": "name"}`) and anything its tools should see.
+    #[serde(default, rename = "requestData", alias = "request_data")]
+    request_data: Option<Value>,
+}
+
+/// How long what a `/start` asked for waits for its offer.
+const START_TTL: std::time::Duration = std::time::Duration::from_secs(300);
+/// `/start`s waiting for their offers at most; the oldest goes first.
+const MAX_STARTS: usize = 10_000;
+
+/// What each `/start` asked for (its `body`), by session id, until its offer comes.
+#[derive(Default)]
+pub(crate) struct Starts(HashMap<String, (Instant, Value)>);
+
+impl Starts {
+    fn insert(&mut self, id: String, body: Value, now: Instant) {
+        self.0
+            .retain(|_, (at, _)| now.duration_since(*at) < START_TTL);
+        if self.0.len() >= MAX_STARTS
+            && let Some(oldest) = self
+                .0
+                .iter()
+                .min_by_key(|(_, (at, _))| *at)
+                .map(|(k, _)| k.clone())
+        {
+            self.0.remove(&oldest);
+        }
+        self.0.insert(id, (now, body));
+    }
+
+    fn get(&self, id: &str) -> Option<Value> {
+        self.0.get(id).map(|(_, body)| body.clone())
+    }
+}
+
+/// `POST /start`'s body, as pipecat's runner and JS client send it.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct StartRequest {
+    /// What the bot's session gets (the runner's `body`).
+    body: Option<Value>,
+    /// The same, as pipecat's JS client names it.
+    #[serde(rename = "requestData", alias = "request_data")]
+    request_data: Option<Value>,
 }
 
 #[derive(Debug, Serialize)]
@@ -57,11 +104,27 @@ struct Candidate {
 
 type Answer = Result<Json<OfferAnswer>, ApiError>;
 
+/// `POST /api/offer`.
 pub(crate) async fn offer(
     State(app): State<Arc<App>>,
     request: Result<Json<OfferRequest>, JsonRejection>,
 ) -> Answer {
     let Json(request) = request?;
+    offer_for(app, request, None).await
+}
+
+/// `POST /sessions/{id}/api/offer`: the offer of a session `/start` began, which carries what
+/// the start asked for.
+pub(crate) async fn session_offer(
+    State(app): State<Arc<App>>,
+    Path(session_id): Path<String>,
+    request: Result<Json<OfferRequest>, JsonRejection>,
+) -> Answer {
+    let Json(request) = request?;
+    offer_for(app, request, Some(session_id)).await
+}
+
+async fn offer_for(app: Arc<App>, request: OfferRequest, session_id: Option<String>) -> Answer {
     if request.kind != "offer" {
         return Err(ApiError::BadRequest(format!(
             "type must be \"offer\", not {:?}",
@@ -86,26 +149,38 @@ pub(crate) async fn offer(
             None => {}
         }
     }
-    let admission = app.admit()?;
-    let sink = TrackSink::new();
-    let (peer, peer_events, sdp) = connect(request.sdp, &peer_options(&app), &sink).await?;
-    let bot = match app.bots.build(OPUS_RATE, Box::new(sink.clone())) {
-        Ok(bot) => bot,
-        Err(e) => {
-            peer.close().await;
-            return Err(ApiError::Internal(e.to_string()));
-        }
-    };
-    let builder = Session::builder(bot.pipeline).params(bot.params);
-    let events = builder.subscribe();
-    let session = builder.spawn();
-    admission.attach(session.handle());
-
     let pc_id = format!(
         "pc-{:016x}",
         u64::from(crate::transports::webrtc::random_u32()) << 32
             | u64::from(crate::transports::webrtc::random_u32())
     );
+    let started = session_id
+        .as_deref()
+        .and_then(|id| app.lock_starts().get(id));
+    let info = SessionInfo {
+        id: session_id.unwrap_or_else(|| pc_id.clone()),
+        request_data: request.request_data.or(started).unwrap_or(Value::Null),
+    };
+    if let Some(name) = info.bot() {
+        app.bots.find(name)?;
+    }
+    let admission = app.admit()?;
+    let sink = TrackSink::new();
+    let (peer, peer_events, sdp) = connect(request.sdp, &peer_options(&app), &sink).await?;
+    let bot = match app.bots.build(&info, OPUS_RATE, Box::new(sink.clone())) {
+        Ok(bot) => bot,
+        Err(e) => {
+            peer.close().await;
+            return Err(e.into());
+        }
+    };
+    let builder = Session::builder(bot.pipeline)
+        .params(bot.params)
+        .resources(bot.resources);
+    let events = builder.subscribe();
+    let session = builder.spawn();
+    admission.attach(session.handle());
+
     let peer = Arc::new(peer);
     let (restarts, restarted) = mpsc::unbounded_channel();
     app.lock_peers().insert(
@@ -355,17 +430,37 @@ pub(crate) async fn candidates(
     Ok(Json(json!({"status": "success"})))
 }
 
-pub(crate) async fn start(State(app): State<Arc<App>>) -> Json<Value> {
+/// `POST /start`: a session id and the ICE servers; what the body asks for waits for the
+/// session's offer.
+pub(crate) async fn start(
+    State(app): State<Arc<App>>,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let request: StartRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        StartRequest::default()
+    } else {
+        serde_json::from_slice(&body)
+            .map_err(|e| ApiError::BadRequest(format!("the /start body is not valid: {e}")))?
+    };
+    let data = request.body.or(request.request_data).unwrap_or(Value::Null);
+    if let Some(name) = data.get("bot").and_then(Value::as_str) {
+        app.bots.find(name)?;
+    }
     let id = format!(
         "{:08x}-{:08x}",
         crate::transports::webrtc::random_u32(),
         crate::transports::webrtc::random_u32()
     );
+    if !data.is_null() {
+        app.lock_starts().insert(id.clone(), data, Instant::now());
+    }
     let servers: Vec<Value> = app
         .options
         .ice_servers
         .iter()
         .map(|url| json!({"urls": [url]}))
         .collect();
-    Json(json!({"sessionId": id, "iceConfig": {"iceServers": servers}}))
+    Ok(Json(
+        json!({"sessionId": id, "iceConfig": {"iceServers": servers}}),
+    ))
 }

@@ -12,7 +12,10 @@ use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
+use serde_json::{Value, json};
+
 use super::{Admission, ApiError, App};
+use crate::bot::SessionInfo;
 use crate::context::Message as ChatMessage;
 use crate::events::Event;
 use crate::frames::{AudioFrame, DataFrame, SystemFrame};
@@ -27,6 +30,30 @@ pub(crate) struct PcmParams {
     sample_rate: Option<u32>,
     /// Rate of the audio the client wants back.
     out_sample_rate: Option<u32>,
+    /// The bot it talks to (default: the server's first).
+    bot: Option<String>,
+}
+
+/// Query parameters of `/ws/twilio`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct TwilioParams {
+    /// The bot the call goes to (default: the server's first).
+    bot: Option<String>,
+}
+
+/// A WebSocket session's info: a fresh id, and the bot its URL asked for.
+fn session_info(app: &App, bot: Option<String>) -> Result<SessionInfo, ApiError> {
+    if let Some(name) = &bot {
+        app.bots.find(name)?;
+    }
+    Ok(SessionInfo {
+        id: format!(
+            "ws-{:08x}{:08x}",
+            crate::transports::webrtc::random_u32(),
+            crate::transports::webrtc::random_u32()
+        ),
+        request_data: bot.map_or(Value::Null, |name| json!({ "bot": name })),
+    })
 }
 
 const RATES: std::ops::RangeInclusive<u32> = 8_000..=48_000;
@@ -37,6 +64,7 @@ pub(crate) async fn pcm(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let Query(params) = params?;
+    let info = session_info(&app, params.bot)?;
     let upgrade = upgrade?;
     let input_rate = params.sample_rate.unwrap_or(16_000);
     let out_rate = params.out_sample_rate.unwrap_or(24_000);
@@ -46,20 +74,24 @@ pub(crate) async fn pcm(
         ));
     }
     let admission = app.admit()?;
-    Ok(upgrade.on_upgrade(move |socket| {
-        run_session(app, socket, Framing::pcm(input_rate), out_rate, admission)
-    }))
+    let framing = Framing::pcm(input_rate);
+    Ok(upgrade
+        .on_upgrade(move |socket| run_session(app, socket, framing, out_rate, (info, admission))))
 }
 
 pub(crate) async fn twilio(
     State(app): State<Arc<App>>,
+    params: Result<Query<TwilioParams>, QueryRejection>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
+    let Query(params) = params?;
+    let info = session_info(&app, params.bot)?;
     let upgrade = upgrade?;
     let admission = app.admit()?;
     // The pipeline speaks at 16 kHz for telephone calls; the framing narrows it to 8 kHz.
-    Ok(upgrade
-        .on_upgrade(move |socket| run_session(app, socket, Framing::twilio(), 16_000, admission)))
+    Ok(upgrade.on_upgrade(move |socket| {
+        run_session(app, socket, Framing::twilio(), 16_000, (info, admission))
+    }))
 }
 
 /// Sends the bot's audio to the socket's writer; a client that stops reading loses audio, not
@@ -86,13 +118,13 @@ async fn run_session(
     socket: WebSocket,
     mut framing: Framing,
     out_rate: u32,
-    admission: Admission,
+    (info, admission): (SessionInfo, Admission),
 ) {
     let (mut sender, mut receiver) = socket.split();
     let (out_tx, mut out_rx) = mpsc::channel::<Outbound>(crate::audio::AUDIO_QUEUE);
     let bot = match app
         .bots
-        .build(out_rate, Box::new(SocketSink(out_tx.clone())))
+        .build(&info, out_rate, Box::new(SocketSink(out_tx.clone())))
     {
         Ok(bot) => bot,
         Err(e) => {
@@ -104,7 +136,9 @@ async fn run_session(
             return;
         }
     };
-    let builder = Session::builder(bot.pipeline).params(bot.params);
+    let builder = Session::builder(bot.pipeline)
+        .params(bot.params)
+        .resources(bot.resources);
     let mut events = builder.subscribe();
     let session = builder.spawn();
     let handle = session.handle();

@@ -3,6 +3,7 @@
 
 pub mod bot_run;
 pub mod llm_stand_in;
+pub mod scripted;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -24,14 +25,20 @@ pub struct Server {
 }
 
 pub async fn start(max_sessions: usize) -> Server {
+    let bot = BotOptions {
+        voice: Voice::Espeak,
+        ..BotOptions::default()
+    };
+    start_with(max_sessions, vec![bot]).await
+}
+
+/// A server of `bots` (the first the default), ready.
+pub async fn start_with(max_sessions: usize, bots: Vec<BotOptions>) -> Server {
     let options = ServeOptions {
         addr: "127.0.0.1:0".parse().expect("addr"),
         max_sessions,
         shutdown_grace: Duration::from_secs(2),
-        bot: BotOptions {
-            voice: Voice::Espeak,
-            ..BotOptions::default()
-        },
+        bots,
         ice_servers: Vec::new(),
     };
     let (stop, stopped) = oneshot::channel::<()>();

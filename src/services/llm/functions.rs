@@ -190,6 +190,23 @@ impl FunctionRegistry {
         );
     }
 
+    /// Registers `handler` for the function `schema` describes, offering the model that schema:
+    /// for tools whose arguments are described at run time (HTTP tools, MCP tools).
+    pub fn register_with_schema<F, Fut>(
+        &mut self,
+        schema: FunctionSchema,
+        handler: F,
+        options: FunctionOptions,
+    ) where
+        F: Fn(FunctionCallParams) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        let name = schema.name.clone();
+        self.direct.retain(|s| s.name != name);
+        self.direct.push(schema);
+        self.register_function(Some(&name), handler, options);
+    }
+
     /// Removes the handler for `name` (`None`: the catch-all).
     pub fn unregister_function(&mut self, name: Option<&str>) {
         match name {

@@ -1,0 +1,500 @@
+//! The configuration file and bot files (TOML), and how their layers make one bot.
+//!
+//! A bot's settings come in layers, highest first: command-line flags, environment variables
+//! (`VOXIDE_*`), the bot file (`--bot FILE`, or each file of `--bots DIR`), the config file's
+//! `[bot]` table, built-in defaults. Each layer is a [`BotConfig`]; [`BotConfig::over`] stacks
+//! one on another and [`BotConfig::resolve`] turns the result into the bot's options, checked.
+//!
+//! The config file:
+//!
+//! ```toml
+//! [server]
+//! host = "127.0.0.1"
+//! port = 7860
+//! max_sessions = 32
+//! shutdown_grace_secs = 10
+//!
+//! [bot]
+//! voice = "piper"          # or "espeak"
+//! turn = "smart"           # or "silence"
+//! turn_timeout_secs = 2.0
+//! max_tokens = 60
+//! interrupt_min_words = 0  # words over the bot before it stops
+//! resume_after_secs = 1.0  # pause on speech over the bot; resume if no words come
+//! pause_at_onset = true    # hold the bot at the first sound of speech over it
+//! instructions = "You are a helpful voice assistant."
+//! llm = "openai,local"     # see --llm
+//! llm_model = "gpt-4.1-mini"
+//! llm_temperature = 0.6
+//! stt = "whisper"          # see --stt: "deepgram,whisper" falls back to Whisper
+//! tts = "piper"            # see --tts: "cartesia,piper" falls back to Piper
+//!
+//! # Your own rates (USD per million tokens) over the built-in list prices.
+//! [bot.prices."gpt-4.1-mini"]
+//! input = 0.40
+//! output = 1.60
+//! cache_read = 0.10        # default: the input rate
+//! cache_write = 0.40       # default: the input rate
+//! ```
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+pub use crate::bot::{TurnEnd, Voice};
+
+pub(crate) mod resolve;
+
+/// The whole file.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// `[server]`.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// `[bot]`.
+    #[serde(default)]
+    pub bot: BotConfig,
+}
+
+/// One model's rates, USD per million tokens.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PriceConfig {
+    /// Fresh prompt tokens.
+    pub input: f64,
+    /// Generated tokens.
+    pub output: f64,
+    /// Prompt tokens read from the provider's cache (default: the input rate).
+    pub cache_read: Option<f64>,
+    /// Prompt tokens written to the provider's cache (default: the input rate).
+    pub cache_write: Option<f64>,
+}
+
+impl PriceConfig {
+    /// As the price table takes it.
+    pub fn price(&self) -> crate::services::llm::Price {
+        crate::services::llm::Price::cached(
+            self.input,
+            self.output,
+            self.cache_read.unwrap_or(self.input),
+            self.cache_write.unwrap_or(self.input),
+        )
+    }
+}
+
+/// `[server]`: how `voxide serve` listens.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    /// Address to bind.
+    pub host: Option<String>,
+    /// Port.
+    pub port: Option<u16>,
+    /// Live sessions at most.
+    pub max_sessions: Option<usize>,
+    /// Seconds live sessions get to finish on shutdown.
+    pub shutdown_grace_secs: Option<f64>,
+}
+
+/// One layer of a bot's settings: the config file's `[bot]` table, a bot file (the same keys at
+/// its top level), or the flags. Every key is optional; a layer names what it changes.
+///
+/// A bot file:
+///
+/// ```toml
+/// name = "concierge"
+/// instructions_file = "concierge.md"   # or instructions = "..."
+/// greeting = "Hello, this is the front desk. How can I help?"
+/// llm = "openai,local"
+/// builtin = ["clock"]                  # the built-in tools kept: clock, calculator, timer
+///
+/// [[tool]]
+/// name = "lookup_order"
+/// description = "Looks up an order by its number."
+/// parameters = { type = "object", properties = { order = { type = "string" } }, required = ["order"] }
+/// url = "https://crm.example.com/orders/lookup"
+/// headers = { Authorization = "Bearer ${CRM_TOKEN}" }
+/// timeout_secs = 5
+///
+/// [[mcp]]
+/// name = "everything"
+/// command = "npx"
+/// args = ["-y", "@modelcontextprotocol/server-everything"]
+/// async_tools = ["longRunningOperation"]
+/// ```
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BotConfig {
+    /// The bot's name, which clients ask for (`{"bot": "concierge"}`); a bot file's default is
+    /// its file name without `.toml`.
+    pub name: Option<String>,
+    /// The system instruction.
+    pub instructions: Option<String>,
+    /// A file holding the system instruction (relative to the file that names it).
+    pub instructions_file: Option<PathBuf>,
+    /// What the bot says first, as the session starts (spoken by the TTS; a text LLM only).
+    pub greeting: Option<String>,
+    /// `piper` or `espeak`.
+    pub voice: Option<Voice>,
+    /// `smart` or `silence`.
+    pub turn: Option<TurnEnd>,
+    /// See `--turn-timeout-secs`.
+    pub turn_timeout_secs: Option<f64>,
+    /// Tokens one reply may have at most.
+    pub max_tokens: Option<usize>,
+    /// See `--interrupt-min-words`.
+    pub interrupt_min_words: Option<usize>,
+    /// See `--resume-after-secs`.
+    pub resume_after_secs: Option<f64>,
+    /// See `--pause-at-onset`.
+    pub pause_at_onset: Option<bool>,
+    /// See `--llm`: `local`, `openai`, `anthropic`, `gemini`, a comma-separated fallback list of
+    /// those, `openai-realtime` or `gemini-live`.
+    pub llm: Option<String>,
+    /// See `--llm-model`.
+    pub llm_model: Option<String>,
+    /// See `--llm-temperature`.
+    pub llm_temperature: Option<f32>,
+    /// See `--stt`.
+    pub stt: Option<String>,
+    /// See `--stt-model`.
+    pub stt_model: Option<String>,
+    /// See `--tts`.
+    pub tts: Option<String>,
+    /// See `--tts-model`.
+    pub tts_model: Option<String>,
+    /// See `--tts-voice`.
+    pub tts_voice: Option<String>,
+    /// Prices per model, over the built-in list prices: `[bot.prices."MODEL"]`.
+    #[serde(default)]
+    pub prices: BTreeMap<String, PriceConfig>,
+    /// The realtime provider's WebSocket URL (the environment's `OPENAI_REALTIME_URL` /
+    /// `GEMINI_LIVE_URL` wins).
+    pub realtime_url: Option<String>,
+    /// The realtime provider's model.
+    pub realtime_model: Option<String>,
+    /// The built-in tools the bot keeps (default: all of them).
+    pub builtin: Option<Vec<Builtin>>,
+    /// The bot's own HTTP tools: `[[tool]]`.
+    #[serde(default, rename = "tool")]
+    pub tools: Vec<HttpToolConfig>,
+    /// MCP servers whose tools the bot gets: `[[mcp]]`.
+    #[serde(default)]
+    pub mcp: Vec<McpConfig>,
+}
+
+/// A built-in tool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Builtin {
+    /// `get_current_time`.
+    Clock,
+    /// `calculate`.
+    Calculator,
+    /// `set_timer` (an async tool).
+    Timer,
+}
+
+impl Builtin {
+    /// All of them, the default.
+    pub const ALL: [Builtin; 3] = [Builtin::Clock, Builtin::Calculator, Builtin::Timer];
+}
+
+/// `[[tool]]`: a tool served over HTTP.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpToolConfig {
+    /// The name the model calls it by.
+    pub name: String,
+    /// What it does, for the model.
+    pub description: String,
+    /// The JSON Schema of its arguments (an object schema; default: no arguments).
+    pub parameters: Option<serde_json::Value>,
+    /// Where the call goes.
+    pub url: String,
+    /// `POST` (default), `PUT`, `PATCH`, `GET` or `DELETE`.
+    pub method: Option<String>,
+    /// Headers every request carries; `${NAME}` in a value is the environment variable `NAME`.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// Seconds the whole call may take (default 10; an async tool's default is 300).
+    pub timeout_secs: Option<f64>,
+    /// True (default): an interruption cancels the call. False: an async tool; the conversation
+    /// goes on and its results arrive later.
+    pub cancel_on_interruption: Option<bool>,
+}
+
+/// `[[mcp]]`: a Model Context Protocol server, over stdio (`command`) or streamable HTTP (`url`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct McpConfig {
+    /// The server's name, in logs and errors.
+    pub name: String,
+    /// Stdio: the program to run.
+    pub command: Option<String>,
+    /// Stdio: its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Stdio: environment variables it gets, over voxide's own; `${NAME}` as in headers.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// Streamable HTTP: the server's URL.
+    pub url: Option<String>,
+    /// Streamable HTTP: headers every request carries; `${NAME}` as in HTTP tools.
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    /// The tools to keep (default: every tool the server lists).
+    pub tools: Option<Vec<String>>,
+    /// Tools that run as async tools: the conversation goes on, progress notifications become
+    /// intermediate results.
+    #[serde(default)]
+    pub async_tools: Vec<String>,
+    /// Seconds one call may take (default 30; an async tool's default is 600).
+    pub timeout_secs: Option<f64>,
+}
+
+impl BotConfig {
+    /// This layer over `lower`: each key this layer names wins. An instruction (text or file)
+    /// replaces the lower one whole; tool and server lists replace the lower ones when this
+    /// layer has any; prices merge, model by model.
+    pub fn over(self, lower: BotConfig) -> BotConfig {
+        let instructions_here = self.instructions.is_some() || self.instructions_file.is_some();
+        let (instructions, instructions_file) = if instructions_here {
+            (self.instructions, self.instructions_file)
+        } else {
+            (lower.instructions, lower.instructions_file)
+        };
+        let mut prices = lower.prices;
+        prices.extend(self.prices);
+        BotConfig {
+            name: self.name.or(lower.name),
+            instructions,
+            instructions_file,
+            greeting: self.greeting.or(lower.greeting),
+            voice: self.voice.or(lower.voice),
+            turn: self.turn.or(lower.turn),
+            turn_timeout_secs: self.turn_timeout_secs.or(lower.turn_timeout_secs),
+            max_tokens: self.max_tokens.or(lower.max_tokens),
+            interrupt_min_words: self.interrupt_min_words.or(lower.interrupt_min_words),
+            resume_after_secs: self.resume_after_secs.or(lower.resume_after_secs),
+            pause_at_onset: self.pause_at_onset.or(lower.pause_at_onset),
+            llm: self.llm.or(lower.llm),
+            llm_model: self.llm_model.or(lower.llm_model),
+            llm_temperature: self.llm_temperature.or(lower.llm_temperature),
+            stt: self.stt.or(lower.stt),
+            stt_model: self.stt_model.or(lower.stt_model),
+            tts: self.tts.or(lower.tts),
+            tts_model: self.tts_model.or(lower.tts_model),
+            tts_voice: self.tts_voice.or(lower.tts_voice),
+            prices,
+            realtime_url: self.realtime_url.or(lower.realtime_url),
+            realtime_model: self.realtime_model.or(lower.realtime_model),
+            builtin: self.builtin.or(lower.builtin),
+            tools: if self.tools.is_empty() {
+                lower.tools
+            } else {
+                self.tools
+            },
+            mcp: if self.mcp.is_empty() {
+                lower.mcp
+            } else {
+                self.mcp
+            },
+        }
+    }
+
+    /// Reads a bot file: its keys at the top level, its name its file name unless it says one,
+    /// its instruction file relative to it.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let mut bot: BotConfig = read_toml(path)?;
+        if bot.name.is_none() {
+            bot.name = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned);
+        }
+        if let (Some(file), Some(dir)) = (&bot.instructions_file, path.parent()) {
+            bot.instructions_file = Some(dir.join(file));
+        }
+        Ok(bot)
+    }
+
+    /// Every `*.toml` bot file in `dir`, in name order; two bots of one name are an error.
+    pub fn load_dir(dir: &Path) -> Result<Vec<Self>, ConfigError> {
+        let entries = std::fs::read_dir(dir).map_err(|source| ConfigError::Read {
+            path: dir.to_owned(),
+            source,
+        })?;
+        let mut paths: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "toml"))
+            .collect();
+        paths.sort();
+        if paths.is_empty() {
+            return Err(ConfigError::Value(format!(
+                "{} holds no bot files (*.toml)",
+                dir.display()
+            )));
+        }
+        let mut bots: Vec<BotConfig> = Vec::new();
+        for path in paths {
+            let bot = Self::load(&path)?;
+            if let Some(twin) = bots.iter().find(|b| b.name == bot.name) {
+                return Err(ConfigError::Value(format!(
+                    "two bots in {} are named {:?}",
+                    dir.display(),
+                    twin.name.as_deref().unwrap_or_default()
+                )));
+            }
+            bots.push(bot);
+        }
+        Ok(bots)
+    }
+}
+
+/// Why the file could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// It could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// It is not valid TOML or has unknown keys.
+    #[error("{path} is invalid: {message}")]
+    Invalid {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with the line.
+        message: String,
+    },
+    /// A setting has a value that cannot be used, or settings do not go together.
+    #[error("{0}")]
+    Value(String),
+}
+
+impl Config {
+    /// Reads `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        read_toml(path)
+    }
+}
+
+fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    toml::from_str(&text).map_err(|e| ConfigError::Invalid {
+        path: path.to_owned(),
+        message: e.to_string(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_parses_and_typos_are_errors() {
+        let example: String = include_str!("mod.rs")
+            .lines()
+            .skip_while(|l| !l.starts_with("//! ```toml"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("//! ```"))
+            .map(|l| l.trim_start_matches("//!").trim_start())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let config: Config = toml::from_str(&example).expect("the example parses");
+        assert_eq!(config.server.port, Some(7860));
+        assert_eq!(config.bot.voice, Some(Voice::Piper));
+        assert_eq!(config.bot.turn, Some(TurnEnd::SmartTurn));
+        assert_eq!(config.bot.llm.as_deref(), Some("openai,local"));
+        let price = config.bot.prices["gpt-4.1-mini"].price();
+        assert_eq!(
+            (price.input, price.output, price.cache_read),
+            (0.40, 1.60, 0.10)
+        );
+        assert!(
+            toml::from_str::<Config>(
+                "[bot.prices.m]
+input = 1.0
+"
+            )
+            .is_err()
+        );
+        assert!(toml::from_str::<Config>("[server]\nprot = 1\n").is_err());
+        assert!(toml::from_str::<Config>("[server]\nport = \"x\"\n").is_err());
+    }
+
+    fn layer(text: &str) -> BotConfig {
+        toml::from_str(text).expect("a bot layer")
+    }
+
+    #[test]
+    fn a_higher_layer_wins_key_by_key_and_an_instruction_whole() {
+        let config = layer(
+            "llm = \"local\"\nmax_tokens = 80\ninstructions = \"Be brief.\"\n\
+             [prices.m]\ninput = 1.0\noutput = 2.0",
+        );
+        let file = layer(
+            "name = \"desk\"\ninstructions_file = \"desk.md\"\nturn = \"silence\"\n\
+             [prices.n]\ninput = 3.0\noutput = 4.0",
+        );
+        let flags = layer("max_tokens = 120");
+        let bot = flags.over(file.over(config));
+        assert_eq!(bot.name.as_deref(), Some("desk"));
+        assert_eq!(bot.max_tokens, Some(120), "the flag wins");
+        assert_eq!(bot.llm.as_deref(), Some("local"), "the config's key stays");
+        assert_eq!(bot.turn, Some(TurnEnd::Silence));
+        assert_eq!(
+            bot.instructions, None,
+            "the file's instruction replaces the text whole"
+        );
+        assert_eq!(bot.instructions_file, Some(PathBuf::from("desk.md")));
+        assert_eq!(bot.prices.len(), 2, "prices merge");
+    }
+
+    #[test]
+    fn resolving_checks_values_and_names_what_is_wrong() {
+        let error = |text: &str| layer(text).resolve().expect_err(text).to_string();
+        assert!(error("max_tokens = 0").contains("max tokens"));
+        assert!(error("llm = \"local,local\"").contains("twice"));
+        assert!(error("tts = \"piper,espeak\"").contains("one embedded voice"));
+        assert!(error("stt = \"nobody\"").contains("whisper"));
+        assert!(error("instructions = \"a\"\ninstructions_file = \"b\"").contains("not both"));
+        assert!(
+            error("[[tool]]\nname = \"calculate\"\ndescription = \"d\"\nurl = \"http://x/\"")
+                .contains("two tools are named \"calculate\"")
+        );
+        let bot = layer("voice = \"espeak\"\nbuiltin = [\"clock\"]\ngreeting = \"Hi.\"")
+            .resolve()
+            .expect("a bot");
+        assert_eq!(bot.voice, Voice::Espeak);
+        assert_eq!(bot.builtin, [Builtin::Clock]);
+        assert_eq!(bot.greeting.as_deref(), Some("Hi."));
+        assert!(toml::from_str::<BotConfig>("builtin = [\"weather\"]").is_err());
+    }
+
+    #[test]
+    fn a_bot_file_is_named_after_itself_and_finds_its_instructions_beside_it() {
+        let dir = std::env::temp_dir().join(format!("voxide-bot-file-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        std::fs::write(dir.join("desk.md"), "You answer the front desk.\n").expect("md");
+        std::fs::write(dir.join("desk.toml"), "instructions_file = \"desk.md\"\n").expect("toml");
+        std::fs::write(dir.join("typo.toml.bak"), "").expect("ignored");
+        let bots = BotConfig::load_dir(&dir).expect("the folder");
+        assert_eq!(bots.len(), 1);
+        assert_eq!(bots[0].name.as_deref(), Some("desk"));
+        let bot = bots[0].clone().resolve().expect("the bot");
+        assert_eq!(bot.instructions, "You answer the front desk.");
+        std::fs::write(dir.join("other.toml"), "nmae = \"x\"\n").expect("typo");
+        let e = BotConfig::load_dir(&dir)
+            .expect_err("an unknown key")
+            .to_string();
+        assert!(e.contains("other.toml") && e.contains("nmae"), "{e}");
+        std::fs::remove_dir_all(&dir).expect("clean up");
+    }
+}

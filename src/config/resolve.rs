@@ -1,0 +1,370 @@
+//! A stack of layers into the bot's options: every value checked, every provider's settings
+//! read from its environment, every tool built.
+
+use std::time::Duration;
+
+use super::{BotConfig, Builtin, ConfigError};
+use crate::bot::http_tool::HttpTool;
+use crate::bot::mcp::McpServer;
+use crate::bot::{BotOptions, LlmChoice, SttChoice, TextLlm, TtsChoice, Voice};
+use crate::services::llm::PriceTable;
+use crate::services::llm::anthropic::AnthropicSettings;
+use crate::services::llm::gemini::GeminiSettings;
+use crate::services::llm::gemini_live::GeminiLiveSettings;
+use crate::services::llm::openai::OpenAiSettings;
+use crate::services::llm::openai_realtime::OpenAiRealtimeSettings;
+use crate::services::stt::assemblyai::AssemblyAiSettings;
+use crate::services::stt::deepgram::DeepgramSettings;
+use crate::services::stt::openai::OpenAiSttSettings;
+use crate::services::tts::cartesia::CartesiaSettings;
+use crate::services::tts::deepgram::AuraSettings;
+use crate::services::tts::elevenlabs::ElevenLabsSettings;
+use crate::services::tts::openai::OpenAiSpeechSettings;
+use crate::turns::BargeIn;
+
+fn invalid(message: impl Into<String>) -> ConfigError {
+    ConfigError::Value(message.into())
+}
+
+/// A provider's settings could not be read from the environment (a key missing).
+fn setup(e: impl std::fmt::Display) -> ConfigError {
+    invalid(e.to_string())
+}
+
+impl BotConfig {
+    /// The bot these settings describe, every value checked. Provider keys come from the
+    /// environment; MCP servers are described, not started ([`McpServer::start`]).
+    pub fn resolve(&self) -> Result<BotOptions, ConfigError> {
+        let defaults = BotOptions::default();
+        let mut voice = self.voice.unwrap_or_default();
+        let turn_timeout_secs = self
+            .turn_timeout_secs
+            .unwrap_or(defaults.turn_timeout.as_secs_f64());
+        if !(turn_timeout_secs > 0.0 && turn_timeout_secs < 60.0) {
+            return Err(invalid("the turn timeout must be between 0 and 60 seconds"));
+        }
+        let max_tokens = self.max_tokens.unwrap_or(defaults.max_tokens);
+        if !(1..=2048).contains(&max_tokens) {
+            return Err(invalid("max tokens must be between 1 and 2048"));
+        }
+        let resume_after = match self.resume_after_secs {
+            None => None,
+            Some(secs) if secs > 0.0 && secs < 30.0 => Some(Duration::from_secs_f64(secs)),
+            Some(_) => return Err(invalid("the resume delay must be between 0 and 30 seconds")),
+        };
+        let barge_in = BargeIn {
+            min_words: self
+                .interrupt_min_words
+                .unwrap_or(defaults.barge_in.min_words),
+            resume_after,
+            pause_at_onset: self
+                .pause_at_onset
+                .unwrap_or(defaults.barge_in.pause_at_onset),
+        };
+        if self
+            .llm_temperature
+            .is_some_and(|t| !(0.0..=2.0).contains(&t))
+        {
+            return Err(invalid("the LLM temperature must be between 0 and 2"));
+        }
+        let llm = self.llm_choice()?;
+        let tts = match self.tts.as_deref() {
+            None => vec![TtsChoice::Embedded],
+            Some(spec) => tts_choice(
+                spec,
+                self.tts_model.clone(),
+                self.tts_voice.clone(),
+                &mut voice,
+            )?,
+        };
+        let stt = stt_choice(
+            self.stt.as_deref().unwrap_or("whisper"),
+            self.stt_model.clone(),
+        )?;
+        if self.greeting.is_some() && !matches!(llm, LlmChoice::Text(_)) {
+            return Err(invalid(
+                "a greeting is spoken by the TTS: it needs a text LLM, not a realtime one",
+            ));
+        }
+        let http_tools = self
+            .tools
+            .iter()
+            .map(|tool| HttpTool::new(tool).map_err(invalid))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mcp = self
+            .mcp
+            .iter()
+            .map(|server| McpServer::new(server).map_err(invalid))
+            .collect::<Result<Vec<_>, _>>()?;
+        let options = BotOptions {
+            name: self.name.clone(),
+            llm,
+            voice,
+            turn_end: self.turn.unwrap_or_default(),
+            turn_timeout: Duration::from_secs_f64(turn_timeout_secs),
+            max_tokens,
+            barge_in,
+            instructions: self.instructions()?.unwrap_or(defaults.instructions),
+            greeting: self.greeting.clone(),
+            prices: self
+                .prices
+                .iter()
+                .fold(PriceTable::default(), |table, (model, price)| {
+                    table.with(model.clone(), price.price())
+                }),
+            stt,
+            tts,
+            builtin: self
+                .builtin
+                .clone()
+                .unwrap_or_else(|| Builtin::ALL.to_vec()),
+            http_tools,
+            mcp,
+            ..BotOptions::default()
+        };
+        options.check_tool_names().map_err(invalid)?;
+        Ok(options)
+    }
+
+    /// The instruction, from the text or the file.
+    fn instructions(&self) -> Result<Option<String>, ConfigError> {
+        match (&self.instructions, &self.instructions_file) {
+            (Some(_), Some(_)) => Err(invalid("give instructions or instructions_file, not both")),
+            (Some(text), None) => Ok(Some(text.clone())),
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .map(|text| Some(text.trim().to_owned()))
+                .map_err(|source| ConfigError::Read {
+                    path: path.clone(),
+                    source,
+                }),
+            (None, None) => Ok(None),
+        }
+    }
+
+    /// The `llm` value: one realtime model, or text LLMs each the fallback of the one before.
+    fn llm_choice(&self) -> Result<LlmChoice, ConfigError> {
+        let spec = self.llm.as_deref().unwrap_or("local");
+        let names: Vec<&str> = spec.split(',').map(str::trim).collect();
+        match names[..] {
+            ["openai-realtime"] => {
+                let mut settings = OpenAiRealtimeSettings::from_env().map_err(setup)?;
+                if std::env::var_os("OPENAI_REALTIME_URL").is_none()
+                    && let Some(url) = &self.realtime_url
+                {
+                    settings.url = url.clone();
+                }
+                if let Some(model) = &self.realtime_model {
+                    settings.model = model.clone();
+                }
+                return Ok(LlmChoice::OpenAiRealtime(settings));
+            }
+            ["gemini-live"] => {
+                let mut settings = GeminiLiveSettings::from_env().map_err(setup)?;
+                if std::env::var_os("GEMINI_LIVE_URL").is_none()
+                    && let Some(url) = &self.realtime_url
+                {
+                    settings.url = url.clone();
+                }
+                if let Some(model) = &self.realtime_model {
+                    settings.model = model.clone();
+                }
+                return Ok(LlmChoice::GeminiLive(settings));
+            }
+            _ => {}
+        }
+        let (mut model, temperature) = (self.llm_model.clone(), self.llm_temperature);
+        let mut list = Vec::new();
+        for name in names {
+            let llm = match name {
+                "local" => TextLlm::Local,
+                "openai" => {
+                    let mut settings = OpenAiSettings::from_env().map_err(setup)?;
+                    if let Some(model) = model.take() {
+                        settings.model = model;
+                    }
+                    settings.temperature = temperature;
+                    TextLlm::OpenAi(settings)
+                }
+                "anthropic" => {
+                    let mut settings = AnthropicSettings::from_env().map_err(setup)?;
+                    if let Some(model) = model.take() {
+                        settings.model = model;
+                    }
+                    settings.temperature = temperature;
+                    TextLlm::Anthropic(settings)
+                }
+                "gemini" => {
+                    let mut settings = GeminiSettings::from_env().map_err(setup)?;
+                    if let Some(model) = model.take() {
+                        settings.model = model;
+                    }
+                    settings.temperature = temperature;
+                    TextLlm::Gemini(settings)
+                }
+                "openai-realtime" | "gemini-live" => {
+                    return Err(invalid(format!(
+                        "llm {spec:?}: {name} listens and speaks itself and has no fallback list"
+                    )));
+                }
+                other => {
+                    return Err(invalid(format!(
+                        "llm {other:?}: use local, openai, anthropic or gemini (a comma-separated \
+                         list falls back from each to the next), openai-realtime or gemini-live"
+                    )));
+                }
+            };
+            if list.contains(&llm) {
+                return Err(invalid(format!("llm {spec:?} names {name} twice")));
+            }
+            list.push(llm);
+        }
+        Ok(LlmChoice::Text(list))
+    }
+}
+
+/// The `tts` value: voices, each the fallback of the one before. Naming an embedded voice
+/// picks it as `voice`.
+fn tts_choice(
+    spec: &str,
+    model: Option<String>,
+    voice_id: Option<String>,
+    voice: &mut Voice,
+) -> Result<Vec<TtsChoice>, ConfigError> {
+    let (mut model, mut voice_id) = (model, voice_id);
+    let mut list = Vec::new();
+    let mut embedded = None;
+    for name in spec.split(',').map(str::trim) {
+        let tts = match name {
+            "piper" | "espeak" => {
+                let picked = if name == "piper" {
+                    Voice::Piper
+                } else {
+                    Voice::Espeak
+                };
+                if embedded.replace(picked).is_some() {
+                    return Err(invalid(format!("tts {spec:?}: one embedded voice at most")));
+                }
+                *voice = picked;
+                TtsChoice::Embedded
+            }
+            "cartesia" => {
+                let mut settings = CartesiaSettings::from_env().map_err(setup)?;
+                if let Some(model) = model.take() {
+                    settings.model = model;
+                }
+                if let Some(id) = voice_id.take() {
+                    settings.voice = id;
+                }
+                TtsChoice::Cartesia(settings)
+            }
+            "openai" => {
+                let mut settings = OpenAiSpeechSettings::from_env().map_err(setup)?;
+                if let Some(model) = model.take() {
+                    settings.model = model;
+                }
+                if let Some(id) = voice_id.take() {
+                    settings.voice = id;
+                }
+                TtsChoice::OpenAi(settings)
+            }
+            "deepgram" => {
+                let mut settings = AuraSettings::from_env().map_err(setup)?;
+                // Aura's voice is its model.
+                if let Some(voice) = voice_id.take().or_else(|| model.take()) {
+                    settings.model = voice;
+                }
+                TtsChoice::Deepgram(settings)
+            }
+            "elevenlabs" => {
+                let mut settings = ElevenLabsSettings::from_env().map_err(setup)?;
+                if let Some(model) = model.take() {
+                    settings.model = model;
+                }
+                if let Some(id) = voice_id.take() {
+                    settings.voice = id;
+                }
+                TtsChoice::ElevenLabs(settings)
+            }
+            other => {
+                return Err(invalid(format!(
+                    "tts {other:?}: use piper, espeak, cartesia, elevenlabs, openai or deepgram \
+                     (a comma-separated list falls back from each to the next)"
+                )));
+            }
+        };
+        if list.contains(&tts) {
+            return Err(invalid(format!("tts {spec:?} names {name} twice")));
+        }
+        list.push(tts);
+    }
+    Ok(list)
+}
+
+/// The `stt` value: engines, each the fallback of the one before.
+fn stt_choice(spec: &str, model: Option<String>) -> Result<Vec<SttChoice>, ConfigError> {
+    let mut model = model;
+    let mut list = Vec::new();
+    for name in spec.split(',').map(str::trim) {
+        let stt = match name {
+            "whisper" => SttChoice::Whisper,
+            "deepgram" => {
+                let mut settings = DeepgramSettings::from_env().map_err(setup)?;
+                if let Some(model) = model.take() {
+                    settings.model = model;
+                }
+                SttChoice::Deepgram(settings)
+            }
+            "assemblyai" => {
+                let mut settings = AssemblyAiSettings::from_env().map_err(setup)?;
+                if let Some(model) = model.take() {
+                    settings.model = model;
+                }
+                SttChoice::AssemblyAi(settings)
+            }
+            "openai" => {
+                let mut settings = OpenAiSttSettings::from_env().map_err(setup)?;
+                if let Some(model) = model.take() {
+                    settings.model = model;
+                }
+                SttChoice::OpenAi(settings)
+            }
+            other => {
+                return Err(invalid(format!(
+                    "stt {other:?}: use whisper, deepgram, assemblyai or openai (a comma-separated \
+                     list falls back from each to the next)"
+                )));
+            }
+        };
+        if list.contains(&stt) {
+            return Err(invalid(format!("stt {spec:?} names {name} twice")));
+        }
+        list.push(stt);
+    }
+    Ok(list)
+}
+
+/// `value` with each `${NAME}` replaced by the environment variable `NAME`; `what` names the
+/// setting in the error when one is not set.
+pub(crate) fn expand_env(value: &str, what: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            return Err(format!("{what}: an unclosed ${{ in {value:?}"));
+        };
+        let name = &after[..end];
+        match std::env::var(name) {
+            Ok(v) => out.push_str(&v),
+            Err(_) => {
+                return Err(format!(
+                    "{what} names the environment variable {name}, which is not set"
+                ));
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
