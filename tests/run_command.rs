@@ -151,3 +151,49 @@ fn local_names_a_missing_audio_device_instead_of_panicking() {
     );
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+#[test]
+fn check_says_a_bot_file_is_fine_or_names_the_key_and_the_file() {
+    let good = temp("desk.toml");
+    std::fs::write(
+        &good,
+        "greeting = \"Hello.\"\nbuiltin = [\"clock\"]\n\n[[tool]]\nname = \"lookup\"\n\
+         description = \"Looks up.\"\nurl = \"http://127.0.0.1:9/lookup\"\n",
+    )
+    .expect("a bot file");
+    let result = voxide()
+        .arg("check")
+        .arg("--bot")
+        .arg(&good)
+        .output()
+        .expect("voxide runs");
+    let stdout = String::from_utf8_lossy(&result.stdout);
+    assert!(
+        result.status.success(),
+        "{}",
+        String::from_utf8_lossy(&result.stderr)
+    );
+    assert!(
+        stdout.contains("bot \"desk\"") && stdout.contains("1 HTTP tools"),
+        "{stdout}"
+    );
+
+    let typo = temp("typo.toml");
+    std::fs::write(
+        &typo,
+        "greeting = \"Hello.\"\ninstructoins = \"Be brief.\"\n",
+    )
+    .expect("a bot file");
+    let result = voxide()
+        .arg("check")
+        .arg("--bot")
+        .arg(&typo)
+        .output()
+        .expect("voxide runs");
+    let stderr = String::from_utf8_lossy(&result.stderr);
+    assert!(!result.status.success());
+    assert!(
+        stderr.contains("typo.toml") && stderr.contains("instructoins"),
+        "{stderr}"
+    );
+}

@@ -100,6 +100,11 @@ struct Connected {
 
 impl Connected {
     async fn new(addr: std::net::SocketAddr) -> Self {
+        Self::offer_at(addr, "/api/offer").await
+    }
+
+    /// Connects with an offer to `path`.
+    async fn offer_at(addr: std::net::SocketAddr, path: &str) -> Self {
         let mut media = MediaEngine::default();
         media
             .register_codec(
@@ -168,7 +173,7 @@ impl Connected {
         let offer_sdp = pc.local_description().await.expect("offer").sdp;
 
         let body = json!({"sdp": offer_sdp, "type": "offer"}).to_string();
-        let (status, answer) = request(addr, "POST", "/api/offer", &body).await;
+        let (status, answer) = request(addr, "POST", path, &body).await;
         assert_eq!(status, 200, "{answer}");
         let answer: Value = serde_json::from_str(&answer).expect("JSON answer");
         assert_eq!(answer["type"], "answer");
@@ -532,4 +537,36 @@ async fn bad_signalling_gets_clear_errors() {
     // None of that cost a session.
     let (_, status) = request(addr, "GET", "/status", "").await;
     assert!(status.contains("\"sessions\":0"), "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn start_picks_the_bot_and_its_session_offer_gets_it() {
+    let bots = ["front", "night"]
+        .into_iter()
+        .map(|name| voxide::bot::BotOptions {
+            name: Some(name.to_owned()),
+            voice: voxide::bot::Voice::Espeak,
+            greeting: Some(format!("This is the {name} desk.")),
+            ..voxide::bot::BotOptions::default()
+        })
+        .collect();
+    let server = common::start_with(2, bots).await;
+    let body = json!({"createDailyRoom": false, "body": {"bot": "night", "room": 12}}).to_string();
+    let (status, started) = request(server.addr, "POST", "/start", &body).await;
+    assert_eq!(status, 200, "{started}");
+    let started: Value = serde_json::from_str(&started).expect("JSON");
+    let id = started["sessionId"].as_str().expect("a session id");
+    let mut client = Connected::offer_at(server.addr, &format!("/sessions/{id}/api/offer")).await;
+    client.ready().await;
+    client.wait_for("bot-tts-text", 20).await;
+    let said: Vec<String> = client
+        .seen_json()
+        .iter()
+        .filter(|m| m["type"] == "bot-tts-text")
+        .filter_map(|m| m["data"]["text"].as_str().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        said.first().map(String::as_str),
+        Some("This is the night desk.")
+    );
 }

@@ -122,7 +122,12 @@ pub struct ServerConfig {
 /// name = "everything"
 /// command = "npx"
 /// args = ["-y", "@modelcontextprotocol/server-everything"]
-/// async_tools = ["longRunningOperation"]
+/// async_tools = ["trigger-long-running-operation"]
+///
+/// [[example]]                          # teaches the embedded model; larger ones need none
+/// user = "Where is my order 1234?"
+/// call = "lookup_order"
+/// arguments = { order = "1234" }
 /// ```
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -183,6 +188,22 @@ pub struct BotConfig {
     /// MCP servers whose tools the bot gets: `[[mcp]]`.
     #[serde(default)]
     pub mcp: Vec<McpConfig>,
+    /// Worked examples that teach the embedded LLM when to call the bot's own tools:
+    /// `[[example]]` (larger models need none).
+    #[serde(default, rename = "example")]
+    pub examples: Vec<ExampleConfig>,
+}
+
+/// `[[example]]`: what a user says, and the tool call it should make (none: answered in words).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExampleConfig {
+    /// What the user says.
+    pub user: String,
+    /// The tool it calls.
+    pub call: Option<String>,
+    /// The call's arguments (default: none).
+    pub arguments: Option<serde_json::Value>,
 }
 
 /// A built-in tool.
@@ -301,6 +322,11 @@ impl BotConfig {
                 lower.mcp
             } else {
                 self.mcp
+            },
+            examples: if self.examples.is_empty() {
+                lower.examples
+            } else {
+                self.examples
             },
         }
     }
@@ -427,6 +453,23 @@ input = 1.0
         );
         assert!(toml::from_str::<Config>("[server]\nprot = 1\n").is_err());
         assert!(toml::from_str::<Config>("[server]\nport = \"x\"\n").is_err());
+    }
+
+    #[test]
+    fn the_documented_bot_file_parses() {
+        let example: String = include_str!("mod.rs")
+            .lines()
+            .skip_while(|l| !l.starts_with("/// ```toml"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("/// ```"))
+            .map(|l| l.trim_start_matches("///").trim_start())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let bot: BotConfig = toml::from_str(&example).expect("the bot file example parses");
+        assert_eq!(bot.name.as_deref(), Some("concierge"));
+        assert_eq!(bot.tools[0].name, "lookup_order");
+        assert_eq!(bot.mcp[0].async_tools, ["trigger-long-running-operation"]);
+        assert_eq!(bot.examples[0].call.as_deref(), Some("lookup_order"));
     }
 
     fn layer(text: &str) -> BotConfig {

@@ -11,6 +11,7 @@ use crate::services::llm::PriceTable;
 use crate::services::llm::anthropic::AnthropicSettings;
 use crate::services::llm::gemini::GeminiSettings;
 use crate::services::llm::gemini_live::GeminiLiveSettings;
+use crate::services::llm::local::ToolExample;
 use crate::services::llm::openai::OpenAiSettings;
 use crate::services::llm::openai_realtime::OpenAiRealtimeSettings;
 use crate::services::stt::assemblyai::AssemblyAiSettings;
@@ -120,6 +121,7 @@ impl BotConfig {
                 .unwrap_or_else(|| Builtin::ALL.to_vec()),
             http_tools,
             mcp,
+            tool_examples: self.examples.iter().map(example).collect(),
             ..BotOptions::default()
         };
         options.check_tool_names().map_err(invalid)?;
@@ -219,6 +221,20 @@ impl BotConfig {
             list.push(llm);
         }
         Ok(LlmChoice::Text(list))
+    }
+}
+
+fn example(example: &super::ExampleConfig) -> ToolExample {
+    match &example.call {
+        Some(name) => ToolExample::call(
+            &example.user,
+            name,
+            example
+                .arguments
+                .clone()
+                .unwrap_or_else(|| serde_json::json!({})),
+        ),
+        None => ToolExample::words(&example.user),
     }
 }
 
