@@ -397,12 +397,7 @@ mod mcp {
         bot.run_llm().await;
         bot.responses(2).await;
         // The talk goes on while the operation runs: another turn, another (sync) tool.
-        bot.context
-            .lock()
-            .messages
-            .push(Message::user("Are you still there?"));
-        bot.run_llm().await;
-        bot.responses(2).await;
+        bot.user_says("Are you still there?", 2).await;
         let echoed = tool_answer(&bot.context.messages(), "e1");
         assert!(echoed.to_string().contains("still here"), "{echoed}");
         // Then the final result.
@@ -462,12 +457,7 @@ mod mcp {
         let mut bot = Bot::start(llm);
         bot.run_llm().await;
         bot.responses(2).await;
-        bot.context
-            .lock()
-            .messages
-            .push(Message::user("Stop that."));
-        bot.run_llm().await;
-        bot.responses(2).await;
+        bot.user_says("Stop that.", 2).await;
         let (messages, _) = bot.stop().await;
         assert!(tool_answer(&messages, "x1").to_string().contains("ancel"));
         let cancelled = wait_for(|| {

@@ -4,31 +4,16 @@
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+mod common;
+
+use common::scripted::Probe;
 use voxide::aggregators::AssistantAggregator;
 use voxide::bot;
 use voxide::context::{ContextHandle, Message};
 use voxide::events::EndReason;
-use voxide::frames::{DataFrame, Frame};
-use voxide::pipeline::{
-    Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session,
-};
+use voxide::frames::DataFrame;
+use voxide::pipeline::{Pipeline, Session};
 use voxide::services::llm::LlmService;
-
-/// Reports every frame name that reaches the end of the pipeline.
-struct Probe(mpsc::UnboundedSender<String>);
-
-impl FrameProcessor for Probe {
-    fn process(
-        &mut self,
-        frame: Frame,
-        direction: Direction,
-        cx: &mut FrameContext<'_>,
-    ) -> Result<(), ProcessorError> {
-        let _ = self.0.send(frame.name().to_owned());
-        cx.push(frame, direction);
-        Ok(())
-    }
-}
 
 /// Runs one user request through the default bot; returns the context afterwards.
 async fn ask(request: &str, responses: usize) -> Vec<Message> {

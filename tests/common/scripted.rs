@@ -145,6 +145,14 @@ impl Bot {
             .expect("queued");
     }
 
+    /// The user says `text` (straight into the context) and the LLM runs; waits for `n`
+    /// responses.
+    pub async fn user_says(&mut self, text: &str, n: usize) {
+        self.context.lock().messages.push(Message::user(text));
+        self.run_llm().await;
+        self.responses(n).await;
+    }
+
     /// Waits until `n` responses have ended at the sink.
     pub async fn responses(&mut self, n: usize) {
         let mut seen = 0;
