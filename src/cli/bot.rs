@@ -1,0 +1,197 @@
+//! The bot's flags, and how they layer over a bot file and the config file.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Result;
+
+use voxide::bot::{BotOptions, TurnEnd, Voice};
+use voxide::config::{BotConfig, Config};
+
+/// The bot's options, shared by the commands that run one. Each falls back to its
+/// environment variable, then to the bot file, then to the config file's `[bot]` table, then
+/// to the default.
+#[derive(clap::Args, Debug)]
+pub struct BotArgs {
+    /// A bot file: its instruction, greeting, providers and tools (see `voxide::config` for
+    /// its keys; `voxide check --bot FILE` checks one). The flags here override it.
+    #[arg(long, env = "VOXIDE_BOT", value_name = "FILE")]
+    pub bot: Option<PathBuf>,
+    /// The voice: `piper` (natural) or `espeak` (robotic, nearly free). [default: piper]
+    #[arg(long, value_enum, env = "VOXIDE_VOICE")]
+    voice: Option<Voice>,
+    /// How a user turn ends: `smart` (the Smart Turn model judges each pause) or `silence`
+    /// (a fixed silence of --turn-timeout-secs). [default: smart]
+    #[arg(long, value_enum, env = "VOXIDE_TURN")]
+    turn: Option<TurnEnd>,
+    /// With `--turn silence` the silence that ends a turn; with `--turn smart` the silence after
+    /// which a turn that sounds unfinished ends anyway. [default: 2]
+    #[arg(long, env = "VOXIDE_TURN_TIMEOUT_SECS")]
+    turn_timeout_secs: Option<f64>,
+    /// Tokens one reply may have at most. [default: 60]
+    #[arg(long, env = "VOXIDE_MAX_TOKENS")]
+    max_tokens: Option<usize>,
+    /// Words the user must say over the bot before it stops; shorter remarks ("mm-hm") are
+    /// dropped. 0: the start of speech interrupts. [default: 0]
+    #[arg(long, env = "VOXIDE_INTERRUPT_MIN_WORDS")]
+    interrupt_min_words: Option<usize>,
+    /// Pause the bot when the user starts speaking over it, and resume it when no words come
+    /// within this many seconds after they stop (a cough, a door). [default: off]
+    #[arg(long, env = "VOXIDE_RESUME_AFTER_SECS")]
+    resume_after_secs: Option<f64>,
+    /// Hold the bot's audio from the first moment of speech over it, before the VAD confirms
+    /// the start, and play on if it fades (`true` or `false`). [default: true]
+    #[arg(long, env = "VOXIDE_PAUSE_AT_ONSET")]
+    pause_at_onset: Option<bool>,
+    /// The system instruction (default: a short one of voxide's own).
+    #[arg(long, env = "VOXIDE_INSTRUCTIONS")]
+    instructions: Option<String>,
+    /// The model: `local` (embedded, offline); a text LLM over HTTP: `openai` (any
+    /// OpenAI-compatible chat-completions server: OPENAI_API_KEY, OPENAI_BASE_URL, e.g.
+    /// Ollama's http://127.0.0.1:11434/v1 with no key), `anthropic` (ANTHROPIC_API_KEY,
+    /// ANTHROPIC_BASE_URL) or `gemini` (GEMINI_API_KEY, GEMINI_BASE_URL); a comma-separated list
+    /// of those falls back from each to the next (`openai,local`). Or a realtime model that
+    /// listens and speaks itself: `openai-realtime` (OPENAI_API_KEY; OPENAI_REALTIME_URL) or
+    /// `gemini-live` (GEMINI_API_KEY; GEMINI_LIVE_URL). [default: local]
+    #[arg(long, env = "VOXIDE_LLM")]
+    llm: Option<String>,
+    /// The text LLM's model (the first of a fallback list). [default: gpt-4.1-mini for
+    /// openai, claude-haiku-4-5 for anthropic, gemini-2.5-flash for gemini]
+    #[arg(long, env = "VOXIDE_LLM_MODEL")]
+    llm_model: Option<String>,
+    /// Who listens (with a text LLM): `whisper` (embedded, offline), `deepgram` (live
+    /// streaming: DEEPGRAM_API_KEY; DEEPGRAM_URL, scheme and host, for another server),
+    /// `assemblyai` (Universal-Streaming: ASSEMBLYAI_API_KEY; ASSEMBLYAI_URL) or `openai`
+    /// (realtime transcription: OPENAI_API_KEY; OPENAI_BASE_URL); a comma-separated list falls
+    /// back from each to the next (`deepgram,whisper`). [default: whisper]
+    #[arg(long, env = "VOXIDE_STT")]
+    stt: Option<String>,
+    /// The STT's model (the first provider of the list). [default: nova-3 for deepgram,
+    /// universal-streaming-english for assemblyai, gpt-4o-transcribe for openai]
+    #[arg(long, env = "VOXIDE_STT_MODEL")]
+    stt_model: Option<String>,
+    /// Who speaks (with a text LLM): `piper` or `espeak` (embedded, offline; the same as
+    /// --voice), `cartesia` (streaming: CARTESIA_API_KEY; CARTESIA_URL, scheme and host, for
+    /// another server), `openai` (OpenAI's speech API or a server that speaks it:
+    /// OPENAI_API_KEY, OPENAI_BASE_URL), `deepgram` (Aura, streaming: DEEPGRAM_API_KEY,
+    /// DEEPGRAM_URL) or `elevenlabs` (streaming: ELEVENLABS_API_KEY; ELEVENLABS_URL); a
+    /// comma-separated list falls back from each to the next (`cartesia,piper`).
+    /// [default: the --voice]
+    #[arg(long, env = "VOXIDE_TTS")]
+    tts: Option<String>,
+    /// The TTS provider's model (the first provider of the list). [default: sonic-3.5 for
+    /// cartesia, gpt-4o-mini-tts for openai, eleven_flash_v2_5 for elevenlabs]
+    #[arg(long, env = "VOXIDE_TTS_MODEL")]
+    tts_model: Option<String>,
+    /// The TTS provider's voice id (the first provider of the list).
+    #[arg(long, env = "VOXIDE_TTS_VOICE")]
+    tts_voice: Option<String>,
+    /// The text LLMs' sampling temperature (0 to 2). [default: the provider's]
+    #[arg(long, env = "VOXIDE_LLM_TEMPERATURE")]
+    llm_temperature: Option<f32>,
+    /// A TOML config file (see `voxide::config` for its keys).
+    #[arg(long, env = "VOXIDE_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+impl BotArgs {
+    /// The config file, or an empty one.
+    pub fn config(&self) -> Result<Config> {
+        Ok(match &self.config {
+            Some(path) => Config::load(path)?,
+            None => Config::default(),
+        })
+    }
+
+    /// The flags (and their environment variables) as the top layer of the bot's settings.
+    pub fn layer(&self) -> BotConfig {
+        BotConfig {
+            voice: self.voice,
+            turn: self.turn,
+            turn_timeout_secs: self.turn_timeout_secs,
+            max_tokens: self.max_tokens,
+            interrupt_min_words: self.interrupt_min_words,
+            resume_after_secs: self.resume_after_secs,
+            pause_at_onset: self.pause_at_onset,
+            instructions: self.instructions.clone(),
+            llm: self.llm.clone(),
+            llm_model: self.llm_model.clone(),
+            llm_temperature: self.llm_temperature,
+            stt: self.stt.clone(),
+            stt_model: self.stt_model.clone(),
+            tts: self.tts.clone(),
+            tts_model: self.tts_model.clone(),
+            tts_voice: self.tts_voice.clone(),
+            ..BotConfig::default()
+        }
+    }
+
+    /// The bot: the flags over `--bot`'s file over the config's `[bot]` over `defaults`,
+    /// resolved, its MCP servers started.
+    pub async fn bot(&self, defaults: BotConfig) -> Result<BotOptions> {
+        let file = match &self.bot {
+            Some(path) => BotConfig::load(path)?,
+            None => BotConfig::default(),
+        };
+        let bot = self
+            .layer()
+            .over(file.over(self.config()?.bot.over(defaults)))
+            .resolve()?;
+        bot.start_tools().await?;
+        Ok(bot)
+    }
+
+    /// Each bot of `dir`, layered as [`BotArgs::bot`] does with its file, started.
+    pub async fn bots(&self, dir: &Path) -> Result<Vec<BotOptions>> {
+        let base = self.config()?.bot;
+        let mut bots = Vec::new();
+        for file in BotConfig::load_dir(dir)? {
+            let bot = self.layer().over(file.over(base.clone())).resolve()?;
+            bot.start_tools().await?;
+            bots.push(bot);
+        }
+        Ok(bots)
+    }
+}
+
+/// `voxide check`.
+#[derive(clap::Args)]
+pub struct CheckArgs {
+    /// A folder of bot files to check.
+    #[arg(long, value_name = "DIR", conflicts_with = "bot")]
+    bots: Option<PathBuf>,
+    #[command(flatten)]
+    bot: BotArgs,
+}
+
+impl CheckArgs {
+    /// Every bot resolved as a run would resolve it, nothing started.
+    pub fn run(&self) -> Result<()> {
+        let args = &self.bot;
+        let base = args.config()?.bot;
+        let files = match (&self.bots, &args.bot) {
+            (Some(dir), _) => BotConfig::load_dir(dir)?,
+            (None, Some(path)) => vec![BotConfig::load(path)?],
+            (None, None) => vec![BotConfig::default()],
+        };
+        for file in files {
+            let bot = args.layer().over(file.over(base.clone())).resolve()?;
+            let tools = bot.http_tools.len();
+            let servers: Vec<&str> = bot.mcp.iter().map(|s| s.name()).collect();
+            println!(
+                "ok: bot {:?}: {} built-in tools, {tools} HTTP tools, MCP servers [{}] (not started)",
+                bot.name.as_deref().unwrap_or("default"),
+                bot.builtin.len(),
+                servers.join(", ")
+            );
+        }
+        Ok(())
+    }
+}
+
+/// The bot's options over `defaults`, with every engine they use loaded.
+pub async fn preloaded(args: &BotArgs, defaults: BotConfig) -> Result<BotOptions> {
+    let bot = args.bot(defaults).await?;
+    let preload = bot.clone();
+    tokio::task::spawn_blocking(move || voxide::bot::preload(&preload)).await??;
+    Ok(bot)
+}

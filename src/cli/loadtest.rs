@@ -1,0 +1,172 @@
+//! `voxide loadtest`: its flags, checked, and its exit status.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// `voxide loadtest`.
+#[derive(clap::Args)]
+pub struct LoadtestArgs {
+    /// The server: `http://host:port`.
+    #[arg(long)]
+    target: String,
+    /// `webrtc` (SmallWebRTC: POST /api/offer, Opus, RTVI on the data channel), `webrtc-start`
+    /// (pipecat's runner: POST /start, then /sessions/{id}/api/offer), `ws` (voxide's /ws: PCM
+    /// and JSON) or `twilio` (Twilio Media Streams at /ws/twilio). A path in --target replaces
+    /// the default one.
+    #[arg(long, default_value = "webrtc")]
+    protocol: String,
+    /// A WAV of one user turn; repeat for more (the turns cycle through them).
+    #[arg(long, required = true)]
+    audio: Vec<PathBuf>,
+    /// Sessions in all.
+    #[arg(long, default_value_t = 1)]
+    sessions: usize,
+    /// Sessions at once [default: --sessions].
+    #[arg(long)]
+    concurrency: Option<usize>,
+    /// Turns per session.
+    #[arg(long, default_value_t = 1)]
+    turns: usize,
+    /// Silence after the bot's reply before the next turn, ms.
+    #[arg(long, default_value_t = 400)]
+    think_ms: u64,
+    /// A load shape, k6's way: `30s:5,2m:20,30s:0` ramps to 5 sessions at once over 30 s, to 20
+    /// over 2 minutes, down to none over 30 s; each slot runs sessions back to back. Replaces
+    /// --sessions.
+    #[arg(long, conflicts_with = "duration")]
+    stages: Option<String>,
+    /// Keeps --concurrency sessions going, back to back, for this many seconds (after --ramp).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Each turn after the first talks over the bot this many ms after its reply starts, and
+    /// `barge_in_stop` times how long the bot takes to fall silent.
+    #[arg(long)]
+    barge_in_at_ms: Option<u64>,
+    /// Seconds over which the first wave of sessions starts.
+    #[arg(long, default_value_t = 0.0)]
+    ramp: f64,
+    /// Seeds the sessions' start offsets.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// A turn with no reply this many seconds after the user's speech ended is an error.
+    #[arg(long, default_value_t = 20.0)]
+    response_timeout: f64,
+    /// An SLO, as `p95(v2v)<1200ms`, `p99(connect)<2s` or `error_rate<1%`; repeatable. A metric
+    /// with no data fails.
+    #[arg(long)]
+    slo: Vec<String>,
+    /// Where summary.json, turns.csv, sessions.csv, timeline.jsonl and report.html go.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Raises the concurrency (1, 2, 4, …, up to N, then bisecting) until an --slo breaks, and
+    /// reports the largest that held: what an autoscaler's per-node target is set to. Each step
+    /// runs that many sessions at once; results go under --out/concurrency-K/ and
+    /// --out/capacity.json.
+    #[arg(long, value_name = "N")]
+    find_capacity: Option<usize>,
+    /// The run is invalid (exit 4) when the p99 lag of the 20 ms send clock is above this, ms.
+    #[arg(long, default_value_t = 10.0)]
+    max_pacing_lag_ms: f64,
+}
+
+/// Runs `voxide loadtest`; the exit status.
+pub async fn loadtest(args: LoadtestArgs) -> u8 {
+    use voxide::loadtest::{LoadtestError, LoadtestOptions, Protocol, run, stats::Slo, table};
+    let usage = |message: String| {
+        eprintln!("error: {message}");
+        2
+    };
+    let protocol = match args.protocol.as_str() {
+        "ws" => Protocol::Ws,
+        "twilio" => Protocol::Twilio,
+        "webrtc" => Protocol::WebRtc,
+        "webrtc-start" => Protocol::WebRtcStart,
+        other => {
+            return usage(format!(
+                "--protocol {other:?}: use webrtc, webrtc-start, ws or twilio"
+            ));
+        }
+    };
+    let slos = match args
+        .slo
+        .iter()
+        .map(|s| Slo::parse(s))
+        .collect::<Result<Vec<_>, _>>()
+    {
+        Ok(slos) => slos,
+        Err(e) => return usage(e),
+    };
+    let positive = |v: f64| v.is_finite() && v > 0.0;
+    if !(positive(args.ramp) || args.ramp == 0.0)
+        || !positive(args.response_timeout)
+        || !positive(args.max_pacing_lag_ms)
+    {
+        return usage("--ramp, --response-timeout and --max-pacing-lag-ms must be positive".into());
+    }
+    let concurrency = args.concurrency.unwrap_or(args.sessions);
+    let stages = match (&args.stages, args.duration) {
+        (Some(text), _) => match voxide::loadtest::Stage::parse_list(text) {
+            Ok(stages) => stages,
+            Err(e) => return usage(e),
+        },
+        (None, Some(seconds)) if seconds.is_finite() && seconds > 0.0 => vec![
+            voxide::loadtest::Stage {
+                duration: Duration::from_secs_f64(args.ramp),
+                target: concurrency,
+            },
+            voxide::loadtest::Stage {
+                duration: Duration::from_secs_f64(seconds),
+                target: concurrency,
+            },
+        ],
+        (None, Some(_)) => return usage("--duration must be positive".into()),
+        (None, None) => Vec::new(),
+    };
+    let options = LoadtestOptions {
+        target: args.target,
+        protocol,
+        audio: args.audio,
+        sessions: args.sessions,
+        concurrency,
+        stages,
+        turns: args.turns,
+        think: Duration::from_millis(args.think_ms),
+        barge_in_at: args.barge_in_at_ms.map(Duration::from_millis),
+        ramp: Duration::from_secs_f64(args.ramp),
+        seed: args.seed,
+        response_timeout: Duration::from_secs_f64(args.response_timeout),
+        slos,
+        out: args.out,
+        max_pacing_lag: Duration::from_secs_f64(args.max_pacing_lag_ms / 1000.0),
+    };
+    if let Some(max) = args.find_capacity {
+        return match voxide::loadtest::find_capacity(options, max).await {
+            Ok(capacity) => {
+                for step in &capacity.steps {
+                    println!(
+                        "{:>4} at once: {:?}{}",
+                        step.concurrency,
+                        step.verdict,
+                        step.v2v
+                            .map_or(String::new(), |d| format!(", v2v p95 {:.0} ms", d.p95))
+                    );
+                }
+                match capacity.capacity {
+                    Some(k) => println!("capacity: {k} sessions at once"),
+                    None => println!("capacity: none (one session already breaks an SLO)"),
+                }
+                capacity.verdict.exit_code()
+            }
+            Err(LoadtestError::Usage(message)) => usage(message),
+            Err(e) => usage(e.to_string()),
+        };
+    }
+    match run(options).await {
+        Ok(summary) => {
+            print!("{}", table(&summary));
+            summary.verdict.exit_code()
+        }
+        Err(LoadtestError::Usage(message)) => usage(message),
+        Err(e) => usage(e.to_string()),
+    }
+}
