@@ -22,7 +22,9 @@ use crate::events::{EndReason, Event, SessionEvent};
 use crate::frames::{AudioFrame, DataFrame, SystemFrame};
 use crate::pipeline::{Session, SessionHandle};
 use crate::transports::rtvi::{ClientMessage, Rtvi};
-use crate::transports::signalling::{self, AUDIO_RECEIVER, Inbound, Liveness, Signal};
+use crate::transports::signalling::{
+    self, AUDIO_RECEIVER, Inbound, Liveness, OfferPlan, Signal, plan_offer,
+};
 use crate::transports::webrtc::{OPUS_RATE, Peer, PeerEvent, PeerOptions, TrackSink, connect};
 
 /// An SDP offer.
@@ -125,30 +127,36 @@ pub(crate) async fn session_offer(
 }
 
 async fn offer_for(app: Arc<App>, request: OfferRequest, session_id: Option<String>) -> Answer {
-    if request.kind != "offer" {
-        return Err(ApiError::BadRequest(format!(
-            "type must be \"offer\", not {:?}",
-            request.kind
-        )));
-    }
-    if let Some(pc_id) = &request.pc_id {
-        let known = app.lock_peers().get(pc_id).cloned();
-        match known {
-            Some(link) if request.restart_pc => {
-                return restart(&app, &link, pc_id, request.sdp).await;
-            }
-            Some(link) => {
-                let sdp = link.peer().renegotiate(request.sdp).await?;
-                return Ok(answer(sdp, pc_id.clone()));
-            }
-            None if !request.restart_pc => {
-                return Err(ApiError::NotFound(format!("no connection {pc_id}")));
-            }
-            // A restart of a connection that is gone (the server restarted, or the session
-            // ended): a new session.
-            None => {}
+    let link = request
+        .pc_id
+        .as_ref()
+        .and_then(|pc_id| app.lock_peers().get(pc_id).cloned());
+    let plan = plan_offer(
+        &request.kind,
+        request.pc_id.as_deref(),
+        request.restart_pc,
+        link.is_some(),
+    )
+    .map_err(ApiError::BadRequest)?;
+    match (plan, link, request.pc_id.clone()) {
+        (OfferPlan::Restart, Some(link), Some(pc_id)) => {
+            restart(&app, &link, &pc_id, request.sdp).await
         }
+        (OfferPlan::Renegotiate, Some(link), Some(pc_id)) => {
+            let sdp = link.peer().renegotiate(request.sdp).await?;
+            Ok(answer(sdp, pc_id))
+        }
+        (OfferPlan::Unknown, _, pc_id) => Err(ApiError::NotFound(format!(
+            "no connection {}",
+            pc_id.unwrap_or_default()
+        ))),
+        _ => new_session(app, request, session_id).await,
     }
+}
+
+/// A new connection and the session behind it; the session id is the one `/start` gave, or
+/// the connection's own.
+async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<String>) -> Answer {
     let pc_id = format!(
         "pc-{:016x}",
         u64::from(crate::transports::webrtc::random_u32()) << 32
@@ -191,7 +199,6 @@ async fn offer_for(app: Arc<App>, request: OfferRequest, session_id: Option<Stri
             restarts,
         }),
     );
-    let app_for_end = app.clone();
     let drive = Drive {
         app: app.clone(),
         pc_id: pc_id.clone(),
@@ -210,7 +217,7 @@ async fn offer_for(app: Arc<App>, request: OfferRequest, session_id: Option<Stri
         }
         let reason = session.join().await;
         tracing::info!(reason = reason.kind(), "WebRTC session ended");
-        app_for_end.metrics.observe(&Event::SessionEnded { reason });
+        app.metrics.observe(&Event::SessionEnded { reason });
         drop(admission);
     });
     Ok(answer(sdp, pc_id))

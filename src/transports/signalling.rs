@@ -11,7 +11,8 @@
 //! Transport-level messages never get an RTVI `error-response`: one that is malformed is dropped
 //! and logged. Everything else is RTVI and goes to [`super::rtvi`].
 //!
-//! [`Liveness`] is the sans-IO clock that turns pings and connection losses into one deadline.
+//! [`Liveness`] is the sans-IO clock that turns pings and connection losses into one deadline;
+//! [`plan_offer`] decides what an SDP offer to `/api/offer` asks for.
 
 use std::time::{Duration, Instant};
 
@@ -44,6 +45,42 @@ struct Envelope {
     #[serde(rename = "type")]
     kind: String,
     message: serde_json::Value,
+}
+
+/// What an SDP offer asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OfferPlan {
+    /// A new connection for a new session.
+    New,
+    /// A new offer on the live connection it names (a track added, a codec changed).
+    Renegotiate,
+    /// A new connection for the live session it names (`restart_pc`): the conversation and
+    /// the bot's voice carry over.
+    Restart,
+    /// It names a connection that does not exist and asks for no restart.
+    Unknown,
+}
+
+/// What an offer of `kind` naming `pc_id` asks for, given whether that connection is `live`;
+/// an offer that is not an offer is an error saying so.
+///
+/// A restart of a connection that is gone (the server restarted, or the session ended) is a
+/// new session, as pipecat's server treats it.
+pub fn plan_offer(
+    kind: &str,
+    pc_id: Option<&str>,
+    restart_pc: bool,
+    live: bool,
+) -> Result<OfferPlan, String> {
+    if kind != "offer" {
+        return Err(format!("type must be \"offer\", not {kind:?}"));
+    }
+    Ok(match (pc_id, live, restart_pc) {
+        (None, _, _) | (Some(_), false, true) => OfferPlan::New,
+        (Some(_), true, true) => OfferPlan::Restart,
+        (Some(_), true, false) => OfferPlan::Renegotiate,
+        (Some(_), false, false) => OfferPlan::Unknown,
+    })
 }
 
 /// What one data-channel text message is.
@@ -146,6 +183,19 @@ impl Liveness {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_offer_is_new_renegotiated_restarted_or_unknown() {
+        let plan = |pc_id, restart, live| plan_offer("offer", pc_id, restart, live);
+        assert_eq!(plan(None, false, false), Ok(OfferPlan::New));
+        assert_eq!(plan(None, true, false), Ok(OfferPlan::New));
+        assert_eq!(plan(Some("pc-1"), false, true), Ok(OfferPlan::Renegotiate));
+        assert_eq!(plan(Some("pc-1"), true, true), Ok(OfferPlan::Restart));
+        assert_eq!(plan(Some("pc-1"), false, false), Ok(OfferPlan::Unknown));
+        assert_eq!(plan(Some("pc-1"), true, false), Ok(OfferPlan::New));
+        let error = plan_offer("answer", None, false, false).expect_err("not an offer");
+        assert!(error.contains("\"answer\""), "{error}");
+    }
 
     #[test]
     fn pings_are_the_transports_not_rtvi() {

@@ -7,7 +7,6 @@
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,6 +24,7 @@ use rtc::rtp_transceiver::rtp_sender::{
     RtpCodecKind,
 };
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
 use webrtc::data_channel::{DataChannel, DataChannelEvent};
 use webrtc::media_stream::track_local::TrackLocal;
 use webrtc::media_stream::track_local::static_sample::TrackLocalStaticSample;
@@ -95,10 +95,35 @@ const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 /// One live peer connection.
 pub struct Peer {
     connection: Arc<dyn PeerConnection>,
-    /// Set on close, so the pacer stops taking the bot's voice from a shared sink.
-    closed: Arc<AtomicBool>,
+    /// The tasks that serve it; closing the peer (or dropping it) ends them all, so the pacer
+    /// stops taking the bot's voice from a sink a restarted connection now shares.
+    tasks: PeerTasks,
     /// Data-channel messages to send, in order (queued until the client opens the channel).
     outgoing: mpsc::UnboundedSender<Outgoing>,
+}
+
+/// The tasks of one connection: the pacer of the bot's voice, the decoder of the user's track,
+/// and the data channel's sender and reader.
+#[derive(Clone, Default)]
+struct PeerTasks(Arc<Mutex<JoinSet<()>>>);
+
+impl PeerTasks {
+    fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        let mut tasks = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        // Reap the finished ones, so a long connection holds no dead entries.
+        while tasks.try_join_next().is_some() {}
+        tasks.spawn(task);
+    }
+
+    fn abort(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).abort_all();
+    }
+}
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        self.tasks.abort();
+    }
 }
 
 impl Peer {
@@ -136,9 +161,9 @@ impl Peer {
         Ok(())
     }
 
-    /// Closes the connection.
+    /// Closes the connection and ends its tasks.
     pub async fn close(&self) {
-        self.closed.store(true, Ordering::Release);
+        self.tasks.abort();
         let _ = self.connection.close().await;
     }
 }
@@ -178,6 +203,7 @@ impl AudioSink for TrackSink {
 }
 
 struct Handler {
+    tasks: PeerTasks,
     events: mpsc::Sender<PeerEvent>,
     gathered: Mutex<Option<oneshot::Sender<()>>>,
     channel: Arc<Mutex<Option<mpsc::UnboundedReceiver<Outgoing>>>>,
@@ -212,7 +238,7 @@ impl PeerConnectionEventHandler for Handler {
             return;
         }
         let events = self.events.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             let mut decoder = match opus::Decoder::new(OPUS_RATE, opus::Channels::Mono) {
                 Ok(d) => d,
                 Err(e) => {
@@ -257,7 +283,7 @@ impl PeerConnectionEventHandler for Handler {
         };
         let events = self.events.clone();
         let sender = channel.clone();
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             while let Some(next) = outgoing.recv().await {
                 match next {
                     Outgoing::Text(text) => {
@@ -277,7 +303,7 @@ impl PeerConnectionEventHandler for Handler {
                 }
             }
         });
-        tokio::spawn(async move {
+        self.tasks.spawn(async move {
             while let Some(event) = channel.poll().await {
                 match event {
                     DataChannelEvent::OnMessage(message) => {
@@ -339,7 +365,9 @@ pub async fn connect(
     let (events_tx, events) = mpsc::channel(crate::audio::AUDIO_QUEUE);
     let (gathered_tx, gathered) = oneshot::channel();
     let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
+    let tasks = PeerTasks::default();
     let handler = Arc::new(Handler {
+        tasks: tasks.clone(),
         events: events_tx.clone(),
         gathered: Mutex::new(Some(gathered_tx)),
         channel: Arc::new(Mutex::new(Some(outgoing_rx))),
@@ -405,15 +433,13 @@ pub async fn connect(
     let mut encoder = opus::Encoder::new(OPUS_RATE, opus::Channels::Mono, opus::Application::Voip)
         .map_err(|e| WebRtcError::Opus(e.to_string()))?;
     let unheard = events_tx;
-    let closed = Arc::new(AtomicBool::new(false));
-    let stop = closed.clone();
-    tokio::spawn(async move {
+    tasks.spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_millis(20));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut packet = vec![0u8; 1500];
         loop {
             tick.tick().await;
-            if unheard.is_closed() || stop.load(Ordering::Acquire) {
+            if unheard.is_closed() {
                 break;
             }
             let frame: Vec<i16> = {
@@ -444,7 +470,7 @@ pub async fn connect(
     Ok((
         Peer {
             connection,
-            closed,
+            tasks,
             outgoing,
         },
         events,
