@@ -139,15 +139,67 @@ impl BotFactory for Bots {
 pub(crate) struct App {
     pub(crate) options: ServeOptions,
     pub(crate) bots: Arc<dyn BotFactory>,
-    pub(crate) metrics: Metrics,
+    pub(crate) metrics: Arc<Metrics>,
+    lifecycle: Arc<Lifecycle>,
     sessions: Mutex<HashMap<u64, SessionHandle>>,
     peers: Mutex<HashMap<String, webrtc::PeerHandle>>,
     /// What each `/start` asked for, until its offer comes.
     starts: Mutex<webrtc::Starts>,
     next_id: AtomicU64,
+}
+
+/// Whether the server takes sessions: loading, ready, draining.
+#[derive(Debug)]
+pub(crate) struct Lifecycle {
     ready: AtomicBool,
     draining: AtomicBool,
     started: Instant,
+}
+
+impl Lifecycle {
+    fn new() -> Self {
+        Self {
+            ready: AtomicBool::new(false),
+            draining: AtomicBool::new(false),
+            started: Instant::now(),
+        }
+    }
+
+    /// Ok when a new session may start, else why not.
+    fn readiness(&self) -> Result<(), ApiError> {
+        if self.draining.load(Ordering::SeqCst) {
+            Err(ApiError::Draining)
+        } else if self.ready.load(Ordering::SeqCst) {
+            Ok(())
+        } else {
+            Err(ApiError::NotReady)
+        }
+    }
+}
+
+/// The router's state: the whole app for the session routes, and the narrow parts the others
+/// take through `FromRef`.
+#[derive(Clone)]
+struct AppState {
+    app: Arc<App>,
+}
+
+impl axum::extract::FromRef<AppState> for Arc<App> {
+    fn from_ref(state: &AppState) -> Self {
+        state.app.clone()
+    }
+}
+
+impl axum::extract::FromRef<AppState> for Arc<Metrics> {
+    fn from_ref(state: &AppState) -> Self {
+        state.app.metrics.clone()
+    }
+}
+
+impl axum::extract::FromRef<AppState> for Arc<Lifecycle> {
+    fn from_ref(state: &AppState) -> Self {
+        state.app.lifecycle.clone()
+    }
 }
 
 /// A live session's place in the registry; leaving frees it.
@@ -185,12 +237,7 @@ impl App {
 
     /// Takes a session slot, or says why not.
     pub(crate) fn admit(self: &Arc<Self>) -> Result<Admission, ApiError> {
-        if self.draining.load(Ordering::SeqCst) {
-            return Err(ApiError::Draining);
-        }
-        if !self.ready.load(Ordering::SeqCst) {
-            return Err(ApiError::NotReady);
-        }
+        self.lifecycle.readiness()?;
         // Slots are reserved under the lock, so the limit holds under a burst of connections.
         let sessions = self.lock_sessions();
         if self.metrics.active() >= self.options.max_sessions {
@@ -221,14 +268,12 @@ impl Server {
             app: Arc::new(App {
                 options,
                 bots,
-                metrics: Metrics::default(),
+                metrics: Arc::default(),
+                lifecycle: Arc::new(Lifecycle::new()),
                 sessions: Mutex::default(),
                 peers: Mutex::default(),
                 starts: Mutex::default(),
                 next_id: AtomicU64::new(1),
-                ready: AtomicBool::new(false),
-                draining: AtomicBool::new(false),
-                started: Instant::now(),
             }),
         }
     }
@@ -240,7 +285,7 @@ impl Server {
 
     /// The models are in: sessions are taken from now on.
     pub fn set_ready(&self) {
-        self.app.ready.store(true, Ordering::SeqCst);
+        self.app.lifecycle.ready.store(true, Ordering::SeqCst);
     }
 
     /// Stops taking sessions, asks the live ones to finish, cancels what is left after `grace`.
@@ -265,7 +310,7 @@ fn router(app: Arc<App>) -> Router {
             post(webrtc::session_offer).patch(webrtc::candidates),
         )
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(app)
+        .with_state(AppState { app })
 }
 
 /// Runs the server until SIGINT or SIGTERM, then drains: no new sessions, live ones get
@@ -310,7 +355,7 @@ pub async fn serve_until(
         let app = app.clone();
         tokio::task::spawn_blocking(move || match app.bots.preload() {
             Ok(()) => {
-                app.ready.store(true, Ordering::SeqCst);
+                app.lifecycle.ready.store(true, Ordering::SeqCst);
                 tracing::info!("models loaded; ready");
             }
             Err(e) => tracing::error!(error = %e, "the models could not be loaded"),
@@ -339,7 +384,7 @@ pub async fn serve_until(
 
 /// Stops taking sessions, asks the live ones to finish, cancels what is left after `grace`.
 async fn drain(app: &Arc<App>, grace: Duration) {
-    app.draining.store(true, Ordering::SeqCst);
+    app.lifecycle.draining.store(true, Ordering::SeqCst);
     let live: Vec<SessionHandle> = app.lock_sessions().values().cloned().collect();
     tracing::info!(sessions = live.len(), "shutting down");
     for handle in &live {
@@ -358,14 +403,8 @@ async fn page() -> Html<&'static str> {
     Html(include_str!("../../assets/web/index.html"))
 }
 
-async fn readyz(State(app): State<Arc<App>>) -> Result<&'static str, ApiError> {
-    if app.draining.load(Ordering::SeqCst) {
-        Err(ApiError::Draining)
-    } else if app.ready.load(Ordering::SeqCst) {
-        Ok("ready")
-    } else {
-        Err(ApiError::NotReady)
-    }
+async fn readyz(State(lifecycle): State<Arc<Lifecycle>>) -> Result<&'static str, ApiError> {
+    lifecycle.readiness().map(|()| "ready")
 }
 
 #[derive(Serialize)]
@@ -384,22 +423,22 @@ struct Status {
 
 async fn status(State(app): State<Arc<App>>) -> axum::Json<Status> {
     axum::Json(Status {
-        ready: app.ready.load(Ordering::SeqCst),
-        draining: app.draining.load(Ordering::SeqCst),
+        ready: app.lifecycle.ready.load(Ordering::SeqCst),
+        draining: app.lifecycle.draining.load(Ordering::SeqCst),
         sessions: app.metrics.active(),
         max_sessions: app.options.max_sessions,
         sessions_started: app.metrics.started(),
         sessions_rejected: app.metrics.rejected(),
         sessions_ended: app.metrics.ended(),
-        uptime_secs: app.started.elapsed().as_secs_f64(),
+        uptime_secs: app.lifecycle.started.elapsed().as_secs_f64(),
         version: env!("CARGO_PKG_VERSION"),
     })
 }
 
-async fn prometheus(State(app): State<Arc<App>>) -> Response {
+async fn prometheus(State(metrics): State<Arc<Metrics>>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        app.metrics.render(),
+        metrics.render(),
     )
         .into_response()
 }
