@@ -170,31 +170,7 @@ async fn call(spec: Arc<Spec>, params: FunctionCallParams) {
 
 /// Sends the request and delivers what comes back; an error says why there is no result.
 async fn exchange(spec: &Spec, params: &FunctionCallParams) -> Result<(), String> {
-    let session = params
-        .app_resources
-        .get::<SessionInfo>()
-        .cloned()
-        .unwrap_or_default();
-    let mut url = spec.url.clone();
-    if matches!(spec.method, Method::GET | Method::DELETE) {
-        url.query_pairs_mut().extend_pairs(query(&params.arguments));
-    }
-    let mut request = spec
-        .client
-        .request(spec.method.clone(), url)
-        .headers(spec.headers.clone())
-        .header("x-voxide-session-id", &session.id)
-        .header("x-voxide-tool-call-id", &params.tool_call_id);
-    if !matches!(spec.method, Method::GET | Method::DELETE) {
-        request = request.json(&json!({
-            "tool": spec.schema.name,
-            "arguments": params.arguments,
-            "tool_call_id": params.tool_call_id,
-            "session_id": session.id,
-            "request_data": session.request_data,
-        }));
-    }
-    let response = request
+    let response = request(spec, params)
         .send()
         .await
         .map_err(|e| format!("the request to {} failed: {}", spec.url, without_url(&e)))?;
@@ -220,13 +196,7 @@ async fn exchange(spec: &Spec, params: &FunctionCallParams) -> Result<(), String
         } else if kind.starts_with("text/event-stream") {
             Framing::Events
         } else {
-            let body = response.bytes().await.map_err(|e| {
-                format!(
-                    "the answer from {} broke off: {}",
-                    spec.url,
-                    without_url(&e)
-                )
-            })?;
+            let body = response.bytes().await.map_err(|e| broke_off(spec, &e))?;
             let result = if body.iter().all(u8::is_ascii_whitespace) {
                 json!({ "ok": true })
             } else {
@@ -240,13 +210,7 @@ async fn exchange(spec: &Spec, params: &FunctionCallParams) -> Result<(), String
     let mut splitter = Splitter::new(framing);
     let mut body = response.bytes_stream();
     while let Some(piece) = body.next().await {
-        let piece = piece.map_err(|e| {
-            format!(
-                "the stream from {} broke off: {}",
-                spec.url,
-                without_url(&e)
-            )
-        })?;
+        let piece = piece.map_err(|e| broke_off(spec, &e))?;
         for item in splitter.push(&piece)? {
             results.push(&item, spec.url.as_str())?;
         }
@@ -255,6 +219,40 @@ async fn exchange(spec: &Spec, params: &FunctionCallParams) -> Result<(), String
         results.push(&item, spec.url.as_str())?;
     }
     results.finish(spec.url.as_str())
+}
+
+/// The call's request: the arguments in the body (or the query), with who is calling.
+fn request(spec: &Spec, params: &FunctionCallParams) -> reqwest::RequestBuilder {
+    let session = params
+        .app_resources
+        .get::<SessionInfo>()
+        .cloned()
+        .unwrap_or_default();
+    let bodiless = matches!(spec.method, Method::GET | Method::DELETE);
+    let mut url = spec.url.clone();
+    if bodiless {
+        url.query_pairs_mut().extend_pairs(query(&params.arguments));
+    }
+    let request = spec
+        .client
+        .request(spec.method.clone(), url)
+        .headers(spec.headers.clone())
+        .header("x-voxide-session-id", &session.id)
+        .header("x-voxide-tool-call-id", &params.tool_call_id);
+    if bodiless {
+        return request;
+    }
+    request.json(&json!({
+        "tool": spec.schema.name,
+        "arguments": params.arguments,
+        "tool_call_id": params.tool_call_id,
+        "session_id": session.id,
+        "request_data": session.request_data,
+    }))
+}
+
+fn broke_off(spec: &Spec, e: &reqwest::Error) -> String {
+    format!("the answer from {} broke off: {}", spec.url, without_url(e))
 }
 
 /// A reqwest error's text without the URL it repeats.

@@ -500,38 +500,8 @@ pub fn build<S: AudioSink>(
         },
         TurnEnd::Silence => TurnStop::SpeechTimeout(options.turn_timeout),
     };
-    let mut engines = text_llms
-        .iter()
-        .map(|llm| llm.engine(options.max_tokens, &options.tool_examples))
-        .collect::<Result<Vec<_>, _>>()?;
-    let service_options = LlmServiceOptions {
-        prices: options.prices.clone(),
-        ..LlmServiceOptions::default()
-    };
-    let mut llm = match engines.len() {
-        1 => LlmService::with_options(engines.remove(0), service_options),
-        _ => LlmService::with_options(FallbackLlm::new(engines)?, service_options),
-    };
-    options.register_tools(llm.functions());
-    let voices = options
-        .tts
-        .iter()
-        .map(|tts| -> Result<Arc<dyn TtsEngine>, BotError> {
-            Ok(match tts {
-                TtsChoice::Embedded => match options.voice {
-                    Voice::Piper => Sentences::shared(PiperVoice::shared()?),
-                    Voice::Espeak => Sentences::shared(Arc::new(EspeakVoice::new("en-us")?)),
-                },
-                TtsChoice::Cartesia(settings) => Arc::new(CartesiaTts::new(settings.clone())),
-                TtsChoice::Deepgram(settings) => Arc::new(AuraTts::new(settings.clone())),
-                TtsChoice::ElevenLabs(settings) => Arc::new(ElevenLabsTts::new(settings.clone())),
-                TtsChoice::OpenAi(settings) => {
-                    Arc::new(OpenAiSpeech::new(settings.clone()).map_err(BotError::Config)?)
-                }
-            })
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    let voice = TtsFallback::shared(voices).map_err(BotError::Config)?;
+    let llm = text_llm(options, text_llms)?;
+    let voice = voice(options)?;
     let output = OutputOptions {
         speech_end_offset: Duration::from_secs_f32(options.vad.stop_secs),
         ..output
@@ -562,6 +532,48 @@ pub fn build<S: AudioSink>(
         params: options.start_params(),
         resources: AppResources::default(),
     })
+}
+
+/// The text LLM service: the first engine, each of the others the fallback of the one before,
+/// with the bot's tools.
+fn text_llm(options: &BotOptions, llms: &[TextLlm]) -> Result<LlmService, BotError> {
+    let mut engines = llms
+        .iter()
+        .map(|llm| llm.engine(options.max_tokens, &options.tool_examples))
+        .collect::<Result<Vec<_>, _>>()?;
+    let service_options = LlmServiceOptions {
+        prices: options.prices.clone(),
+        ..LlmServiceOptions::default()
+    };
+    let mut llm = match engines.len() {
+        1 => LlmService::with_options(engines.remove(0), service_options),
+        _ => LlmService::with_options(FallbackLlm::new(engines)?, service_options),
+    };
+    options.register_tools(llm.functions());
+    Ok(llm)
+}
+
+/// The voices, each the fallback of the one before.
+fn voice(options: &BotOptions) -> Result<Arc<dyn TtsEngine>, BotError> {
+    let voices = options
+        .tts
+        .iter()
+        .map(|tts| -> Result<Arc<dyn TtsEngine>, BotError> {
+            Ok(match tts {
+                TtsChoice::Embedded => match options.voice {
+                    Voice::Piper => Sentences::shared(PiperVoice::shared()?),
+                    Voice::Espeak => Sentences::shared(Arc::new(EspeakVoice::new("en-us")?)),
+                },
+                TtsChoice::Cartesia(settings) => Arc::new(CartesiaTts::new(settings.clone())),
+                TtsChoice::Deepgram(settings) => Arc::new(AuraTts::new(settings.clone())),
+                TtsChoice::ElevenLabs(settings) => Arc::new(ElevenLabsTts::new(settings.clone())),
+                TtsChoice::OpenAi(settings) => {
+                    Arc::new(OpenAiSpeech::new(settings.clone()).map_err(BotError::Config)?)
+                }
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    TtsFallback::shared(voices).map_err(BotError::Config)
 }
 
 /// The bot on a realtime provider: the service, the output, the assistant aggregator. The

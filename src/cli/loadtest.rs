@@ -71,58 +71,75 @@ pub struct LoadtestArgs {
 
 /// Runs `voxide loadtest`; the exit status.
 pub async fn loadtest(args: LoadtestArgs) -> u8 {
-    use voxide::loadtest::{LoadtestError, LoadtestOptions, Protocol, run, stats::Slo, table};
+    use voxide::loadtest::{LoadtestError, run, table};
     let usage = |message: String| {
         eprintln!("error: {message}");
         2
     };
+    let find_capacity = args.find_capacity;
+    let options = match options(args) {
+        Ok(options) => options,
+        Err(message) => return usage(message),
+    };
+    let outcome = match find_capacity {
+        Some(max) => voxide::loadtest::find_capacity(options, max)
+            .await
+            .map(|capacity| print_capacity(&capacity)),
+        None => run(options).await.map(|summary| {
+            print!("{}", table(&summary));
+            summary.verdict.exit_code()
+        }),
+    };
+    match outcome {
+        Ok(code) => code,
+        Err(LoadtestError::Usage(message)) => usage(message),
+        Err(e) => usage(e.to_string()),
+    }
+}
+
+/// The flags as the load tester's options; an error says which flag is wrong.
+fn options(args: LoadtestArgs) -> Result<voxide::loadtest::LoadtestOptions, String> {
+    use voxide::loadtest::{LoadtestOptions, Protocol, Stage, stats::Slo};
     let protocol = match args.protocol.as_str() {
         "ws" => Protocol::Ws,
         "twilio" => Protocol::Twilio,
         "webrtc" => Protocol::WebRtc,
         "webrtc-start" => Protocol::WebRtcStart,
         other => {
-            return usage(format!(
+            return Err(format!(
                 "--protocol {other:?}: use webrtc, webrtc-start, ws or twilio"
             ));
         }
     };
-    let slos = match args
+    let slos = args
         .slo
         .iter()
         .map(|s| Slo::parse(s))
-        .collect::<Result<Vec<_>, _>>()
-    {
-        Ok(slos) => slos,
-        Err(e) => return usage(e),
-    };
+        .collect::<Result<Vec<_>, _>>()?;
     let positive = |v: f64| v.is_finite() && v > 0.0;
     if !(positive(args.ramp) || args.ramp == 0.0)
         || !positive(args.response_timeout)
         || !positive(args.max_pacing_lag_ms)
     {
-        return usage("--ramp, --response-timeout and --max-pacing-lag-ms must be positive".into());
+        return Err("--ramp, --response-timeout and --max-pacing-lag-ms must be positive".into());
     }
     let concurrency = args.concurrency.unwrap_or(args.sessions);
     let stages = match (&args.stages, args.duration) {
-        (Some(text), _) => match voxide::loadtest::Stage::parse_list(text) {
-            Ok(stages) => stages,
-            Err(e) => return usage(e),
-        },
+        (Some(text), _) => Stage::parse_list(text)?,
         (None, Some(seconds)) if seconds.is_finite() && seconds > 0.0 => vec![
-            voxide::loadtest::Stage {
+            Stage {
                 duration: Duration::from_secs_f64(args.ramp),
                 target: concurrency,
             },
-            voxide::loadtest::Stage {
+            Stage {
                 duration: Duration::from_secs_f64(seconds),
                 target: concurrency,
             },
         ],
-        (None, Some(_)) => return usage("--duration must be positive".into()),
+        (None, Some(_)) => return Err("--duration must be positive".into()),
         (None, None) => Vec::new(),
     };
-    let options = LoadtestOptions {
+    Ok(LoadtestOptions {
         target: args.target,
         protocol,
         audio: args.audio,
@@ -138,35 +155,23 @@ pub async fn loadtest(args: LoadtestArgs) -> u8 {
         slos,
         out: args.out,
         max_pacing_lag: Duration::from_secs_f64(args.max_pacing_lag_ms / 1000.0),
-    };
-    if let Some(max) = args.find_capacity {
-        return match voxide::loadtest::find_capacity(options, max).await {
-            Ok(capacity) => {
-                for step in &capacity.steps {
-                    println!(
-                        "{:>4} at once: {:?}{}",
-                        step.concurrency,
-                        step.verdict,
-                        step.v2v
-                            .map_or(String::new(), |d| format!(", v2v p95 {:.0} ms", d.p95))
-                    );
-                }
-                match capacity.capacity {
-                    Some(k) => println!("capacity: {k} sessions at once"),
-                    None => println!("capacity: none (one session already breaks an SLO)"),
-                }
-                capacity.verdict.exit_code()
-            }
-            Err(LoadtestError::Usage(message)) => usage(message),
-            Err(e) => usage(e.to_string()),
-        };
+    })
+}
+
+/// Prints each step of the capacity search and the capacity; the exit status.
+fn print_capacity(capacity: &voxide::loadtest::Capacity) -> u8 {
+    for step in &capacity.steps {
+        println!(
+            "{:>4} at once: {:?}{}",
+            step.concurrency,
+            step.verdict,
+            step.v2v
+                .map_or(String::new(), |d| format!(", v2v p95 {:.0} ms", d.p95))
+        );
     }
-    match run(options).await {
-        Ok(summary) => {
-            print!("{}", table(&summary));
-            summary.verdict.exit_code()
-        }
-        Err(LoadtestError::Usage(message)) => usage(message),
-        Err(e) => usage(e.to_string()),
+    match capacity.capacity {
+        Some(k) => println!("capacity: {k} sessions at once"),
+        None => println!("capacity: none (one session already breaks an SLO)"),
     }
+    capacity.verdict.exit_code()
 }

@@ -48,20 +48,7 @@ impl BotConfig {
         if !(1..=2048).contains(&max_tokens) {
             return Err(invalid("max tokens must be between 1 and 2048"));
         }
-        let resume_after = match self.resume_after_secs {
-            None => None,
-            Some(secs) if secs > 0.0 && secs < 30.0 => Some(Duration::from_secs_f64(secs)),
-            Some(_) => return Err(invalid("the resume delay must be between 0 and 30 seconds")),
-        };
-        let barge_in = BargeIn {
-            min_words: self
-                .interrupt_min_words
-                .unwrap_or(defaults.barge_in.min_words),
-            resume_after,
-            pause_at_onset: self
-                .pause_at_onset
-                .unwrap_or(defaults.barge_in.pause_at_onset),
-        };
+        let barge_in = self.barge_in(defaults.barge_in)?;
         if self
             .llm_temperature
             .is_some_and(|t| !(0.0..=2.0).contains(&t))
@@ -87,16 +74,7 @@ impl BotConfig {
                 "a greeting is spoken by the TTS: it needs a text LLM, not a realtime one",
             ));
         }
-        let http_tools = self
-            .tools
-            .iter()
-            .map(|tool| HttpTool::new(tool).map_err(invalid))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mcp = self
-            .mcp
-            .iter()
-            .map(|server| McpServer::new(server).map_err(invalid))
-            .collect::<Result<Vec<_>, _>>()?;
+        let (http_tools, mcp) = self.own_tools()?;
         let options = BotOptions {
             name: self.name.clone(),
             llm,
@@ -126,6 +104,35 @@ impl BotConfig {
         };
         options.check_tool_names().map_err(invalid)?;
         Ok(options)
+    }
+
+    /// When speech over the bot interrupts it.
+    fn barge_in(&self, defaults: BargeIn) -> Result<BargeIn, ConfigError> {
+        let resume_after = match self.resume_after_secs {
+            None => None,
+            Some(secs) if secs > 0.0 && secs < 30.0 => Some(Duration::from_secs_f64(secs)),
+            Some(_) => return Err(invalid("the resume delay must be between 0 and 30 seconds")),
+        };
+        Ok(BargeIn {
+            min_words: self.interrupt_min_words.unwrap_or(defaults.min_words),
+            resume_after,
+            pause_at_onset: self.pause_at_onset.unwrap_or(defaults.pause_at_onset),
+        })
+    }
+
+    /// The bot's own tools: its HTTP tools and its MCP servers (described, not started).
+    fn own_tools(&self) -> Result<(Vec<HttpTool>, Vec<McpServer>), ConfigError> {
+        let http_tools = self
+            .tools
+            .iter()
+            .map(|tool| HttpTool::new(tool).map_err(invalid))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mcp = self
+            .mcp
+            .iter()
+            .map(|server| McpServer::new(server).map_err(invalid))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok((http_tools, mcp))
     }
 
     /// The instruction, from the text or the file.
