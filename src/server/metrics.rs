@@ -118,115 +118,136 @@ impl Metrics {
 
     /// The Prometheus text exposition.
     pub fn render(&self) -> String {
-        let mut out = String::new();
-        let mut counter = |name: &str, help: &str, kind: &str, value: String| {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-            );
-        };
-        counter(
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
+        let mut out = Exposition::default();
+        out.single(
             "voxide_sessions_active",
             "Live sessions.",
             "gauge",
-            self.active().to_string(),
+            self.active(),
         );
-        counter(
+        out.single(
             "voxide_sessions_started_total",
             "Sessions started.",
             "counter",
-            self.started().to_string(),
+            self.started(),
         );
-        counter(
+        out.single(
             "voxide_sessions_rejected_total",
             "Sessions refused at the session limit.",
             "counter",
-            self.rejected().to_string(),
+            self.rejected(),
         );
-        counter(
+        out.single(
             "voxide_errors_total",
             "Errors reported by sessions.",
             "counter",
-            self.errors.load(Ordering::Relaxed).to_string(),
+            load(&self.errors),
         );
-        counter(
+        out.single(
             "voxide_interruptions_total",
             "Times a user interrupted the bot.",
             "counter",
-            self.interruptions.load(Ordering::Relaxed).to_string(),
+            load(&self.interruptions),
         );
-        counter(
+        out.single(
             "voxide_tool_calls_total",
             "Function calls started.",
             "counter",
-            self.tool_calls.load(Ordering::Relaxed).to_string(),
+            load(&self.tool_calls),
         );
-        let _ = writeln!(
-            out,
-            "# HELP voxide_sessions_ended_total Sessions ended, by reason.\n\
-             # TYPE voxide_sessions_ended_total counter"
+        out.labelled(
+            ("voxide_sessions_ended_total", "Sessions ended, by reason."),
+            "reason",
+            self.ended(),
         );
-        for (reason, count) in self.ended() {
-            let _ = writeln!(
-                out,
-                "voxide_sessions_ended_total{{reason=\"{reason}\"}} {count}"
-            );
+        out.labelled(
+            (
+                "voxide_repeated_warnings_total",
+                "Warnings logged once and counted after.",
+            ),
+            "kind",
+            crate::warnings::counts(),
+        );
+        out.labelled(
+            (
+                "voxide_audio_dropped_total",
+                "Audio chunks a full bounded queue dropped.",
+            ),
+            "queue",
+            crate::warnings::audio_drops(),
+        );
+        let sum = |m: &Mutex<Sum>| *m.lock().unwrap_or_else(|p| p.into_inner());
+        out.summary(
+            (
+                "voxide_voice_to_voice_seconds",
+                "End of user speech to first bot audio.",
+            ),
+            None,
+            [("", sum(&self.voice_to_voice))],
+        );
+        out.summary(
+            (
+                "voxide_turn_wait_seconds",
+                "End of user speech to the end of their turn.",
+            ),
+            None,
+            [("", sum(&self.turn_wait))],
+        );
+        let ttfb = self.ttfb.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        out.summary(
+            ("voxide_ttfb_seconds", "Time to first output per service."),
+            Some("service"),
+            ttfb.iter().map(|(service, sum)| (service.as_str(), *sum)),
+        );
+        out.0
+    }
+}
+
+/// Prometheus' text format, a family at a time.
+#[derive(Default)]
+struct Exposition(String);
+
+impl Exposition {
+    fn header(&mut self, name: &str, help: &str, kind: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    /// One unlabelled series.
+    fn single(&mut self, name: &str, help: &str, kind: &str, value: impl std::fmt::Display) {
+        self.header(name, help, kind);
+        let _ = writeln!(self.0, "{name} {value}");
+    }
+
+    /// A counter with one series per value of `label`.
+    fn labelled<K: std::fmt::Display>(
+        &mut self,
+        (name, help): (&str, &str),
+        label: &str,
+        series: impl IntoIterator<Item = (K, u64)>,
+    ) {
+        self.header(name, help, "counter");
+        for (value, count) in series {
+            let _ = writeln!(self.0, "{name}{{{label}=\"{value}\"}} {count}");
         }
-        let _ = writeln!(
-            out,
-            "# HELP voxide_repeated_warnings_total Warnings logged once and counted after.\n\
-             # TYPE voxide_repeated_warnings_total counter"
-        );
-        for (kind, count) in crate::warnings::counts() {
+    }
+
+    /// A summary's sums and counts, one series per value of `label` (none: one series).
+    fn summary<'a>(
+        &mut self,
+        (name, help): (&str, &str),
+        label: Option<&str>,
+        series: impl IntoIterator<Item = (&'a str, Sum)>,
+    ) {
+        self.header(name, help, "summary");
+        for (value, sum) in series {
+            let labels = label.map_or(String::new(), |l| format!("{{{l}=\"{value}\"}}"));
             let _ = writeln!(
-                out,
-                "voxide_repeated_warnings_total{{kind=\"{kind}\"}} {count}"
-            );
-        }
-        let _ = writeln!(
-            out,
-            "# HELP voxide_audio_dropped_total Audio chunks a full bounded queue dropped.\n\
-             # TYPE voxide_audio_dropped_total counter"
-        );
-        for (queue, count) in crate::warnings::audio_drops() {
-            let _ = writeln!(
-                out,
-                "voxide_audio_dropped_total{{queue=\"{queue}\"}} {count}"
-            );
-        }
-        let v2v = *self
-            .voice_to_voice
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        let _ = writeln!(
-            out,
-            "# HELP voxide_voice_to_voice_seconds End of user speech to first bot audio.\n\
-             # TYPE voxide_voice_to_voice_seconds summary\n\
-             voxide_voice_to_voice_seconds_sum {}\nvoxide_voice_to_voice_seconds_count {}",
-            v2v.sum, v2v.count
-        );
-        let wait = *self.turn_wait.lock().unwrap_or_else(|p| p.into_inner());
-        let _ = writeln!(
-            out,
-            "# HELP voxide_turn_wait_seconds End of user speech to the end of their turn.\n\
-             # TYPE voxide_turn_wait_seconds summary\n\
-             voxide_turn_wait_seconds_sum {}\nvoxide_turn_wait_seconds_count {}",
-            wait.sum, wait.count
-        );
-        let _ = writeln!(
-            out,
-            "# HELP voxide_ttfb_seconds Time to first output per service.\n\
-             # TYPE voxide_ttfb_seconds summary"
-        );
-        for (service, sum) in self.ttfb.lock().unwrap_or_else(|p| p.into_inner()).iter() {
-            let _ = writeln!(
-                out,
-                "voxide_ttfb_seconds_sum{{service=\"{service}\"}} {}\n\
-                 voxide_ttfb_seconds_count{{service=\"{service}\"}} {}",
+                self.0,
+                "{name}_sum{labels} {}\n{name}_count{labels} {}",
                 sum.sum, sum.count
             );
         }
-        out
     }
 }
 

@@ -120,8 +120,8 @@ async fn run_session(
     out_rate: u32,
     (info, admission): (SessionInfo, Admission),
 ) {
-    let (mut sender, mut receiver) = socket.split();
-    let (out_tx, mut out_rx) = mpsc::channel::<Outbound>(crate::audio::AUDIO_QUEUE);
+    let (mut sender, receiver) = socket.split();
+    let (out_tx, out_rx) = mpsc::channel::<Outbound>(crate::audio::AUDIO_QUEUE);
     let bot = match app
         .bots
         .build(&info, out_rate, Box::new(SocketSink(out_tx.clone())))
@@ -139,56 +139,83 @@ async fn run_session(
     let builder = Session::builder(bot.pipeline)
         .params(bot.params)
         .resources(bot.resources);
-    let mut events = builder.subscribe();
+    let events = builder.subscribe();
     let session = builder.spawn();
     let handle = session.handle();
     admission.attach(handle.clone());
 
     // Events go to the metrics and to the client.
-    let forward = {
-        let (app, out_tx) = (app.clone(), out_tx.clone());
-        tokio::spawn(async move {
-            loop {
-                match events.recv().await {
-                    Ok(event) => {
-                        app.metrics.observe(&event.event);
-                        let ended = matches!(event.event, Event::SessionEnded { .. });
-                        let _ = out_tx.send(Outbound::Event(event)).await;
-                        if ended {
-                            break;
-                        }
-                    }
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                    Err(_) => break,
-                }
-            }
-        })
-    };
-
+    let forward = tokio::spawn(forward_events(app.clone(), events, out_tx.clone()));
     // Reader and writer share the framing: Twilio's stream id arrives in, and is needed out.
     let framing = Arc::new(std::sync::Mutex::new(framing));
-    let writer = {
-        let framing = framing.clone();
-        tokio::spawn(async move {
-            while let Some(outbound) = out_rx.recv().await {
-                let encoded = framing
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .encode(outbound);
-                let message = match encoded {
-                    Some(WsMessage::Text(text)) => Message::Text(text.into()),
-                    Some(WsMessage::Binary(bytes)) => Message::Binary(bytes.into()),
-                    None => continue,
-                };
-                if sender.send(message).await.is_err() {
+    let writer = tokio::spawn(write_socket(sender, out_rx, framing.clone()));
+    let finish_gracefully = read_socket(receiver, &framing, &handle, &out_tx).await;
+    if finish_gracefully {
+        // Let the bot finish what it is saying.
+        let _ = handle.stop_when_done().await;
+    } else {
+        handle.cancel();
+    }
+    let _ = session.join().await;
+    let _ = forward.await;
+    drop(out_tx);
+    let _ = writer.await;
+    drop(admission);
+}
+
+/// The session's events, to the metrics and to the client.
+async fn forward_events(
+    app: Arc<App>,
+    mut events: tokio::sync::broadcast::Receiver<crate::events::SessionEvent>,
+    out: mpsc::Sender<Outbound>,
+) {
+    loop {
+        match events.recv().await {
+            Ok(event) => {
+                app.metrics.observe(&event.event);
+                let ended = matches!(event.event, Event::SessionEnded { .. });
+                let _ = out.send(Outbound::Event(event)).await;
+                if ended {
                     break;
                 }
             }
-            let _ = sender.close().await;
-        })
-    };
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+            Err(_) => break,
+        }
+    }
+}
 
-    let mut finish_gracefully = false;
+/// Writes what the session sends, framed, until it is done or the client is gone.
+async fn write_socket(
+    mut sender: futures_util::stream::SplitSink<WebSocket, Message>,
+    mut out: mpsc::Receiver<Outbound>,
+    framing: Arc<std::sync::Mutex<Framing>>,
+) {
+    while let Some(outbound) = out.recv().await {
+        let encoded = framing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .encode(outbound);
+        let message = match encoded {
+            Some(WsMessage::Text(text)) => Message::Text(text.into()),
+            Some(WsMessage::Binary(bytes)) => Message::Binary(bytes.into()),
+            None => continue,
+        };
+        if sender.send(message).await.is_err() {
+            break;
+        }
+    }
+    let _ = sender.close().await;
+}
+
+/// Reads the client's messages into the session until it leaves; whether it asked the bot to
+/// finish first (`stop`).
+async fn read_socket(
+    mut receiver: futures_util::stream::SplitStream<WebSocket>,
+    framing: &std::sync::Mutex<Framing>,
+    handle: &crate::pipeline::SessionHandle,
+    out: &mpsc::Sender<Outbound>,
+) -> bool {
     while let Some(message) = receiver.next().await {
         let message = match message {
             Ok(Message::Text(text)) => WsMessage::Text(text.to_string()),
@@ -219,15 +246,12 @@ async fn run_session(
                 };
                 handle.queue_frame(append).await
             }
-            Ok(Inbound::Stop) => {
-                finish_gracefully = true;
-                break;
-            }
+            Ok(Inbound::Stop) => return true,
             Ok(Inbound::Nothing) => Ok(()),
             Err(e) => {
                 // A bad message is answered and skipped; the session goes on.
                 tracing::debug!(error = %e, "unusable client message");
-                let _ = out_tx.send(Outbound::Error(e.to_string())).await;
+                let _ = out.send(Outbound::Error(e.to_string())).await;
                 Ok(())
             }
         };
@@ -235,15 +259,5 @@ async fn run_session(
             break;
         }
     }
-    if finish_gracefully {
-        // Let the bot finish what it is saying.
-        let _ = handle.stop_when_done().await;
-    } else {
-        handle.cancel();
-    }
-    let _ = session.join().await;
-    let _ = forward.await;
-    drop(out_tx);
-    let _ = writer.await;
-    drop(admission);
+    false
 }

@@ -245,12 +245,13 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     let bot = crate::bot::build(&options.bot, recorder.clone(), output)?;
     let builder = Session::builder(bot.pipeline)
         .params(bot.params)
+        .resources(bot.resources)
         .idle_timeout(None);
-    let mut events = builder.subscribe();
+    let events = builder.subscribe();
     let session = builder.spawn();
     let handle = session.handle();
 
-    let mut log = match &options.events {
+    let log = match &options.events {
         Some(path) => Some(
             EventLog::create(path)
                 .await
@@ -262,77 +263,14 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
         None => None,
     };
     let progress = Arc::new(Mutex::new(Progress::default()));
-    let fast = options.fast;
-    let writer = {
-        let (progress, clock) = (progress.clone(), clock.clone());
-        tokio::spawn(async move {
-            let mut failure = None;
-            loop {
-                let event = match events.recv().await {
-                    Ok(event) => event,
-                    Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
-                        tracing::warn!(lost = n, "the event log fell behind");
-                        continue;
-                    }
-                    Err(_) => break,
-                };
-                // On the input's clock: in a fast run the wall clock says nothing about it.
-                let at = if fast { clock.now() } else { event.elapsed };
-                progress
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .on(&event.event, at);
-                if let Some(log) = &mut log
-                    && failure.is_none()
-                    && let Err(e) = log.write(&event, at).await
-                {
-                    failure = Some(e);
-                }
-                if matches!(event.event, Event::SessionEnded { .. }) {
-                    break;
-                }
-            }
-            match (log, failure) {
-                (_, Some(e)) => Err(e),
-                (Some(mut log), None) => log.flush().await,
-                (None, None) => Ok(()),
-            }
-        })
-    };
-
-    let chunk = (rate / 50).max(1) as usize;
-    let chunk_time = Duration::from_secs_f64(chunk as f64 / f64::from(rate));
-    let silence = vec![0i16; chunk];
-    let mut tick = tokio::time::interval(chunk_time);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-    let mut pieces = mono.chunks(chunk);
-    let mut tail = Duration::ZERO;
-    loop {
-        let piece = match pieces.next() {
-            Some(piece) => piece,
-            None => {
-                let done = progress
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .settled(clock.now(), options.settle);
-                if done || tail >= options.max_tail {
-                    break;
-                }
-                tail += chunk_time;
-                &silence[..]
-            }
-        };
-        if fast {
-            tokio::task::yield_now().await;
-        } else {
-            tick.tick().await;
-        }
-        let frame = SystemFrame::InputAudio(AudioFrame::new(piece.to_vec(), rate, 1));
-        if handle.queue_frame(frame).await.is_err() {
-            break;
-        }
-        clock.advance(chunk_time);
-    }
+    let writer = tokio::spawn(follow(
+        events,
+        log,
+        progress.clone(),
+        clock.clone(),
+        options.fast,
+    ));
+    feed(&handle, &mono, rate, &progress, &clock, &options).await;
     tracing::debug!(fed = ?clock.now(), "input done; ending the session");
     let _ = handle.stop_when_done().await;
     let end = session.join().await;
@@ -363,7 +301,93 @@ pub async fn run(options: RunOptions) -> Result<RunSummary, RunError> {
     Ok(summary)
 }
 
-/// The events file: one JSON object per line.
+/// Follows the session's events into the run's progress and the events file (on the input's
+/// clock in a fast run); the file's first write error, if any.
+async fn follow(
+    mut events: tokio::sync::broadcast::Receiver<crate::events::SessionEvent>,
+    mut log: Option<EventLog>,
+    progress: Arc<Mutex<Progress>>,
+    clock: InputClock,
+    fast: bool,
+) -> std::io::Result<()> {
+    let mut failure = None;
+    loop {
+        let event = match events.recv().await {
+            Ok(event) => event,
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(n)) => {
+                tracing::warn!(lost = n, "the event log fell behind");
+                continue;
+            }
+            Err(_) => break,
+        };
+        // On the input's clock: in a fast run the wall clock says nothing about it.
+        let at = if fast { clock.now() } else { event.elapsed };
+        progress
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .on(&event.event, at);
+        if let Some(log) = &mut log
+            && failure.is_none()
+            && let Err(e) = log.write(&event, at).await
+        {
+            failure = Some(e);
+        }
+        if matches!(event.event, Event::SessionEnded { .. }) {
+            break;
+        }
+    }
+    match (log, failure) {
+        (_, Some(e)) => Err(e),
+        (Some(mut log), None) => log.flush().await,
+        (None, None) => Ok(()),
+    }
+}
+
+/// Feeds the input in 20 ms pieces (at real-time pace unless the run is fast), then silence
+/// until the bot has finished or the tail runs out.
+async fn feed(
+    handle: &crate::pipeline::SessionHandle,
+    mono: &[i16],
+    rate: u32,
+    progress: &Mutex<Progress>,
+    clock: &InputClock,
+    options: &RunOptions,
+) {
+    let chunk = (rate / 50).max(1) as usize;
+    let chunk_time = Duration::from_secs_f64(chunk as f64 / f64::from(rate));
+    let silence = vec![0i16; chunk];
+    let mut tick = tokio::time::interval(chunk_time);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+    let mut pieces = mono.chunks(chunk);
+    let mut tail = Duration::ZERO;
+    loop {
+        let piece = match pieces.next() {
+            Some(piece) => piece,
+            None => {
+                let done = progress
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .settled(clock.now(), options.settle);
+                if done || tail >= options.max_tail {
+                    break;
+                }
+                tail += chunk_time;
+                &silence[..]
+            }
+        };
+        if options.fast {
+            tokio::task::yield_now().await;
+        } else {
+            tick.tick().await;
+        }
+        let frame = SystemFrame::InputAudio(AudioFrame::new(piece.to_vec(), rate, 1));
+        if handle.queue_frame(frame).await.is_err() {
+            break;
+        }
+        clock.advance(chunk_time);
+    }
+}
+
 /// Session events as JSON lines (`--events`): one object per line, with `type` and `t_ms`.
 pub struct EventLog {
     file: tokio::io::BufWriter<tokio::fs::File>,
