@@ -116,10 +116,49 @@ fn html(summary: &Summary, results: &[SessionResult]) -> String {
         .collect();
     v2v.sort_by(f64::total_cmp);
     let v_max = v2v.last().copied().unwrap_or(1.0).max(1.0);
-    let x = |v: f64, max: f64| PAD + (W - PAD - 10.0) * v / max.max(1e-9);
-    let y = |v: f64, max: f64| H - (H - 10.0) * v / max.max(1e-9);
+    let end = results
+        .iter()
+        .flat_map(|r| r.turns.iter().filter_map(|t| t.reply_end.or(t.onset)))
+        .fold(1.0f64, f64::max);
+    let cdf = cdf_figure(&v2v, v_max);
+    let over_time = over_time_figure(results, end, v_max);
+    let swimlanes = swimlanes_figure(results, end);
+    let (rows, verdicts, errors) = tables(summary);
+    format!(
+        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>voxide loadtest</title>\
+<style>body{{font:14px system-ui,sans-serif;margin:24px auto;max-width:760px;color:#222}}\
+table{{border-collapse:collapse}}td,th{{padding:3px 10px;border-bottom:1px solid #ddd;text-align:right}}\
+td:first-child,th:first-child{{text-align:left}}figure{{margin:20px 0}}figcaption{{font-weight:600;margin-bottom:4px}}\
+svg{{width:100%;background:#fafafa}}text{{font-size:11px;fill:#555}}.small{{font-size:9px}}\
+.axis{{stroke:#888}}.line{{fill:none;stroke:#2563eb;stroke-width:2}}.live{{fill:none;stroke:#aaa;stroke-width:1.5}}\
+.dot{{fill:#2563eb}}.connect{{fill:#bbb}}.user{{fill:#60a5fa}}.bot{{fill:#34d399}}.err{{fill:#dc2626}}\
+.pass{{color:#15803d}}.fail{{color:#dc2626;font-weight:600}}</style></head><body>\
+<h1>voxide loadtest</h1><p>{target} over {protocol}: {started} sessions started, {connected} connected, \
+{completed} completed, {failed} failed; {turns} turns in {wall:.0} s. Verdict: <b>{verdict:?}</b>.</p>\
+<table><tr><th>metric (ms)</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>max</th><th>n</th></tr>{rows}</table>\
+<h2>SLOs</h2><ul>{verdicts}</ul><h2>Errors</h2><ul>{errors}</ul>{cdf}{over_time}{swimlanes}</body></html>\n",
+        target = escape(&summary.target),
+        protocol = format!("{:?}", summary.protocol).to_lowercase(),
+        started = summary.sessions.started,
+        connected = summary.sessions.connected,
+        completed = summary.sessions.completed,
+        failed = summary.sessions.failed,
+        turns = summary.turns,
+        wall = summary.wall_s,
+        verdict = summary.verdict,
+    )
+}
 
-    // The CDF of v2v.
+fn x(v: f64, max: f64) -> f64 {
+    PAD + (W - PAD - 10.0) * v / max.max(1e-9)
+}
+
+fn y(v: f64, max: f64) -> f64 {
+    H - (H - 10.0) * v / max.max(1e-9)
+}
+
+/// The CDF of v2v.
+fn cdf_figure(v2v: &[f64], v_max: f64) -> String {
     let points: Vec<String> = v2v
         .iter()
         .enumerate()
@@ -131,20 +170,18 @@ fn html(summary: &Summary, results: &[SessionResult]) -> String {
             )
         })
         .collect();
-    let cdf = frame(
+    frame(
         "Voice-to-voice latency, cumulative",
         "v2v ms",
         "share of turns",
         v_max,
         100.0,
         &format!("<polyline points=\"{}\" class=\"line\"/>", points.join(" ")),
-    );
+    )
+}
 
-    // v2v over the run, and the sessions live.
-    let end = results
-        .iter()
-        .flat_map(|r| r.turns.iter().filter_map(|t| t.reply_end.or(t.onset)))
-        .fold(1.0f64, f64::max);
+/// v2v over the run, and the sessions live.
+fn over_time_figure(results: &[SessionResult], end: f64, v_max: f64) -> String {
     let dots: String = results
         .iter()
         .flat_map(|r| r.turns.iter())
@@ -176,7 +213,7 @@ fn html(summary: &Summary, results: &[SessionResult]) -> String {
         live += d;
         steps.push(format!("{:.1},{:.1}", x(t, end), y(f64::from(live), most)));
     }
-    let over_time = frame(
+    frame(
         "v2v over the run (dots, ms) with the sessions live (line)",
         "run seconds",
         "v2v ms",
@@ -186,9 +223,11 @@ fn html(summary: &Summary, results: &[SessionResult]) -> String {
             "<polyline points=\"{}\" class=\"live\"/>{dots}",
             steps.join(" ")
         ),
-    );
+    )
+}
 
-    // A swimlane per session: connecting, each user turn, each reply.
+/// A swimlane per session: connecting, each user turn, each reply.
+fn swimlanes_figure(results: &[SessionResult], end: f64) -> String {
     let lane = 14.0;
     let lanes_h = lane * results.len() as f64 + 40.0;
     let sx = |t: f64| PAD + (W - PAD - 10.0) * t / end;
@@ -235,12 +274,15 @@ fn html(summary: &Summary, results: &[SessionResult]) -> String {
             }
         }
     }
-    let swimlanes = format!(
+    format!(
         "<figure><figcaption>Sessions: connecting (grey), the user speaking (blue), \
          the bot's reply (green), errors (red)</figcaption><svg viewBox=\"0 0 {} {lanes_h:.0}\">{swim}</svg></figure>",
         W + PAD
-    );
+    )
+}
 
+/// The metrics' rows, the SLOs' verdicts and the errors, as HTML.
+fn tables(summary: &Summary) -> (String, String, String) {
     let mut rows = String::new();
     for (name, d) in &summary.metrics {
         match d {
@@ -276,27 +318,5 @@ fn html(summary: &Summary, results: &[SessionResult]) -> String {
     if errors.is_empty() {
         errors.push_str("<li>none</li>");
     }
-    format!(
-        "<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>voxide loadtest</title>\
-<style>body{{font:14px system-ui,sans-serif;margin:24px auto;max-width:760px;color:#222}}\
-table{{border-collapse:collapse}}td,th{{padding:3px 10px;border-bottom:1px solid #ddd;text-align:right}}\
-td:first-child,th:first-child{{text-align:left}}figure{{margin:20px 0}}figcaption{{font-weight:600;margin-bottom:4px}}\
-svg{{width:100%;background:#fafafa}}text{{font-size:11px;fill:#555}}.small{{font-size:9px}}\
-.axis{{stroke:#888}}.line{{fill:none;stroke:#2563eb;stroke-width:2}}.live{{fill:none;stroke:#aaa;stroke-width:1.5}}\
-.dot{{fill:#2563eb}}.connect{{fill:#bbb}}.user{{fill:#60a5fa}}.bot{{fill:#34d399}}.err{{fill:#dc2626}}\
-.pass{{color:#15803d}}.fail{{color:#dc2626;font-weight:600}}</style></head><body>\
-<h1>voxide loadtest</h1><p>{target} over {protocol}: {started} sessions started, {connected} connected, \
-{completed} completed, {failed} failed; {turns} turns in {wall:.0} s. Verdict: <b>{verdict:?}</b>.</p>\
-<table><tr><th>metric (ms)</th><th>p50</th><th>p90</th><th>p95</th><th>p99</th><th>max</th><th>n</th></tr>{rows}</table>\
-<h2>SLOs</h2><ul>{verdicts}</ul><h2>Errors</h2><ul>{errors}</ul>{cdf}{over_time}{swimlanes}</body></html>\n",
-        target = escape(&summary.target),
-        protocol = format!("{:?}", summary.protocol).to_lowercase(),
-        started = summary.sessions.started,
-        connected = summary.sessions.connected,
-        completed = summary.sessions.completed,
-        failed = summary.sessions.failed,
-        turns = summary.turns,
-        wall = summary.wall_s,
-        verdict = summary.verdict,
-    )
+    (rows, verdicts, errors)
 }
