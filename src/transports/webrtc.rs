@@ -332,36 +332,6 @@ pub async fn connect(
     if !offer_sdp.contains("m=audio") {
         return Err(WebRtcError::Offer("the offer has no audio section".into()));
     }
-    let mut media = MediaEngine::default();
-    let opus_codec = RTCRtpCodec {
-        mime_type: MIME_TYPE_OPUS.to_owned(),
-        clock_rate: OPUS_RATE,
-        channels: 2,
-        sdp_fmtp_line: "minptime=10;useinbandfec=1".to_owned(),
-        rtcp_feedback: vec![],
-    };
-    media
-        .register_codec(
-            RTCRtpCodecParameters {
-                rtp_codec: opus_codec.clone(),
-                payload_type: 111,
-            },
-            RtpCodecKind::Audio,
-        )
-        .map_err(rtc_err)?;
-    let registry = register_default_interceptors(Registry::new(), &mut media).map_err(rtc_err)?;
-    let config = RTCConfigurationBuilder::new()
-        .with_ice_servers(
-            options
-                .ice_servers
-                .iter()
-                .map(|url| RTCIceServer {
-                    urls: vec![url.clone()],
-                    ..Default::default()
-                })
-                .collect(),
-        )
-        .build();
     let (events_tx, events) = mpsc::channel(crate::audio::AUDIO_QUEUE);
     let (gathered_tx, gathered) = oneshot::channel();
     let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
@@ -372,41 +342,9 @@ pub async fn connect(
         gathered: Mutex::new(Some(gathered_tx)),
         channel: Arc::new(Mutex::new(Some(outgoing_rx))),
     });
-    let runtime = webrtc::runtime::default_runtime()
-        .ok_or_else(|| WebRtcError::Rtc("no async runtime for webrtc-rs".into()))?;
-    let connection = PeerConnectionBuilder::new()
-        .with_configuration(config)
-        .with_media_engine(media)
-        .with_interceptor_registry(registry)
-        .with_handler(handler)
-        .with_runtime(runtime)
-        .with_udp_addrs(vec![format!("{}:0", options.bind)])
-        .build()
-        .await
-        .map_err(rtc_err)?;
-    let connection: Arc<dyn PeerConnection> = Arc::new(connection);
-
+    let connection = peer_connection(options, handler).await?;
     let ssrc = random_u32();
-    let track = Arc::new(
-        TrackLocalStaticSample::new(
-            Instant::now(),
-            MediaStreamTrack::new(
-                "voxide".to_owned(),
-                "voxide-audio".to_owned(),
-                "voxide bot".to_owned(),
-                RtpCodecKind::Audio,
-                vec![RTCRtpEncodingParameters {
-                    rtp_coding_parameters: RTCRtpCodingParameters {
-                        ssrc: Some(ssrc),
-                        ..Default::default()
-                    },
-                    codec: opus_codec,
-                    ..Default::default()
-                }],
-            ),
-        )
-        .map_err(rtc_err)?,
-    );
+    let track = bot_track(ssrc)?;
     let sender = connection
         .add_track(track.clone() as Arc<dyn TrackLocal>)
         .await
@@ -420,7 +358,6 @@ pub async fn connect(
         .map(|d| d.sdp)
         .unwrap_or(sdp);
 
-    let queue = sink.queue.clone();
     let payload_type = sender
         .get_parameters()
         .await
@@ -430,43 +367,16 @@ pub async fn connect(
         .first()
         .map(|c| c.payload_type)
         .ok_or_else(|| WebRtcError::Rtc("no codec was negotiated for the bot's audio".into()))?;
-    let mut encoder = opus::Encoder::new(OPUS_RATE, opus::Channels::Mono, opus::Application::Voip)
+    let encoder = opus::Encoder::new(OPUS_RATE, opus::Channels::Mono, opus::Application::Voip)
         .map_err(|e| WebRtcError::Opus(e.to_string()))?;
-    let unheard = events_tx;
-    tasks.spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        let mut packet = vec![0u8; 1500];
-        loop {
-            tick.tick().await;
-            if unheard.is_closed() {
-                break;
-            }
-            let frame: Vec<i16> = {
-                let mut queue = queue.lock().unwrap_or_else(|p| p.into_inner());
-                let take = FRAME.min(queue.len());
-                let mut frame: Vec<i16> = queue.drain(..take).collect();
-                frame.resize(FRAME, 0);
-                frame
-            };
-            let Ok(n) = encoder.encode(&frame, &mut packet) else {
-                continue;
-            };
-            let sample = Sample {
-                data: Bytes::copy_from_slice(&packet[..n]),
-                duration: Duration::from_millis(20),
-                ..Sample::new(Instant::now())
-            };
-            if let Err(e) = track
-                .sample_writer(ssrc, payload_type)
-                .write_sample(&sample)
-                .await
-            {
-                tracing::debug!(error = %e, "the bot's audio track closed");
-                break;
-            }
-        }
-    });
+    let pacer = Pacer {
+        queue: sink.queue.clone(),
+        encoder,
+        track,
+        ssrc,
+        payload_type,
+    };
+    tasks.spawn(pacer.run(events_tx));
     Ok((
         Peer {
             connection,
@@ -476,6 +386,131 @@ pub async fn connect(
         events,
         sdp,
     ))
+}
+
+/// Opus at 48 kHz, as both sides send it.
+fn opus_codec() -> RTCRtpCodec {
+    RTCRtpCodec {
+        mime_type: MIME_TYPE_OPUS.to_owned(),
+        clock_rate: OPUS_RATE,
+        channels: 2,
+        sdp_fmtp_line: "minptime=10;useinbandfec=1".to_owned(),
+        rtcp_feedback: vec![],
+    }
+}
+
+/// A peer connection that speaks Opus, with the ICE servers `options` names, bound to its
+/// address, its events to `handler`.
+async fn peer_connection(
+    options: &PeerOptions,
+    handler: Arc<Handler>,
+) -> Result<Arc<dyn PeerConnection>, WebRtcError> {
+    let mut media = MediaEngine::default();
+    media
+        .register_codec(
+            RTCRtpCodecParameters {
+                rtp_codec: opus_codec(),
+                payload_type: 111,
+            },
+            RtpCodecKind::Audio,
+        )
+        .map_err(rtc_err)?;
+    let registry = register_default_interceptors(Registry::new(), &mut media).map_err(rtc_err)?;
+    let ice_servers = options
+        .ice_servers
+        .iter()
+        .map(|url| RTCIceServer {
+            urls: vec![url.clone()],
+            ..Default::default()
+        })
+        .collect();
+    let config = RTCConfigurationBuilder::new()
+        .with_ice_servers(ice_servers)
+        .build();
+    let runtime = webrtc::runtime::default_runtime()
+        .ok_or_else(|| WebRtcError::Rtc("no async runtime for webrtc-rs".into()))?;
+    let connection = PeerConnectionBuilder::new()
+        .with_configuration(config)
+        .with_media_engine(media)
+        .with_interceptor_registry(registry)
+        .with_handler(handler)
+        .with_runtime(runtime)
+        .with_udp_addrs(vec![format!("{}:0", options.bind)])
+        .build()
+        .await
+        .map_err(rtc_err)?;
+    Ok(Arc::new(connection))
+}
+
+/// The track that carries the bot's voice.
+fn bot_track(ssrc: u32) -> Result<Arc<TrackLocalStaticSample>, WebRtcError> {
+    let track = TrackLocalStaticSample::new(
+        Instant::now(),
+        MediaStreamTrack::new(
+            "voxide".to_owned(),
+            "voxide-audio".to_owned(),
+            "voxide bot".to_owned(),
+            RtpCodecKind::Audio,
+            vec![RTCRtpEncodingParameters {
+                rtp_coding_parameters: RTCRtpCodingParameters {
+                    ssrc: Some(ssrc),
+                    ..Default::default()
+                },
+                codec: opus_codec(),
+                ..Default::default()
+            }],
+        ),
+    )
+    .map_err(rtc_err)?;
+    Ok(Arc::new(track))
+}
+
+/// Sends the bot's voice, 20 ms of Opus at a time on the clock (silence while it is quiet).
+struct Pacer {
+    queue: Arc<Mutex<VecDeque<i16>>>,
+    encoder: opus::Encoder,
+    track: Arc<TrackLocalStaticSample>,
+    ssrc: u32,
+    payload_type: u8,
+}
+
+impl Pacer {
+    /// Runs until the session stops listening (`unheard` closes) or the track closes.
+    async fn run(mut self, unheard: mpsc::Sender<PeerEvent>) {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut packet = vec![0u8; 1500];
+        loop {
+            tick.tick().await;
+            if unheard.is_closed() {
+                break;
+            }
+            let frame: Vec<i16> = {
+                let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                let take = FRAME.min(queue.len());
+                let mut frame: Vec<i16> = queue.drain(..take).collect();
+                frame.resize(FRAME, 0);
+                frame
+            };
+            let Ok(n) = self.encoder.encode(&frame, &mut packet) else {
+                continue;
+            };
+            let sample = Sample {
+                data: Bytes::copy_from_slice(&packet[..n]),
+                duration: Duration::from_millis(20),
+                ..Sample::new(Instant::now())
+            };
+            if let Err(e) = self
+                .track
+                .sample_writer(self.ssrc, self.payload_type)
+                .write_sample(&sample)
+                .await
+            {
+                tracing::debug!(error = %e, "the bot's audio track closed");
+                break;
+            }
+        }
+    }
 }
 
 async fn answer(connection: &dyn PeerConnection, offer_sdp: String) -> Result<String, WebRtcError> {
