@@ -192,7 +192,7 @@ pub async fn run(
     let connected = tokio::time::timeout(Duration::from_secs(20), connecting)
         .await
         .unwrap_or_else(|_| Err("connect_timeout".to_owned()));
-    let mut link = match connected {
+    let link = match connected {
         Ok(link) => link,
         Err(kind) => {
             recorder.event(
@@ -208,34 +208,89 @@ pub async fn run(
     let connected = Instant::now();
     result.connected = Some(plan.secs(connected));
     recorder.event(plan.secs(connected), index, "connected", json!({}));
-
-    let frame = Duration::from_millis(20);
-    let mut tick = tokio::time::interval(frame);
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
     tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
-    let mut sent = 0usize;
-    let silence = plan.protocol.silence();
-    // Sends the next frame on the clock; when it went, in run seconds. A mic sends a frame once
-    // it is captured, so that is when its last sample was spoken.
-    macro_rules! send_frame {
-        ($bytes:expr) => {{
-            let scheduled = tick.tick().await;
-            let now = Instant::now();
-            result
-                .pacing_lag_ms
-                .push(now.saturating_duration_since(scheduled).as_secs_f64() * 1000.0);
-            sent += 1;
-            match link.send($bytes, sent - 1).await {
-                Ok(()) => Ok(plan.secs(now)),
-                Err(()) => Err(()),
-            }
-        }};
+    let mut caller = Caller {
+        index,
+        plan,
+        recorder,
+        heard,
+        link,
+        tick,
+        sent: 0,
+        result,
+    };
+    caller.talk(live).await;
+    caller.hang_up().await
+}
+
+/// One session's caller once connected: its clock, what it sent and heard, its results.
+struct Caller {
+    index: usize,
+    plan: Arc<Plan>,
+    recorder: Recorder,
+    heard: Arc<Mutex<Heard>>,
+    link: Link,
+    tick: tokio::time::Interval,
+    sent: usize,
+    result: SessionResult,
+}
+
+/// A turn's speech as it went out.
+struct Spoken {
+    outcome: TurnResult,
+    /// When the first sample of the speech was spoken, run seconds.
+    onset: Option<f64>,
+}
+
+impl Caller {
+    /// Sends the next frame on the clock; when it went, in run seconds. A mic sends a frame
+    /// once it is captured, so that is when its last sample was spoken.
+    async fn send_frame(&mut self, bytes: &[u8]) -> Result<f64, ()> {
+        let scheduled = self.tick.tick().await;
+        let now = Instant::now();
+        self.result
+            .pacing_lag_ms
+            .push(now.saturating_duration_since(scheduled).as_secs_f64() * 1000.0);
+        self.sent += 1;
+        self.link.send(bytes, self.sent - 1).await?;
+        Ok(self.plan.secs(now))
     }
-    // The turn being spoken talks over the reply to the one before.
-    let mut barging_in = false;
-    'turns: for turn in 0..plan.turns {
+
+    fn heard(&self) -> std::sync::MutexGuard<'_, Heard> {
+        self.heard.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Every turn: the speech, then silence until the reply has ended (or the turn talks over
+    /// it).
+    async fn talk(&mut self, live: &super::Live) {
+        // The turn being spoken talks over the reply to the one before.
+        let mut barging_in = false;
+        for turn in 0..self.plan.turns {
+            let Ok(spoken) = self.speak(turn).await else {
+                return;
+            };
+            let mut outcome = spoken.outcome;
+            if barging_in {
+                outcome.barge_in_stop_ms = self.bot_fell_silent(spoken.onset);
+            }
+            barging_in = self.await_reply(turn, &mut outcome).await;
+            let dropped = outcome.error.as_deref() == Some("dropped");
+            live.turn(outcome.v2v_ms());
+            self.result.turns.push(outcome);
+            if dropped {
+                self.result.error = Some("dropped".into());
+                return;
+            }
+        }
+    }
+
+    /// Sends turn `turn`'s audio; an error when the link dropped (recorded).
+    async fn speak(&mut self, turn: usize) -> Result<Spoken, ()> {
+        let plan = self.plan.clone();
         let audio = &plan.audio[turn % plan.audio.len()];
         let mut outcome = TurnResult {
-            session: index,
+            session: self.index,
             turn,
             audio: audio.name.clone(),
             ..TurnResult::default()
@@ -246,30 +301,27 @@ pub async fn run(
         // The frame holding the speech's first sample, and how much of it comes before.
         let start_frame = (audio.speech_start / 0.02) as usize;
         let before_start = audio.speech_start - start_frame as f64 * 0.02;
-        let mut speech_onset = None;
+        let mut onset = None;
         let mut begun = None;
         for (k, bytes) in audio.frames.iter().enumerate() {
-            match send_frame!(bytes) {
-                Ok(at) => {
-                    begun.get_or_insert(at);
-                    if k == start_frame {
-                        // Sent as the frame ended: its first sample was spoken 20 ms earlier.
-                        speech_onset = Some(at - 0.02 + before_start);
-                    }
-                    if k == end_frame {
-                        outcome.speech_end = at - after_end;
-                    }
-                }
-                Err(()) => {
-                    result.error = Some("dropped".into());
-                    outcome.error = Some("dropped".into());
-                    result.turns.push(outcome);
-                    break 'turns;
-                }
+            let Ok(at) = self.send_frame(bytes).await else {
+                self.result.error = Some("dropped".into());
+                outcome.error = Some("dropped".into());
+                self.result.turns.push(outcome);
+                return Err(());
+            };
+            begun.get_or_insert(at);
+            if k == start_frame {
+                // Sent as the frame ended: its first sample was spoken 20 ms earlier.
+                onset = Some(at - 0.02 + before_start);
+            }
+            if k == end_frame {
+                outcome.speech_end = at - after_end;
             }
         }
         let begun = begun.unwrap_or_default();
         outcome.user_start = begun;
+        let (index, recorder) = (self.index, &self.recorder);
         recorder.event(begun, index, "user_audio_start", json!({"turn": turn}));
         recorder.event(
             outcome.speech_end,
@@ -277,109 +329,110 @@ pub async fn run(
             "user_speech_end",
             json!({"turn": turn}),
         );
-        if barging_in {
-            // How long the bot took to fall silent once the user talked over it.
-            let mut heard = heard.lock().unwrap_or_else(|p| p.into_inner());
-            let quiet = heard.voice.quiet_until(plan.secs(Instant::now()));
-            heard.note(quiet, index, &recorder);
-            if let Some(onset) = speech_onset {
-                outcome.barge_in_stop_ms = heard
-                    .offsets
-                    .iter()
-                    .copied()
-                    .find(|o| *o > onset)
-                    .map(|o| (o - onset) * 1000.0);
-            }
-        }
-        barging_in = false;
-        let deadline = outcome.speech_end + plan.response_timeout.as_secs_f64();
-        // Silence until the reply has ended (or never came), then the think time.
+        Ok(Spoken { outcome, onset })
+    }
+
+    /// How long the bot took to fall silent once the user talked over it, ms.
+    fn bot_fell_silent(&self, onset: Option<f64>) -> Option<f64> {
+        let now = self.plan.secs(Instant::now());
+        let mut heard = self.heard();
+        let quiet = heard.voice.quiet_until(now);
+        heard.note(quiet, self.index, &self.recorder);
+        let onset = onset?;
+        heard
+            .offsets
+            .iter()
+            .copied()
+            .find(|o| *o > onset)
+            .map(|o| (o - onset) * 1000.0)
+    }
+
+    /// Silence until the reply has ended (or never came), then the think time; whether the next
+    /// turn talks over the reply instead.
+    async fn await_reply(&mut self, turn: usize, outcome: &mut TurnResult) -> bool {
+        let deadline = outcome.speech_end + self.plan.response_timeout.as_secs_f64();
+        let silence = self.plan.protocol.silence();
         let mut quiet_from: Option<f64> = None;
         loop {
-            let at = match send_frame!(&silence) {
-                Ok(at) => at,
-                Err(()) => {
-                    outcome.error = Some("dropped".into());
-                    break;
-                }
-            };
-            let mut heard = heard.lock().unwrap_or_else(|p| p.into_inner());
-            // A server that sends nothing after a reply ends it on the clock.
-            let quiet = heard.voice.quiet_until(at);
-            heard.note(quiet, index, &recorder);
-            if heard.closed.is_some() {
+            let Ok(at) = self.send_frame(&silence).await else {
                 outcome.error = Some("dropped".into());
-                break;
+                return false;
+            };
+            if !self.follow_reply(at, outcome) {
+                outcome.error = Some("dropped".into());
+                return false;
             }
-            if outcome.onset.is_none() {
-                outcome.onset = heard
-                    .onsets
-                    .iter()
-                    .copied()
-                    .find(|o| *o > outcome.speech_end);
-            }
-            if let Some(onset) = outcome.onset
-                && outcome.reply_end.is_none()
-            {
-                let stopped = heard
-                    .events
-                    .iter()
-                    .find(|(t, kind)| *t > onset && kind == "bot_stopped_speaking")
-                    .map(|(t, _)| *t);
-                outcome.reply_end = heard
-                    .offsets
-                    .iter()
-                    .copied()
-                    .find(|o| *o > onset)
-                    .or(stopped);
-            }
-            drop(heard);
-            let talk_over = plan
+            let talk_over = self
+                .plan
                 .barge_in_at
-                .filter(|_| turn + 1 < plan.turns)
+                .filter(|_| turn + 1 < self.plan.turns)
                 .zip(outcome.onset)
                 .is_some_and(|(after, onset)| at - onset >= after.as_secs_f64());
             if talk_over && outcome.reply_end.is_none() {
-                barging_in = true;
-                break;
+                return true;
             }
             if outcome.reply_end.is_some() {
                 let since = *quiet_from.get_or_insert(at);
-                if at - since >= plan.think.as_secs_f64() {
-                    break;
+                if at - since >= self.plan.think.as_secs_f64() {
+                    return false;
                 }
             } else if outcome.onset.is_none() && at > deadline {
                 outcome.error = Some("no_response".into());
-                recorder.event(
-                    at,
-                    index,
-                    "error",
-                    json!({"kind": "no_response", "turn": turn}),
-                );
-                break;
+                let kind = json!({"kind": "no_response", "turn": turn});
+                self.recorder.event(at, self.index, "error", kind);
+                return false;
             } else if at > deadline + 60.0 {
                 outcome.error = Some("reply_never_ended".into());
-                break;
+                return false;
             }
         }
-        let dropped = outcome.error.as_deref() == Some("dropped");
-        live.turn(outcome.v2v_ms());
-        result.turns.push(outcome);
-        if dropped {
-            result.error = Some("dropped".into());
-            break;
+    }
+
+    /// Notes the reply's onset and end as heard by `at`; false when the link has closed.
+    fn follow_reply(&self, at: f64, outcome: &mut TurnResult) -> bool {
+        let mut heard = self.heard();
+        // A server that sends nothing after a reply ends it on the clock.
+        let quiet = heard.voice.quiet_until(at);
+        heard.note(quiet, self.index, &self.recorder);
+        if heard.closed.is_some() {
+            return false;
         }
+        if outcome.onset.is_none() {
+            outcome.onset = heard
+                .onsets
+                .iter()
+                .copied()
+                .find(|o| *o > outcome.speech_end);
+        }
+        if let Some(onset) = outcome.onset
+            && outcome.reply_end.is_none()
+        {
+            let stopped = heard
+                .events
+                .iter()
+                .find(|(t, kind)| *t > onset && kind == "bot_stopped_speaking")
+                .map(|(t, _)| *t);
+            outcome.reply_end = heard
+                .offsets
+                .iter()
+                .copied()
+                .find(|o| *o > onset)
+                .or(stopped);
+        }
+        true
     }
-    {
-        let heard = heard.lock().unwrap_or_else(|p| p.into_inner());
-        result.first_audio = heard.onsets.first().copied();
+
+    /// Closes the link; the session's result.
+    async fn hang_up(mut self) -> SessionResult {
+        let first = self.heard().onsets.first().copied();
+        self.result.first_audio = first;
+        self.link.close().await;
+        self.recorder.event(
+            self.plan.secs(Instant::now()),
+            self.index,
+            "closed",
+            json!({"error": self.result.error}),
+        );
+        self.result
     }
-    link.close().await;
-    recorder.event(
-        plan.secs(Instant::now()),
-        index,
-        "closed",
-        json!({"error": result.error}),
-    );
-    result
 }

@@ -121,6 +121,111 @@ impl PeerConnectionEventHandler for Events {
     }
 }
 
+/// The caller's peer connection: Opus, bound to loopback for a local server.
+async fn peer_connection(
+    plan: &Plan,
+    events: Arc<Events>,
+) -> Result<Arc<dyn PeerConnection>, String> {
+    let mut media = MediaEngine::default();
+    media
+        .register_codec(
+            RTCRtpCodecParameters {
+                rtp_codec: opus_codec(),
+                payload_type: 111,
+            },
+            RtpCodecKind::Audio,
+        )
+        .map_err(|e| failed("webrtc_setup", e))?;
+    let registry = register_default_interceptors(Registry::new(), &mut media)
+        .map_err(|e| failed("webrtc_setup", e))?;
+    let loopback = plan.url.contains("://127.") || plan.url.contains("://localhost");
+    let bind = if loopback { "127.0.0.1:0" } else { "0.0.0.0:0" };
+    let runtime = webrtc::runtime::default_runtime().ok_or_else(|| "webrtc_setup".to_owned())?;
+    let pc = PeerConnectionBuilder::new()
+        .with_configuration(RTCConfigurationBuilder::new().build())
+        .with_media_engine(media)
+        .with_interceptor_registry(registry)
+        .with_handler(events)
+        .with_runtime(runtime)
+        .with_udp_addrs(vec![bind.to_owned()])
+        .build()
+        .await
+        .map_err(|e| failed("webrtc_setup", e))?;
+    Ok(Arc::new(pc))
+}
+
+/// The caller's microphone track.
+fn mic_track(index: usize, ssrc: u32) -> Result<Arc<TrackLocalStaticSample>, String> {
+    let track = TrackLocalStaticSample::new(
+        std::time::Instant::now(),
+        MediaStreamTrack::new(
+            format!("loadtest-{index}"),
+            "mic-audio".into(),
+            "microphone".into(),
+            RtpCodecKind::Audio,
+            vec![RTCRtpEncodingParameters {
+                rtp_coding_parameters: RTCRtpCodingParameters {
+                    ssrc: Some(ssrc),
+                    ..Default::default()
+                },
+                codec: opus_codec(),
+                ..Default::default()
+            }],
+        ),
+    )
+    .map_err(|e| failed("webrtc_setup", e))?;
+    Ok(Arc::new(track))
+}
+
+/// Where the server's data-channel messages go.
+struct Listener {
+    origin: Instant,
+    index: usize,
+    recorder: Recorder,
+    heard: Arc<Mutex<Heard>>,
+}
+
+/// Reads the data channel: says when it opens and when the bot is ready, and records every
+/// server message; a channel that closes drops the call.
+async fn read_channel(
+    channel: Arc<dyn DataChannel>,
+    to: Listener,
+    opened: oneshot::Sender<()>,
+    ready: mpsc::Sender<()>,
+) {
+    let mut opened = Some(opened);
+    while let Some(event) = channel.poll().await {
+        match event {
+            DataChannelEvent::OnOpen => {
+                if let Some(tx) = opened.take() {
+                    let _ = tx.send(());
+                }
+            }
+            DataChannelEvent::OnMessage(message) => {
+                let Ok(value) = serde_json::from_slice::<Value>(&message.data) else {
+                    continue;
+                };
+                let Some(kind) = value["type"].as_str() else {
+                    continue;
+                };
+                let now = Instant::now().duration_since(to.origin).as_secs_f64();
+                if kind == "bot-ready" {
+                    let _ = ready.try_send(());
+                }
+                to.recorder
+                    .event(now, to.index, "server", json!({"type": kind}));
+                to.heard
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .event(now, kind);
+            }
+            DataChannelEvent::OnClose => break,
+            _ => {}
+        }
+    }
+    to.heard.lock().unwrap_or_else(|p| p.into_inner()).closed = Some("dropped".into());
+}
+
 /// A connected WebRTC caller.
 pub(super) struct Call {
     pc: Arc<dyn PeerConnection>,
@@ -139,18 +244,6 @@ impl Call {
         heard: Arc<Mutex<Heard>>,
         recorder: Recorder,
     ) -> Result<Self, String> {
-        let mut media = MediaEngine::default();
-        media
-            .register_codec(
-                RTCRtpCodecParameters {
-                    rtp_codec: opus_codec(),
-                    payload_type: 111,
-                },
-                RtpCodecKind::Audio,
-            )
-            .map_err(|e| failed("webrtc_setup", e))?;
-        let registry = register_default_interceptors(Registry::new(), &mut media)
-            .map_err(|e| failed("webrtc_setup", e))?;
         let (candidates_tx, candidates) = mpsc::channel(TRICKLE_QUEUE);
         let events = Arc::new(Events {
             candidates: candidates_tx,
@@ -159,43 +252,9 @@ impl Call {
             index,
             origin: plan.origin,
         });
-        let loopback = plan.url.contains("://127.") || plan.url.contains("://localhost");
-        let bind = if loopback { "127.0.0.1:0" } else { "0.0.0.0:0" };
-        let runtime =
-            webrtc::runtime::default_runtime().ok_or_else(|| "webrtc_setup".to_owned())?;
-        let pc: Arc<dyn PeerConnection> = Arc::new(
-            PeerConnectionBuilder::new()
-                .with_configuration(RTCConfigurationBuilder::new().build())
-                .with_media_engine(media)
-                .with_interceptor_registry(registry)
-                .with_handler(events)
-                .with_runtime(runtime)
-                .with_udp_addrs(vec![bind.to_owned()])
-                .build()
-                .await
-                .map_err(|e| failed("webrtc_setup", e))?,
-        );
+        let pc = peer_connection(plan, events).await?;
         let ssrc = 0x10ad_0000 | (index as u32 & 0xffff);
-        let mic = Arc::new(
-            TrackLocalStaticSample::new(
-                std::time::Instant::now(),
-                MediaStreamTrack::new(
-                    format!("loadtest-{index}"),
-                    "mic-audio".into(),
-                    "microphone".into(),
-                    RtpCodecKind::Audio,
-                    vec![RTCRtpEncodingParameters {
-                        rtp_coding_parameters: RTCRtpCodingParameters {
-                            ssrc: Some(ssrc),
-                            ..Default::default()
-                        },
-                        codec: opus_codec(),
-                        ..Default::default()
-                    }],
-                ),
-            )
-            .map_err(|e| failed("webrtc_setup", e))?,
-        );
+        let mic = mic_track(index, ssrc)?;
         let sender = pc
             .add_track(mic.clone() as Arc<dyn TrackLocal>)
             .await
@@ -241,41 +300,17 @@ impl Call {
 
         let (opened_tx, opened) = oneshot::channel();
         let (ready_tx, mut ready) = mpsc::channel::<()>(1);
-        let reader = {
-            let (channel, origin) = (channel.clone(), plan.origin);
-            tokio::spawn(async move {
-                let mut opened_tx = Some(opened_tx);
-                while let Some(event) = channel.poll().await {
-                    match event {
-                        DataChannelEvent::OnOpen => {
-                            if let Some(tx) = opened_tx.take() {
-                                let _ = tx.send(());
-                            }
-                        }
-                        DataChannelEvent::OnMessage(message) => {
-                            let Ok(value) = serde_json::from_slice::<Value>(&message.data) else {
-                                continue;
-                            };
-                            let Some(kind) = value["type"].as_str() else {
-                                continue;
-                            };
-                            let now = Instant::now().duration_since(origin).as_secs_f64();
-                            if kind == "bot-ready" {
-                                let _ = ready_tx.try_send(());
-                            }
-                            recorder.event(now, index, "server", json!({"type": kind}));
-                            heard
-                                .lock()
-                                .unwrap_or_else(|p| p.into_inner())
-                                .event(now, kind);
-                        }
-                        DataChannelEvent::OnClose => break,
-                        _ => {}
-                    }
-                }
-                heard.lock().unwrap_or_else(|p| p.into_inner()).closed = Some("dropped".into());
-            })
-        };
+        let reader = tokio::spawn(read_channel(
+            channel.clone(),
+            Listener {
+                origin: plan.origin,
+                index,
+                recorder,
+                heard,
+            },
+            opened_tx,
+            ready_tx,
+        ));
         let call = Self {
             pc,
             mic,
