@@ -597,6 +597,69 @@ fn next_step(pass: Option<usize>, fail: Option<usize>, max: usize) -> Option<usi
     }
 }
 
+/// What the sessions' results add up to, before the figures are made of it.
+#[derive(Default)]
+struct Tally {
+    counts: Counts,
+    errors: BTreeMap<String, usize>,
+    v2v: Vec<f64>,
+    first_audio: Vec<f64>,
+    connect: Vec<f64>,
+    lags: Vec<f64>,
+    barge_in: Vec<f64>,
+    turns: usize,
+    failed_turns: usize,
+}
+
+impl Tally {
+    fn of(results: &[SessionResult]) -> Self {
+        let mut t = Tally {
+            counts: Counts {
+                started: results.len(),
+                ..Counts::default()
+            },
+            ..Tally::default()
+        };
+        for result in results {
+            t.lags.extend(&result.pacing_lag_ms);
+            if let Some(connected) = result.connected {
+                t.counts.connected += 1;
+                t.connect.push((connected - result.started) * 1000.0);
+                if let Some(first) = result.first_audio {
+                    t.first_audio.push((first - connected) * 1000.0);
+                }
+            }
+            for turn in &result.turns {
+                t.turns += 1;
+                // A reply that came is timed, whatever happened after it.
+                t.v2v.extend(turn.v2v_ms());
+                t.barge_in.extend(turn.barge_in_stop_ms);
+                match &turn.error {
+                    Some(kind) => {
+                        t.failed_turns += 1;
+                        *t.errors.entry(kind.clone()).or_default() += 1;
+                    }
+                    None if turn.onset.is_none() => t.failed_turns += 1,
+                    None => {}
+                }
+            }
+            match &result.error {
+                Some(kind) => {
+                    t.counts.failed += 1;
+                    if result.connected.is_none() {
+                        *t.errors.entry(kind.clone()).or_default() += 1;
+                    }
+                }
+                None if result.turns.iter().all(|t| t.error.is_none()) => {
+                    t.counts.completed += 1;
+                }
+                None => t.counts.failed += 1,
+            }
+        }
+        t
+    }
+}
+
 fn summarize(
     options: &LoadtestOptions,
     results: &[SessionResult],
@@ -604,49 +667,17 @@ fn summarize(
     wall_s: f64,
     cpu_s: f64,
 ) -> Summary {
-    let mut counts = Counts {
-        started: results.len(),
-        ..Counts::default()
-    };
-    let mut errors: BTreeMap<String, usize> = BTreeMap::new();
-    let (mut v2v, mut first_audio, mut connect, mut lags, mut barge_in) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    let mut turns = 0;
-    let mut failed_turns = 0;
-    for result in results {
-        lags.extend(&result.pacing_lag_ms);
-        if let Some(connected) = result.connected {
-            counts.connected += 1;
-            connect.push((connected - result.started) * 1000.0);
-            if let Some(first) = result.first_audio {
-                first_audio.push((first - connected) * 1000.0);
-            }
-        }
-        for turn in &result.turns {
-            turns += 1;
-            // A reply that came is timed, whatever happened after it.
-            v2v.extend(turn.v2v_ms());
-            barge_in.extend(turn.barge_in_stop_ms);
-            match &turn.error {
-                Some(kind) => {
-                    failed_turns += 1;
-                    *errors.entry(kind.clone()).or_default() += 1;
-                }
-                None if turn.onset.is_none() => failed_turns += 1,
-                None => {}
-            }
-        }
-        match &result.error {
-            Some(kind) => {
-                counts.failed += 1;
-                if result.connected.is_none() {
-                    *errors.entry(kind.clone()).or_default() += 1;
-                }
-            }
-            None if result.turns.iter().all(|t| t.error.is_none()) => counts.completed += 1,
-            None => counts.failed += 1,
-        }
-    }
+    let Tally {
+        counts,
+        errors,
+        v2v,
+        first_audio,
+        connect,
+        lags,
+        barge_in,
+        turns,
+        failed_turns,
+    } = Tally::of(results);
     let mut metrics = BTreeMap::new();
     metrics.insert("v2v".to_owned(), Distribution::of(&v2v));
     metrics.insert("first_audio".to_owned(), Distribution::of(&first_audio));

@@ -154,6 +154,39 @@ async fn peer_connection(
     Ok(Arc::new(pc))
 }
 
+/// Makes the offer, sends it as soon as it is made (whatever candidates it has; the rest
+/// trickle once the answer names the connection) and applies the answer.
+async fn negotiate(
+    plan: &Plan,
+    pc: &dyn PeerConnection,
+    candidates: mpsc::Receiver<Value>,
+) -> Result<(), String> {
+    let offer = pc
+        .create_offer(None)
+        .await
+        .map_err(|e| failed("webrtc_setup", e))?;
+    pc.set_local_description(offer)
+        .await
+        .map_err(|e| failed("webrtc_setup", e))?;
+    let offer_sdp = pc
+        .local_description()
+        .await
+        .ok_or_else(|| "webrtc_setup".to_owned())?
+        .sdp;
+    let (answer, offer_url) = signal(plan, &offer_sdp).await?;
+    if let Some(pc_id) = answer["pc_id"].as_str() {
+        tokio::spawn(trickle(offer_url, pc_id.to_owned(), candidates));
+    }
+    let sdp = answer["sdp"]
+        .as_str()
+        .ok_or_else(|| "offer_bad_answer".to_owned())?;
+    let description =
+        RTCSessionDescription::answer(sdp.to_owned()).map_err(|e| failed("offer_bad_answer", e))?;
+    pc.set_remote_description(description)
+        .await
+        .map_err(|e| failed("offer_bad_answer", e))
+}
+
 /// The caller's microphone track.
 fn mic_track(index: usize, ssrc: u32) -> Result<Arc<TrackLocalStaticSample>, String> {
     let track = TrackLocalStaticSample::new(
@@ -264,33 +297,7 @@ impl Call {
             .create_data_channel("chat", None)
             .await
             .map_err(|e| failed("webrtc_setup", e))?;
-        let offer = pc
-            .create_offer(None)
-            .await
-            .map_err(|e| failed("webrtc_setup", e))?;
-        pc.set_local_description(offer)
-            .await
-            .map_err(|e| failed("webrtc_setup", e))?;
-        // The offer goes as soon as it is made, with whatever candidates it has; the rest
-        // trickle once the answer names the connection.
-        let offer_sdp = pc
-            .local_description()
-            .await
-            .ok_or_else(|| "webrtc_setup".to_owned())?
-            .sdp;
-
-        let (answer, offer_url) = signal(plan, &offer_sdp).await?;
-        if let Some(pc_id) = answer["pc_id"].as_str() {
-            tokio::spawn(trickle(offer_url, pc_id.to_owned(), candidates));
-        }
-        let sdp = answer["sdp"]
-            .as_str()
-            .ok_or_else(|| "offer_bad_answer".to_owned())?;
-        let description = RTCSessionDescription::answer(sdp.to_owned())
-            .map_err(|e| failed("offer_bad_answer", e))?;
-        pc.set_remote_description(description)
-            .await
-            .map_err(|e| failed("offer_bad_answer", e))?;
+        negotiate(plan, pc.as_ref(), candidates).await?;
         let payload_type = sender
             .get_parameters()
             .await
@@ -299,7 +306,7 @@ impl Call {
             .unwrap_or(111);
 
         let (opened_tx, opened) = oneshot::channel();
-        let (ready_tx, mut ready) = mpsc::channel::<()>(1);
+        let (ready_tx, ready) = mpsc::channel::<()>(1);
         let reader = tokio::spawn(read_channel(
             channel.clone(),
             Listener {
@@ -319,6 +326,17 @@ impl Call {
             channel,
             reader,
         };
+        call.greet(index, opened, ready).await
+    }
+
+    /// Waits for the data channel, says `client-ready` and waits for `bot-ready`.
+    async fn greet(
+        self,
+        index: usize,
+        opened: oneshot::Receiver<()>,
+        mut ready: mpsc::Receiver<()>,
+    ) -> Result<Self, String> {
+        let call = self;
         if tokio::time::timeout(Duration::from_secs(15), opened)
             .await
             .is_err()

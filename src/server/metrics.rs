@@ -120,42 +120,47 @@ impl Metrics {
     pub fn render(&self) -> String {
         let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
         let mut out = Exposition::default();
-        out.single(
-            "voxide_sessions_active",
-            "Live sessions.",
-            "gauge",
-            self.active(),
-        );
-        out.single(
-            "voxide_sessions_started_total",
-            "Sessions started.",
-            "counter",
-            self.started(),
-        );
-        out.single(
-            "voxide_sessions_rejected_total",
-            "Sessions refused at the session limit.",
-            "counter",
-            self.rejected(),
-        );
-        out.single(
-            "voxide_errors_total",
-            "Errors reported by sessions.",
-            "counter",
-            load(&self.errors),
-        );
-        out.single(
-            "voxide_interruptions_total",
-            "Times a user interrupted the bot.",
-            "counter",
-            load(&self.interruptions),
-        );
-        out.single(
-            "voxide_tool_calls_total",
-            "Function calls started.",
-            "counter",
-            load(&self.tool_calls),
-        );
+        let singles = [
+            (
+                "voxide_sessions_active",
+                "Live sessions.",
+                "gauge",
+                self.active() as u64,
+            ),
+            (
+                "voxide_sessions_started_total",
+                "Sessions started.",
+                "counter",
+                self.started(),
+            ),
+            (
+                "voxide_sessions_rejected_total",
+                "Sessions refused at the session limit.",
+                "counter",
+                self.rejected(),
+            ),
+            (
+                "voxide_errors_total",
+                "Errors reported by sessions.",
+                "counter",
+                load(&self.errors),
+            ),
+            (
+                "voxide_interruptions_total",
+                "Times a user interrupted the bot.",
+                "counter",
+                load(&self.interruptions),
+            ),
+            (
+                "voxide_tool_calls_total",
+                "Function calls started.",
+                "counter",
+                load(&self.tool_calls),
+            ),
+        ];
+        for (name, help, kind, value) in singles {
+            out.single(name, help, kind, value);
+        }
         out.labelled(
             ("voxide_sessions_ended_total", "Sessions ended, by reason."),
             "reason",
