@@ -161,6 +161,12 @@ impl Metrics {
         for (name, help, kind, value) in singles {
             out.single(name, help, kind, value);
         }
+        self.families(&mut out);
+        out.0
+    }
+
+    /// The labelled counters and the summaries.
+    fn families(&self, out: &mut Exposition) {
         out.labelled(
             ("voxide_sessions_ended_total", "Sessions ended, by reason."),
             "reason",
@@ -205,7 +211,6 @@ impl Metrics {
             Some("service"),
             ttfb.iter().map(|(service, sum)| (service.as_str(), *sum)),
         );
-        out.0
     }
 }
 

@@ -437,49 +437,58 @@ const CROSS_ATTENTION: &[(Rename, &str, &str)] = &[
     ),
 ];
 
+/// One of the model's tensors, as f32.
+fn tensor(ct2: &Ct2Model, name: &str) -> Result<Tensor, String> {
+    let v = ct2.get(name).map_err(|e| e.to_string())?;
+    let dtype = match v.dtype {
+        ct2::DType::F16 => DType::F16,
+        ct2::DType::F32 => DType::F32,
+        ct2::DType::Bf16 => DType::BF16,
+        other => return Err(format!("{name}: unsupported type {other:?}")),
+    };
+    Tensor::from_raw_buffer(&v.bytes, dtype, &v.dims, &Device::Cpu)
+        .and_then(|t| t.to_dtype(DType::F32))
+        .map_err(|e| format!("{name}: {e}"))
+}
+
+/// Puts the tensors of CTranslate2's `from` into `out` under candle's name `to`.
+fn rename(
+    out: &mut HashMap<String, Tensor>,
+    ct2: &Ct2Model,
+    (kind, from, to): (Rename, &str, &str),
+) -> Result<(), String> {
+    let get = |name: String| tensor(ct2, &name);
+    match kind {
+        Rename::Norm => {
+            out.insert(format!("{to}.weight"), get(format!("{from}/gamma"))?);
+            out.insert(format!("{to}.bias"), get(format!("{from}/beta"))?);
+        }
+        Rename::Linear => {
+            out.insert(format!("{to}.weight"), get(format!("{from}/weight"))?);
+            out.insert(format!("{to}.bias"), get(format!("{from}/bias"))?);
+        }
+        Rename::Fused(names) => {
+            let weight = get(format!("{from}/weight"))?;
+            let bias = get(format!("{from}/bias"))?;
+            let rows = weight.dim(0).map_err(|e| e.to_string())? / names.len();
+            for (i, name) in names.iter().enumerate() {
+                let part = |t: &Tensor| t.narrow(0, i * rows, rows).map_err(|e| e.to_string());
+                out.insert(format!("{to}.{name}.weight"), part(&weight)?);
+                if *name != "k_proj" {
+                    out.insert(format!("{to}.{name}.bias"), part(&bias)?);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
 /// The model's tensors under candle's Whisper names, and its configuration.
 fn to_candle(ct2: &Ct2Model) -> Result<(HashMap<String, Tensor>, Config), String> {
     if ct2.spec != "WhisperSpec" {
         return Err(format!("expected a Whisper model, found {}", ct2.spec));
     }
-    let get = |name: &str| -> Result<Tensor, String> {
-        let v = ct2.get(name).map_err(|e| e.to_string())?;
-        let dtype = match v.dtype {
-            ct2::DType::F16 => DType::F16,
-            ct2::DType::F32 => DType::F32,
-            ct2::DType::Bf16 => DType::BF16,
-            other => return Err(format!("{name}: unsupported type {other:?}")),
-        };
-        Tensor::from_raw_buffer(&v.bytes, dtype, &v.dims, &Device::Cpu)
-            .and_then(|t| t.to_dtype(DType::F32))
-            .map_err(|e| format!("{name}: {e}"))
-    };
     let mut out = HashMap::new();
-    let mut rename = |kind: Rename, from: &str, to: &str| -> Result<(), String> {
-        match kind {
-            Rename::Norm => {
-                out.insert(format!("{to}.weight"), get(&format!("{from}/gamma"))?);
-                out.insert(format!("{to}.bias"), get(&format!("{from}/beta"))?);
-            }
-            Rename::Linear => {
-                out.insert(format!("{to}.weight"), get(&format!("{from}/weight"))?);
-                out.insert(format!("{to}.bias"), get(&format!("{from}/bias"))?);
-            }
-            Rename::Fused(names) => {
-                let weight = get(&format!("{from}/weight"))?;
-                let bias = get(&format!("{from}/bias"))?;
-                let rows = weight.dim(0).map_err(|e| e.to_string())? / names.len();
-                for (i, name) in names.iter().enumerate() {
-                    let part = |t: &Tensor| t.narrow(0, i * rows, rows).map_err(|e| e.to_string());
-                    out.insert(format!("{to}.{name}.weight"), part(&weight)?);
-                    if *name != "k_proj" {
-                        out.insert(format!("{to}.{name}.bias"), part(&bias)?);
-                    }
-                }
-            }
-        }
-        Ok(())
-    };
     let layers = |prefix: &str| {
         (0..)
             .take_while(|i| {
@@ -491,11 +500,8 @@ fn to_candle(ct2: &Ct2Model) -> Result<(HashMap<String, Tensor>, Config), String
     let enc_layers = layers("encoder");
     let dec_layers = layers("decoder");
     for conv in ["conv1", "conv2"] {
-        rename(
-            Rename::Linear,
-            &format!("encoder/{conv}"),
-            &format!("model.encoder.{conv}"),
-        )?;
+        let (from, to) = (format!("encoder/{conv}"), format!("model.encoder.{conv}"));
+        rename(&mut out, ct2, (Rename::Linear, &from, &to))?;
     }
     for (part, count, parts) in [
         ("encoder", enc_layers, &[BLOCK][..]),
@@ -503,22 +509,20 @@ fn to_candle(ct2: &Ct2Model) -> Result<(HashMap<String, Tensor>, Config), String
     ] {
         for i in 0..count {
             for &(kind, from, to) in parts.iter().copied().flatten() {
-                rename(
-                    kind,
-                    &format!("{part}/layer_{i}/{from}"),
-                    &format!("model.{part}.layers.{i}.{to}"),
-                )?;
+                let from = format!("{part}/layer_{i}/{from}");
+                let to = format!("model.{part}.layers.{i}.{to}");
+                rename(&mut out, ct2, (kind, &from, &to))?;
             }
         }
-        rename(
-            Rename::Norm,
-            &format!("{part}/layer_norm"),
-            &format!("model.{part}.layer_norm"),
-        )?;
+        let (from, to) = (
+            format!("{part}/layer_norm"),
+            format!("model.{part}.layer_norm"),
+        );
+        rename(&mut out, ct2, (Rename::Norm, &from, &to))?;
     }
-    let embeddings = get("decoder/embeddings/weight")?;
+    let embeddings = tensor(ct2, "decoder/embeddings/weight")?;
     let (vocab_size, d_model) = embeddings.dims2().map_err(|e| e.to_string())?;
-    let positions = get("decoder/position_encodings/encodings")?;
+    let positions = tensor(ct2, "decoder/position_encodings/encodings")?;
     let max_target_positions = positions.dim(0).map_err(|e| e.to_string())?;
     out.insert("model.decoder.embed_tokens.weight".into(), embeddings);
     out.insert("model.decoder.embed_positions.weight".into(), positions);
