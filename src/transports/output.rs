@@ -149,6 +149,34 @@ impl<S: AudioSink> AudioOutput<S> {
     }
 }
 
+impl<S: AudioSink> AudioOutput<S> {
+    /// The user's turn ended: the clock starts where their speech ended, not where the turn
+    /// detector decided it had; the wait between the two is its own metric. A turn the VAD
+    /// never heard (a transcript opened it) ends where it is.
+    fn user_stopped(&mut self, cx: &mut FrameContext<'_>) {
+        let now = Instant::now();
+        let speech_ended = {
+            let mut playback = lock(&self.playback);
+            let ended = playback.vad_stopped.take().unwrap_or(now);
+            playback.user_stopped = Some(ended);
+            ended
+        };
+        let waited = now.duration_since(speech_ended) + self.options.speech_end_offset;
+        cx.push_downstream(SystemFrame::Metrics(vec![MetricsData::TurnWait {
+            seconds: waited.as_secs_f64(),
+        }]));
+    }
+
+    /// The bot is no longer speaking: said both ways, if it was.
+    fn stopped_speaking(&mut self, cx: &mut FrameContext<'_>) {
+        let was_speaking = std::mem::take(&mut lock(&self.playback).speaking);
+        if was_speaking {
+            cx.push_upstream(SystemFrame::BotStoppedSpeaking);
+            cx.push_downstream(SystemFrame::BotStoppedSpeaking);
+        }
+    }
+}
+
 impl<S: AudioSink> FrameProcessor for AudioOutput<S> {
     fn name(&self) -> &str {
         "AudioOutput"
@@ -175,27 +203,12 @@ impl<S: AudioSink> FrameProcessor for AudioOutput<S> {
                 };
                 cx.spawn(watcher.run());
             }
+            FrameBody::System(SystemFrame::UserStoppedSpeaking) => self.user_stopped(cx),
             FrameBody::System(SystemFrame::VadUserStoppedSpeaking) => {
                 lock(&self.playback).vad_stopped = Some(Instant::now());
             }
             FrameBody::System(SystemFrame::VadUserStartedSpeaking) => {
                 lock(&self.playback).vad_stopped = None;
-            }
-            FrameBody::System(SystemFrame::UserStoppedSpeaking) => {
-                // The clock starts where the user's speech ended, not where the turn detector
-                // decided it had: the wait between the two is its own metric. A turn the VAD
-                // never heard (a transcript opened it) ends where it is.
-                let now = Instant::now();
-                let speech_ended = {
-                    let mut playback = lock(&self.playback);
-                    let ended = playback.vad_stopped.take().unwrap_or(now);
-                    playback.user_stopped = Some(ended);
-                    ended
-                };
-                let waited = now.duration_since(speech_ended) + self.options.speech_end_offset;
-                cx.push_downstream(SystemFrame::Metrics(vec![MetricsData::TurnWait {
-                    seconds: waited.as_secs_f64(),
-                }]));
             }
             FrameBody::System(SystemFrame::UserStartedSpeaking) => {
                 lock(&self.playback).user_stopped = None;
@@ -214,16 +227,12 @@ impl<S: AudioSink> FrameProcessor for AudioOutput<S> {
             }
             FrameBody::System(SystemFrame::Interruption) => {
                 self.paused.send_replace(false);
-                let was_speaking = {
+                {
                     let mut playback = lock(&self.playback);
                     playback.sink.clear();
                     playback.next_slot = None;
-                    std::mem::take(&mut playback.speaking)
-                };
-                if was_speaking {
-                    cx.push_upstream(SystemFrame::BotStoppedSpeaking);
-                    cx.push_downstream(SystemFrame::BotStoppedSpeaking);
                 }
+                self.stopped_speaking(cx);
             }
             FrameBody::Data(DataFrame::OutputAudio(audio)) => {
                 self.started_speaking(cx);
@@ -238,14 +247,8 @@ impl<S: AudioSink> FrameProcessor for AudioOutput<S> {
                 cx.run(job);
                 return Ok(());
             }
-            FrameBody::Control(ControlFrame::End(_)) => {
-                // Whatever played last counts as finished now, before the session ends.
-                let was_speaking = std::mem::take(&mut lock(&self.playback).speaking);
-                if was_speaking {
-                    cx.push_upstream(SystemFrame::BotStoppedSpeaking);
-                    cx.push_downstream(SystemFrame::BotStoppedSpeaking);
-                }
-            }
+            // Whatever played last counts as finished now, before the session ends.
+            FrameBody::Control(ControlFrame::End(_)) => self.stopped_speaking(cx),
             _ => {}
         }
         cx.push(frame, direction);
