@@ -180,33 +180,48 @@ struct Inference {
     batch: ToolBatch,
 }
 
+/// What a response brought besides its text.
+#[derive(Default)]
+struct Collected {
+    requested: Vec<FunctionCallRequest>,
+    usage: TokenUsage,
+    thinking: String,
+    provider_messages: Vec<crate::context::ProviderMessage>,
+    stop_reason: Option<StopReason>,
+}
+
 impl Inference {
     async fn run(self, request: LlmRequest) -> Result<(), ProcessorError> {
+        let _ = self
+            .batch
+            .pusher
+            .push(
+                ControlFrame::LlmFullResponseStart.into(),
+                Direction::Downstream,
+            )
+            .await;
+        let (collected, failure) = self.stream(request).await;
+        self.finish(collected, failure).await
+    }
+
+    /// Streams the response: its text goes on as it comes, the rest is collected; why it
+    /// failed, if it did.
+    async fn stream(&self, request: LlmRequest) -> (Collected, Option<String>) {
         let down = Direction::Downstream;
         let pusher = &self.batch.pusher;
-        let options = &self.batch.options;
-        let _ = pusher
-            .push(ControlFrame::LlmFullResponseStart.into(), down)
-            .await;
+        let timeout = self.batch.options.completion_timeout;
         let started = Instant::now();
         let mut first = true;
         let mut stream = self.engine.generate(request);
-        let mut requested = Vec::new();
-        let mut usage = TokenUsage::default();
-        let mut thinking = String::new();
-        let mut provider_messages = Vec::new();
-        let mut stop_reason = None;
-        let mut failure = None;
+        let mut got = Collected::default();
         loop {
-            let event = match tokio::time::timeout(options.completion_timeout, stream.next()).await
-            {
+            let event = match tokio::time::timeout(timeout, stream.next()).await {
                 Ok(Some(event)) => event,
-                Ok(None) => break,
+                Ok(None) => return (got, None),
                 Err(_) => {
-                    let seconds = options.completion_timeout.as_secs_f64();
+                    let seconds = timeout.as_secs_f64();
                     pusher.emit(Event::LlmCompletionTimeout { seconds });
-                    failure = Some(format!("the LLM gave no answer for {seconds} s"));
-                    break;
+                    return (got, Some(format!("the LLM gave no answer for {seconds} s")));
                 }
             };
             // Time to the first of the answer: bookkeeping (usage, a fallback) does not count.
@@ -229,46 +244,47 @@ impl Inference {
                     id,
                     name,
                     arguments,
-                }) => requested.push(FunctionCallRequest {
+                }) => got.requested.push(FunctionCallRequest {
                     function_name: name,
                     tool_call_id: id,
                     arguments: parse_arguments(&arguments),
                 }),
-                Ok(LlmEvent::Thinking(text)) => thinking.push_str(&text),
-                Ok(LlmEvent::Usage(more)) => usage += more,
-                Ok(LlmEvent::Finished(reason)) => stop_reason = Some(reason),
-                Ok(LlmEvent::ProviderMessage(message)) => provider_messages.push(message),
+                Ok(LlmEvent::Thinking(text)) => got.thinking.push_str(&text),
+                Ok(LlmEvent::Usage(more)) => got.usage += more,
+                Ok(LlmEvent::Finished(reason)) => got.stop_reason = Some(reason),
+                Ok(LlmEvent::ProviderMessage(message)) => got.provider_messages.push(message),
                 Ok(LlmEvent::Fallback { from, to, reason }) => {
                     pusher.emit(Event::LlmFallback { from, to, reason });
                 }
-                Err(e) => {
-                    failure = Some(e.to_string());
-                    break;
-                }
+                Err(e) => return (got, Some(e.to_string())),
             }
         }
-        drop(stream);
-        let has_calls = !requested.is_empty();
+    }
+
+    /// Starts the calls the response asked for and accounts for it.
+    async fn finish(self, got: Collected, failure: Option<String>) -> Result<(), ProcessorError> {
+        let has_calls = !got.requested.is_empty();
         if has_calls {
-            self.batch.start(requested).await;
+            self.batch.start(got.requested).await;
         }
         let summary = LlmResponseSummary {
             provider: self.engine.provider().to_owned(),
             model: self.engine.model().to_owned(),
-            usage,
+            usage: got.usage,
             cost_usd: None,
-            stop_reason: match stop_reason {
+            stop_reason: match got.stop_reason {
                 _ if failure.is_some() => StopReason::Error,
                 _ if has_calls => StopReason::ToolUse,
                 Some(reason) => reason,
                 None => StopReason::Stop,
             },
-            thinking,
-            provider_messages,
+            thinking: got.thinking,
+            provider_messages: got.provider_messages,
         };
+        let pusher = &self.batch.pusher;
         let prices = &self.batch.options.prices;
         for frame in account_response(summary, prices, self.usage_metrics, pusher.name()) {
-            let _ = pusher.push(frame, down).await;
+            let _ = pusher.push(frame, Direction::Downstream).await;
         }
         match failure {
             Some(message) => Err(ProcessorError::new(message)),
