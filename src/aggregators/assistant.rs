@@ -316,6 +316,39 @@ fn with_thinking(mut blocks: Vec<ContentBlock>, thinking: String) -> Vec<Content
     blocks
 }
 
+impl AssistantAggregator {
+    /// What the listener heard stays, marked as cut short.
+    fn interrupted(&mut self) {
+        if let Some(playing) = self.playing.take() {
+            self.add_heard(&playing.heard());
+        }
+        if self.in_response {
+            self.finish_response(true);
+        }
+        self.in_response = false;
+    }
+
+    /// The voice started a sentence: with word timings, what is heard of it can be told.
+    fn speaking(&mut self, spoken: &crate::frames::TtsText) {
+        if let Some(words) = &spoken.words {
+            self.finish_playing();
+            self.playing = Some(Playing {
+                text: spoken.text.clone(),
+                words: words.clone(),
+                played_secs: 0.0,
+            });
+        }
+    }
+
+    fn response_started(&mut self) {
+        self.in_response = true;
+        self.playing = None;
+        self.text.clear();
+        self.blocks.clear();
+        self.summary = None;
+    }
+}
+
 impl FrameProcessor for AssistantAggregator {
     fn name(&self) -> &str {
         "AssistantAggregator"
@@ -342,38 +375,16 @@ impl FrameProcessor for AssistantAggregator {
                 self.maybe_run(cx);
                 return Ok(());
             }
-            FrameBody::System(SystemFrame::Interruption) => {
-                // What the listener heard stays, marked as cut short.
-                if let Some(playing) = self.playing.take() {
-                    self.add_heard(&playing.heard());
-                }
-                if self.in_response {
-                    self.finish_response(true);
-                }
-                self.in_response = false;
-            }
+            FrameBody::System(SystemFrame::Interruption) => self.interrupted(),
             FrameBody::Data(DataFrame::OutputAudio(audio)) => {
                 if let Some(playing) = &mut self.playing {
                     playing.played_secs += audio.duration().as_secs_f64();
                 }
             }
             FrameBody::Data(DataFrame::TtsText(spoken)) if self.in_response && spoken.spoken => {
-                if let Some(words) = &spoken.words {
-                    self.finish_playing();
-                    self.playing = Some(Playing {
-                        text: spoken.text.clone(),
-                        words: words.clone(),
-                        played_secs: 0.0,
-                    });
-                }
+                self.speaking(spoken);
             }
-            FrameBody::Control(ControlFrame::LlmFullResponseStart) => {
-                self.in_response = true;
-                self.playing = None;
-                self.text.clear();
-                self.blocks.clear();
-                self.summary = None;
-            }
+            FrameBody::Control(ControlFrame::LlmFullResponseStart) => self.response_started(),
             FrameBody::Control(ControlFrame::LlmResponseSummary(summary)) => {
                 self.summary = Some((**summary).clone());
             }

@@ -238,6 +238,52 @@ impl AssemblyAiCore {
         Message::Text(message.json().into())
     }
 
+    /// A session began (the first, or one after a lost socket): the kept audio goes again, and
+    /// finalizes owed wait for the replay's final.
+    fn began(&mut self, now: Instant) -> Step<SttEvent> {
+        self.ready = true;
+        self.kept.restart();
+        self.sent_to = 0;
+        let owed = !self.owed.is_empty();
+        let mut send = self.unsent(owed, now);
+        if owed {
+            if send.is_empty() {
+                return (Vec::new(), self.answer_all(false));
+            }
+            // The kept audio is the turn the lost socket did not finish.
+            self.turn_open = true;
+            let due = now + self.settings.finalize_timeout;
+            self.owed.iter_mut().for_each(|d| *d = due);
+            send.push(Self::control(ClientMessage::ForceEndpoint));
+        }
+        (send, Vec::new())
+    }
+
+    /// A turn's formatted final: its words are kept, and answer the finalizes owed.
+    fn turn_ended(&mut self, turn: &wire::Turn) -> Vec<SttEvent> {
+        if let Some(end) = turn.end_ms() {
+            self.kept
+                .done_up_to((end * u64::from(SAMPLE_RATE) / 1000) as usize);
+        }
+        self.current.clear();
+        self.turn_open = false;
+        if std::mem::take(&mut self.taken) {
+            return Vec::new();
+        }
+        let transcript = turn.transcript.trim();
+        if !transcript.is_empty() {
+            self.finals.push(transcript.to_owned());
+        }
+        if !self.owed.is_empty() {
+            return self.answer_all(false);
+        }
+        if self.finals.is_empty() {
+            Vec::new()
+        } else {
+            vec![SttEvent::Interim(self.text())]
+        }
+    }
+
     /// What a message from AssemblyAI says, and what to send back.
     fn heard(&mut self, message: Message, now: Instant) -> Step<SttEvent> {
         self.last_heard = now;
@@ -258,51 +304,14 @@ impl AssemblyAiCore {
         match parsed {
             ServerMessage::Begin { id } => {
                 tracing::debug!(session = %id, "AssemblyAI session began");
-                self.ready = true;
-                self.kept.restart();
-                self.sent_to = 0;
-                let owed = !self.owed.is_empty();
-                let mut send = self.unsent(owed, now);
-                if owed {
-                    if send.is_empty() {
-                        return (Vec::new(), self.answer_all(false));
-                    }
-                    // The kept audio is the turn the lost socket did not finish: its finalizes
-                    // wait for the replay's final.
-                    self.turn_open = true;
-                    let due = now + self.settings.finalize_timeout;
-                    self.owed.iter_mut().for_each(|d| *d = due);
-                    send.push(Self::control(ClientMessage::ForceEndpoint));
-                }
-                (send, Vec::new())
+                self.began(now)
             }
             ServerMessage::SpeechStarted => {
                 self.turn_open = true;
                 (Vec::new(), Vec::new())
             }
             ServerMessage::Turn(turn) if turn.end_of_turn && turn.turn_is_formatted => {
-                if let Some(end) = turn.end_ms() {
-                    self.kept
-                        .done_up_to((end * u64::from(SAMPLE_RATE) / 1000) as usize);
-                }
-                self.current.clear();
-                self.turn_open = false;
-                if std::mem::take(&mut self.taken) {
-                    return (Vec::new(), Vec::new());
-                }
-                let transcript = turn.transcript.trim();
-                if !transcript.is_empty() {
-                    self.finals.push(transcript.to_owned());
-                }
-                if !self.owed.is_empty() {
-                    return (Vec::new(), self.answer_all(false));
-                }
-                let said = if self.finals.is_empty() {
-                    Vec::new()
-                } else {
-                    vec![SttEvent::Interim(self.text())]
-                };
-                (Vec::new(), said)
+                (Vec::new(), self.turn_ended(&turn))
             }
             // A turn in progress, or an ended one before its formatted copy.
             ServerMessage::Turn(turn) => {

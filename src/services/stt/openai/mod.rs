@@ -230,6 +230,47 @@ impl OpenAiSttCore {
         said
     }
 
+    /// The session as voxide wants it: transcription only, PCM at the wire rate, no server
+    /// turn detection.
+    fn session_update(&self) -> Message {
+        let update = ClientEvent::SessionUpdate {
+            session: wire::Session {
+                kind: "transcription",
+                audio: wire::Audio {
+                    input: wire::Input {
+                        format: wire::Format {
+                            kind: "audio/pcm",
+                            rate: WIRE_RATE,
+                        },
+                        transcription: wire::Transcription {
+                            model: &self.settings.model,
+                            language: &self.settings.language,
+                        },
+                        turn_detection: None,
+                    },
+                },
+            },
+        };
+        Self::event(&update)
+    }
+
+    /// A segment OpenAI could not transcribe: an error, and the segment answered empty so the
+    /// ones after it are not held.
+    fn segment_failed(&mut self, item_id: String, why: &str) -> Vec<SttEvent> {
+        let mut said = vec![SttEvent::Error(format!(
+            "OpenAI could not transcribe a segment: {why}"
+        ))];
+        if self
+            .segments
+            .iter()
+            .any(|s| s.item.as_ref() == Some(&item_id))
+        {
+            self.done.insert(item_id, String::new());
+        }
+        said.extend(self.answers());
+        said
+    }
+
     fn heard(&mut self, message: Message) -> Step<SttEvent> {
         let Message::Text(text) = message else {
             return (Vec::new(), Vec::new());
@@ -245,27 +286,7 @@ impl OpenAiSttCore {
             }
         };
         match parsed {
-            ServerEvent::SessionCreated => {
-                let update = ClientEvent::SessionUpdate {
-                    session: wire::Session {
-                        kind: "transcription",
-                        audio: wire::Audio {
-                            input: wire::Input {
-                                format: wire::Format {
-                                    kind: "audio/pcm",
-                                    rate: WIRE_RATE,
-                                },
-                                transcription: wire::Transcription {
-                                    model: &self.settings.model,
-                                    language: &self.settings.language,
-                                },
-                                turn_detection: None,
-                            },
-                        },
-                    },
-                };
-                (vec![Self::event(&update)], Vec::new())
-            }
+            ServerEvent::SessionCreated => (vec![self.session_update()], Vec::new()),
             ServerEvent::SessionUpdated if !self.ready => {
                 self.ready = true;
                 (self.unsent(), Vec::new())
@@ -301,18 +322,7 @@ impl OpenAiSttCore {
             }
             ServerEvent::Failed { item_id, error } => {
                 let why = error.map(|e| e.message).unwrap_or_default();
-                let mut said = vec![SttEvent::Error(format!(
-                    "OpenAI could not transcribe a segment: {why}"
-                ))];
-                if self
-                    .segments
-                    .iter()
-                    .any(|s| s.item.as_ref() == Some(&item_id))
-                {
-                    self.done.insert(item_id, String::new());
-                }
-                said.extend(self.answers());
-                (Vec::new(), said)
+                (Vec::new(), self.segment_failed(item_id, &why))
             }
             ServerEvent::Error { error } => {
                 crate::warnings::warn(
