@@ -79,30 +79,8 @@ pub fn items(messages: &[Message]) -> Vec<LiveItem> {
             continue;
         }
         if let Some(payload) = parse_message(message) {
-            let id = payload.tool_call_id;
-            let result = payload.result.unwrap_or_default();
-            match payload.kind {
-                AsyncToolMessageKind::Started => {}
-                AsyncToolMessageKind::Intermediate => {
-                    let n = partials.entry(id.clone()).or_default();
-                    *n += 1;
-                    let mut response = function_response(&id, &name_of(&id), &result);
-                    response["willContinue"] = json!(true);
-                    response["scheduling"] = json!("SILENT");
-                    out.push(LiveItem {
-                        key: format!("partial:{id}:{n}"),
-                        message: tool_response(response),
-                    });
-                }
-                AsyncToolMessageKind::Final => {
-                    let mut response = function_response(&id, &name_of(&id), &result);
-                    response["scheduling"] = json!("WHEN_IDLE");
-                    out.push(LiveItem {
-                        key: format!("output:{id}"),
-                        message: tool_response(response),
-                    });
-                }
-            }
+            let name = name_of(&payload.tool_call_id);
+            out.extend(async_result(payload, &name, &mut partials));
             continue;
         }
         let turn = |role: &str, text: String| LiveItem {
@@ -142,6 +120,36 @@ pub fn items(messages: &[Message]) -> Vec<LiveItem> {
         }
     }
     out
+}
+
+/// An async tool's intermediate result (a silent partial response that says more follows) or
+/// its final one (spoken when the model is idle); nothing for its start.
+fn async_result(
+    payload: crate::context::async_tool_messages::AsyncToolMessagePayload,
+    name: &str,
+    partials: &mut HashMap<String, usize>,
+) -> Option<LiveItem> {
+    let id = payload.tool_call_id;
+    let result = payload.result.unwrap_or_default();
+    let mut response = function_response(&id, name, &result);
+    let key = match payload.kind {
+        AsyncToolMessageKind::Started => return None,
+        AsyncToolMessageKind::Intermediate => {
+            let n = partials.entry(id.clone()).or_default();
+            *n += 1;
+            response["willContinue"] = json!(true);
+            response["scheduling"] = json!("SILENT");
+            format!("partial:{id}:{n}")
+        }
+        AsyncToolMessageKind::Final => {
+            response["scheduling"] = json!("WHEN_IDLE");
+            format!("output:{id}")
+        }
+    };
+    Some(LiveItem {
+        key,
+        message: tool_response(response),
+    })
 }
 
 fn function_response(id: &str, name: &str, result: &str) -> Value {

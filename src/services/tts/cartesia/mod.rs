@@ -148,6 +148,42 @@ impl CartesiaCore {
         };
         Message::Text(serde_json::json!(message).to_string().into())
     }
+    /// Audio for a context: it is speaking now.
+    fn chunk(&mut self, context_id: String, data: &str) -> Vec<(String, TtsEvent)> {
+        let Some(state) = self.contexts.get_mut(&context_id) else {
+            return Vec::new();
+        };
+        state.speaking = true;
+        state.unanswered.clear();
+        match crate::services::llm::realtime::pcm_from_base64(data) {
+            Ok(samples) if !samples.is_empty() => vec![(context_id, TtsEvent::Audio(samples))],
+            Ok(_) => Vec::new(),
+            Err(e) => {
+                crate::warnings::warn(
+                    "cartesia_bad_audio",
+                    format_args!("Cartesia audio that is not base64 PCM was skipped: {e}"),
+                );
+                Vec::new()
+            }
+        }
+    }
+
+    /// An error: the context it names fails; one naming none is logged.
+    fn error(&mut self, context_id: Option<String>, text: &str) -> Vec<(String, TtsEvent)> {
+        match context_id {
+            Some(id) if self.contexts.remove(&id).is_some() => {
+                vec![(id, TtsEvent::Error(format!("Cartesia: {text}")))]
+            }
+            _ => {
+                crate::warnings::warn(
+                    "cartesia_error",
+                    format_args!("Cartesia reported an error: {text}"),
+                );
+                Vec::new()
+            }
+        }
+    }
+
     /// What a message from Cartesia says.
     fn heard(&mut self, message: Message) -> Vec<(String, TtsEvent)> {
         let Message::Text(text) = message else {
@@ -164,26 +200,7 @@ impl CartesiaCore {
             }
         };
         match parsed {
-            ServerMessage::Chunk { context_id, data } => {
-                let Some(state) = self.contexts.get_mut(&context_id) else {
-                    return Vec::new();
-                };
-                state.speaking = true;
-                state.unanswered.clear();
-                match crate::services::llm::realtime::pcm_from_base64(&data) {
-                    Ok(samples) if !samples.is_empty() => {
-                        vec![(context_id, TtsEvent::Audio(samples))]
-                    }
-                    Ok(_) => Vec::new(),
-                    Err(e) => {
-                        crate::warnings::warn(
-                            "cartesia_bad_audio",
-                            format_args!("Cartesia audio that is not base64 PCM was skipped: {e}"),
-                        );
-                        Vec::new()
-                    }
-                }
-            }
+            ServerMessage::Chunk { context_id, data } => self.chunk(context_id, &data),
             ServerMessage::Timestamps {
                 context_id,
                 word_timestamps,
@@ -216,18 +233,7 @@ impl CartesiaCore {
                     .flatten()
                     .collect::<Vec<_>>()
                     .join(": ");
-                match context_id {
-                    Some(id) if self.contexts.remove(&id).is_some() => {
-                        vec![(id, TtsEvent::Error(format!("Cartesia: {text}")))]
-                    }
-                    _ => {
-                        crate::warnings::warn(
-                            "cartesia_error",
-                            format_args!("Cartesia reported an error: {text}"),
-                        );
-                        Vec::new()
-                    }
-                }
+                self.error(context_id, &text)
             }
             _ => Vec::new(),
         }
