@@ -265,42 +265,49 @@ impl<P: RealtimeProtocol> RealtimeCore<P> {
         }
     }
 
+    /// The bot's voice: played on, and timed for a cut-in, unless the response is discarded.
+    fn audio(&mut self, samples: Vec<i16>, item_id: Option<String>, now: Instant) {
+        if self.response.discarding {
+            return;
+        }
+        self.open_response(now);
+        let rate = self.output_rate.max(1);
+        let ms = samples.len() as u64 * 1000 / u64::from(rate);
+        match &mut self.played {
+            Some(p) if p.item_id == item_id => p.received_ms += ms,
+            _ => {
+                self.played = Some(Playing {
+                    item_id,
+                    first_at: now,
+                    received_ms: ms,
+                })
+            }
+        }
+        let frame = AudioFrame::new(samples, rate, 1);
+        self.push(DataFrame::OutputAudio(frame).into(), Direction::Downstream);
+    }
+
+    /// The bot's words, a sentence at a time into the context.
+    fn bot_text(&mut self, text: String, now: Instant) {
+        if self.response.discarding {
+            return;
+        }
+        self.open_response(now);
+        self.response.sentence.push_str(&text);
+        self.push(DataFrame::LlmText(text).into(), Direction::Downstream);
+        let sentence = self.response.sentence.trim_end();
+        if sentence.ends_with(['.', '!', '?']) {
+            self.flush_sentence();
+        }
+    }
+
     fn event(&mut self, event: RealtimeEvent, now: Instant) {
         let down = Direction::Downstream;
         match event {
             RealtimeEvent::Ready => {}
             RealtimeEvent::ResponseStarted => self.open_response(now),
-            RealtimeEvent::Audio { samples, item_id } => {
-                if self.response.discarding {
-                    return;
-                }
-                self.open_response(now);
-                let rate = self.output_rate.max(1);
-                let ms = samples.len() as u64 * 1000 / u64::from(rate);
-                match &mut self.played {
-                    Some(p) if p.item_id == item_id => p.received_ms += ms,
-                    _ => {
-                        self.played = Some(Playing {
-                            item_id,
-                            first_at: now,
-                            received_ms: ms,
-                        })
-                    }
-                }
-                let frame = AudioFrame::new(samples, rate, 1);
-                self.push(DataFrame::OutputAudio(frame).into(), down);
-            }
-            RealtimeEvent::BotText(text) => {
-                if !self.response.discarding {
-                    self.open_response(now);
-                    self.response.sentence.push_str(&text);
-                    self.push(DataFrame::LlmText(text).into(), down);
-                    let sentence = self.response.sentence.trim_end();
-                    if sentence.ends_with(['.', '!', '?']) {
-                        self.flush_sentence();
-                    }
-                }
-            }
+            RealtimeEvent::Audio { samples, item_id } => self.audio(samples, item_id, now),
+            RealtimeEvent::BotText(text) => self.bot_text(text, now),
             RealtimeEvent::UserTranscript { text, is_final } => {
                 let transcription = Box::new(Transcription::new(text.trim(), "user"));
                 if is_final {
