@@ -111,7 +111,7 @@ async fn socket(
             }
             _ => "connect_refused".to_owned(),
         })?;
-    let (mut sink, mut stream) = socket.split();
+    let (mut sink, stream) = socket.split();
     let twilio = (plan.protocol == Protocol::Twilio).then(|| format!("MZloadtest{index}"));
     if let Some(sid) = &twilio {
         let hello = [
@@ -127,54 +127,81 @@ async fn socket(
                 .map_err(|_| "dropped".to_owned())?;
         }
     }
-    let origin = plan.origin;
-    let twilio_wire = twilio.is_some();
-    let reader = tokio::spawn(async move {
+    let listener = SocketListener {
+        origin: plan.origin,
+        twilio: twilio.is_some(),
+        index,
+        recorder,
+        heard,
+    };
+    let reader = tokio::spawn(listener.read(stream));
+    Ok(Link::Socket {
+        sink,
+        reader,
+        twilio,
+    })
+}
+
+/// Where a socket caller's server messages go.
+struct SocketListener {
+    origin: Instant,
+    twilio: bool,
+    index: usize,
+    recorder: Recorder,
+    heard: Arc<Mutex<Heard>>,
+}
+
+impl SocketListener {
+    /// Reads the server until it goes: its audio into the voice detector, its events recorded.
+    async fn read<S>(self, mut stream: S)
+    where
+        S: futures_util::Stream<Item = Result<Message, tokio_tungstenite::tungstenite::Error>>
+            + Unpin,
+    {
         loop {
             let message = stream.next().await;
-            let now = Instant::now().duration_since(origin).as_secs_f64();
-            let samples: Option<Vec<i16>> = match message {
+            let now = Instant::now().duration_since(self.origin).as_secs_f64();
+            let samples = match message {
                 Some(Ok(Message::Binary(bytes))) => Some(
                     bytes
                         .chunks_exact(2)
                         .map(|b| i16::from_le_bytes([b[0], b[1]]))
                         .collect(),
                 ),
-                Some(Ok(Message::Text(text))) => {
-                    let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-                    if twilio_wire && value["event"] == "media" {
-                        value["media"]["payload"]
-                            .as_str()
-                            .and_then(|p| STANDARD.decode(p).ok())
-                            .map(|b| b.into_iter().map(mulaw::decode).collect())
-                    } else {
-                        let kind = value["type"]
-                            .as_str()
-                            .or(value["event"].as_str())
-                            .unwrap_or("unknown");
-                        recorder.event(now, index, "server", json!({"type": kind}));
-                        heard
-                            .lock()
-                            .unwrap_or_else(|p| p.into_inner())
-                            .event(now, kind);
-                        None
-                    }
-                }
+                Some(Ok(Message::Text(text))) => self.text(&text, now),
                 Some(Ok(_)) => None,
                 Some(Err(_)) | None => {
-                    heard.lock().unwrap_or_else(|p| p.into_inner()).closed = Some("dropped".into());
+                    self.heard().closed = Some("dropped".into());
                     return;
                 }
             };
             let Some(samples) = samples else { continue };
-            let mut heard = heard.lock().unwrap_or_else(|p| p.into_inner());
+            let mut heard = self.heard();
             let changes = heard.voice.feed(&samples, now);
-            heard.note(changes, index, &recorder);
+            heard.note(changes, self.index, &self.recorder);
         }
-    });
-    Ok(Link::Socket {
-        sink,
-        reader,
-        twilio,
-    })
+    }
+
+    /// A text message: Twilio's audio, or an event to record.
+    fn text(&self, text: &str, now: f64) -> Option<Vec<i16>> {
+        let value: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+        if self.twilio && value["event"] == "media" {
+            return value["media"]["payload"]
+                .as_str()
+                .and_then(|p| STANDARD.decode(p).ok())
+                .map(|b| b.into_iter().map(mulaw::decode).collect());
+        }
+        let kind = value["type"]
+            .as_str()
+            .or(value["event"].as_str())
+            .unwrap_or("unknown");
+        self.recorder
+            .event(now, self.index, "server", json!({"type": kind}));
+        self.heard().event(now, kind);
+        None
+    }
+
+    fn heard(&self) -> std::sync::MutexGuard<'_, Heard> {
+        self.heard.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }

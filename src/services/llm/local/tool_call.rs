@@ -237,6 +237,23 @@ impl LocalModel {
             return Ok(None);
         };
 
+        let Some(arguments) = self.write_arguments(&mut cache, name, grammar)? else {
+            return Ok(None);
+        };
+        Ok(Some(Decision {
+            name: name.to_owned(),
+            arguments: Value::Object(arguments),
+        }))
+    }
+
+    /// The call's arguments, written one field at a time under the tool's grammar; none when
+    /// a field has no valid value (the model answers in words then).
+    fn write_arguments(
+        &self,
+        cache: &mut KvCache,
+        name: &str,
+        grammar: &ArgumentsGrammar,
+    ) -> candle_core::Result<Option<Map<String, Value>>> {
         let mut forced = format!("{name}\", \"arguments\": {{");
         let mut arguments = Map::new();
         for (i, field) in grammar.fields.iter().enumerate() {
@@ -247,10 +264,8 @@ impl LocalModel {
             if field.kind.quoted() {
                 forced.push('"');
             }
-            let logits = self
-                .llama
-                .forward(&mut cache, &self.tokenizer.encode(&forced))?;
-            let Some(text) = self.write_value(&mut cache, logits, &field.kind)? else {
+            let logits = self.llama.forward(cache, &self.tokenizer.encode(&forced))?;
+            let Some(text) = self.write_value(cache, logits, &field.kind)? else {
                 tracing::debug!(tool = name, field = %field.name, "no valid value; answering in words");
                 return Ok(None);
             };
@@ -268,10 +283,7 @@ impl LocalModel {
                 String::new()
             };
         }
-        Ok(Some(Decision {
-            name: name.to_owned(),
-            arguments: Value::Object(arguments),
-        }))
+        Ok(Some(arguments))
     }
 
     /// ChatML tokens of one complete turn.
