@@ -288,6 +288,68 @@ fn find(host: &cpal::Host, name: Option<&str>, input: bool) -> Result<Device, Lo
     Ok(device)
 }
 
+/// What the audio thread hands back once both streams run.
+type Opened = (
+    Microphone,
+    SpeakerSink,
+    mpsc::UnboundedReceiver<DeviceLost>,
+    String,
+    [(&'static str, String, Heartbeat); 2],
+);
+
+/// Finds the devices and starts both streams (on the audio thread: cpal's streams stay there).
+fn open_streams(
+    input: Option<&str>,
+    output: Option<&str>,
+) -> Result<(cpal::Stream, cpal::Stream, Opened), LocalAudioError> {
+    let host = cpal::default_host();
+    let mic = find(&host, input, true)?;
+    let speaker = find(&host, output, false)?;
+    let (lost_tx, lost) = mpsc::unbounded_channel();
+    let (chunks_tx, chunks) = mpsc::channel(MICROPHONE_QUEUE);
+    let listening = Arc::new(AtomicBool::new(false));
+    let (mic_beat, speaker_beat) = (Heartbeat::new(), Heartbeat::new());
+    let input = Input {
+        tx: chunks_tx,
+        listening: listening.clone(),
+        beat: mic_beat.clone(),
+    };
+    let (in_stream, in_config) = start_input(&mic, input, lost_tx.clone())?;
+    let buffer = Arc::new(Mutex::new(VecDeque::new()));
+    let played = Arc::new(Mutex::new(None));
+    let (out_stream, out_config) = start_output(
+        &speaker,
+        buffer.clone(),
+        played.clone(),
+        speaker_beat.clone(),
+        lost_tx,
+    )?;
+    let beats = [
+        ("input", mic.to_string(), mic_beat),
+        ("output", speaker.to_string(), speaker_beat),
+    ];
+    let description = format!(
+        "{} host; microphone {:?} at {}; speaker {:?} at {}",
+        host.id().name(),
+        mic.to_string(),
+        describe(&in_config),
+        speaker.to_string(),
+        describe(&out_config),
+    );
+    let speaker = SpeakerSink {
+        buffer,
+        sample_rate: out_config.sample_rate(),
+        played,
+    };
+    let microphone = Microphone {
+        chunks,
+        sample_rate: in_config.sample_rate(),
+        listening,
+    };
+    let audio = (microphone, speaker, lost, description, beats);
+    Ok((in_stream, out_stream, audio))
+}
+
 /// Opens the named devices (or the defaults) and starts both streams.
 pub fn open(input: Option<&str>, output: Option<&str>) -> Result<LocalAudio, LocalAudioError> {
     let (ready_tx, ready_rx) = std::sync::mpsc::channel();
@@ -297,54 +359,7 @@ pub fn open(input: Option<&str>, output: Option<&str>) -> Result<LocalAudio, Loc
     let thread = std::thread::Builder::new()
         .name("voxide-audio".into())
         .spawn(move || {
-            let host = cpal::default_host();
-            let opened = (|| {
-                let mic = find(&host, input.as_deref(), true)?;
-                let speaker = find(&host, output.as_deref(), false)?;
-                let (lost_tx, lost) = mpsc::unbounded_channel();
-                let (chunks_tx, chunks) = mpsc::channel(MICROPHONE_QUEUE);
-                let listening = Arc::new(AtomicBool::new(false));
-                let (mic_beat, speaker_beat) = (Heartbeat::new(), Heartbeat::new());
-                let input = Input {
-                    tx: chunks_tx,
-                    listening: listening.clone(),
-                    beat: mic_beat.clone(),
-                };
-                let (in_stream, in_config) = start_input(&mic, input, lost_tx.clone())?;
-                let buffer = Arc::new(Mutex::new(VecDeque::new()));
-                let played = Arc::new(Mutex::new(None));
-                let (out_stream, out_config) = start_output(
-                    &speaker,
-                    buffer.clone(),
-                    played.clone(),
-                    speaker_beat.clone(),
-                    lost_tx,
-                )?;
-                let beats = [
-                    ("input", mic.to_string(), mic_beat),
-                    ("output", speaker.to_string(), speaker_beat),
-                ];
-                let description = format!(
-                    "{} host; microphone {:?} at {}; speaker {:?} at {}",
-                    host.id().name(),
-                    mic.to_string(),
-                    describe(&in_config),
-                    speaker.to_string(),
-                    describe(&out_config),
-                );
-                let speaker = SpeakerSink {
-                    buffer,
-                    sample_rate: out_config.sample_rate(),
-                    played,
-                };
-                let microphone = Microphone {
-                    chunks,
-                    sample_rate: in_config.sample_rate(),
-                    listening,
-                };
-                let audio = (microphone, speaker, lost, description, beats);
-                Ok((in_stream, out_stream, audio))
-            })();
+            let opened = open_streams(input.as_deref(), output.as_deref());
             match opened {
                 Ok((in_stream, out_stream, audio)) => {
                     let _ = ready_tx.send(Ok(audio));
