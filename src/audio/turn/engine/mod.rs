@@ -273,14 +273,14 @@ struct Layer {
 }
 
 impl Layer {
-    fn load(walker: &Walker, index: usize) -> Result<Self, FormatError> {
-        let p = format!("inner.encoder.layers.{index}.");
-        let ln1 = walker.layer_norm(&format!("{p}self_attn_layer_norm.weight"))?;
-        let (norm1_out, normed) = walker.quant(output(ln1)?)?;
-        // The three projections read the same normed input; the biases tell them apart.
-        let mut q = None;
-        let mut k = None;
-        let mut v = None;
+    /// The query, key and value projections: they read the same normed input, and their
+    /// biases tell them apart (keys have none).
+    fn projections<'a>(
+        walker: &'a Walker,
+        normed: &str,
+        index: usize,
+    ) -> Result<(&'a Node, &'a Node, &'a Node), FormatError> {
+        let (mut q, mut k, mut v) = (None, None, None);
         for mm in walker.readers(normed, "MatMul") {
             let (_, after) = walker.quant(output(mm)?)?;
             let bias = walker
@@ -295,11 +295,19 @@ impl Layer {
                 Some(other) => return Err(bad(format!("unexpected projection bias {other}"))),
             }
         }
-        let (Some(qm), Some(km), Some(vm)) = (q, k, v) else {
-            return Err(bad(format!(
+        match (q, k, v) {
+            (Some(q), Some(k), Some(v)) => Ok((q, k, v)),
+            _ => Err(bad(format!(
                 "layer {index}: queries, keys or values not found"
-            )));
-        };
+            ))),
+        }
+    }
+
+    fn load(walker: &Walker, index: usize) -> Result<Self, FormatError> {
+        let p = format!("inner.encoder.layers.{index}.");
+        let ln1 = walker.layer_norm(&format!("{p}self_attn_layer_norm.weight"))?;
+        let (norm1_out, normed) = walker.quant(output(ln1)?)?;
+        let (qm, km, vm) = Self::projections(walker, normed, index)?;
         let qkv = Linear::new(
             &[
                 Projection::load(walker, qm)?,

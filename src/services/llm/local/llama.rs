@@ -84,6 +84,19 @@ pub struct Llama {
     sin: Tensor,
 }
 
+/// RoPE's rotation angles: one row per position, one column per pair of dimensions.
+fn rope_angles(head_dim: usize, context: usize, base: f32, device: &Device) -> Result<Tensor> {
+    let inverse: Vec<f32> = (0..head_dim)
+        .step_by(2)
+        .map(|i| 1.0 / base.powf(i as f32 / head_dim as f32))
+        .collect();
+    let inverse = Tensor::new(inverse.as_slice(), device)?.unsqueeze(0)?;
+    let positions = Tensor::arange(0, context as u32, device)?
+        .to_dtype(DType::F32)?
+        .unsqueeze(1)?;
+    positions.matmul(&inverse)
+}
+
 impl Llama {
     /// Reads a llama GGUF file, re-quantizing every matrix to `dtype`.
     pub fn from_gguf<R: std::io::Read + std::io::Seek>(
@@ -144,15 +157,7 @@ impl Llama {
             });
         }
 
-        let inverse: Vec<f32> = (0..head_dim)
-            .step_by(2)
-            .map(|i| 1.0 / rope_base.powf(i as f32 / head_dim as f32))
-            .collect();
-        let inverse = Tensor::new(inverse.as_slice(), &device)?.unsqueeze(0)?;
-        let positions = Tensor::arange(0, context as u32, &device)?
-            .to_dtype(DType::F32)?
-            .unsqueeze(1)?;
-        let angles = positions.matmul(&inverse)?;
+        let angles = rope_angles(head_dim, context, rope_base, &device)?;
         Ok(Self {
             embeddings,
             layers,
