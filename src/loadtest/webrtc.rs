@@ -10,17 +10,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rtc::interceptor::Registry;
 use rtc::media::Sample;
-use rtc::media_stream::MediaStreamTrack;
 use rtc::peer_connection::configuration::RTCConfigurationBuilder;
-use rtc::peer_connection::configuration::interceptor_registry::register_default_interceptors;
-use rtc::peer_connection::configuration::media_engine::{MIME_TYPE_OPUS, MediaEngine};
 use rtc::peer_connection::sdp::RTCSessionDescription;
-use rtc::rtp_transceiver::rtp_sender::{
-    RTCRtpCodec, RTCRtpCodecParameters, RTCRtpCodingParameters, RTCRtpEncodingParameters,
-    RtpCodecKind,
-};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -35,19 +27,10 @@ use webrtc::peer_connection::{
 use super::session::{Heard, Plan};
 use super::{Protocol, Recorder};
 use crate::audio::resample::StreamResampler;
+use crate::transports::webrtc::{audio_track, opus_media};
 
 /// Samples of one 20 ms Opus frame at 48 kHz.
 const OPUS_FRAME: usize = 960;
-
-fn opus_codec() -> RTCRtpCodec {
-    RTCRtpCodec {
-        mime_type: MIME_TYPE_OPUS.to_owned(),
-        clock_rate: 48_000,
-        channels: 2,
-        sdp_fmtp_line: "minptime=10;useinbandfec=1".to_owned(),
-        rtcp_feedback: vec![],
-    }
-}
 
 /// `samples` (16 kHz mono) as 20 ms Opus packets at 48 kHz, encoded once for every session.
 pub(super) fn opus_frames(samples: &[i16]) -> Option<Vec<Vec<u8>>> {
@@ -126,18 +109,7 @@ async fn peer_connection(
     plan: &Plan,
     events: Arc<Events>,
 ) -> Result<Arc<dyn PeerConnection>, String> {
-    let mut media = MediaEngine::default();
-    media
-        .register_codec(
-            RTCRtpCodecParameters {
-                rtp_codec: opus_codec(),
-                payload_type: 111,
-            },
-            RtpCodecKind::Audio,
-        )
-        .map_err(|e| failed("webrtc_setup", e))?;
-    let registry = register_default_interceptors(Registry::new(), &mut media)
-        .map_err(|e| failed("webrtc_setup", e))?;
+    let (media, registry) = opus_media().map_err(|e| failed("webrtc_setup", e))?;
     let loopback = plan.url.contains("://127.") || plan.url.contains("://localhost");
     let bind = if loopback { "127.0.0.1:0" } else { "0.0.0.0:0" };
     let runtime = webrtc::runtime::default_runtime().ok_or_else(|| "webrtc_setup".to_owned())?;
@@ -189,25 +161,8 @@ async fn negotiate(
 
 /// The caller's microphone track.
 fn mic_track(index: usize, ssrc: u32) -> Result<Arc<TrackLocalStaticSample>, String> {
-    let track = TrackLocalStaticSample::new(
-        std::time::Instant::now(),
-        MediaStreamTrack::new(
-            format!("loadtest-{index}"),
-            "mic-audio".into(),
-            "microphone".into(),
-            RtpCodecKind::Audio,
-            vec![RTCRtpEncodingParameters {
-                rtp_coding_parameters: RTCRtpCodingParameters {
-                    ssrc: Some(ssrc),
-                    ..Default::default()
-                },
-                codec: opus_codec(),
-                ..Default::default()
-            }],
-        ),
-    )
-    .map_err(|e| failed("webrtc_setup", e))?;
-    Ok(Arc::new(track))
+    audio_track(format!("loadtest-{index}"), "mic-audio", "microphone", ssrc)
+        .map_err(|e| failed("webrtc_setup", e))
 }
 
 /// Where the server's data-channel messages go.

@@ -344,7 +344,8 @@ pub async fn connect(
     });
     let connection = peer_connection(options, handler).await?;
     let ssrc = random_u32();
-    let track = bot_track(ssrc)?;
+    let track = audio_track("voxide".into(), "voxide-audio", "voxide bot", ssrc)
+        .map_err(WebRtcError::Rtc)?;
     let sender = connection
         .add_track(track.clone() as Arc<dyn TrackLocal>)
         .await
@@ -389,7 +390,7 @@ pub async fn connect(
 }
 
 /// Opus at 48 kHz, as both sides send it.
-fn opus_codec() -> RTCRtpCodec {
+pub(crate) fn opus_codec() -> RTCRtpCodec {
     RTCRtpCodec {
         mime_type: MIME_TYPE_OPUS.to_owned(),
         clock_rate: OPUS_RATE,
@@ -399,12 +400,8 @@ fn opus_codec() -> RTCRtpCodec {
     }
 }
 
-/// A peer connection that speaks Opus, with the ICE servers `options` names, bound to its
-/// address, its events to `handler`.
-async fn peer_connection(
-    options: &PeerOptions,
-    handler: Arc<Handler>,
-) -> Result<Arc<dyn PeerConnection>, WebRtcError> {
+/// A media engine that speaks Opus (payload type 111), with the default interceptors.
+pub(crate) fn opus_media() -> Result<(MediaEngine, Registry), String> {
     let mut media = MediaEngine::default();
     media
         .register_codec(
@@ -414,8 +411,47 @@ async fn peer_connection(
             },
             RtpCodecKind::Audio,
         )
-        .map_err(rtc_err)?;
-    let registry = register_default_interceptors(Registry::new(), &mut media).map_err(rtc_err)?;
+        .map_err(|e| e.to_string())?;
+    let registry =
+        register_default_interceptors(Registry::new(), &mut media).map_err(|e| e.to_string())?;
+    Ok((media, registry))
+}
+
+/// An Opus track to send audio on, with the given ids and SSRC.
+pub(crate) fn audio_track(
+    id: String,
+    stream_id: &str,
+    label: &str,
+    ssrc: u32,
+) -> Result<Arc<TrackLocalStaticSample>, String> {
+    let track = TrackLocalStaticSample::new(
+        Instant::now(),
+        MediaStreamTrack::new(
+            id,
+            stream_id.to_owned(),
+            label.to_owned(),
+            RtpCodecKind::Audio,
+            vec![RTCRtpEncodingParameters {
+                rtp_coding_parameters: RTCRtpCodingParameters {
+                    ssrc: Some(ssrc),
+                    ..Default::default()
+                },
+                codec: opus_codec(),
+                ..Default::default()
+            }],
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    Ok(Arc::new(track))
+}
+
+/// A peer connection that speaks Opus, with the ICE servers `options` names, bound to its
+/// address, its events to `handler`.
+async fn peer_connection(
+    options: &PeerOptions,
+    handler: Arc<Handler>,
+) -> Result<Arc<dyn PeerConnection>, WebRtcError> {
+    let (media, registry) = opus_media().map_err(WebRtcError::Rtc)?;
     let ice_servers = options
         .ice_servers
         .iter()
@@ -440,29 +476,6 @@ async fn peer_connection(
         .await
         .map_err(rtc_err)?;
     Ok(Arc::new(connection))
-}
-
-/// The track that carries the bot's voice.
-fn bot_track(ssrc: u32) -> Result<Arc<TrackLocalStaticSample>, WebRtcError> {
-    let track = TrackLocalStaticSample::new(
-        Instant::now(),
-        MediaStreamTrack::new(
-            "voxide".to_owned(),
-            "voxide-audio".to_owned(),
-            "voxide bot".to_owned(),
-            RtpCodecKind::Audio,
-            vec![RTCRtpEncodingParameters {
-                rtp_coding_parameters: RTCRtpCodingParameters {
-                    ssrc: Some(ssrc),
-                    ..Default::default()
-                },
-                codec: opus_codec(),
-                ..Default::default()
-            }],
-        ),
-    )
-    .map_err(rtc_err)?;
-    Ok(Arc::new(track))
 }
 
 /// Sends the bot's voice, 20 ms of Opus at a time on the clock (silence while it is quiet).
