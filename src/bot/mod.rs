@@ -513,7 +513,7 @@ pub fn build<S: AudioSink>(
         .collect::<Result<Vec<_>, _>>()?;
     let stt = SttFallback::shared(stt).map_err(BotError::Config)?;
     let (front, sink) = input_front(options, sink);
-    let pipeline = front
+    let mut pipeline = front
         .then(VadStage::new(VadBatcher::shared()?, options.vad))
         .then(
             SttService::new(stt, "user")
@@ -521,8 +521,12 @@ pub fn build<S: AudioSink>(
         )
         .then(UserTurns::with_barge_in(stop, options.barge_in))
         .then(UserAggregator::new(context.clone()))
-        .then(llm)
-        .then(Greeting(options.greeting.clone()))
+        .then(llm);
+    // Only a bot that greets has the stage: every frame crosses each one.
+    if let Some(greeting) = &options.greeting {
+        pipeline = pipeline.then(Greeting(Some(greeting.clone())));
+    }
+    let pipeline = pipeline
         .then(TtsService::new(voice))
         .then(AudioOutput::new(sink, output))
         .then(AssistantAggregator::new(context.clone()));
