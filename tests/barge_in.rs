@@ -40,6 +40,7 @@ impl FrameProcessor for Recorder {
             FrameBody::Data(DataFrame::InterimTranscription(t)) => {
                 Some(format!("interim: {}", t.text))
             }
+            FrameBody::Data(DataFrame::UserTurn(text)) => Some(format!("answer: {text}")),
             FrameBody::System(
                 SystemFrame::Interruption
                 | SystemFrame::PausePlayback
@@ -143,6 +144,7 @@ fn record(seen: &mut Vec<String>, frame: Option<&Frame>, actions: Vec<Action>) {
             Action::Forward => seen.extend(frame.and_then(transcript_label)),
             Action::Push(pushed) => seen.push(Frame::from(pushed).name().to_owned()),
             Action::Interrupt => seen.push("interruption".to_owned()),
+            Action::Answer(text) => seen.push(format!("answer: {text}")),
             Action::Judge { .. } => {}
         }
     }
@@ -156,7 +158,8 @@ fn transcript_label(frame: &Frame) -> Option<String> {
     }
 }
 
-/// Plays `steps` (all system frames, ending with a wait) through the stage in a session
+/// Plays `steps` (ending with a wait; system frames overtake data frames, so a transcript a
+/// system frame must not overtake is followed by a wait) through the stage in a session
 /// whose clock is paused; returns what left the stage and the session's pause, resume and
 /// interruption events. What left it is what the machine alone does with the same steps.
 async fn play_with_events(barge_in: BargeIn, steps: Vec<Step>) -> (Vec<String>, Vec<String>) {
@@ -361,7 +364,8 @@ fn words_confirm_the_interruption_before_their_transcript_goes_on() {
             "interruption",
             "interim: wait stop",
             "final: Wait, stop.",
-            "user_stopped_speaking"
+            "user_stopped_speaking",
+            "answer: Wait, stop."
         ]
     );
 }
@@ -420,7 +424,8 @@ fn a_late_transcript_with_enough_words_still_interrupts_a_resumed_bot() {
             "user_stopped_speaking",
             "resume_playback",
             "interruption",
-            "final: Hold on please."
+            "final: Hold on please.",
+            "answer: Hold on please."
         ]
     );
 }
@@ -522,7 +527,8 @@ fn once_the_bot_has_finished_a_short_answer_is_a_turn_again() {
             "user_stopped_speaking",
             "user_started_speaking",
             "final: Okay.",
-            "user_stopped_speaking"
+            "user_stopped_speaking",
+            "answer: Okay."
         ]
     );
 }
@@ -548,7 +554,8 @@ fn a_transcript_of_speech_the_vad_missed_interrupts_and_is_a_turn() {
             "interruption",
             "interim: what time",
             "final: What time is it?",
-            "user_stopped_speaking"
+            "user_stopped_speaking",
+            "answer: What time is it?"
         ]
     );
 }
@@ -573,7 +580,8 @@ fn a_final_announced_in_a_vad_turn_that_lands_after_it_opens_no_turn() {
             "user_started_speaking",
             "interruption",
             "user_stopped_speaking",
-            "final: Hello there."
+            "final: Hello there.",
+            "answer: Hello there."
         ]
     );
 }
@@ -586,26 +594,40 @@ async fn speech_while_the_bot_works_out_its_answer_interrupts_it_at_once() {
         min_words: 3,
         ..BargeIn::default()
     };
-    let turn = || [vad_start(), vad_stop(), Step::Wait(400)];
+    let turn = |words| {
+        [
+            vad_start(),
+            final_(words),
+            Step::Wait(10),
+            vad_stop(),
+            Step::Wait(400),
+        ]
+    };
     let mut steps = vec![Step::Frame(SystemFrame::BotStoppedSpeaking.into())];
     // The question, then more of it before the bot answers.
-    steps.extend(turn());
-    steps.extend(turn());
+    steps.extend(turn("What time"));
+    steps.extend(turn("is it?"));
     // The bot answers and finishes; the next turn owes it nothing.
     steps.push(Step::Frame(SystemFrame::BotStartedSpeaking.into()));
     steps.push(Step::Frame(SystemFrame::BotStoppedSpeaking.into()));
-    steps.extend(turn());
+    steps.extend(turn("Thanks."));
     let (seen, events) = play_with_events(barge_in, steps).await;
     assert_eq!(
         seen,
         [
             "user_started_speaking",
+            "final: What time",
             "user_stopped_speaking",
+            "answer: What time",
             "user_started_speaking",
             "interruption",
+            "final: is it?",
             "user_stopped_speaking",
+            "answer: is it?",
             "user_started_speaking",
-            "user_stopped_speaking"
+            "final: Thanks.",
+            "user_stopped_speaking",
+            "answer: Thanks."
         ]
     );
     assert_eq!(events, ["interruption"]);

@@ -115,7 +115,8 @@ impl Frame {
                 // the bot's output and never loses them.
                 DataFrame::FunctionCallResult(_)
                 | DataFrame::Transcription(_)
-                | DataFrame::InterimTranscription(_) => true,
+                | DataFrame::InterimTranscription(_)
+                | DataFrame::UserTurn(_) => true,
                 DataFrame::OutputAudio(_)
                 | DataFrame::Text(_)
                 | DataFrame::LlmText(_)
@@ -349,6 +350,10 @@ pub enum DataFrame {
     Transcription(Box<Transcription>),
     /// A partial transcript that may still change.
     InterimTranscription(Box<Transcription>),
+    /// A user turn to answer, handed on by the turn stage once the turn is over and all its
+    /// finals are in: its words, for the user aggregator to commit before it runs the LLM.
+    /// Empty when the turn brought no words but cut off an answer the bot had not started.
+    UserTurn(String),
     /// Run the LLM on this context.
     LlmContext(ContextHandle),
     /// Append messages to the context.
@@ -384,6 +389,7 @@ impl DataFrame {
             DataFrame::TtsText(_) => "tts_text",
             DataFrame::Transcription(_) => "transcription",
             DataFrame::InterimTranscription(_) => "interim_transcription",
+            DataFrame::UserTurn(_) => "user_turn",
             DataFrame::LlmContext(_) => "llm_context",
             DataFrame::LlmMessagesAppend { .. } => "llm_messages_append",
             DataFrame::LlmMessagesUpdate { .. } => "llm_messages_update",

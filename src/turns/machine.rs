@@ -1,7 +1,8 @@
 //! The user-turn state machine, sans IO: what the stage has seen goes in with the time, what to
 //! push comes out. It owns every piece of turn state (the VAD and the transcripts, the verdict
 //! awaited from the turn model, the bot speaking, a held onset, an interruption waiting for
-//! words, the answer owed) and one deadline; [`super::UserTurns`] only drives it.
+//! words, the turn's words and the answer owed) and one deadline; [`super::UserTurns`] only
+//! drives it. The user aggregator commits what the machine hands on ([`Action::Answer`]).
 
 use std::time::Duration;
 
@@ -111,6 +112,10 @@ pub enum Action {
     Push(SystemFrame),
     /// Interrupt the bot: an interruption upstream and downstream.
     Interrupt,
+    /// The turn is over and all its transcripts are in: hand its words on to be answered
+    /// ([`DataFrame::UserTurn`]), after the frame handled. Empty when the turn brought no words
+    /// but cut off an answer the bot had not started: the LLM works it out again.
+    Answer(String),
     /// Ask the turn model whether the turn is finished, from its audio; the answer comes back
     /// as [`Input::Verdict`] with this id. A request the machine no longer awaits
     /// ([`TurnMachine::awaits`]) may be skipped.
@@ -135,6 +140,16 @@ struct Pending {
     final_words: usize,
 }
 
+/// The words of a user turn, gathered from its final transcripts until it is handed on.
+#[derive(Debug, Default)]
+struct TurnWords {
+    text: String,
+    /// The turn has ended and waits for the finals the STT announced.
+    ended: bool,
+    /// It cut off an answer before the bot said any of it: handed on even without words.
+    cut: bool,
+}
+
 /// The verdict awaited on the latest pause.
 #[derive(Debug, Clone, Copy)]
 struct Awaited {
@@ -157,8 +172,10 @@ pub struct TurnMachine {
     in_turn: bool,
     /// The open turn was started by a transcript, not the VAD: words keep it open.
     by_transcript: bool,
-    /// The bot owes an answer: a turn ended, and the bot has not finished speaking since.
-    answer_due: bool,
+    /// The words of the turn to hand on.
+    turn: TurnWords,
+    /// The LLM was asked for an answer and the bot has not started speaking since.
+    unspoken: bool,
     /// The bot's audio is held for a VAD onset that has neither started nor faded yet.
     onset_paused: bool,
     pending: Pending,
@@ -186,7 +203,8 @@ impl TurnMachine {
             bot_speaking: false,
             in_turn: false,
             by_transcript: false,
-            answer_due: false,
+            turn: TurnWords::default(),
+            unspoken: false,
             onset_paused: false,
             pending: Pending::default(),
             deadline: None,
@@ -243,7 +261,7 @@ impl TurnMachine {
                 // It released the hold as it cut the bot off, and dropped the answer in the
                 // making.
                 self.onset_paused = false;
-                self.answer_due = false;
+                self.answer_cut();
                 self.forward();
             }
             Input::VadStarted => {
@@ -263,14 +281,15 @@ impl TurnMachine {
             Input::TranscriptionDone => {
                 self.owed = self.owed.saturating_sub(1);
                 self.forward();
+                self.hand_on();
             }
             Input::BotStarted => {
                 self.bot_speaking = true;
+                self.unspoken = false;
                 self.forward();
             }
             Input::BotStopped => {
                 self.bot_speaking = false;
-                self.answer_due = false;
                 // The bot finished on its own: what the user says now is a plain turn.
                 if self.pending.active && !self.pending.paused {
                     self.pending = Pending::default();
@@ -290,6 +309,47 @@ impl TurnMachine {
 
     fn push(&mut self, frame: SystemFrame) {
         self.actions.push(Action::Push(frame));
+    }
+
+    /// An interruption: an answer the bot had not started is gone, and the turn that cut it
+    /// off asks for it again.
+    fn answer_cut(&mut self) {
+        if std::mem::take(&mut self.unspoken) {
+            self.turn.cut = true;
+        }
+    }
+
+    /// Hands the ended turn's words on once its announced finals are in. A remark over the bot
+    /// that no words have confirmed as an interruption is not a turn to answer.
+    fn hand_on(&mut self) {
+        if self.in_turn || !self.turn.ended || self.owed > 0 {
+            return;
+        }
+        if self.pending.active {
+            // Held until words confirm it as an interruption, or the next turn takes it in.
+            return;
+        }
+        let turn = std::mem::take(&mut self.turn);
+        if turn.text.is_empty() && !turn.cut {
+            return;
+        }
+        if turn.text.is_empty() {
+            tracing::debug!("a turn without words cut off the answer: the LLM runs again");
+        }
+        self.unspoken = true;
+        self.actions.push(Action::Answer(turn.text));
+    }
+
+    /// A final transcript's words belong to the turn.
+    fn keep_words(&mut self, text: &str) {
+        let text = text.trim();
+        if text.is_empty() {
+            return;
+        }
+        if !self.turn.text.is_empty() {
+            self.turn.text.push(' ');
+        }
+        self.turn.text.push_str(text);
     }
 
     /// Speech may be starting over the bot: hold its audio until the VAD decides.
@@ -317,15 +377,16 @@ impl TurnMachine {
             self.in_turn = true;
             self.audio.start_turn();
             self.push(SystemFrame::UserStartedSpeaking);
-            let answering = std::mem::take(&mut self.answer_due);
             if self.bot_speaking && self.interruptions {
                 held = self.barge_in_started(held);
             } else {
                 // A turn over silence is a plain turn, whatever came before it.
                 self.pending = Pending::default();
-                if answering && self.interruptions {
+                if self.unspoken && self.interruptions {
                     // The user went on: the answer being worked out is to half of what they
-                    // meant.
+                    // meant. Should this turn bring no words (a cough, a door), it is worked
+                    // out again, so noise never costs the user the answer to their question.
+                    self.answer_cut();
                     self.actions.push(Action::Interrupt);
                 }
             }
@@ -386,6 +447,9 @@ impl TurnMachine {
     fn on_transcript(&mut self, text: &str, is_final: bool, now: Instant) {
         if self.missed_speech(text) {
             self.forward();
+            if is_final {
+                self.keep_words(text);
+            }
             self.by_transcript = true;
             self.pending = Pending::default();
             self.deadline = Some(now + TRANSCRIPT_TURN_TIMEOUT);
@@ -395,8 +459,15 @@ impl TurnMachine {
             // Words keep a turn the VAD did not hear open.
             self.deadline = Some(now + TRANSCRIPT_TURN_TIMEOUT);
         }
+        // Words outside any turn and not owed to one (a remark over the bot the VAD did not
+        // hear) are no turn's.
+        let turns = self.in_turn || self.turn.ended || self.owed > 0;
         if !self.pending.active {
             self.forward();
+            if is_final && turns {
+                self.keep_words(text);
+                self.hand_on();
+            }
             return;
         }
         let words = word_count(text);
@@ -409,14 +480,21 @@ impl TurnMachine {
             self.resume_at = None;
             tracing::debug!(words = heard, "barge-in confirmed");
             self.onset_paused = false;
-            // Transcripts are uninterruptible, so this one still reaches the aggregator.
             self.actions.push(Action::Interrupt);
             self.forward();
+            if is_final {
+                self.keep_words(text);
+                self.hand_on();
+            }
         } else if self.pending.turn_over {
             // Too short to interrupt: while the bot talks on, the remark is not a turn.
             tracing::debug!(text, "remark over the bot dropped");
         } else {
             self.forward();
+            if is_final {
+                self.keep_words(text);
+                self.hand_on();
+            }
         }
     }
 
@@ -438,9 +516,9 @@ impl TurnMachine {
         );
         self.in_turn = true;
         self.push(SystemFrame::UserStartedSpeaking);
-        let answering = std::mem::take(&mut self.answer_due);
-        if self.interruptions && (self.bot_speaking || answering) {
+        if self.interruptions && (self.bot_speaking || self.unspoken) {
             self.onset_paused = false;
+            self.answer_cut();
             self.actions.push(Action::Interrupt);
         }
         true
@@ -503,10 +581,7 @@ impl TurnMachine {
         self.verdict = None;
         self.audio.end_turn();
         self.pending.turn_over = self.pending.active;
-        // A remark over the bot (a barge-in still short of words) is not a turn to answer.
-        if !self.pending.active {
-            self.answer_due = true;
-        }
+        self.turn.ended = true;
         if self.pending.active
             && self.pending.paused
             && let Some(after) = self.barge_in.resume_after
@@ -514,6 +589,7 @@ impl TurnMachine {
             self.resume_at = Some(now + after);
         }
         self.push(SystemFrame::UserStoppedSpeaking);
+        self.hand_on();
     }
 }
 
@@ -549,6 +625,7 @@ mod tests {
                 }
                 Action::Interrupt => Some("interruption".to_owned()),
                 Action::Judge { id, .. } => Some(format!("judge {id}")),
+                Action::Answer(text) => Some(format!("answer: {text}")),
                 Action::Forward => None,
             })
             .collect()
@@ -668,8 +745,164 @@ mod tests {
         };
         let actions = m.handle(late, t0 + Duration::from_millis(400));
         assert!(
-            !actions.iter().any(|a| matches!(a, Action::Forward)),
+            !actions
+                .iter()
+                .any(|a| matches!(a, Action::Forward | Action::Answer(_))),
             "{actions:?}"
+        );
+    }
+
+    fn silence_machine() -> TurnMachine {
+        TurnMachine::new(StopRule::Silence(SILENCE), BargeIn::default())
+    }
+
+    const SILENCE: Duration = Duration::from_millis(300);
+
+    fn final_(text: &str) -> Input<'_> {
+        Input::Transcript {
+            text,
+            is_final: true,
+        }
+    }
+
+    /// A turn of speech from `at`: started, stopped, ended by its silence. Returns what the
+    /// turn's end pushed.
+    fn spoken_turn(m: &mut TurnMachine, at: Instant, words: Option<&str>) -> Vec<String> {
+        m.handle(Input::VadStarted, at);
+        if let Some(words) = words {
+            m.handle(final_(words), at);
+        }
+        m.handle(Input::VadStopped, at);
+        pushed(&m.handle(Input::Tick, at + SILENCE))
+    }
+
+    #[test]
+    fn a_turn_that_ends_before_its_last_transcript_is_handed_on_with_it() {
+        let mut m = silence_machine();
+        let t0 = Instant::now();
+        m.handle(Input::VadStarted, t0);
+        m.handle(final_("What is the weather like in,"), t0);
+        m.handle(Input::TranscriptionPending, t0);
+        m.handle(Input::VadStopped, t0);
+        assert_eq!(
+            pushed(&m.handle(Input::Tick, t0 + SILENCE)),
+            ["user_stopped_speaking"],
+            "the turn waits for the final the STT announced"
+        );
+        let late = t0 + SILENCE * 2;
+        assert!(pushed(&m.handle(final_("Paris?"), late)).is_empty());
+        assert_eq!(
+            pushed(&m.handle(Input::TranscriptionDone, late)),
+            ["answer: What is the weather like in, Paris?"]
+        );
+    }
+
+    #[test]
+    fn a_final_with_no_words_does_not_hold_the_turn() {
+        let mut m = silence_machine();
+        let t0 = Instant::now();
+        m.handle(Input::VadStarted, t0);
+        m.handle(final_("Hello."), t0);
+        m.handle(Input::TranscriptionPending, t0);
+        m.handle(Input::VadStopped, t0);
+        m.handle(Input::Tick, t0 + SILENCE);
+        // The last decode found no words: only the done marker comes.
+        assert_eq!(
+            pushed(&m.handle(Input::TranscriptionDone, t0 + SILENCE)),
+            ["answer: Hello."]
+        );
+    }
+
+    #[test]
+    fn speech_before_the_turn_is_handed_on_joins_it() {
+        let mut m = silence_machine();
+        let t0 = Instant::now();
+        m.handle(Input::VadStarted, t0);
+        m.handle(final_("Book a table"), t0);
+        m.handle(Input::TranscriptionPending, t0);
+        m.handle(Input::VadStopped, t0);
+        m.handle(Input::Tick, t0 + SILENCE);
+        // The user goes on while the STT still works: nothing was asked, nothing to interrupt.
+        let on = t0 + SILENCE * 2;
+        assert_eq!(
+            pushed(&m.handle(Input::VadStarted, on)),
+            ["user_started_speaking"]
+        );
+        m.handle(final_("for two."), on);
+        m.handle(Input::TranscriptionDone, on);
+        m.handle(Input::VadStopped, on);
+        assert_eq!(
+            pushed(&m.handle(Input::Tick, on + SILENCE)),
+            ["user_stopped_speaking", "answer: Book a table for two."]
+        );
+    }
+
+    #[test]
+    fn a_cough_that_cut_off_the_answer_in_the_making_asks_for_it_again() {
+        let mut m = silence_machine();
+        let t0 = Instant::now();
+        assert_eq!(
+            spoken_turn(&mut m, t0, Some("What time is it?")),
+            ["user_stopped_speaking", "answer: What time is it?"]
+        );
+        let cough = t0 + SILENCE * 2;
+        assert_eq!(
+            pushed(&m.handle(Input::VadStarted, cough)),
+            ["user_started_speaking", "interruption"]
+        );
+        m.handle(Input::VadStopped, cough);
+        assert_eq!(
+            pushed(&m.handle(Input::Tick, cough + SILENCE)),
+            ["user_stopped_speaking", "answer: "]
+        );
+    }
+
+    #[test]
+    fn a_cough_over_an_answer_the_bot_had_begun_to_speak_asks_for_nothing() {
+        let mut m = silence_machine();
+        let t0 = Instant::now();
+        spoken_turn(&mut m, t0, Some("What time is it?"));
+        m.handle(Input::BotStarted, t0 + SILENCE * 2);
+        assert_eq!(
+            spoken_turn(&mut m, t0 + SILENCE * 3, None),
+            ["user_stopped_speaking"]
+        );
+    }
+
+    #[test]
+    fn a_cough_after_an_interruption_from_elsewhere_asks_for_the_answer_again() {
+        let mut m = silence_machine();
+        let t0 = Instant::now();
+        spoken_turn(&mut m, t0, Some("What time is it?"));
+        m.handle(Input::Interruption, t0 + SILENCE * 2);
+        assert_eq!(
+            spoken_turn(&mut m, t0 + SILENCE * 3, None),
+            ["user_stopped_speaking", "answer: "]
+        );
+    }
+
+    #[test]
+    fn a_turn_without_words_and_nothing_cut_off_hands_on_nothing() {
+        let mut m = silence_machine();
+        assert_eq!(
+            spoken_turn(&mut m, Instant::now(), None),
+            ["user_stopped_speaking"]
+        );
+    }
+
+    #[test]
+    fn a_transcript_after_its_turn_with_nothing_announced_is_a_turn_of_its_own() {
+        let mut m = silence_machine();
+        let t0 = Instant::now();
+        spoken_turn(&mut m, t0, None);
+        let late = t0 + SILENCE * 2;
+        assert_eq!(
+            pushed(&m.handle(final_("Bye."), late)),
+            ["user_started_speaking"]
+        );
+        assert_eq!(
+            pushed(&m.handle(Input::Tick, late + TRANSCRIPT_TURN_TIMEOUT)),
+            ["user_stopped_speaking", "answer: Bye."]
         );
     }
 }

@@ -41,7 +41,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::audio::turn::{SmartTurn, TurnPrediction};
-use crate::frames::{Frame, FrameBody, SystemFrame};
+use crate::frames::{DataFrame, Frame, FrameBody, SystemFrame};
 use crate::models::ModelError;
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
 use machine::{Action, Input, StopRule};
@@ -241,6 +241,7 @@ impl FrameProcessor for UserTurns {
                     }
                 }
                 Action::Push(pushed) => cx.push_downstream(pushed),
+                Action::Answer(text) => cx.push_downstream(DataFrame::UserTurn(text)),
                 // Downstream to cut the bot's output, upstream so the stages before this one
                 // hear of it too.
                 Action::Interrupt => cx.push_both_ways(SystemFrame::Interruption),
@@ -287,18 +288,19 @@ async fn drive(shared: Arc<Shared>, pusher: FramePusher) -> Result<(), Processor
         };
         let actions = lock(&shared.machine).handle(input, Instant::now());
         for action in actions {
-            let (frame, direction) = match action {
-                Action::Push(frame) => (frame, Direction::Downstream),
+            let (frame, direction): (Frame, _) = match action {
+                Action::Push(frame) => (frame.into(), Direction::Downstream),
+                Action::Answer(text) => (DataFrame::UserTurn(text).into(), Direction::Downstream),
                 Action::Interrupt => {
                     let _ = pusher
                         .push(SystemFrame::Interruption.into(), Direction::Upstream)
                         .await;
-                    (SystemFrame::Interruption, Direction::Downstream)
+                    (SystemFrame::Interruption.into(), Direction::Downstream)
                 }
                 // Verdicts and ticks bring no frame and ask for no verdict.
                 Action::Forward | Action::Judge { .. } => continue,
             };
-            let _ = pusher.push(frame.into(), direction).await;
+            let _ = pusher.push(frame, direction).await;
         }
     }
 }

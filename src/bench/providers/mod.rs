@@ -37,6 +37,7 @@ use crate::services::stt::SttService;
 use crate::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
 use crate::services::tts::TtsService;
 use crate::services::tts::cartesia::{CartesiaSettings, CartesiaTts};
+use crate::turns::{TurnStop, UserTurns};
 use stand_ins::StandIns;
 
 /// Which provider's stream the LLM stand-in speaks.
@@ -227,13 +228,10 @@ pub enum ProvidersError {
     Llm(#[from] LlmError),
 }
 
-/// What a transport and its VAD would send for one spoken question: the user starts, half a
-/// second of speech, the VAD stops.
+/// What a transport and its VAD would send for one spoken question: the VAD hears half a
+/// second of speech, then silence.
 fn question() -> Vec<Frame> {
-    let mut frames = vec![
-        Frame::new(SystemFrame::UserStartedSpeaking),
-        Frame::new(SystemFrame::VadUserStartedSpeaking),
-    ];
+    let mut frames = vec![Frame::new(SystemFrame::VadUserStartedSpeaking)];
     frames.extend((0..25).map(|_| {
         Frame::new(SystemFrame::InputAudio(AudioFrame::new(
             vec![200i16; 320],
@@ -242,7 +240,6 @@ fn question() -> Vec<Frame> {
         )))
     }));
     frames.push(Frame::new(SystemFrame::VadUserStoppedSpeaking));
-    frames.push(Frame::new(SystemFrame::UserStoppedSpeaking));
     frames
 }
 
@@ -273,6 +270,8 @@ pub async fn run_providers(options: ProvidersOptions) -> Result<ProvidersReport,
         let context = ContextHandle::new(LlmContext::new(vec![Message::system("Be brief.")]));
         let pipeline = Pipeline::new()
             .then(SttService::new(Arc::new(stt), "user"))
+            // The turn ends at the VAD's stop; the VAD's own stop delay is not the providers'.
+            .then(UserTurns::new(TurnStop::SpeechTimeout(Duration::ZERO)))
             .then(UserAggregator::new(context.clone()))
             .then(Asked(marks.clone()))
             .then(LlmService::new(engine))
