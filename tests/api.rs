@@ -1,5 +1,6 @@
-//! The HTTP API without a socket or models: requests go straight into the router, and every
-//! error comes back in one JSON shape with the right status.
+//! The HTTP API without models: requests go straight into the router (a node that forwards to
+//! another reaches it on a socket), and every error comes back in one JSON shape with the right
+//! status.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -9,7 +10,7 @@ use axum::http::{Request, StatusCode, header};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 use voxide::bot::{Bot, BotError, SessionInfo};
-use voxide::server::{BotFactory, ServeOptions, Server};
+use voxide::server::{BotFactory, Peers, ServeOptions, Server};
 use voxide::transports::AudioSink;
 
 /// Bots that need no models and never get built: these requests end before a session does.
@@ -38,11 +39,10 @@ impl BotFactory for NoBots {
 
 fn server(max_sessions: usize) -> Server {
     let options = ServeOptions {
-        addr: ([127, 0, 0, 1], 0).into(),
         max_sessions,
-        shutdown_grace: Duration::from_secs(1),
-        bots: Vec::new(),
-        ice_servers: Vec::new(),
+        drain_timeout: Duration::from_secs(1),
+        node_id: "test".parse().expect("a node id"),
+        ..ServeOptions::new(([127, 0, 0, 1], 0).into(), Vec::new())
     };
     Server::new(options, Arc::new(NoBots))
 }
@@ -129,7 +129,7 @@ async fn a_connection_that_does_not_exist_is_not_found() {
 }
 
 #[tokio::test]
-async fn a_full_server_refuses_with_a_retry_and_a_draining_one_without() {
+async fn a_full_or_draining_server_refuses_new_sessions_with_a_retry() {
     let full = server(0);
     full.set_ready();
     let offer = r#"{"sdp": "v=0", "type": "offer"}"#;
@@ -142,18 +142,153 @@ async fn a_full_server_refuses_with_a_retry_and_a_draining_one_without() {
 
     let draining = server(4);
     draining.set_ready();
-    draining.drain(Duration::ZERO).await;
+    let (status, _, body) = send(&draining, json_request("POST", "/admin/drain", "")).await;
+    assert_eq!(status, StatusCode::ACCEPTED);
+    assert_eq!(body["draining"], true);
     let (status, retry, body) = send(&draining, json_request("POST", "/api/offer", offer)).await;
     assert_eq!(
         (status, code(&body)),
         (StatusCode::SERVICE_UNAVAILABLE, "draining")
     );
-    assert_eq!(retry, None);
+    assert_eq!(
+        retry.as_deref(),
+        Some("1"),
+        "the balancer tries another node"
+    );
     let (status, _, body) = send(&draining, get("/readyz")).await;
     assert_eq!(
         (status, code(&body)),
         (StatusCode::SERVICE_UNAVAILABLE, "draining")
     );
+    let (_, _, metrics) = send(&draining, get("/metrics")).await;
+    let metrics = metrics.as_str().expect("text");
+    assert!(metrics.contains("\nvoxide_draining 1\n"), "{metrics}");
+    assert!(
+        metrics.contains("\nvoxide_session_capacity 4\n"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("\nvoxide_active_sessions 0\n"),
+        "{metrics}"
+    );
+}
+
+/// A node named `node`, knowing `peers`, serving on a socket of its own; its address.
+async fn node_on_a_socket(node: &str, peers: Peers) -> (Server, std::net::SocketAddr) {
+    let options = ServeOptions {
+        node_id: node.parse().expect("a node id"),
+        peers,
+        ..ServeOptions::new(([127, 0, 0, 1], 0).into(), Vec::new())
+    };
+    let server = Server::new(options, Arc::new(NoBots));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let addr = listener.local_addr().expect("an address");
+    let router = server.router();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (server, addr)
+}
+
+/// A node `n1` that knows `n2` at `n2`'s address, and `n3` at a port nobody listens on.
+async fn two_nodes() -> Server {
+    let (_n2, n2) = node_on_a_socket("n2", Peers::default()).await;
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let dead_addr = dead.local_addr().expect("an address");
+    drop(dead);
+    let known =
+        Peers::parse_list(&format!("n2=http://{n2},n3=http://{dead_addr}")).expect("a peer list");
+    // The second node lives as long as the test: its task holds its router.
+    let n1 = Server::new(
+        ServeOptions {
+            node_id: "n1".parse().expect("a node id"),
+            peers: Peers {
+                known,
+                template: None,
+            },
+            ..ServeOptions::new(([127, 0, 0, 1], 0).into(), Vec::new())
+        },
+        Arc::new(NoBots),
+    );
+    n1.set_ready();
+    n1
+}
+
+async fn answering_node(server: &Server, request: Request<Body>) -> (StatusCode, String, Value) {
+    let response = server.router().oneshot(request).await.expect("an answer");
+    let status = response.status();
+    let node = response.headers()["x-voxide-node"]
+        .to_str()
+        .expect("ASCII")
+        .to_owned();
+    let bytes = axum::body::to_bytes(response.into_body(), 1 << 20)
+        .await
+        .expect("a body");
+    (
+        status,
+        node,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test]
+async fn every_answer_names_its_node_and_ids_carry_it() {
+    let server = server(4);
+    server.set_ready();
+    let (_, node, _) = answering_node(&server, get("/healthz")).await;
+    assert_eq!(node, "test");
+    let (status, node, body) = answering_node(&server, json_request("POST", "/start", "")).await;
+    assert_eq!((status, node.as_str()), (StatusCode::OK, "test"));
+    let id = body["sessionId"].as_str().expect("a session id");
+    assert!(
+        id.starts_with("test.") && id.len() == "test.".len() + 36,
+        "{id}"
+    );
+}
+
+#[tokio::test]
+async fn a_request_for_another_nodes_connection_is_answered_by_that_node() {
+    let n1 = two_nodes().await;
+    let trickle = r#"{"pc_id": "n2.0000", "candidates": []}"#;
+    let (status, node, body) =
+        answering_node(&n1, json_request("PATCH", "/api/offer", trickle)).await;
+    assert_eq!(node, "n2", "{body}");
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("n2.0000")
+    );
+    // A session another node's /start began: its offer goes there (which is still loading).
+    let offer = r#"{"sdp": "v=0", "type": "offer"}"#;
+    let request = json_request("POST", "/sessions/n2.0000/api/offer", offer);
+    let (status, node, body) = answering_node(&n1, request).await;
+    assert_eq!(node, "n2");
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::SERVICE_UNAVAILABLE, "not_ready")
+    );
+    // Its own: answered here.
+    let trickle = r#"{"pc_id": "n1.0000", "candidates": []}"#;
+    let (status, node, _) = answering_node(&n1, json_request("PATCH", "/api/offer", trickle)).await;
+    assert_eq!((status, node.as_str()), (StatusCode::NOT_FOUND, "n1"));
+}
+
+#[tokio::test]
+async fn a_request_for_an_unknown_or_dead_node_is_a_bad_gateway_not_a_404() {
+    let n1 = two_nodes().await;
+    for (pc_id, why) in [("n9.0000", "unknown_node"), ("n3.0000", "node_unreachable")] {
+        let trickle = format!(r#"{{"pc_id": "{pc_id}", "candidates": []}}"#);
+        let (status, node, body) =
+            answering_node(&n1, json_request("PATCH", "/api/offer", &trickle)).await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::BAD_GATEWAY, why),
+            "{body}"
+        );
+        assert_eq!(node, "n1");
+    }
 }
 
 #[tokio::test]

@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use super::bot::{BotArgs, preloaded};
 use voxide::config::BotConfig;
-use voxide::server::ServeOptions;
+use voxide::server::{NodeId, Peers, ServeOptions};
 use voxide::transports::file::{RunOptions, run};
 
 /// `voxide serve`.
@@ -23,9 +23,28 @@ pub struct ServeArgs {
     /// Live sessions at most; more get 503. [default: 32]
     #[arg(long, env = "VOXIDE_MAX_SESSIONS")]
     max_sessions: Option<usize>,
-    /// Seconds live sessions get to finish on shutdown. [default: 10]
-    #[arg(long, env = "VOXIDE_SHUTDOWN_GRACE_SECS")]
-    shutdown_grace_secs: Option<f64>,
+    /// Seconds live sessions get to end by themselves once the node drains (SIGTERM, SIGINT or
+    /// `POST /admin/drain`); then the rest are ended and the process exits. A second signal
+    /// ends it at once. [default: 60]
+    #[arg(long, env = "VOXIDE_DRAIN_TIMEOUT_SECS", alias = "shutdown-grace-secs")]
+    drain_timeout_secs: Option<f64>,
+    /// This node's name (letters, digits, '-', '_'): every session and connection id it mints
+    /// is `<node>.<uuid>`, and every answer carries it in `X-Voxide-Node`. [default: the host
+    /// name]
+    #[arg(long, env = "VOXIDE_NODE_ID")]
+    node_id: Option<String>,
+    /// The other nodes, `NODE=URL,...` (`n2=http://10.0.0.12:7860`): a request for a
+    /// connection another node holds is forwarded to it.
+    #[arg(long, env = "VOXIDE_PEERS", value_name = "NODE=URL,...")]
+    peers: Option<String>,
+    /// The URL of a node not in --peers, with `{node}` in it: a headless Service's DNS, e.g.
+    /// `http://{node}.voxide-nodes:7860`.
+    #[arg(long, env = "VOXIDE_PEER_URL", value_name = "URL")]
+    peer_url: Option<String>,
+    /// Answer HAProxy's agent check on this port (same host): `up N%` with the node's free
+    /// capacity, `drain` while it drains.
+    #[arg(long, env = "VOXIDE_AGENT_PORT")]
+    agent_port: Option<u16>,
     /// A STUN or TURN server for WebRTC (repeatable). Without one, host candidates only,
     /// which is all a local network or loopback needs.
     #[arg(long = "ice-server", value_name = "URL")]
@@ -42,50 +61,70 @@ pub struct ServeArgs {
 impl ServeArgs {
     /// Serves until SIGINT or SIGTERM.
     pub async fn run(self) -> Result<()> {
-        let ServeArgs {
-            host,
-            port,
-            max_sessions,
-            shutdown_grace_secs,
-            ice_servers,
-            bots,
-            bot,
-        } = self;
-        let config = bot.config()?;
-        let host = host
-            .or(config.server.host.clone())
+        let config = self.bot.config()?;
+        let server = &config.server;
+        let host = self
+            .host
+            .clone()
+            .or(server.host.clone())
             .unwrap_or_else(|| "127.0.0.1".into());
-        let port = port.or(config.server.port).unwrap_or(7860);
-        let addr: SocketAddr = format!("{host}:{port}")
-            .parse()
-            .or_else(|_| format!("[{host}]:{port}").parse())
-            .map_err(|_| anyhow::anyhow!("--host {host:?} is not an IP address"))?;
-        let max_sessions = max_sessions.or(config.server.max_sessions).unwrap_or(32);
+        let port = self.port.or(server.port).unwrap_or(7860);
+        let addr = socket_addr(&host, port)?;
+        let max_sessions = self.max_sessions.or(server.max_sessions).unwrap_or(32);
         if max_sessions == 0 {
             anyhow::bail!("--max-sessions must be at least 1");
         }
-        let grace = shutdown_grace_secs
-            .or(config.server.shutdown_grace_secs)
-            .unwrap_or(10.0);
-        if !(0.0..=3600.0).contains(&grace) {
-            anyhow::bail!("--shutdown-grace-secs must be between 0 and 3600");
+        let drain_timeout = self
+            .drain_timeout_secs
+            .or(server.drain_timeout_secs)
+            .unwrap_or(60.0);
+        if !(0.0..=86_400.0).contains(&drain_timeout) {
+            anyhow::bail!("--drain-timeout-secs must be between 0 and 86400");
         }
-        let options = ServeOptions {
-            addr,
-            max_sessions,
-            shutdown_grace: Duration::from_secs_f64(grace),
-            bots: match &bots {
-                Some(dir) => bot.bots(dir).await?,
-                None => vec![bot.bot(BotConfig::default()).await?],
+        let node_id = match self.node_id.as_ref().or(server.node_id.as_ref()) {
+            Some(id) => id.parse().map_err(|e: String| anyhow::anyhow!(e))?,
+            None => NodeId::from_hostname(),
+        };
+        let peers = Peers {
+            known: match self.peers.as_ref().or(server.peers.as_ref()) {
+                Some(list) => Peers::parse_list(list).map_err(|e| anyhow::anyhow!(e))?,
+                None => Default::default(),
             },
-            ice_servers,
+            template: self.peer_url.clone().or(server.peer_url.clone()),
+        };
+        let agent_addr = match self.agent_port.or(server.agent_port) {
+            Some(port) => Some(socket_addr(&host, port)?),
+            None => None,
+        };
+        let options = ServeOptions {
+            max_sessions,
+            drain_timeout: Duration::from_secs_f64(drain_timeout),
+            ice_servers: self.ice_servers.clone(),
+            node_id,
+            peers,
+            agent_addr,
+            ..ServeOptions::new(
+                addr,
+                match &self.bots {
+                    Some(dir) => self.bot.bots(dir).await?,
+                    None => vec![self.bot.bot(BotConfig::default()).await?],
+                },
+            )
         };
         eprintln!(
-            "voxide serve: http://{addr}/ (models load in the background; /readyz says when)"
+            "voxide serve: http://{addr}/ as node {} (models load in the background; /readyz says when)",
+            options.node_id
         );
         voxide::server::serve(options).await?;
         Ok(())
     }
+}
+
+fn socket_addr(host: &str, port: u16) -> Result<SocketAddr> {
+    format!("{host}:{port}")
+        .parse()
+        .or_else(|_| format!("[{host}]:{port}").parse())
+        .map_err(|_| anyhow::anyhow!("--host {host:?} is not an IP address"))
 }
 
 /// `voxide run`.

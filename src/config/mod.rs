@@ -12,7 +12,11 @@
 //! host = "127.0.0.1"
 //! port = 7860
 //! max_sessions = 32
-//! shutdown_grace_secs = 10
+//! drain_timeout_secs = 60  # live sessions' time to end once the node drains
+//! node_id = "n1"           # prefixes every id the node mints (default: the host name)
+//! peers = "n2=http://10.0.0.12:7860,n3=http://10.0.0.13:7860"
+//! peer_url = "http://{node}.voxide-nodes:7860"   # a node not in peers
+//! agent_port = 7870        # HAProxy's agent check
 //!
 //! [bot]
 //! voice = "piper"          # or "espeak"
@@ -94,8 +98,17 @@ pub struct ServerConfig {
     pub port: Option<u16>,
     /// Live sessions at most.
     pub max_sessions: Option<usize>,
-    /// Seconds live sessions get to finish on shutdown.
-    pub shutdown_grace_secs: Option<f64>,
+    /// Seconds live sessions get to end once the node drains.
+    #[serde(alias = "shutdown_grace_secs")]
+    pub drain_timeout_secs: Option<f64>,
+    /// This node's name.
+    pub node_id: Option<String>,
+    /// The other nodes: `NODE=URL,...`.
+    pub peers: Option<String>,
+    /// The URL of a node not in `peers`, with `{node}` in it.
+    pub peer_url: Option<String>,
+    /// Port of HAProxy's agent check.
+    pub agent_port: Option<u16>,
 }
 
 /// One layer of a bot's settings: the config file's `[bot]` table, a bot file (the same keys at

@@ -32,9 +32,35 @@ pub enum ApiError {
     /// The models are still loading.
     #[error("the server is still loading its models; try again shortly")]
     NotReady,
-    /// The server is shutting down and takes no new sessions.
-    #[error("the server is shutting down and takes no new sessions")]
+    /// The server is draining (shutting down) and takes no new sessions; another node may.
+    #[error(
+        "this node is draining and takes no new sessions; try again (another node will take it)"
+    )]
     Draining,
+    /// The request needs a token it did not carry, or carried a wrong one.
+    #[error(
+        "a valid token is needed: `Authorization: Bearer <token>` (or `?token=` on a WebSocket)"
+    )]
+    Unauthorized,
+    /// This client opened sessions faster than the per-address limit allows.
+    #[error("too many new sessions from {0}; try again shortly")]
+    RateLimited(String),
+    /// The request is for another node that this one does not know.
+    #[error(
+        "the session lives on node {node:?}, which this node cannot find (--peers, --peer-url)"
+    )]
+    UnknownNode {
+        /// The owner's id.
+        node: String,
+    },
+    /// The request is for another node that did not answer.
+    #[error("the session lives on node {node:?}, which did not answer: {why}")]
+    NodeUnreachable {
+        /// The owner's id.
+        node: String,
+        /// What went wrong.
+        why: String,
+    },
     /// Something on the server's side failed.
     #[error("{0}")]
     Internal(String),
@@ -48,6 +74,9 @@ impl ApiError {
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Full(_) | Self::NotReady | Self::Draining => StatusCode::SERVICE_UNAVAILABLE,
+            Self::Unauthorized => StatusCode::UNAUTHORIZED,
+            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::UnknownNode { .. } | Self::NodeUnreachable { .. } => StatusCode::BAD_GATEWAY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -61,14 +90,22 @@ impl ApiError {
             Self::Full(_) => "at_capacity",
             Self::NotReady => "not_ready",
             Self::Draining => "draining",
+            Self::Unauthorized => "unauthorized",
+            Self::RateLimited(_) => "rate_limited",
+            Self::UnknownNode { .. } => "unknown_node",
+            Self::NodeUnreachable { .. } => "node_unreachable",
             Self::Internal(_) => "internal",
         }
     }
 
     /// Whether trying again later can work: the answer then carries `Retry-After`. A draining
-    /// node does not come back; the client should go to another.
+    /// node's load balancer sends the retry to another node.
     fn retry_after(&self) -> Option<u32> {
-        matches!(self, Self::Full(_) | Self::NotReady).then_some(RETRY_AFTER_SECS)
+        match self {
+            Self::Full(_) | Self::NotReady | Self::RateLimited(_) => Some(RETRY_AFTER_SECS),
+            Self::Draining => Some(1),
+            _ => None,
+        }
     }
 }
 
@@ -149,13 +186,15 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_full_server_says_when_to_try_again_and_a_draining_one_does_not() {
+    async fn a_full_or_draining_server_says_when_to_try_again() {
         let full = ApiError::Full(32).into_response();
         assert_eq!(full.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(full.headers()[header::RETRY_AFTER], "5");
         assert_eq!(body(full).await["error"]["code"], "at_capacity");
         let draining = ApiError::Draining.into_response();
         assert_eq!(draining.status(), StatusCode::SERVICE_UNAVAILABLE);
-        assert!(draining.headers().get(header::RETRY_AFTER).is_none());
+        assert_eq!(draining.headers()[header::RETRY_AFTER], "1");
+        let gone = ApiError::NotFound("no connection".into()).into_response();
+        assert!(gone.headers().get(header::RETRY_AFTER).is_none());
     }
 }

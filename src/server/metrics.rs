@@ -29,7 +29,21 @@ pub struct Metrics {
     ttfb: Mutex<BTreeMap<String, Sum>>,
     /// Sessions ended, by reason (`completed`, `client_gone`, ...).
     ended: Mutex<BTreeMap<String, u64>>,
+    /// The runtime's latest scheduling lag, in nanoseconds ([`Metrics::probe_lag`]).
+    lag_nanos: AtomicU64,
 }
+
+/// What the node says of itself beside its counters.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeGauges {
+    /// Live sessions it takes at most.
+    pub capacity: usize,
+    /// It is draining.
+    pub draining: bool,
+}
+
+/// How often the scheduling lag is measured.
+const LAG_PERIOD: std::time::Duration = std::time::Duration::from_millis(250);
 
 fn add(sum: &Mutex<Sum>, value: f64) {
     let mut sum = sum.lock().unwrap_or_else(|p| p.into_inner());
@@ -116,16 +130,45 @@ impl Metrics {
         }
     }
 
-    /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
+    /// Measures, for as long as it runs, how late the runtime wakes a task that asked to sleep:
+    /// a busy or blocked runtime delays every session's audio by as much.
+    pub async fn probe_lag(&self) {
+        loop {
+            let asked = tokio::time::Instant::now() + LAG_PERIOD;
+            tokio::time::sleep_until(asked).await;
+            let late = tokio::time::Instant::now().saturating_duration_since(asked);
+            let nanos = u64::try_from(late.as_nanos()).unwrap_or(u64::MAX);
+            self.lag_nanos.store(nanos, Ordering::Relaxed);
+        }
+    }
+
+    /// The runtime's latest scheduling lag, in seconds.
+    pub fn scheduling_lag(&self) -> f64 {
+        self.lag_nanos.load(Ordering::Relaxed) as f64 / 1e9
+    }
+
+    /// The Prometheus text exposition, with what `node` says of itself.
+    pub fn render(&self, node: NodeGauges) -> String {
         let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
         let mut out = Exposition::default();
         let singles = [
             (
-                "voxide_sessions_active",
+                "voxide_active_sessions",
                 "Live sessions.",
                 "gauge",
                 self.active() as u64,
+            ),
+            (
+                "voxide_session_capacity",
+                "Live sessions the node takes at most.",
+                "gauge",
+                node.capacity as u64,
+            ),
+            (
+                "voxide_draining",
+                "1 while the node drains: it takes no new sessions.",
+                "gauge",
+                u64::from(node.draining),
             ),
             (
                 "voxide_sessions_started_total",
@@ -161,6 +204,12 @@ impl Metrics {
         for (name, help, kind, value) in singles {
             out.single(name, help, kind, value);
         }
+        out.single(
+            "voxide_runtime_scheduling_lag_seconds",
+            "How late the runtime last woke a task that slept.",
+            "gauge",
+            self.scheduling_lag(),
+        );
         self.families(&mut out);
         out.0
     }
@@ -283,14 +332,28 @@ mod tests {
         metrics.observe(&Event::SessionEnded {
             reason: crate::events::EndReason::ClientGone,
         });
-        let text = metrics.render();
-        assert!(text.contains("\nvoxide_sessions_active 1\n"), "{text}");
+        let node = NodeGauges {
+            capacity: 32,
+            draining: true,
+        };
+        let text = metrics.render(node);
+        assert!(text.contains("\nvoxide_active_sessions 1\n"), "{text}");
+        assert!(text.contains("\nvoxide_session_capacity 32\n"), "{text}");
+        assert!(text.contains("\nvoxide_draining 1\n"), "{text}");
+        assert!(
+            text.contains("\nvoxide_runtime_scheduling_lag_seconds 0\n"),
+            "{text}"
+        );
         assert!(text.contains("voxide_voice_to_voice_seconds_sum 0.5\n"));
         assert!(text.contains("voxide_voice_to_voice_seconds_count 1\n"));
         assert!(text.contains("voxide_ttfb_seconds_sum{service=\"LlmService\"} 0.25\n"));
         assert!(text.contains("voxide_interruptions_total 1\n"));
         assert!(text.contains("voxide_sessions_ended_total{reason=\"client_gone\"} 1\n"));
         metrics.session_ended();
-        assert!(metrics.render().contains("\nvoxide_sessions_active 0\n"));
+        assert!(
+            metrics
+                .render(node)
+                .contains("\nvoxide_active_sessions 0\n")
+        );
     }
 }

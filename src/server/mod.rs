@@ -1,6 +1,7 @@
 //! `voxide serve`: the HTTP server. The browser page, the WebSocket transports, health,
 //! readiness, status and Prometheus metrics, with a session limit and a graceful shutdown.
 
+pub mod cluster;
 mod error;
 mod metrics;
 mod webrtc;
@@ -14,14 +15,17 @@ use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::header;
+use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
 use serde::Serialize;
 use tokio::sync::watch;
 
+pub use cluster::{NodeId, Peers};
 pub use error::ApiError;
 pub use metrics::Metrics;
+
+use cluster::Cluster;
 
 use crate::bot::{Bot, BotError, BotOptions, SessionInfo};
 use crate::pipeline::SessionHandle;
@@ -37,13 +41,36 @@ pub struct ServeOptions {
     pub addr: SocketAddr,
     /// Live sessions at most; more are refused with 503.
     pub max_sessions: usize,
-    /// How long live sessions get to finish after a shutdown signal.
-    pub shutdown_grace: Duration,
+    /// How long live sessions get to finish once the node drains (`SIGTERM`, `SIGINT`,
+    /// `POST /admin/drain`); what is left then is ended.
+    pub drain_timeout: Duration,
     /// The bots it serves: a client picks one by name (`{"bot": "name"}` in `/start`'s body or
     /// the offer's `requestData`, `?bot=` on the WebSockets); the first is the default.
     pub bots: Vec<BotOptions>,
     /// STUN/TURN server URLs for WebRTC; none: host candidates only.
     pub ice_servers: Vec<String>,
+    /// This node's name, the prefix of every id it mints.
+    pub node_id: NodeId,
+    /// Where the other nodes answer, for requests that belong to them.
+    pub peers: Peers,
+    /// Where to answer HAProxy's agent check (the node's free capacity, or `drain`).
+    pub agent_addr: Option<SocketAddr>,
+}
+
+impl ServeOptions {
+    /// Options for `addr` serving `bots`, everything else as `voxide serve` defaults it.
+    pub fn new(addr: SocketAddr, bots: Vec<BotOptions>) -> Self {
+        Self {
+            addr,
+            max_sessions: 32,
+            drain_timeout: Duration::from_secs(60),
+            bots,
+            ice_servers: Vec::new(),
+            node_id: NodeId::from_hostname(),
+            peers: Peers::default(),
+            agent_addr: None,
+        }
+    }
 }
 
 /// Why the server could not run.
@@ -52,6 +79,14 @@ pub enum ServeError {
     /// The address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The agent-check address could not be bound.
+    #[error("cannot listen for agent checks on {addr}: {source}")]
+    BindAgent {
         /// The address.
         addr: SocketAddr,
         /// Why.
@@ -140,19 +175,23 @@ pub(crate) struct App {
     pub(crate) options: ServeOptions,
     pub(crate) bots: Arc<dyn BotFactory>,
     pub(crate) metrics: Arc<Metrics>,
+    pub(crate) cluster: Cluster,
     lifecycle: Arc<Lifecycle>,
     sessions: Mutex<HashMap<u64, SessionHandle>>,
     peers: Mutex<HashMap<String, webrtc::PeerHandle>>,
     /// What each `/start` asked for, until its offer comes.
     starts: Mutex<webrtc::Starts>,
     next_id: AtomicU64,
+    /// A session ended (a drain waits on it).
+    session_ended: tokio::sync::Notify,
 }
 
 /// Whether the server takes sessions: loading, ready, draining.
 #[derive(Debug)]
 pub(crate) struct Lifecycle {
     ready: AtomicBool,
-    draining: AtomicBool,
+    /// Set once, when the node starts draining; the server waits on it.
+    draining: watch::Sender<bool>,
     started: Instant,
 }
 
@@ -160,14 +199,23 @@ impl Lifecycle {
     fn new() -> Self {
         Self {
             ready: AtomicBool::new(false),
-            draining: AtomicBool::new(false),
+            draining: watch::Sender::new(false),
             started: Instant::now(),
         }
     }
 
+    fn is_draining(&self) -> bool {
+        *self.draining.borrow()
+    }
+
+    /// Starts draining; false if it had started already.
+    fn drain(&self) -> bool {
+        !self.draining.send_replace(true)
+    }
+
     /// Ok when a new session may start, else why not.
     fn readiness(&self) -> Result<(), ApiError> {
-        if self.draining.load(Ordering::SeqCst) {
+        if self.is_draining() {
             Err(ApiError::Draining)
         } else if self.ready.load(Ordering::SeqCst) {
             Ok(())
@@ -219,6 +267,7 @@ impl Drop for Admission {
     fn drop(&mut self) {
         self.app.lock_sessions().remove(&self.id);
         self.app.metrics.session_ended();
+        self.app.session_ended.notify_waiters();
     }
 }
 
@@ -264,16 +313,19 @@ impl Server {
     /// A server whose sessions run the bots `bots` builds. It takes no session until
     /// [`Server::set_ready`].
     pub fn new(options: ServeOptions, bots: Arc<dyn BotFactory>) -> Self {
+        let cluster = Cluster::new(options.node_id.clone(), options.peers.clone());
         Self {
             app: Arc::new(App {
                 options,
                 bots,
                 metrics: Arc::default(),
+                cluster,
                 lifecycle: Arc::new(Lifecycle::new()),
                 sessions: Mutex::default(),
                 peers: Mutex::default(),
                 starts: Mutex::default(),
                 next_id: AtomicU64::new(1),
+                session_ended: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -288,55 +340,93 @@ impl Server {
         self.app.lifecycle.ready.store(true, Ordering::SeqCst);
     }
 
-    /// Stops taking sessions, asks the live ones to finish, cancels what is left after `grace`.
-    pub async fn drain(&self, grace: Duration) {
-        drain(&self.app, grace).await;
+    /// Drains: takes no new session, waits up to `timeout` for the live ones to end, ends
+    /// what is left.
+    pub async fn drain(&self, timeout: Duration) {
+        self.app.lifecycle.drain();
+        drain(&self.app, timeout).await;
     }
 }
 
 fn router(app: Arc<App>) -> Router {
+    let state = AppState { app: app.clone() };
+    // Requests for a connection or a session another node holds go to that node.
+    let signalling = Router::new()
+        .route("/api/offer", post(webrtc::offer).patch(webrtc::candidates))
+        .route(
+            "/sessions/{session_id}/api/offer",
+            post(webrtc::session_offer).patch(webrtc::candidates),
+        )
+        .route_layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            cluster::route_to_owner,
+        ));
     Router::new()
         .route("/", get(page))
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(prometheus))
+        .route("/admin/drain", post(admin_drain))
         .route("/ws", get(ws::pcm))
         .route("/ws/twilio", get(ws::twilio))
-        .route("/api/offer", post(webrtc::offer).patch(webrtc::candidates))
         .route("/start", post(webrtc::start))
-        .route(
-            "/sessions/{session_id}/api/offer",
-            post(webrtc::session_offer).patch(webrtc::candidates),
-        )
+        .merge(signalling)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(AppState { app })
+        .layer(axum::middleware::from_fn_with_state(
+            app,
+            cluster::name_the_node,
+        ))
+        .with_state(state)
 }
 
-/// Runs the server until SIGINT or SIGTERM, then drains: no new sessions, live ones get
-/// `shutdown_grace` to finish, then the rest are cancelled.
+/// Runs the server until SIGINT or SIGTERM (or `POST /admin/drain`), then drains: no new
+/// sessions, the live ones get `drain_timeout` to end, then the rest are ended. A second
+/// signal ends the process at once.
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let shutdown = async {
-        let ctrl_c = tokio::signal::ctrl_c();
-        #[cfg(unix)]
-        {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-            tokio::select! {
-                r = ctrl_c => r,
-                _ = term.recv() => Ok(()),
+        shutdown_signal().await?;
+        tokio::spawn(async {
+            if shutdown_signal().await.is_ok() {
+                tracing::warn!("a second shutdown signal: ending now");
+                std::process::exit(130);
             }
-        }
-        #[cfg(not(unix))]
-        ctrl_c.await
+        });
+        Ok(())
     };
     serve_until(options, shutdown, |_| {}).await
 }
 
-/// Runs the server until `shutdown` completes; `on_listening` gets the bound address (port 0
-/// picks a free one).
+/// SIGINT or SIGTERM.
+async fn shutdown_signal() -> std::io::Result<()> {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        tokio::select! {
+            r = ctrl_c => r,
+            _ = term.recv() => Ok(()),
+        }
+    }
+    #[cfg(not(unix))]
+    ctrl_c.await
+}
+
+/// Runs the server until `shutdown` completes or `POST /admin/drain` asks, then drains;
+/// `on_listening` gets the bound address (port 0 picks a free one).
 pub async fn serve_until(
     options: ServeOptions,
+    shutdown: impl std::future::Future<Output = std::io::Result<()>> + Send + 'static,
+    on_listening: impl FnOnce(SocketAddr),
+) -> Result<(), ServeError> {
+    let bots = Arc::new(Bots::new(options.bots.clone()));
+    serve_with(options, bots, shutdown, on_listening).await
+}
+
+/// [`serve_until`], with the sessions' bots built by `bots` rather than from the options.
+pub async fn serve_with(
+    options: ServeOptions,
+    bots: Arc<dyn BotFactory>,
     shutdown: impl std::future::Future<Output = std::io::Result<()>> + Send + 'static,
     on_listening: impl FnOnce(SocketAddr),
 ) -> Result<(), ServeError> {
@@ -346,9 +436,16 @@ pub async fn serve_until(
             addr: options.addr,
             source,
         })?;
+    let agent = match options.agent_addr {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::BindAgent { addr, source })?,
+        ),
+        None => None,
+    };
     let addr = listener.local_addr()?;
-    let grace = options.shutdown_grace;
-    let bots = Arc::new(Bots::new(options.bots.clone()));
+    let timeout = options.drain_timeout;
     let app = Server::new(options, bots).app;
     // Load the models in the background: /healthz answers at once, /readyz once they are in.
     {
@@ -361,42 +458,146 @@ pub async fn serve_until(
             Err(e) => tracing::error!(error = %e, "the models could not be loaded"),
         });
     }
+    // The node's own tasks end with the server.
+    let mut own = tokio::task::JoinSet::new();
+    {
+        let app = app.clone();
+        own.spawn(async move { app.metrics.probe_lag().await });
+    }
+    if let Some(agent) = agent {
+        own.spawn(agent_check(agent, app.clone()));
+    }
     on_listening(addr);
-    tracing::info!(%addr, "listening");
+    tracing::info!(%addr, node = %app.cluster.node(), "listening");
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let drain_app = app.clone();
     let graceful = async move {
-        if let Err(e) = shutdown.await {
-            tracing::warn!(error = %e, "cannot wait for a shutdown signal; shutting down");
+        let mut asked = drain_app.lifecycle.draining.subscribe();
+        tokio::select! {
+            signalled = shutdown => if let Err(e) = signalled {
+                tracing::warn!(error = %e, "cannot wait for a shutdown signal; draining");
+            },
+            _ = asked.wait_for(|draining| *draining) => {}
         }
-        drain(&drain_app, grace).await;
+        drain_app.lifecycle.drain();
+        drain(&drain_app, timeout).await;
         let _ = stop_tx.send(true);
     };
-    let server = axum::serve(listener, router(app)).with_graceful_shutdown(async move {
+    let server = axum::serve(
+        listener,
+        router(app).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async move {
         let _ = stop_rx.wait_for(|stop| *stop).await;
     });
     tokio::select! {
         result = server => result?,
         () = graceful => {}
     }
+    own.shutdown().await;
     Ok(())
 }
 
-/// Stops taking sessions, asks the live ones to finish, cancels what is left after `grace`.
-async fn drain(app: &Arc<App>, grace: Duration) {
-    app.lifecycle.draining.store(true, Ordering::SeqCst);
-    let live: Vec<SessionHandle> = app.lock_sessions().values().cloned().collect();
-    tracing::info!(sessions = live.len(), "shutting down");
-    for handle in &live {
-        let _ = handle.stop_when_done().await;
+/// The node drains: it takes no new session (`/readyz` says 503), and waits up to `timeout`
+/// for the live ones to end by themselves; those left are asked to finish what they are
+/// saying, then ended.
+async fn drain(app: &Arc<App>, timeout: Duration) {
+    let live = app.metrics.active();
+    tracing::info!(
+        sessions = live,
+        timeout_secs = timeout.as_secs_f64(),
+        "draining: no new sessions; waiting for the live ones to end"
+    );
+    if !sessions_end_within(app, timeout).await {
+        let left: Vec<SessionHandle> = app.lock_sessions().values().cloned().collect();
+        tracing::warn!(
+            sessions = left.len(),
+            "drain timeout: ending the sessions still live"
+        );
+        for handle in &left {
+            let _ = handle.stop_when_done().await;
+        }
+        if !sessions_end_within(app, FINISH_AFTER_DRAIN).await {
+            for handle in app.lock_sessions().values() {
+                handle.cancel();
+            }
+        }
     }
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline && !app.lock_sessions().is_empty() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    tracing::info!("drained");
+}
+
+/// How long a session ended by a drain timeout gets to finish its sentence.
+const FINISH_AFTER_DRAIN: Duration = Duration::from_secs(2);
+
+/// Waits until no session is live, for at most `timeout`; whether none is.
+async fn sessions_end_within(app: &App, timeout: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let ended = app.session_ended.notified();
+        if app.lock_sessions().is_empty() && app.metrics.active() == 0 {
+            return true;
+        }
+        if tokio::time::timeout_at(deadline, ended).await.is_err() {
+            return app.metrics.active() == 0;
+        }
     }
-    for handle in app.lock_sessions().values() {
-        handle.cancel();
+}
+
+/// Answers HAProxy's agent check: `drain` while draining, `down` until the models are in,
+/// else `up` and the node's free capacity as a weight (`up 75%`).
+async fn agent_check(listener: tokio::net::TcpListener, app: Arc<App>) {
+    use tokio::io::AsyncWriteExt;
+    loop {
+        let Ok((mut stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let line = app.agent_status();
+        tokio::spawn(async move {
+            let _ = stream.write_all(line.as_bytes()).await;
+            let _ = stream.shutdown().await;
+        });
     }
+}
+
+impl App {
+    /// The agent check's answer, a line.
+    fn agent_status(&self) -> String {
+        if self.lifecycle.is_draining() {
+            return "drain\n".into();
+        }
+        if !self.lifecycle.ready.load(Ordering::SeqCst) {
+            return "down\n".into();
+        }
+        let max = self.options.max_sessions.max(1);
+        let free = max.saturating_sub(self.metrics.active());
+        // Never 0%: that would drain the node; a full one refuses with 503 by itself.
+        let weight = (free * 100 / max).max(1);
+        format!("up {weight}%\n")
+    }
+
+    fn gauges(&self) -> metrics::NodeGauges {
+        metrics::NodeGauges {
+            capacity: self.options.max_sessions,
+            draining: self.lifecycle.is_draining(),
+        }
+    }
+}
+
+/// `POST /admin/drain`: the node starts draining (as on `SIGTERM`) and exits once its
+/// sessions have ended.
+async fn admin_drain(State(app): State<Arc<App>>) -> (StatusCode, axum::Json<serde_json::Value>) {
+    let started = app.lifecycle.drain();
+    if started {
+        tracing::info!("drain asked for over HTTP");
+    }
+    (
+        StatusCode::ACCEPTED,
+        axum::Json(serde_json::json!({
+            "draining": true,
+            "sessions": app.metrics.active(),
+            "node": app.cluster.node().as_str(),
+        })),
+    )
 }
 
 async fn page() -> Html<&'static str> {
@@ -409,6 +610,7 @@ async fn readyz(State(lifecycle): State<Arc<Lifecycle>>) -> Result<&'static str,
 
 #[derive(Serialize)]
 struct Status {
+    node: String,
     ready: bool,
     draining: bool,
     sessions: usize,
@@ -423,8 +625,9 @@ struct Status {
 
 async fn status(State(app): State<Arc<App>>) -> axum::Json<Status> {
     axum::Json(Status {
+        node: app.cluster.node().to_string(),
         ready: app.lifecycle.ready.load(Ordering::SeqCst),
-        draining: app.lifecycle.draining.load(Ordering::SeqCst),
+        draining: app.lifecycle.is_draining(),
         sessions: app.metrics.active(),
         max_sessions: app.options.max_sessions,
         sessions_started: app.metrics.started(),
@@ -435,10 +638,10 @@ async fn status(State(app): State<Arc<App>>) -> axum::Json<Status> {
     })
 }
 
-async fn prometheus(State(metrics): State<Arc<Metrics>>) -> Response {
+async fn prometheus(State(app): State<Arc<App>>) -> Response {
     (
         [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        metrics.render(),
+        app.metrics.render(app.gauges()),
     )
         .into_response()
 }

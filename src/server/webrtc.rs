@@ -157,11 +157,7 @@ async fn offer_for(app: Arc<App>, request: OfferRequest, session_id: Option<Stri
 /// A new connection and the session behind it; the session id is the one `/start` gave, or
 /// the connection's own.
 async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<String>) -> Answer {
-    let pc_id = format!(
-        "pc-{:016x}",
-        u64::from(crate::transports::webrtc::random_u32()) << 32
-            | u64::from(crate::transports::webrtc::random_u32())
-    );
+    let pc_id = app.cluster.mint();
     let started = session_id
         .as_deref()
         .and_then(|id| app.lock_starts().get(id));
@@ -453,11 +449,7 @@ pub(crate) async fn start(
     if let Some(name) = data.get("bot").and_then(Value::as_str) {
         app.bots.find(name)?;
     }
-    let id = format!(
-        "{:08x}-{:08x}",
-        crate::transports::webrtc::random_u32(),
-        crate::transports::webrtc::random_u32()
-    );
+    let id = app.cluster.mint();
     if !data.is_null() {
         app.lock_starts().insert(id.clone(), data, Instant::now());
     }

@@ -35,11 +35,10 @@ pub async fn start(max_sessions: usize) -> Server {
 /// A server of `bots` (the first the default), ready.
 pub async fn start_with(max_sessions: usize, bots: Vec<BotOptions>) -> Server {
     let options = ServeOptions {
-        addr: "127.0.0.1:0".parse().expect("addr"),
         max_sessions,
-        shutdown_grace: Duration::from_secs(2),
-        bots,
-        ice_servers: Vec::new(),
+        drain_timeout: Duration::from_secs(2),
+        node_id: "test".parse().expect("a node id"),
+        ..ServeOptions::new("127.0.0.1:0".parse().expect("addr"), bots)
     };
     let (stop, stopped) = oneshot::channel::<()>();
     let (addr_tx, addr_rx) = oneshot::channel();

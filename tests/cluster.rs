@@ -1,0 +1,142 @@
+//! A node among others, on real sockets and without models: draining, and HAProxy's agent
+//! check.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use voxide::bot::{Bot, BotError, SessionInfo};
+use voxide::context::{ContextHandle, LlmContext};
+use voxide::frames::StartParams;
+use voxide::pipeline::{AppResources, Pipeline};
+use voxide::server::{BotFactory, ServeError, ServeOptions, serve_with};
+use voxide::transports::AudioSink;
+
+/// A bot that hears the user and says nothing: a session that lasts until its client leaves.
+struct Silent;
+
+impl BotFactory for Silent {
+    fn preload(&self) -> Result<(), BotError> {
+        Ok(())
+    }
+
+    fn find(&self, _: &str) -> Result<(), BotError> {
+        Ok(())
+    }
+
+    fn build(&self, _: &SessionInfo, _: u32, _: Box<dyn AudioSink>) -> Result<Bot, BotError> {
+        Ok(Bot {
+            pipeline: Pipeline::new(),
+            context: ContextHandle::new(LlmContext::default()),
+            params: StartParams::default(),
+            resources: AppResources::default(),
+        })
+    }
+}
+
+struct Node {
+    addr: SocketAddr,
+    agent: SocketAddr,
+    task: JoinHandle<Result<(), ServeError>>,
+    http: reqwest::Client,
+}
+
+impl Node {
+    /// A node that drains only when asked over HTTP, ready.
+    async fn start(max_sessions: usize) -> Self {
+        let agent = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+        let agent_addr = agent.local_addr().expect("an address");
+        drop(agent);
+        let options = ServeOptions {
+            max_sessions,
+            node_id: "n1".parse().expect("a node id"),
+            agent_addr: Some(agent_addr),
+            ..ServeOptions::new(([127, 0, 0, 1], 0).into(), Vec::new())
+        };
+        let (addr_tx, addr_rx) = oneshot::channel();
+        let task = tokio::spawn(serve_with(
+            options,
+            Arc::new(Silent),
+            std::future::pending(),
+            move |addr| {
+                let _ = addr_tx.send(addr);
+            },
+        ));
+        let node = Self {
+            addr: addr_rx.await.expect("listening"),
+            agent: agent_addr,
+            task,
+            http: reqwest::Client::new(),
+        };
+        for _ in 0..200 {
+            if node.status("/readyz").await == 200 {
+                return node;
+            }
+            tokio::task::yield_now().await;
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the node never became ready");
+    }
+
+    async fn status(&self, path: &str) -> u16 {
+        self.http
+            .get(format!("http://{}{path}", self.addr))
+            .send()
+            .await
+            .map_or(0, |r| r.status().as_u16())
+    }
+
+    async fn agent_says(&self) -> String {
+        let mut stream = tokio::net::TcpStream::connect(self.agent)
+            .await
+            .expect("the agent port answers");
+        let mut line = String::new();
+        stream.read_to_string(&mut line).await.expect("a line");
+        line
+    }
+
+    async fn call(&self) -> Result<WebSocket, u16> {
+        match tokio_tungstenite::connect_async(format!("ws://{}/ws", self.addr)).await {
+            Ok((socket, _)) => Ok(socket),
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                Err(response.status().as_u16())
+            }
+            Err(e) => panic!("the socket failed: {e}"),
+        }
+    }
+}
+
+type WebSocket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drained_node_keeps_its_call_takes_no_new_one_and_exits_when_it_ends() {
+    let mut node = Node::start(4).await;
+    assert_eq!(node.agent_says().await, "up 100%\n");
+    let mut call = node.call().await.expect("a session");
+    assert_eq!(node.agent_says().await, "up 75%\n");
+
+    let drained = node
+        .http
+        .post(format!("http://{}/admin/drain", node.addr))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(drained.status().as_u16(), 202);
+    assert_eq!(drained.headers()["x-voxide-node"], "n1");
+    assert_eq!(node.status("/readyz").await, 503);
+    assert_eq!(node.agent_says().await, "drain\n");
+    assert_eq!(node.call().await.err(), Some(503), "no new session");
+    // The call goes on: the node is still there for it.
+    assert_eq!(node.status("/healthz").await, 200);
+    assert!(!node.task.is_finished());
+
+    call.close(None).await.expect("closed");
+    let ended = tokio::time::timeout(Duration::from_secs(20), &mut node.task)
+        .await
+        .expect("the node exits once its last call ends");
+    ended.expect("joined").expect("a clean exit");
+}
