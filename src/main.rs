@@ -23,9 +23,9 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Runs the HTTP server: the browser page at /, the WebSocket transport at /ws (and
-    /// Twilio Media Streams at /ws/twilio), /healthz, /readyz, /status and /metrics.
-    /// Stops on SIGINT or SIGTERM, letting live sessions finish.
-    Serve(ServeArgs),
+    /// Twilio Media Streams at /ws/twilio), /healthz, /readyz, /status and /metrics. Drains on
+    /// SIGINT, SIGTERM or `POST /admin/drain`: no new sessions, live ones finish, then it exits.
+    Serve(Box<ServeArgs>),
     /// Checks a bot file (or a folder of them, or a config file) without starting anything:
     /// unknown keys, values out of range, provider keys missing from the environment, tool
     /// schemas, environment variables the headers name. Exit status 0 when all is well.

@@ -10,7 +10,7 @@ use axum::http::{Request, StatusCode, header};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 use voxide::bot::{Bot, BotError, SessionInfo};
-use voxide::server::{BotFactory, Peers, ServeOptions, Server};
+use voxide::server::{AccessOptions, BotFactory, Peers, ServeOptions, Server};
 use voxide::transports::AudioSink;
 
 /// Bots that need no models and never get built: these requests end before a session does.
@@ -374,4 +374,175 @@ async fn start_takes_pipecats_body_and_refuses_one_it_cannot_read() {
     let (status, _, body) = send(&server, json_request("POST", "/start", "{\"body\": ")).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     assert_eq!(code(&body), "bad_request");
+}
+
+fn guarded_server(access: AccessOptions) -> Server {
+    let options = ServeOptions {
+        node_id: "test".parse().expect("a node id"),
+        access,
+        ..ServeOptions::new(([127, 0, 0, 1], 0).into(), Vec::new())
+    };
+    let server = Server::new(options, Arc::new(NoBots));
+    server.set_ready();
+    server
+}
+
+fn with_header(mut request: Request<Body>, name: &'static str, value: &str) -> Request<Body> {
+    request
+        .headers_mut()
+        .insert(name, value.parse().expect("a header value"));
+    request
+}
+
+#[tokio::test]
+async fn without_the_token_every_guarded_endpoint_answers_401_and_health_stays_open() {
+    let server = guarded_server(AccessOptions {
+        auth_token: Some("s3cret".into()),
+        ..AccessOptions::default()
+    });
+    let offer = r#"{"sdp": "v=0", "type": "offer"}"#;
+    let guarded = || {
+        [
+            json_request("POST", "/start", ""),
+            json_request("POST", "/api/offer", offer),
+            json_request(
+                "PATCH",
+                "/api/offer",
+                r#"{"pc_id": "test.1", "candidates": []}"#,
+            ),
+            json_request("POST", "/sessions/test.1/api/offer", offer),
+            get("/ws"),
+            get("/ws/twilio"),
+            json_request("POST", "/admin/drain", ""),
+        ]
+    };
+    for request in guarded() {
+        let uri = request.uri().clone();
+        let (status, _, body) = send(&server, request).await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::UNAUTHORIZED, "unauthorized"),
+            "{uri}"
+        );
+    }
+    for request in guarded() {
+        let uri = request.uri().clone();
+        let wrong = with_header(request, "authorization", "Bearer s3creT");
+        assert_eq!(
+            send(&server, wrong).await.0,
+            StatusCode::UNAUTHORIZED,
+            "{uri}"
+        );
+    }
+    for request in guarded() {
+        let uri = request.uri().clone();
+        let right = with_header(request, "authorization", "Bearer s3cret");
+        assert_ne!(
+            send(&server, right).await.0,
+            StatusCode::UNAUTHORIZED,
+            "{uri}"
+        );
+    }
+    // A browser's WebSocket cannot set a header: the token may come in the query.
+    let (status, _, _) = send(&server, get("/ws?token=s3cret")).await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "past the guard: not an upgrade"
+    );
+    // Open, though the node now drains (the right token asked it to).
+    for open in ["/healthz", "/readyz", "/metrics", "/status"] {
+        assert_ne!(
+            send(&server, get(open)).await.0,
+            StatusCode::UNAUTHORIZED,
+            "{open}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_twilio_stream_may_prove_itself_by_its_signature_instead() {
+    let server = guarded_server(AccessOptions {
+        auth_token: Some("s3cret".into()),
+        twilio_auth_token: Some("twilio-token".into()),
+        public_url: Some("wss://voice.example.com".into()),
+        ..AccessOptions::default()
+    });
+    let signature = voxide::server::access::twilio_signature(
+        "twilio-token",
+        "wss://voice.example.com/ws/twilio",
+    );
+    let signed = with_header(get("/ws/twilio"), "x-twilio-signature", &signature);
+    assert_eq!(
+        send(&server, signed).await.0,
+        StatusCode::BAD_REQUEST,
+        "past the guard"
+    );
+    let forged = with_header(get("/ws/twilio"), "x-twilio-signature", "AAAA");
+    assert_eq!(send(&server, forged).await.0, StatusCode::UNAUTHORIZED);
+    let elsewhere = with_header(get("/ws"), "x-twilio-signature", &signature);
+    assert_eq!(
+        send(&server, elsewhere).await.0,
+        StatusCode::UNAUTHORIZED,
+        "only Twilio's route"
+    );
+}
+
+#[tokio::test]
+async fn browsers_on_an_allowed_origin_get_cors_and_others_do_not() {
+    let server = guarded_server(AccessOptions {
+        cors_origins: vec!["https://app.example.com".into()],
+        ..AccessOptions::default()
+    });
+    let preflight = Request::builder()
+        .method("OPTIONS")
+        .uri("/api/offer")
+        .header("origin", "https://app.example.com")
+        .header("access-control-request-method", "PATCH")
+        .body(Body::empty())
+        .expect("a request");
+    let response = server.router().oneshot(preflight).await.expect("an answer");
+    assert_eq!(response.status(), StatusCode::NO_CONTENT);
+    let headers = response.headers();
+    assert_eq!(
+        headers["access-control-allow-origin"],
+        "https://app.example.com"
+    );
+    assert!(
+        headers["access-control-allow-methods"]
+            .to_str()
+            .unwrap_or_default()
+            .contains("PATCH")
+    );
+    let other = with_header(get("/status"), "origin", "https://evil.example.com");
+    let response = server.router().oneshot(other).await.expect("an answer");
+    assert!(
+        response
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn a_client_opening_sessions_in_a_loop_is_slowed_down_and_others_are_not() {
+    let server = guarded_server(AccessOptions {
+        sessions_per_minute: 2,
+        trust_forwarded_for: true,
+        ..AccessOptions::default()
+    });
+    let start = |ip: &str| with_header(json_request("POST", "/start", ""), "x-forwarded-for", ip);
+    for _ in 0..2 {
+        assert_eq!(send(&server, start("203.0.113.7")).await.0, StatusCode::OK);
+    }
+    let (status, retry, body) = send(&server, start("203.0.113.7")).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::TOO_MANY_REQUESTS, "rate_limited")
+    );
+    assert_eq!(retry.as_deref(), Some("5"));
+    assert_eq!(
+        send(&server, start("198.51.100.1, 203.0.113.9")).await.0,
+        StatusCode::OK
+    );
 }

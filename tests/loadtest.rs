@@ -113,10 +113,13 @@ mod whole_bot {
             slos: Vec::new(),
             out: None,
             max_pacing_lag: Duration::from_secs(1),
+            auth_token: None,
         };
         let summary = voxide::loadtest::run(options).await.expect("runs");
         assert_eq!(summary.sessions.connected, 2, "{summary:?}");
         assert_eq!(summary.metrics["v2v"].map(|d| d.n), Some(2), "{summary:?}");
+        assert_eq!(summary.nodes.get("test"), Some(&2), "the node that answered");
+        assert!(summary.trickle.refused.is_empty(), "{:?}", summary.trickle);
         let connect = summary.metrics["connect"].expect("connect times");
         assert!(
             connect.max < 15_000.0,
@@ -143,6 +146,7 @@ mod whole_bot {
             slos: vec![voxide::loadtest::stats::Slo::parse("p95(v2v)<15s").expect("valid")],
             out: None,
             max_pacing_lag: Duration::from_secs(1),
+            auth_token: None,
         };
         let summary = voxide::loadtest::run(options).await.expect("runs");
         assert_eq!(summary.sessions.completed, 1, "{summary:?}");

@@ -67,6 +67,10 @@ pub struct LoadtestArgs {
     /// The run is invalid (exit 4) when the p99 lag of the 20 ms send clock is above this, ms.
     #[arg(long, default_value_t = 10.0)]
     max_pacing_lag_ms: f64,
+    /// The token a guarded server wants (its --auth-token): sent as `Authorization: Bearer` on
+    /// every request and WebSocket.
+    #[arg(long, env = "VOXIDE_AUTH_TOKEN", hide_env_values = true)]
+    auth_token: Option<String>,
 }
 
 /// Runs `voxide loadtest`; the exit status.
@@ -155,6 +159,7 @@ fn options(args: LoadtestArgs) -> Result<voxide::loadtest::LoadtestOptions, Stri
         slos,
         out: args.out,
         max_pacing_lag: Duration::from_secs_f64(args.max_pacing_lag_ms / 1000.0),
+        auth_token: args.auth_token.filter(|t| !t.is_empty()),
     })
 }
 

@@ -8,7 +8,7 @@ use anyhow::Result;
 
 use super::bot::{BotArgs, preloaded};
 use voxide::config::BotConfig;
-use voxide::server::{NodeId, Peers, ServeOptions};
+use voxide::server::{AccessOptions, NodeId, Peers, ServeOptions};
 use voxide::transports::file::{RunOptions, run};
 
 /// `voxide serve`.
@@ -45,6 +45,36 @@ pub struct ServeArgs {
     /// capacity, `drain` while it drains.
     #[arg(long, env = "VOXIDE_AGENT_PORT")]
     agent_port: Option<u16>,
+    /// Serve health, readiness, status, metrics and `/admin/*` on this port (same host)
+    /// instead of the main one; the main port keeps `/healthz` and `/readyz`.
+    #[arg(long, env = "VOXIDE_ADMIN_PORT")]
+    admin_port: Option<u16>,
+    /// A token that signalling, `/start`, the WebSockets and `/admin/*` need:
+    /// `Authorization: Bearer <token>`, or `?token=` on a WebSocket.
+    #[arg(long, env = "VOXIDE_AUTH_TOKEN", hide_env_values = true)]
+    auth_token: Option<String>,
+    /// The Twilio account's auth token: a media stream whose `X-Twilio-Signature` checks out
+    /// needs no --auth-token.
+    #[arg(long, env = "TWILIO_AUTH_TOKEN", hide_env_values = true)]
+    twilio_auth_token: Option<String>,
+    /// The server's URL as Twilio calls it (`wss://voice.example.com`), to check its
+    /// signature; without it, the request's Host and X-Forwarded-Proto.
+    #[arg(long, env = "VOXIDE_PUBLIC_URL")]
+    public_url: Option<String>,
+    /// An origin whose pages may call the API from a browser (repeatable; `*`: any).
+    #[arg(
+        long = "cors-origin",
+        env = "VOXIDE_CORS_ORIGINS",
+        value_delimiter = ','
+    )]
+    cors_origins: Vec<String>,
+    /// New sessions one client address may open a minute (0: no limit). [default: 120]
+    #[arg(long, env = "VOXIDE_SESSIONS_PER_MINUTE_PER_IP")]
+    sessions_per_minute_per_ip: Option<u32>,
+    /// Take the client's address from the last X-Forwarded-For entry (behind a proxy that sets
+    /// it, e.g. HAProxy's `option forwardfor`).
+    #[arg(long, env = "VOXIDE_TRUST_FORWARDED_FOR")]
+    trust_forwarded_for: bool,
     /// A STUN or TURN server for WebRTC (repeatable). Without one, host candidates only,
     /// which is all a local network or loopback needs.
     #[arg(long = "ice-server", value_name = "URL")]
@@ -96,8 +126,22 @@ impl ServeArgs {
             Some(port) => Some(socket_addr(&host, port)?),
             None => None,
         };
+        let admin_addr = match self.admin_port {
+            Some(port) => Some(socket_addr(&host, port)?),
+            None => None,
+        };
+        let access = AccessOptions {
+            auth_token: self.auth_token.clone().filter(|t| !t.is_empty()),
+            twilio_auth_token: self.twilio_auth_token.clone().filter(|t| !t.is_empty()),
+            public_url: self.public_url.clone(),
+            cors_origins: self.cors_origins.clone(),
+            sessions_per_minute: self.sessions_per_minute_per_ip.unwrap_or(120),
+            trust_forwarded_for: self.trust_forwarded_for,
+        };
         let options = ServeOptions {
             max_sessions,
+            admin_addr,
+            access,
             drain_timeout: Duration::from_secs_f64(drain_timeout),
             ice_servers: self.ice_servers.clone(),
             node_id,

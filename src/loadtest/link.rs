@@ -103,14 +103,32 @@ async fn socket(
     heard: Arc<Mutex<Heard>>,
     recorder: Recorder,
 ) -> Result<Link, String> {
-    let (socket, _) = tokio_tungstenite::connect_async(plan.url.as_str())
-        .await
-        .map_err(|e| match &e {
-            tokio_tungstenite::tungstenite::Error::Http(r) => {
-                format!("connect_http_{}", r.status().as_u16())
-            }
-            _ => "connect_refused".to_owned(),
-        })?;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = plan
+        .url
+        .as_str()
+        .into_client_request()
+        .map_err(|_| "bad_target".to_owned())?;
+    if let Some(token) = &plan.auth_token {
+        let value = format!("Bearer {token}")
+            .parse()
+            .map_err(|_| "bad_auth_token".to_owned())?;
+        request.headers_mut().insert("authorization", value);
+    }
+    let (socket, response) =
+        tokio_tungstenite::connect_async(request)
+            .await
+            .map_err(|e| match &e {
+                tokio_tungstenite::tungstenite::Error::Http(r) => {
+                    format!("connect_http_{}", r.status().as_u16())
+                }
+                _ => "connect_refused".to_owned(),
+            })?;
+    heard.lock().unwrap_or_else(|p| p.into_inner()).node = response
+        .headers()
+        .get("x-voxide-node")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
     let (mut sink, stream) = socket.split();
     let twilio = (plan.protocol == Protocol::Twilio).then(|| format!("MZloadtest{index}"));
     if let Some(sid) = &twilio {

@@ -102,6 +102,8 @@ pub struct LoadtestOptions {
     pub out: Option<PathBuf>,
     /// The run is invalid when the p99 lag of the generator's 20 ms clock is above this.
     pub max_pacing_lag: Duration,
+    /// The bearer token a guarded server wants (`Authorization: Bearer`, on every request).
+    pub auth_token: Option<String>,
 }
 
 /// Why a run could not be made (exit 2).
@@ -154,6 +156,15 @@ pub struct Counts {
     pub failed: usize,
 }
 
+/// What became of the trickled candidates (SmallWebRTC's `PATCH`es).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Trickle {
+    /// `PATCH`es sent.
+    pub sent: usize,
+    /// `PATCH`es refused, by status (`0`: no answer).
+    pub refused: BTreeMap<u16, usize>,
+}
+
 /// How well the generator kept time.
 #[derive(Debug, Clone, Serialize)]
 pub struct Generator {
@@ -191,6 +202,10 @@ pub struct Summary {
     pub error_rate: f64,
     /// Each SLO's verdict.
     pub slos: Vec<Verdict>,
+    /// Sessions by the node that answered them (`X-Voxide-Node`), behind a load balancer.
+    pub nodes: BTreeMap<String, usize>,
+    /// Trickled ICE candidates: batches sent, and those refused, by HTTP status.
+    pub trickle: Trickle,
     /// How well the generator kept time.
     pub generator: Generator,
     /// The run's verdict (its exit status).
@@ -324,6 +339,7 @@ pub async fn run(options: LoadtestOptions) -> Result<Summary, LoadtestError> {
         response_timeout: options.response_timeout,
         audio,
         origin,
+        auth_token: options.auth_token.clone(),
     });
     let recorder = Recorder::default();
     let expected = if options.stages.is_empty() {
@@ -723,6 +739,20 @@ fn summarize(
         errors,
         error_rate,
         slos,
+        nodes: results.iter().filter_map(|r| r.node.clone()).fold(
+            BTreeMap::new(),
+            |mut nodes, node| {
+                *nodes.entry(node).or_default() += 1;
+                nodes
+            },
+        ),
+        trickle: results.iter().fold(Trickle::default(), |mut all, r| {
+            all.sent += r.trickle_sent;
+            for status in &r.trickle_refused {
+                *all.refused.entry(*status).or_default() += 1;
+            }
+            all
+        }),
         generator: Generator {
             pacing_lag_ms: pacing,
             cpu_percent,
@@ -829,6 +859,21 @@ pub fn table(summary: &Summary) -> String {
     }
     for (kind, n) in &summary.errors {
         out.push_str(&format!("error {kind}: {n}\n"));
+    }
+    if !summary.nodes.is_empty() {
+        let nodes: Vec<String> = summary
+            .nodes
+            .iter()
+            .map(|(node, n)| format!("{node} {n}"))
+            .collect();
+        out.push_str(&format!("nodes: {}\n", nodes.join(", ")));
+    }
+    if summary.trickle.sent > 0 {
+        let refused: usize = summary.trickle.refused.values().sum();
+        out.push_str(&format!(
+            "trickle: {} PATCHes, {refused} refused\n",
+            summary.trickle.sent
+        ));
     }
     for slo in &summary.slos {
         out.push_str(&format!(

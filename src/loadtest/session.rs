@@ -105,6 +105,12 @@ pub struct SessionResult {
     pub error: Option<String>,
     /// How late each 20 ms frame went out, in ms.
     pub pacing_lag_ms: Vec<f64>,
+    /// The node that answered (`X-Voxide-Node`).
+    pub node: Option<String>,
+    /// Trickled-candidate `PATCH`es sent.
+    pub trickle_sent: usize,
+    /// The statuses of those refused (`0`: no answer).
+    pub trickle_refused: Vec<u16>,
 }
 
 /// What the reader heard, shared with the speaker.
@@ -117,6 +123,11 @@ pub(super) struct Heard {
     events: Vec<(f64, String)>,
     /// The connection ended, for this reason.
     pub(super) closed: Option<String>,
+    /// The node that answered the connection.
+    pub(super) node: Option<String>,
+    /// Trickle `PATCH`es sent, and the statuses of those refused.
+    pub(super) trickle_sent: usize,
+    pub(super) trickle_refused: Vec<u16>,
 }
 
 impl Heard {
@@ -159,6 +170,8 @@ pub struct Plan {
     pub audio: Arc<Vec<TurnAudio>>,
     /// The run's clock.
     pub origin: Instant,
+    /// The bearer token a guarded server wants.
+    pub auth_token: Option<String>,
 }
 
 impl Plan {
@@ -187,6 +200,9 @@ pub async fn run(
         offsets: Vec::new(),
         events: Vec::new(),
         closed: None,
+        node: None,
+        trickle_sent: 0,
+        trickle_refused: Vec::new(),
     }));
     let connecting = Link::connect(&plan, index, heard.clone(), recorder.clone());
     let connected = tokio::time::timeout(Duration::from_secs(20), connecting)
@@ -427,6 +443,12 @@ impl Caller {
         let first = self.heard().onsets.first().copied();
         self.result.first_audio = first;
         self.link.close().await;
+        {
+            let mut heard = self.heard.lock().unwrap_or_else(|p| p.into_inner());
+            self.result.node = heard.node.take();
+            self.result.trickle_sent = heard.trickle_sent;
+            self.result.trickle_refused = std::mem::take(&mut heard.trickle_refused);
+        }
         self.recorder.event(
             self.plan.secs(Instant::now()),
             self.index,

@@ -132,6 +132,7 @@ async fn negotiate(
     plan: &Plan,
     pc: &dyn PeerConnection,
     candidates: mpsc::Receiver<Value>,
+    heard: Arc<Mutex<Heard>>,
 ) -> Result<(), String> {
     let offer = pc
         .create_offer(None)
@@ -145,9 +146,16 @@ async fn negotiate(
         .await
         .ok_or_else(|| "webrtc_setup".to_owned())?
         .sdp;
-    let (answer, offer_url) = signal(plan, &offer_sdp).await?;
+    let (answer, offer_url, node) = signal(plan, &offer_sdp).await?;
+    lock(&heard).node = node;
     if let Some(pc_id) = answer["pc_id"].as_str() {
-        tokio::spawn(trickle(offer_url, pc_id.to_owned(), candidates));
+        let to = Trickled {
+            url: offer_url,
+            pc_id: pc_id.to_owned(),
+            auth_token: plan.auth_token.clone(),
+            heard,
+        };
+        tokio::spawn(trickle(to, candidates));
     }
     let sdp = answer["sdp"]
         .as_str()
@@ -252,7 +260,7 @@ impl Call {
             .create_data_channel("chat", None)
             .await
             .map_err(|e| failed("webrtc_setup", e))?;
-        negotiate(plan, pc.as_ref(), candidates).await?;
+        negotiate(plan, pc.as_ref(), candidates, heard.clone()).await?;
         let payload_type = sender
             .get_parameters()
             .await
@@ -354,10 +362,22 @@ const TRICKLE_QUEUE: usize = 64;
 /// How long the trickle gathers candidates into one `PATCH` (the JS transport's 200 ms).
 const TRICKLE_BATCH: Duration = Duration::from_millis(200);
 
+/// Where a connection's candidates trickle to, and where what became of them is noted.
+struct Trickled {
+    url: String,
+    pc_id: String,
+    auth_token: Option<String>,
+    heard: Arc<Mutex<Heard>>,
+}
+
+fn lock(heard: &Mutex<Heard>) -> std::sync::MutexGuard<'_, Heard> {
+    heard.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Sends the connection's candidates as they are gathered, in batches, until gathering ends
-/// (the peer connection drops its handler). A failed `PATCH` is only logged: the server can still
-/// learn the caller's address from its connectivity checks.
-async fn trickle(url: String, pc_id: String, mut candidates: mpsc::Receiver<Value>) {
+/// (the peer connection drops its handler). A refused `PATCH` is counted, not fatal: the server
+/// can still learn the caller's address from its connectivity checks.
+async fn trickle(to: Trickled, mut candidates: mpsc::Receiver<Value>) {
     let Ok(client) = reqwest::Client::builder()
         .timeout(Duration::from_secs(15))
         .build()
@@ -370,23 +390,41 @@ async fn trickle(url: String, pc_id: String, mut candidates: mpsc::Receiver<Valu
         while let Ok(Some(more)) = tokio::time::timeout_at(until, candidates.recv()).await {
             batch.push(more);
         }
-        let body = json!({"pc_id": pc_id, "candidates": batch});
-        match client.patch(url.as_str()).json(&body).send().await {
+        let body = json!({"pc_id": to.pc_id, "candidates": batch});
+        let mut request = client.patch(to.url.as_str()).json(&body);
+        if let Some(token) = &to.auth_token {
+            request = request.bearer_auth(token);
+        }
+        let refused = match request.send().await {
             Ok(response) if !response.status().is_success() => {
                 tracing::debug!(status = %response.status(), "the server refused trickled candidates");
+                Some(response.status().as_u16())
             }
-            Ok(_) => {}
-            Err(e) => tracing::debug!(error = %e, "cannot trickle candidates"),
-        }
+            Ok(_) => None,
+            Err(e) => {
+                tracing::debug!(error = %e, "cannot trickle candidates");
+                Some(0)
+            }
+        };
+        let mut heard = lock(&to.heard);
+        heard.trickle_sent += 1;
+        heard.trickle_refused.extend(refused);
     }
 }
 
-/// Posts the offer (after `POST /start` for the runner's flavour); the answer and the URL it
-/// was posted to, where candidates trickle.
-async fn signal(plan: &Plan, sdp: &str) -> Result<(Value, String), String> {
+/// Posts the offer (after `POST /start` for the runner's flavour); the answer, the URL it
+/// was posted to (where candidates trickle) and the node that answered.
+async fn signal(plan: &Plan, sdp: &str) -> Result<(Value, String, Option<String>), String> {
     let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = &plan.auth_token {
+        let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
+            .map_err(|_| "bad_auth_token".to_owned())?;
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
     let client = reqwest::Client::builder()
         .timeout(Duration::from_secs(15))
+        .default_headers(headers)
         .build()
         .map_err(|_| "webrtc_setup".to_owned())?;
     let offer_url = match plan.protocol {
@@ -412,18 +450,28 @@ async fn signal(plan: &Plan, sdp: &str) -> Result<(Value, String), String> {
     };
     let body = json!({"sdp": sdp, "type": "offer", "pc_id": null, "restart_pc": false,
         "requestData": {}});
-    let answer = client
+    let response = client
         .post(offer_url.as_str())
         .json(&body)
         .send()
         .await
         .map_err(|_| "connect_refused".to_owned())?
         .error_for_status()
-        .map_err(|e| http_kind("offer", e.status()))?
+        .map_err(|e| http_kind("offer", e.status()))?;
+    let node = answering_node(response.headers());
+    let answer = response
         .json::<Value>()
         .await
         .map_err(|_| "offer_bad_answer".to_owned())?;
-    Ok((answer, offer_url))
+    Ok((answer, offer_url, node))
+}
+
+/// The node that answered, as a voxide server names itself.
+pub(super) fn answering_node(headers: &reqwest::header::HeaderMap) -> Option<String> {
+    headers
+        .get("x-voxide-node")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
 }
 
 fn http_kind(step: &str, status: Option<reqwest::StatusCode>) -> String {

@@ -1,6 +1,7 @@
 //! `voxide serve`: the HTTP server. The browser page, the WebSocket transports, health,
 //! readiness, status and Prometheus metrics, with a session limit and a graceful shutdown.
 
+pub mod access;
 pub mod cluster;
 mod error;
 mod metrics;
@@ -21,10 +22,12 @@ use axum::routing::{get, post};
 use serde::Serialize;
 use tokio::sync::watch;
 
+pub use access::AccessOptions;
 pub use cluster::{NodeId, Peers};
 pub use error::ApiError;
 pub use metrics::Metrics;
 
+use access::Access;
 use cluster::Cluster;
 
 use crate::bot::{Bot, BotError, BotOptions, SessionInfo};
@@ -55,6 +58,10 @@ pub struct ServeOptions {
     pub peers: Peers,
     /// Where to answer HAProxy's agent check (the node's free capacity, or `drain`).
     pub agent_addr: Option<SocketAddr>,
+    /// Where health, readiness, status, metrics and `/admin/*` answer when not on `addr`.
+    pub admin_addr: Option<SocketAddr>,
+    /// Tokens, CORS and the per-address session limit.
+    pub access: AccessOptions,
 }
 
 impl ServeOptions {
@@ -69,6 +76,11 @@ impl ServeOptions {
             node_id: NodeId::from_hostname(),
             peers: Peers::default(),
             agent_addr: None,
+            admin_addr: None,
+            access: AccessOptions {
+                sessions_per_minute: 120,
+                ..AccessOptions::default()
+            },
         }
     }
 }
@@ -79,6 +91,14 @@ pub enum ServeError {
     /// The address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The admin address could not be bound.
+    #[error("cannot listen for admin requests on {addr}: {source}")]
+    BindAdmin {
         /// The address.
         addr: SocketAddr,
         /// Why.
@@ -176,6 +196,7 @@ pub(crate) struct App {
     pub(crate) bots: Arc<dyn BotFactory>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) cluster: Cluster,
+    access: Access,
     lifecycle: Arc<Lifecycle>,
     sessions: Mutex<HashMap<u64, SessionHandle>>,
     peers: Mutex<HashMap<String, webrtc::PeerHandle>>,
@@ -314,12 +335,14 @@ impl Server {
     /// [`Server::set_ready`].
     pub fn new(options: ServeOptions, bots: Arc<dyn BotFactory>) -> Self {
         let cluster = Cluster::new(options.node_id.clone(), options.peers.clone());
+        let access = Access::new(options.access.clone());
         Self {
             app: Arc::new(App {
                 options,
                 bots,
                 metrics: Arc::default(),
                 cluster,
+                access,
                 lifecycle: Arc::new(Lifecycle::new()),
                 sessions: Mutex::default(),
                 peers: Mutex::default(),
@@ -348,6 +371,8 @@ impl Server {
     }
 }
 
+/// The routes: all of them on one port, or without the admin ones where `--admin-port` gives
+/// those a port of their own ([`admin_router`]).
 fn router(app: Arc<App>) -> Router {
     let state = AppState { app: app.clone() };
     // Requests for a connection or a session another node holds go to that node.
@@ -361,23 +386,51 @@ fn router(app: Arc<App>) -> Router {
             app.clone(),
             cluster::route_to_owner,
         ));
-    Router::new()
+    let mut routes = Router::new()
         .route("/", get(page))
+        .route("/ws", get(ws::pcm))
+        .route("/ws/twilio", get(ws::twilio))
+        .route("/start", post(webrtc::start))
+        .merge(signalling);
+    if app.options.admin_addr.is_none() {
+        routes = routes.merge(admin_routes());
+    } else {
+        routes = routes
+            .route("/healthz", get(|| async { "ok" }))
+            .route("/readyz", get(readyz));
+    }
+    layered(routes, app).with_state(state)
+}
+
+/// Health, readiness, status, metrics and `/admin/*`, on the admin port.
+fn admin_router(app: Arc<App>) -> Router {
+    let state = AppState { app: app.clone() };
+    layered(admin_routes(), app).with_state(state)
+}
+
+fn admin_routes() -> Router<AppState> {
+    Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .route("/status", get(status))
         .route("/metrics", get(prometheus))
         .route("/admin/drain", post(admin_drain))
-        .route("/ws", get(ws::pcm))
-        .route("/ws/twilio", get(ws::twilio))
-        .route("/start", post(webrtc::start))
-        .merge(signalling)
+}
+
+/// What every route goes through, innermost first: the body limit, the token and the session
+/// limit, the node's name on the answer, CORS.
+fn layered(routes: Router<AppState>, app: Arc<App>) -> Router<AppState> {
+    routes
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
-            app,
+            app.clone(),
+            access::guard,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            app.clone(),
             cluster::name_the_node,
         ))
-        .with_state(state)
+        .layer(axum::middleware::from_fn_with_state(app, access::cors))
 }
 
 /// Runs the server until SIGINT or SIGTERM (or `POST /admin/drain`), then drains: no new
@@ -436,6 +489,14 @@ pub async fn serve_with(
             addr: options.addr,
             source,
         })?;
+    let admin = match options.admin_addr {
+        Some(addr) => Some(
+            tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::BindAdmin { addr, source })?,
+        ),
+        None => None,
+    };
     let agent = match options.agent_addr {
         Some(addr) => Some(
             tokio::net::TcpListener::bind(addr)
@@ -466,6 +527,14 @@ pub async fn serve_with(
     }
     if let Some(agent) = agent {
         own.spawn(agent_check(agent, app.clone()));
+    }
+    if let Some(admin) = admin {
+        let routes = admin_router(app.clone());
+        own.spawn(async move {
+            if let Err(e) = axum::serve(admin, routes).await {
+                tracing::error!(error = %e, "the admin port failed");
+            }
+        });
     }
     on_listening(addr);
     tracing::info!(%addr, node = %app.cluster.node(), "listening");

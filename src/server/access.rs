@@ -1,0 +1,375 @@
+//! Who may use the server. A bearer token guards what opens or steers a session (signalling,
+//! `/start`, the WebSockets) and `/admin/*`; Twilio's media streams may prove themselves by
+//! their signature instead. Browsers on other origins get CORS where allowed. New sessions are
+//! limited per client address. Health, readiness and metrics stay open (`--admin-port` moves
+//! them to a port of their own).
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{ConnectInfo, Request, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+
+use super::cluster::FORWARDED_HEADER;
+use super::{ApiError, App};
+
+/// How the server decides who may use it.
+#[derive(Debug, Clone, Default)]
+pub struct AccessOptions {
+    /// The token every guarded request carries: `Authorization: Bearer <token>`, or
+    /// `?token=<token>` where a header cannot be set (a browser's WebSocket).
+    pub auth_token: Option<String>,
+    /// The Twilio account's auth token: a media stream whose `X-Twilio-Signature` checks out
+    /// needs no bearer token.
+    pub twilio_auth_token: Option<String>,
+    /// The server's URL as Twilio calls it (`wss://voice.example.com`), for the signature;
+    /// without it, the request's `Host` and `X-Forwarded-Proto` (else `wss`).
+    pub public_url: Option<String>,
+    /// Origins whose browser pages may call the API (`*`: any).
+    pub cors_origins: Vec<String>,
+    /// New sessions a client address may open a minute (a burst of as many); 0: no limit.
+    pub sessions_per_minute: u32,
+    /// Take the client's address from the last `X-Forwarded-For` entry (behind a proxy that
+    /// sets it) rather than the connection's.
+    pub trust_forwarded_for: bool,
+}
+
+/// The access rules and the per-address session counts.
+pub(crate) struct Access {
+    options: AccessOptions,
+    limiter: Mutex<RateLimiter>,
+}
+
+impl Access {
+    pub(crate) fn new(options: AccessOptions) -> Self {
+        let limiter = RateLimiter::new(options.sessions_per_minute);
+        Self {
+            options,
+            limiter: Mutex::new(limiter),
+        }
+    }
+
+    /// Whether `request` may go on, as far as tokens go.
+    fn authorized(&self, parts: &RequestView<'_>) -> bool {
+        let Some(token) = &self.options.auth_token else {
+            return true;
+        };
+        if parts.path == "/ws/twilio"
+            && let Some(twilio) = &self.options.twilio_auth_token
+            && self.signed_by_twilio(twilio, parts)
+        {
+            return true;
+        }
+        let bearer = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "));
+        let query = parts
+            .query
+            .and_then(|q| q.split('&').find_map(|pair| pair.strip_prefix("token=")));
+        [bearer, query]
+            .into_iter()
+            .flatten()
+            .any(|given| same_secret(given.trim().as_bytes(), token.as_bytes()))
+    }
+
+    /// Twilio signs the URL it called with the account's auth token (HMAC-SHA1, base64); a
+    /// WebSocket upgrade has no form parameters to add.
+    fn signed_by_twilio(&self, auth_token: &str, parts: &RequestView<'_>) -> bool {
+        let Some(signature) = parts
+            .headers
+            .get("x-twilio-signature")
+            .and_then(|v| v.to_str().ok())
+        else {
+            return false;
+        };
+        let base = match &self.options.public_url {
+            Some(url) => url.trim_end_matches('/').to_owned(),
+            None => {
+                let host = parts
+                    .headers
+                    .get(header::HOST)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default();
+                let scheme = parts
+                    .headers
+                    .get("x-forwarded-proto")
+                    .and_then(|v| v.to_str().ok())
+                    .map_or("wss", |p| {
+                        if p == "http" {
+                            "ws"
+                        } else if p == "https" {
+                            "wss"
+                        } else {
+                            p
+                        }
+                    });
+                format!("{scheme}://{host}")
+            }
+        };
+        let url = match parts.query {
+            Some(q) => format!("{base}{}?{q}", parts.path),
+            None => format!("{base}{}", parts.path),
+        };
+        same_secret(
+            twilio_signature(auth_token, &url).as_bytes(),
+            signature.trim().as_bytes(),
+        )
+    }
+
+    /// The client's address: the connection's, or the proxy's word for it.
+    fn client(&self, request: &Request) -> Option<IpAddr> {
+        if self.options.trust_forwarded_for
+            && let Some(ip) = request
+                .headers()
+                .get("x-forwarded-for")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.rsplit(',').next())
+                .and_then(|ip| ip.trim().parse().ok())
+        {
+            return Some(ip);
+        }
+        request
+            .extensions()
+            .get::<ConnectInfo<SocketAddr>>()
+            .map(|ConnectInfo(addr)| addr.ip())
+    }
+}
+
+/// What the access rules look at in a request.
+struct RequestView<'a> {
+    path: &'a str,
+    query: Option<&'a str>,
+    headers: &'a HeaderMap,
+}
+
+/// `X-Twilio-Signature` for a request to `url` with no form parameters.
+pub fn twilio_signature(auth_token: &str, url: &str) -> String {
+    let key = ring::hmac::Key::new(
+        ring::hmac::HMAC_SHA1_FOR_LEGACY_USE_ONLY,
+        auth_token.as_bytes(),
+    );
+    let tag = ring::hmac::sign(&key, url.as_bytes());
+    base64::engine::general_purpose::STANDARD.encode(tag.as_ref())
+}
+
+/// Compares two secrets in time that depends only on their lengths.
+fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len()
+        && given
+            .iter()
+            .zip(expected)
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
+}
+
+/// Paths that open or steer sessions, or administer the node: a token guards them.
+fn guarded(path: &str) -> bool {
+    matches!(path, "/start" | "/api/offer" | "/ws" | "/ws/twilio")
+        || path.starts_with("/sessions/")
+        || path.starts_with("/admin/")
+}
+
+/// Requests that open a session (a `/start`'s offer follows its start and is not counted
+/// again).
+fn opens_session(method: &Method, path: &str) -> bool {
+    matches!(path, "/start" | "/ws" | "/ws/twilio")
+        || (method == Method::POST && path == "/api/offer")
+}
+
+/// Middleware: the token (or Twilio's signature) on guarded routes, and the per-address limit
+/// on new sessions.
+pub(crate) async fn guard(
+    State(app): State<Arc<App>>,
+    request: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let path = request.uri().path();
+    if guarded(path) {
+        let view = RequestView {
+            path,
+            query: request.uri().query(),
+            headers: request.headers(),
+        };
+        if !app.access.authorized(&view) {
+            return Err(ApiError::Unauthorized);
+        }
+    }
+    // A forwarded request was counted where it came in.
+    let first_hop = !request.headers().contains_key(FORWARDED_HEADER);
+    if first_hop
+        && opens_session(request.method(), path)
+        && let Some(ip) = app.access.client(&request)
+    {
+        let allowed = app
+            .access
+            .limiter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .allow(ip, Instant::now());
+        if !allowed {
+            app.metrics.session_rejected();
+            return Err(ApiError::RateLimited(ip.to_string()));
+        }
+    }
+    Ok(next.run(request).await)
+}
+
+/// Middleware: CORS for the origins allowed, preflights included.
+pub(crate) async fn cors(State(app): State<Arc<App>>, request: Request, next: Next) -> Response {
+    let origins = &app.access.options.cors_origins;
+    let allowed = request
+        .headers()
+        .get(header::ORIGIN)
+        .filter(|origin| {
+            origins
+                .iter()
+                .any(|o| o == "*" || origin.to_str().is_ok_and(|origin| origin == o))
+        })
+        .cloned();
+    let Some(origin) = allowed else {
+        return next.run(request).await;
+    };
+    let preflight = request.method() == Method::OPTIONS
+        && request
+            .headers()
+            .contains_key(header::ACCESS_CONTROL_REQUEST_METHOD);
+    let mut response = if preflight {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        next.run(request).await
+    };
+    let headers = response.headers_mut();
+    headers.insert(header::ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    headers.insert(header::VARY, HeaderValue::from_static("Origin"));
+    headers.insert(
+        header::ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static("x-voxide-node, retry-after"),
+    );
+    if preflight {
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static("GET, POST, PATCH, OPTIONS"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static("authorization, content-type"),
+        );
+        headers.insert(
+            header::ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static("600"),
+        );
+    }
+    response
+}
+
+/// Addresses tracked at most; past that, the ones with a full allowance are forgotten.
+const MAX_TRACKED: usize = 10_000;
+
+/// A token bucket per client address: `per_minute` sessions a minute, in bursts of as many.
+struct RateLimiter {
+    per_minute: u32,
+    buckets: HashMap<IpAddr, Bucket>,
+}
+
+#[derive(Clone, Copy)]
+struct Bucket {
+    tokens: f64,
+    at: Instant,
+}
+
+impl RateLimiter {
+    fn new(per_minute: u32) -> Self {
+        Self {
+            per_minute,
+            buckets: HashMap::new(),
+        }
+    }
+
+    /// Whether `ip` may open a session at `now`; takes one from its allowance if so.
+    fn allow(&mut self, ip: IpAddr, now: Instant) -> bool {
+        if self.per_minute == 0 {
+            return true;
+        }
+        let full = f64::from(self.per_minute);
+        let refill = |b: &Bucket| {
+            let secs = now.saturating_duration_since(b.at).as_secs_f64();
+            (b.tokens + secs * full / 60.0).min(full)
+        };
+        if self.buckets.len() >= MAX_TRACKED {
+            self.buckets.retain(|_, b| refill(b) < full);
+        }
+        let bucket = self.buckets.entry(ip).or_insert(Bucket {
+            tokens: full,
+            at: now,
+        });
+        let tokens = refill(bucket);
+        let allowed = tokens >= 1.0;
+        *bucket = Bucket {
+            tokens: if allowed { tokens - 1.0 } else { tokens },
+            at: now,
+        };
+        allowed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_client_gets_its_burst_then_one_session_per_refill() {
+        let mut limiter = RateLimiter::new(3);
+        let t0 = Instant::now();
+        let a: IpAddr = [10, 0, 0, 1].into();
+        let b: IpAddr = [10, 0, 0, 2].into();
+        assert!((0..3).all(|_| limiter.allow(a, t0)));
+        assert!(!limiter.allow(a, t0), "the burst is spent");
+        assert!(limiter.allow(b, t0), "another client has its own");
+        assert!(!limiter.allow(a, t0 + Duration::from_secs(19)));
+        assert!(
+            limiter.allow(a, t0 + Duration::from_secs(20)),
+            "a minute / 3"
+        );
+        assert!(RateLimiter::new(0).allow(a, t0), "0: no limit");
+    }
+
+    #[test]
+    fn secrets_compare_equal_only_when_they_are() {
+        assert!(same_secret(b"s3cret", b"s3cret"));
+        assert!(!same_secret(b"s3cret", b"s3creT"));
+        assert!(!same_secret(b"s3cret", b"s3cret!"));
+        assert!(!same_secret(b"", b"x"));
+    }
+
+    #[test]
+    fn twilio_signatures_are_hmac_sha1_of_the_url_in_base64() {
+        // RFC 2202's second HMAC-SHA1 test case: key "Jefe".
+        let signature = twilio_signature("Jefe", "what do ya want for nothing?");
+        assert_eq!(signature, "7/zfauXrL6LSdBbV8YTfnCWafHk=");
+    }
+
+    #[test]
+    fn only_what_opens_or_steers_a_session_or_administers_is_guarded() {
+        for path in [
+            "/start",
+            "/api/offer",
+            "/sessions/n1.x/api/offer",
+            "/ws",
+            "/ws/twilio",
+            "/admin/drain",
+        ] {
+            assert!(guarded(path), "{path}");
+        }
+        for path in ["/", "/healthz", "/readyz", "/metrics", "/status"] {
+            assert!(!guarded(path), "{path}");
+        }
+    }
+}
