@@ -10,11 +10,13 @@ APT_PACKAGES=(pkg-config python3 python3-pip libespeak-ng-dev libasound2-dev cma
 # --test: what only the tests need: headless Chromium for the browser end-to-end tests, Node.js
 # to bundle pipecat's official JS client for them and to run the reference MCP server, and
 # PulseAudio (the daemon, pacat/parecord,
-# ALSA's pulse plugin) for `voxide local` on a virtual sound server (tests/local.rs).
+# ALSA's pulse plugin) for `voxide local` on a virtual sound server (tests/local.rs), HAProxy
+# for the cluster check (scripts/cluster.sh) and python3-venv for the deployment files' checkers
+# (scripts/deploy_check.sh).
 TEST=0
 if [ "${1:-}" = "--test" ]; then
   TEST=1
-  APT_PACKAGES+=(chromium pulseaudio pulseaudio-utils libasound2-plugins)
+  APT_PACKAGES+=(chromium pulseaudio pulseaudio-utils libasound2-plugins haproxy python3-venv)
   command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(nodejs npm)
 fi
 

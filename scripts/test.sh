@@ -14,6 +14,12 @@ cargo clippy --all-targets --locked -- -D warnings
 echo "test: doc tests"
 cargo test --doc --locked
 
+echo "test: deployment files"
+scripts/deploy_check.sh
+
+echo "test: three nodes behind HAProxy (scripts/cluster.sh, small)"
+scripts/cluster.sh --sessions 6
+
 # Last, so its summary is the closing line.
 echo "test: unit, behaviour and example tests"
 if command -v cargo-nextest >/dev/null 2>&1; then

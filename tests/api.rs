@@ -546,3 +546,29 @@ async fn a_client_opening_sessions_in_a_loop_is_slowed_down_and_others_are_not()
         StatusCode::OK
     );
 }
+
+#[tokio::test]
+async fn a_session_started_before_a_drain_still_gets_its_offer_taken() {
+    let server = server(4);
+    server.set_ready();
+    let (_, _, started) = send(&server, json_request("POST", "/start", "")).await;
+    let id = started["sessionId"]
+        .as_str()
+        .expect("a session id")
+        .to_owned();
+    send(&server, json_request("POST", "/admin/drain", "")).await;
+    let offer = r#"{"sdp": "v=0", "type": "offer"}"#;
+    let promised = format!("/sessions/{id}/api/offer");
+    let (status, _, body) = send(&server, json_request("POST", &promised, offer)).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::BAD_REQUEST, "bad_request"),
+        "past admission, to the SDP: {body}"
+    );
+    let unknown = "/sessions/test.0000/api/offer";
+    let (status, _, body) = send(&server, json_request("POST", unknown, offer)).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::SERVICE_UNAVAILABLE, "draining")
+    );
+}

@@ -140,3 +140,51 @@ async fn a_drained_node_keeps_its_call_takes_no_new_one_and_exits_when_it_ends()
         .expect("the node exits once its last call ends");
     ended.expect("joined").expect("a clean exit");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn behind_a_nat_webrtc_offers_the_public_address_on_a_port_of_the_range() {
+    // Bound everywhere, reached at 127.0.0.2: the only host candidate the answer gives is the
+    // public one, so a caller that connects got there through it.
+    let free = std::net::UdpSocket::bind("0.0.0.0:0").expect("a port");
+    let port = free.local_addr().expect("an address").port();
+    drop(free);
+    let options = ServeOptions {
+        webrtc_udp_ports: Some(port..=port),
+        webrtc_public_ip: Some([127, 0, 0, 2].into()),
+        node_id: "n1".parse().expect("a node id"),
+        ..ServeOptions::new(([0, 0, 0, 0], 0).into(), Vec::new())
+    };
+    let (addr_tx, addr_rx) = oneshot::channel();
+    let node = tokio::spawn(serve_with(
+        options,
+        Arc::new(Silent),
+        std::future::pending(),
+        move |addr| {
+            let _ = addr_tx.send(addr);
+        },
+    ));
+    let addr = addr_rx.await.expect("listening");
+    let options = voxide::loadtest::LoadtestOptions {
+        target: format!("http://127.0.0.1:{}", addr.port()),
+        protocol: voxide::loadtest::Protocol::WebRtc,
+        audio: vec![concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav").into()],
+        sessions: 1,
+        concurrency: 1,
+        turns: 1,
+        think: Duration::from_millis(100),
+        barge_in_at: None,
+        ramp: Duration::ZERO,
+        stages: Vec::new(),
+        seed: 1,
+        // The silent bot never answers: only the connection counts here.
+        response_timeout: Duration::from_millis(500),
+        slos: Vec::new(),
+        out: None,
+        max_pacing_lag: Duration::from_secs(1),
+        auth_token: None,
+    };
+    let summary = voxide::loadtest::run(options).await.expect("runs");
+    assert_eq!(summary.sessions.connected, 1, "{summary:?}");
+    assert_eq!(summary.nodes.get("n1"), Some(&1));
+    node.abort();
+}

@@ -118,7 +118,11 @@ mod whole_bot {
         let summary = voxide::loadtest::run(options).await.expect("runs");
         assert_eq!(summary.sessions.connected, 2, "{summary:?}");
         assert_eq!(summary.metrics["v2v"].map(|d| d.n), Some(2), "{summary:?}");
-        assert_eq!(summary.nodes.get("test"), Some(&2), "the node that answered");
+        assert_eq!(
+            summary.nodes.get("test"),
+            Some(&2),
+            "the node that answered"
+        );
         assert!(summary.trickle.refused.is_empty(), "{:?}", summary.trickle);
         let connect = summary.metrics["connect"].expect("connect times");
         assert!(

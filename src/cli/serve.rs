@@ -75,6 +75,14 @@ pub struct ServeArgs {
     /// it, e.g. HAProxy's `option forwardfor`).
     #[arg(long, env = "VOXIDE_TRUST_FORWARDED_FOR")]
     trust_forwarded_for: bool,
+    /// The UDP ports WebRTC connections bind, `A-B`, one port a connection (open just these in
+    /// a firewall or a pod's ports). [default: any free port]
+    #[arg(long, env = "VOXIDE_WEBRTC_UDP_PORTS", value_name = "A-B")]
+    webrtc_udp_ports: Option<String>,
+    /// The IP callers reach this host at behind a 1:1 NAT (a VM's public IP; on Kubernetes the
+    /// node's, from the downward API): WebRTC host candidates carry it.
+    #[arg(long, env = "VOXIDE_WEBRTC_PUBLIC_IP")]
+    webrtc_public_ip: Option<std::net::IpAddr>,
     /// A STUN or TURN server for WebRTC (repeatable). Without one, host candidates only,
     /// which is all a local network or loopback needs.
     #[arg(long = "ice-server", value_name = "URL")]
@@ -138,8 +146,14 @@ impl ServeArgs {
             sessions_per_minute: self.sessions_per_minute_per_ip.unwrap_or(120),
             trust_forwarded_for: self.trust_forwarded_for,
         };
+        let webrtc_udp_ports = match &self.webrtc_udp_ports {
+            Some(range) => Some(port_range(range)?),
+            None => None,
+        };
         let options = ServeOptions {
             max_sessions,
+            webrtc_udp_ports,
+            webrtc_public_ip: self.webrtc_public_ip,
             admin_addr,
             access,
             drain_timeout: Duration::from_secs_f64(drain_timeout),
@@ -162,6 +176,20 @@ impl ServeArgs {
         voxide::server::serve(options).await?;
         Ok(())
     }
+}
+
+/// `--webrtc-udp-ports A-B`.
+fn port_range(text: &str) -> Result<std::ops::RangeInclusive<u16>> {
+    let bad = || anyhow::anyhow!("--webrtc-udp-ports {text:?}: write A-B, 1 <= A <= B <= 65535");
+    let (a, b) = text.split_once('-').ok_or_else(bad)?;
+    let (a, b): (u16, u16) = (
+        a.trim().parse().map_err(|_| bad())?,
+        b.trim().parse().map_err(|_| bad())?,
+    );
+    if a == 0 || a > b {
+        return Err(bad());
+    }
+    Ok(a..=b)
 }
 
 fn socket_addr(host: &str, port: u16) -> Result<SocketAddr> {

@@ -52,6 +52,10 @@ pub struct ServeOptions {
     pub bots: Vec<BotOptions>,
     /// STUN/TURN server URLs for WebRTC; none: host candidates only.
     pub ice_servers: Vec<String>,
+    /// The UDP ports WebRTC connections bind, one each; none: any.
+    pub webrtc_udp_ports: Option<std::ops::RangeInclusive<u16>>,
+    /// The address callers reach this host at behind a 1:1 NAT, for host candidates.
+    pub webrtc_public_ip: Option<std::net::IpAddr>,
     /// This node's name, the prefix of every id it mints.
     pub node_id: NodeId,
     /// Where the other nodes answer, for requests that belong to them.
@@ -73,6 +77,8 @@ impl ServeOptions {
             drain_timeout: Duration::from_secs(60),
             bots,
             ice_servers: Vec::new(),
+            webrtc_udp_ports: None,
+            webrtc_public_ip: None,
             node_id: NodeId::from_hostname(),
             peers: Peers::default(),
             agent_addr: None,
@@ -308,6 +314,19 @@ impl App {
     /// Takes a session slot, or says why not.
     pub(crate) fn admit(self: &Arc<Self>) -> Result<Admission, ApiError> {
         self.lifecycle.readiness()?;
+        self.take_slot()
+    }
+
+    /// Takes a slot for the offer of a session this node's `/start` began: promised before a
+    /// drain began, it is kept during one.
+    pub(crate) fn admit_started(self: &Arc<Self>) -> Result<Admission, ApiError> {
+        match self.lifecycle.readiness() {
+            Ok(()) | Err(ApiError::Draining) => self.take_slot(),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn take_slot(self: &Arc<Self>) -> Result<Admission, ApiError> {
         // Slots are reserved under the lock, so the limit holds under a burst of connections.
         let sessions = self.lock_sessions();
         if self.metrics.active() >= self.options.max_sessions {

@@ -47,7 +47,7 @@ const START_TTL: std::time::Duration = std::time::Duration::from_secs(300);
 /// `/start`s waiting for their offers at most; the oldest goes first.
 const MAX_STARTS: usize = 10_000;
 
-/// What each `/start` asked for (its `body`), by session id, until its offer comes.
+/// Each `/start`'s session, by id, with what it asked for (its `body`), until its offer comes.
 #[derive(Default)]
 pub(crate) struct Starts(HashMap<String, (Instant, Value)>);
 
@@ -161,14 +161,22 @@ async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<St
     let started = session_id
         .as_deref()
         .and_then(|id| app.lock_starts().get(id));
+    let promised = started.is_some();
     let info = SessionInfo {
         id: session_id.unwrap_or_else(|| pc_id.clone()),
-        request_data: request.request_data.or(started).unwrap_or(Value::Null),
+        request_data: request
+            .request_data
+            .or(started.filter(|body| !body.is_null()))
+            .unwrap_or(Value::Null),
     };
     if let Some(name) = info.bot() {
         app.bots.find(name)?;
     }
-    let admission = app.admit()?;
+    let admission = if promised {
+        app.admit_started()?
+    } else {
+        app.admit()?
+    };
     let sink = TrackSink::new();
     let (peer, peer_events, sdp) = connect(request.sdp, &peer_options(&app), &sink).await?;
     let bot = match app.bots.build(&info, OPUS_RATE, Box::new(sink.clone())) {
@@ -231,6 +239,8 @@ fn peer_options(app: &App) -> PeerOptions {
     PeerOptions {
         bind: app.options.addr.ip(),
         ice_servers: app.options.ice_servers.clone(),
+        udp_ports: app.options.webrtc_udp_ports.clone(),
+        public_ip: app.options.webrtc_public_ip,
     }
 }
 
@@ -450,9 +460,8 @@ pub(crate) async fn start(
         app.bots.find(name)?;
     }
     let id = app.cluster.mint();
-    if !data.is_null() {
-        app.lock_starts().insert(id.clone(), data, Instant::now());
-    }
+    // Kept even without a body: the session's offer is then admitted during a drain.
+    app.lock_starts().insert(id.clone(), data, Instant::now());
     let servers: Vec<Value> = app
         .options
         .ice_servers

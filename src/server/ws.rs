@@ -75,7 +75,7 @@ pub(crate) async fn pcm(
     }
     let admission = app.admit()?;
     let framing = Framing::pcm(input_rate);
-    Ok(upgrade
+    Ok(limited(upgrade)
         .on_upgrade(move |socket| run_session(app, socket, framing, out_rate, (info, admission))))
 }
 
@@ -89,9 +89,19 @@ pub(crate) async fn twilio(
     let upgrade = upgrade?;
     let admission = app.admit()?;
     // The pipeline speaks at 16 kHz for telephone calls; the framing narrows it to 8 kHz.
-    Ok(upgrade.on_upgrade(move |socket| {
+    Ok(limited(upgrade).on_upgrade(move |socket| {
         run_session(app, socket, Framing::twilio(), 16_000, (info, admission))
     }))
+}
+
+/// Largest WebSocket message a client may send (a second of 48 kHz audio is under 100 KB).
+pub const MAX_WS_MESSAGE: usize = 1 << 20;
+
+/// An upgrade whose messages are at most [`MAX_WS_MESSAGE`]: a larger one closes the socket.
+fn limited(upgrade: WebSocketUpgrade) -> WebSocketUpgrade {
+    upgrade
+        .max_message_size(MAX_WS_MESSAGE)
+        .max_frame_size(MAX_WS_MESSAGE)
 }
 
 /// Sends the bot's audio to the socket's writer; a client that stops reading loses audio, not

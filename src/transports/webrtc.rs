@@ -17,8 +17,9 @@ use rtc::media_stream::MediaStreamTrack;
 use rtc::peer_connection::configuration::RTCConfigurationBuilder;
 use rtc::peer_connection::configuration::interceptor_registry::register_default_interceptors;
 use rtc::peer_connection::configuration::media_engine::{MIME_TYPE_OPUS, MediaEngine};
+use rtc::peer_connection::configuration::setting_engine::SettingEngineBuilder;
 use rtc::peer_connection::sdp::RTCSessionDescription;
-use rtc::peer_connection::transport::RTCIceServer;
+use rtc::peer_connection::transport::{RTCIceCandidateType, RTCIceServer};
 use rtc::rtp_transceiver::rtp_sender::{
     RTCRtpCodec, RTCRtpCodecParameters, RTCRtpCodingParameters, RTCRtpEncodingParameters,
     RtpCodecKind,
@@ -68,7 +69,16 @@ pub struct PeerOptions {
     pub bind: IpAddr,
     /// STUN/TURN servers, as URLs; none for host candidates only.
     pub ice_servers: Vec<String>,
+    /// The UDP ports a connection may bind, each its own (a firewall or a pod opens just
+    /// these); none: any free port.
+    pub udp_ports: Option<std::ops::RangeInclusive<u16>>,
+    /// The address callers reach this host at, when it is behind a 1:1 NAT (a cloud VM's
+    /// public IP, a pod's node IP): host candidates carry it instead of the bound one.
+    pub public_ip: Option<IpAddr>,
 }
+
+/// Where the next connection starts looking for a free port in [`PeerOptions::udp_ports`].
+static NEXT_PORT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 /// What happens on a connection, for the session that owns it.
 #[derive(Debug)]
@@ -465,17 +475,47 @@ async fn peer_connection(
         .build();
     let runtime = webrtc::runtime::default_runtime()
         .ok_or_else(|| WebRtcError::Rtc("no async runtime for webrtc-rs".into()))?;
+    let mut settings = SettingEngineBuilder::new();
+    if let Some(ip) = options.public_ip {
+        settings = settings.with_nat_1to1_ips(vec![ip.to_string()], RTCIceCandidateType::Host);
+    }
+    let settings = settings.build();
+    let port = udp_port(options)?;
     let connection = PeerConnectionBuilder::new()
         .with_configuration(config)
         .with_media_engine(media)
+        .with_setting_engine(settings)
         .with_interceptor_registry(registry)
         .with_handler(handler)
         .with_runtime(runtime)
-        .with_udp_addrs(vec![format!("{}:0", options.bind)])
+        .with_udp_addrs(vec![
+            std::net::SocketAddr::new(options.bind, port).to_string(),
+        ])
         .build()
         .await
         .map_err(rtc_err)?;
     Ok(Arc::new(connection))
+}
+
+/// A port for a new connection's UDP socket: 0 (any) without a range, else the next one in it
+/// that is free right now (taken in turn, so a port just freed is not reused at once).
+fn udp_port(options: &PeerOptions) -> Result<u16, WebRtcError> {
+    let Some(range) = options.udp_ports.clone() else {
+        return Ok(0);
+    };
+    let ports: Vec<u16> = range.collect();
+    let start = NEXT_PORT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    for i in 0..ports.len() {
+        let port = ports[(start + i) % ports.len()];
+        if std::net::UdpSocket::bind((options.bind, port)).is_ok() {
+            NEXT_PORT.store(start + i + 1, std::sync::atomic::Ordering::Relaxed);
+            return Ok(port);
+        }
+    }
+    Err(WebRtcError::Rtc(format!(
+        "every UDP port of --webrtc-udp-ports is in use ({} connections)",
+        ports.len()
+    )))
 }
 
 /// Sends the bot's voice, 20 ms of Opus at a time on the clock (silence while it is quiet).
@@ -552,4 +592,39 @@ pub fn random_u32() -> u32 {
             .map_or(0, |d| d.as_nanos()),
     );
     hasher.finish() as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_connection_takes_a_free_port_of_the_range_and_a_full_range_says_so() {
+        let taken = std::net::UdpSocket::bind("127.0.0.1:0").expect("a port");
+        let busy = taken.local_addr().expect("an address").port();
+        let options = |ports| PeerOptions {
+            bind: [127, 0, 0, 1].into(),
+            ice_servers: Vec::new(),
+            udp_ports: Some(ports),
+            public_ip: None,
+        };
+        assert!(
+            udp_port(&options(busy..=busy)).is_err(),
+            "its one port is taken"
+        );
+        let free = std::net::UdpSocket::bind("127.0.0.1:0").expect("a port");
+        let open = free.local_addr().expect("an address").port();
+        drop(free);
+        let (low, high) = (busy.min(open), busy.max(open));
+        let range = options(low..=high);
+        for _ in 0..3 {
+            let port = udp_port(&range).expect("a free port");
+            assert!((low..=high).contains(&port) && port != busy, "{port}");
+        }
+        let any = PeerOptions {
+            udp_ports: None,
+            ..options(1..=1)
+        };
+        assert_eq!(udp_port(&any).expect("any"), 0);
+    }
 }
