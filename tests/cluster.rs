@@ -115,9 +115,9 @@ type WebSocket =
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drained_node_keeps_its_call_takes_no_new_one_and_exits_when_it_ends() {
     let mut node = Node::start(4).await;
-    assert_eq!(node.agent_says().await, "up 100%\n");
+    assert_eq!(node.agent_says().await, "ready up 100%\n");
     let mut call = node.call().await.expect("a session");
-    assert_eq!(node.agent_says().await, "up 75%\n");
+    assert_eq!(node.agent_says().await, "ready up 75%\n");
 
     let drained = node
         .http

@@ -41,7 +41,7 @@ pub struct ServeArgs {
     /// `http://{node}.voxide-nodes:7860`.
     #[arg(long, env = "VOXIDE_PEER_URL", value_name = "URL")]
     peer_url: Option<String>,
-    /// Answer HAProxy's agent check on this port (same host): `up N%` with the node's free
+    /// Answer HAProxy's agent check on this port (same host): `ready up N%` with the node's free
     /// capacity, `drain` while it drains.
     #[arg(long, env = "VOXIDE_AGENT_PORT")]
     agent_port: Option<u16>,

@@ -632,7 +632,8 @@ async fn sessions_end_within(app: &App, timeout: Duration) -> bool {
 }
 
 /// Answers HAProxy's agent check: `drain` while draining, `down` until the models are in,
-/// else `up` and the node's free capacity as a weight (`up 75%`).
+/// else `ready up` and the node's free capacity as a weight (`ready up 75%`; `ready` lifts a
+/// drain HAProxy remembers from before a restart).
 async fn agent_check(listener: tokio::net::TcpListener, app: Arc<App>) {
     use tokio::io::AsyncWriteExt;
     loop {
@@ -660,7 +661,7 @@ impl App {
         let free = max.saturating_sub(self.metrics.active());
         // Never 0%: that would drain the node; a full one refuses with 503 by itself.
         let weight = (free * 100 / max).max(1);
-        format!("up {weight}%\n")
+        format!("ready up {weight}%\n")
     }
 
     fn gauges(&self) -> metrics::NodeGauges {
