@@ -129,19 +129,24 @@ loadtest offer webrtc $((SESSIONS - half)) 1 &
 l2=$!
 wait $l1 $l2
 
+# calls_up PHASE N: long calls through the proxy ($PHASE_live) and one straight to node N
+# ($PHASE_held, so that it surely holds one); returns once N holds a call. Sets $live, $held.
+calls_up() {
+  local phase=$1 n=$2
+  loadtest "${phase}_live" webrtc-start "$third" 3 &
+  live=$!
+  loadtest "${phase}_held" webrtc-start 1 3 "127.0.0.1$n:$PORT" &
+  held=$!
+  for _ in $(seq 1 100); do
+    [ "$(node_sessions "$n")" -gt 0 ] && break
+    sleep 0.2
+  done
+  sleep 1
+}
+
 third=$((SESSIONS / 3))
 echo "cluster: 2. draining n1 mid-run"
-# Calls through the proxy, and one straight to n1 so that it surely holds one.
-loadtest drain_live webrtc-start "$third" 3 &
-live=$!
-loadtest drain_held webrtc-start 1 3 "127.0.0.11:$PORT" &
-held=$!
-# Once the calls are up, n1 drains.
-for _ in $(seq 1 100); do
-  [ "$(node_sessions 1)" -gt 0 ] && break
-  sleep 0.2
-done
-sleep 1
+calls_up drain 1
 n1_live_at_drain=$(node_sessions 1)
 drain_status=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "Authorization: Bearer $TOKEN" \
   "http://127.0.0.11:$PORT/admin/drain")
@@ -157,15 +162,7 @@ echo "cluster: 3. killing n2 mid-run"
 start_node 1
 wait_ready 1
 sleep 3
-loadtest kill_live webrtc-start "$third" 3 &
-live=$!
-loadtest kill_held webrtc-start 1 3 "127.0.0.12:$PORT" &
-held=$!
-for _ in $(seq 1 100); do
-  [ "$(node_sessions 2)" -gt 0 ] && break
-  sleep 0.2
-done
-sleep 1
+calls_up kill 2
 n2_live_at_kill=$(node_sessions 2)
 kill -9 "${PIDS[n2]}"
 wait "${PIDS[n2]}" 2>/dev/null || true

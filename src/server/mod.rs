@@ -508,22 +508,16 @@ pub async fn serve_with(
             addr: options.addr,
             source,
         })?;
-    let admin = match options.admin_addr {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServeError::BindAdmin { addr, source })?,
-        ),
-        None => None,
-    };
-    let agent = match options.agent_addr {
-        Some(addr) => Some(
-            tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServeError::BindAgent { addr, source })?,
-        ),
-        None => None,
-    };
+    let admin = bind_optional(options.admin_addr, |addr, source| ServeError::BindAdmin {
+        addr,
+        source,
+    })
+    .await?;
+    let agent = bind_optional(options.agent_addr, |addr, source| ServeError::BindAgent {
+        addr,
+        source,
+    })
+    .await?;
     let addr = listener.local_addr()?;
     let timeout = options.drain_timeout;
     let app = Server::new(options, bots).app;
@@ -584,6 +578,20 @@ pub async fn serve_with(
     }
     own.shutdown().await;
     Ok(())
+}
+
+/// Binds `addr` when there is one; `error` says why it could not.
+async fn bind_optional(
+    addr: Option<SocketAddr>,
+    error: impl FnOnce(SocketAddr, std::io::Error) -> ServeError,
+) -> Result<Option<tokio::net::TcpListener>, ServeError> {
+    match addr {
+        Some(addr) => tokio::net::TcpListener::bind(addr)
+            .await
+            .map(Some)
+            .map_err(|source| error(addr, source)),
+        None => Ok(None),
+    }
 }
 
 /// The node drains: it takes no new session (`/readyz` says 503), and waits up to `timeout`
