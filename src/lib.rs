@@ -12,6 +12,7 @@ pub mod config;
 pub mod context;
 pub mod events;
 pub mod frames;
+pub mod fuzz;
 pub mod loadtest;
 pub mod models;
 pub mod onnx;

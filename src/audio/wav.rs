@@ -70,11 +70,38 @@ impl Wav {
 pub fn read(path: impl AsRef<Path>) -> Result<Wav, WavError> {
     let path = path.as_ref();
     let name = path.display().to_string();
+    let file = std::fs::File::open(path).map_err(|e| WavError::Unreadable {
+        path: name.clone(),
+        reason: e.to_string(),
+    })?;
+    read_from(std::io::BufReader::new(file), name)
+}
+
+/// Reads WAV bytes (an upload, a request body) as [`read`] reads a file; `name` names them in
+/// errors.
+pub fn parse(bytes: &[u8], name: &str) -> Result<Wav, WavError> {
+    read_from(std::io::Cursor::new(bytes), name.to_owned())
+}
+
+/// Most samples a WAV may hold (an hour of 48 kHz stereo): a header that says more is refused
+/// before anything is allocated for it.
+pub const MAX_SAMPLES: u32 = 48_000 * 2 * 3600;
+
+fn read_from(input: impl std::io::Read, name: String) -> Result<Wav, WavError> {
     let unreadable = |e: hound::Error| WavError::Unreadable {
         path: name.clone(),
         reason: e.to_string(),
     };
-    let mut reader = hound::WavReader::open(path).map_err(unreadable)?;
+    let mut reader = hound::WavReader::new(input).map_err(unreadable)?;
+    if reader.len() > MAX_SAMPLES {
+        return Err(WavError::Unreadable {
+            path: name,
+            reason: format!(
+                "its header says {} samples, more than the {MAX_SAMPLES} (an hour of 48 kHz stereo) taken",
+                reader.len()
+            ),
+        });
+    }
     let spec = reader.spec();
     let samples: Vec<i16> = match (spec.sample_format, spec.bits_per_sample) {
         (hound::SampleFormat::Int, 16) => reader

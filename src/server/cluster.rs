@@ -222,7 +222,7 @@ struct ForConnection {
 
 /// The id whose node owns a signalling request: the session in `/sessions/{id}/...`, else the
 /// `pc_id` in the body.
-fn owning_id(path: &str, body: &[u8]) -> Option<String> {
+pub(super) fn owning_id(path: &str, body: &[u8]) -> Option<String> {
     if let Some(rest) = path.strip_prefix("/sessions/") {
         return rest.split('/').next().map(str::to_owned);
     }

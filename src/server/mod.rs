@@ -343,6 +343,12 @@ impl App {
     }
 }
 
+/// For [`crate::fuzz`]: the signalling bodies read as the handlers and the routing read them.
+pub(crate) fn fuzz_bodies(bytes: &[u8]) {
+    webrtc::fuzz_bodies(bytes);
+    let _ = cluster::owning_id("/api/offer", bytes);
+}
+
 /// The server without its socket: its routes and its state. [`serve_until`] runs one; a test
 /// sends its [`Server::router`] requests with `tower::ServiceExt::oneshot`.
 pub struct Server {

@@ -106,6 +106,21 @@ struct Candidate {
 
 type Answer = Result<Json<OfferAnswer>, ApiError>;
 
+/// For [`crate::fuzz`]: an offer, trickled candidates and a `/start` body, read from `bytes`,
+/// and the offer's plan.
+pub(super) fn fuzz_bodies(bytes: &[u8]) {
+    if let Ok(offer) = serde_json::from_slice::<OfferRequest>(bytes) {
+        let _ = plan_offer(
+            &offer.kind,
+            offer.pc_id.as_deref(),
+            offer.restart_pc,
+            offer.pc_id.is_some(),
+        );
+    }
+    let _ = serde_json::from_slice::<CandidatesRequest>(bytes);
+    let _ = serde_json::from_slice::<StartRequest>(bytes);
+}
+
 /// `POST /api/offer`.
 pub(crate) async fn offer(
     State(app): State<Arc<App>>,

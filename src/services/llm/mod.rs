@@ -8,7 +8,7 @@ mod fallback;
 mod functions;
 pub mod gemini;
 pub mod gemini_live;
-mod http;
+pub(crate) mod http;
 pub mod local;
 pub mod openai;
 pub mod openai_realtime;

@@ -7,7 +7,7 @@
 //! later *intermediate* and *final* messages are user text. The reply is read by
 //! [`wire::Decoder`] on the shared HTTP driver ([`super::http`]).
 
-mod wire;
+pub(crate) mod wire;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;

@@ -5,7 +5,7 @@
 //! `functionCall` / `functionResponse` parts, each call sent back with its thought signature.
 //! The reply is read by [`wire::Decoder`] on the shared HTTP driver ([`super::http`]).
 
-mod wire;
+pub(crate) mod wire;
 
 pub use wire::thought_signature;
 

@@ -4,7 +4,7 @@
 //! One request per completion, `stream: true` with usage included. The answer is read by
 //! [`wire::Assembler`] (sans-IO) on the driver every HTTP LLM shares ([`super::http`]).
 
-mod wire;
+pub(crate) mod wire;
 
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;

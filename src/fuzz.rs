@@ -1,0 +1,239 @@
+//! Fuzz targets: every parser that reads what comes from outside the process, each as a
+//! function of untrusted bytes that must return (an error is fine) without panicking, hanging
+//! or allocating wildly. `fuzz/` drives them with libFuzzer (`scripts/fuzz.sh TARGET SECONDS`,
+//! coverage-guided); `tests/fuzz_smoke.rs` runs each on its seeds (`fuzz/seeds/TARGET/`) and on
+//! mutations of them in every test run.
+
+use std::time::Instant;
+
+use crate::services::ws::{Message, WsCore};
+
+/// A fuzz target: bytes in, nothing out; it may not panic.
+pub type Target = fn(&[u8]);
+
+/// Every target, by name.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("rtvi", rtvi),
+    ("signalling", signalling),
+    ("http_bodies", http_bodies),
+    ("ws_pcm", ws_pcm),
+    ("ws_twilio", ws_twilio),
+    ("wav", wav),
+    ("async_tool_message", async_tool_message),
+    ("sse", sse),
+    ("openai_chat", openai_chat),
+    ("anthropic_chat", anthropic_chat),
+    ("gemini_chat", gemini_chat),
+    ("deepgram_stt", deepgram_stt),
+    ("assemblyai_stt", assemblyai_stt),
+    ("openai_stt", openai_stt),
+    ("cartesia_tts", cartesia_tts),
+    ("elevenlabs_tts", elevenlabs_tts),
+    ("aura_tts", aura_tts),
+    ("openai_realtime", openai_realtime),
+    ("gemini_live", gemini_live),
+    ("config", config),
+];
+
+/// The target `name`, if there is one.
+pub fn target(name: &str) -> Option<Target> {
+    TARGETS.iter().find(|(n, _)| *n == name).map(|(_, t)| *t)
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Splits the input into messages at `0xff` bytes (never in UTF-8), so one input can be a
+/// conversation.
+fn messages(bytes: &[u8]) -> impl Iterator<Item = &[u8]> {
+    bytes.split(|b| *b == 0xff)
+}
+
+/// RTVI client messages on the data channel, in a row.
+fn rtvi(bytes: &[u8]) {
+    let mut rtvi = crate::transports::rtvi::Rtvi::new();
+    for message in messages(bytes) {
+        let _ = rtvi.parse(&text(message));
+    }
+}
+
+/// SmallWebRTC's data-channel signalling.
+fn signalling(bytes: &[u8]) {
+    for message in messages(bytes) {
+        let _ = crate::transports::signalling::classify(&text(message));
+    }
+}
+
+/// The HTTP bodies the server reads: an offer, trickled candidates, `/start`.
+fn http_bodies(bytes: &[u8]) {
+    crate::server::fuzz_bodies(bytes);
+}
+
+/// voxide's `/ws` framing: the first byte says text or binary.
+fn ws_pcm(bytes: &[u8]) {
+    socket(crate::transports::websocket::Framing::pcm(16_000), bytes);
+}
+
+/// Twilio Media Streams.
+fn ws_twilio(bytes: &[u8]) {
+    socket(crate::transports::websocket::Framing::twilio(), bytes);
+}
+
+fn socket(mut framing: crate::transports::websocket::Framing, bytes: &[u8]) {
+    use crate::transports::websocket::WsMessage;
+    for message in messages(bytes) {
+        let message = match message.split_first() {
+            Some((kind, rest)) if kind % 2 == 0 => WsMessage::Binary(rest.to_vec()),
+            Some((_, rest)) => WsMessage::Text(text(rest)),
+            None => continue,
+        };
+        let _ = framing.decode(message);
+    }
+}
+
+/// An uploaded recording.
+fn wav(bytes: &[u8]) {
+    let _ = crate::audio::wav::parse(bytes, "fuzz.wav");
+}
+
+/// pipecat's async-tool messages, as a tool's or a developer's message.
+fn async_tool_message(bytes: &[u8]) {
+    use crate::context::Message;
+    let content = text(bytes);
+    let _ = crate::context::async_tool_messages::parse_message(&Message::tool(
+        "call-1",
+        content.clone(),
+    ));
+    let _ = crate::context::async_tool_messages::parse_message(&Message::developer(content));
+}
+
+/// Server-sent events, in chunks split anywhere.
+fn sse(bytes: &[u8]) {
+    let _ = sse_events(bytes);
+}
+
+fn sse_events(bytes: &[u8]) -> Vec<crate::services::llm::sse::SseEvent> {
+    let mut decoder = crate::services::llm::sse::SseDecoder::new();
+    let mut events = Vec::new();
+    for chunk in messages(bytes) {
+        match decoder.push(chunk) {
+            Ok(more) => events.extend(more),
+            Err(_) => break,
+        }
+    }
+    events
+}
+
+/// A chat completion stream, event by event, then its end.
+fn chat(mut decoder: impl crate::services::llm::http::Decode, bytes: &[u8]) {
+    for event in sse_events(bytes) {
+        if decoder.event(&event).is_err() || decoder.done() {
+            break;
+        }
+    }
+    let _ = decoder.end();
+}
+
+fn openai_chat(bytes: &[u8]) {
+    chat(crate::services::llm::openai::wire::Assembler::new(), bytes);
+}
+
+fn anthropic_chat(bytes: &[u8]) {
+    chat(crate::services::llm::anthropic::wire::Decoder::new(), bytes);
+}
+
+fn gemini_chat(bytes: &[u8]) {
+    chat(crate::services::llm::gemini::wire::Decoder::new(), bytes);
+}
+
+/// A provider's socket protocol: opened, then the provider's messages (text, or binary after
+/// a leading even byte).
+fn provider(mut core: impl WsCore, bytes: &[u8]) {
+    let now = Instant::now();
+    let _ = core.opened(now);
+    for message in messages(bytes) {
+        let message = match message.split_first() {
+            Some((kind, rest)) if kind % 2 == 0 => Message::Binary(rest.to_vec().into()),
+            Some((_, rest)) => Message::Text(text(rest).into()),
+            None => continue,
+        };
+        if core.message(message, now).is_err() {
+            break;
+        }
+    }
+    let _ = core.tick(now);
+}
+
+fn deepgram_stt(bytes: &[u8]) {
+    use crate::services::stt::deepgram::{DeepgramCore, DeepgramSettings};
+    provider(
+        DeepgramCore::new(DeepgramSettings::new("key"), Instant::now()),
+        bytes,
+    );
+}
+
+fn assemblyai_stt(bytes: &[u8]) {
+    use crate::services::stt::assemblyai::{AssemblyAiCore, AssemblyAiSettings};
+    provider(
+        AssemblyAiCore::new(AssemblyAiSettings::new("key"), Instant::now()),
+        bytes,
+    );
+}
+
+fn openai_stt(bytes: &[u8]) {
+    use crate::services::stt::openai::{OpenAiSttCore, OpenAiSttSettings};
+    provider(
+        OpenAiSttCore::new(OpenAiSttSettings::new(
+            "https://api.openai.com/v1",
+            Some("key".into()),
+        )),
+        bytes,
+    );
+}
+
+fn cartesia_tts(bytes: &[u8]) {
+    use crate::services::tts::cartesia::{CartesiaCore, CartesiaSettings};
+    provider(CartesiaCore::new(CartesiaSettings::new("key")), bytes);
+}
+
+fn elevenlabs_tts(bytes: &[u8]) {
+    use crate::services::tts::elevenlabs::{ElevenLabsCore, ElevenLabsSettings};
+    provider(ElevenLabsCore::new(ElevenLabsSettings::new("key")), bytes);
+}
+
+fn aura_tts(bytes: &[u8]) {
+    use crate::services::tts::deepgram::{AuraCore, AuraSettings};
+    provider(AuraCore::new(AuraSettings::new("key")), bytes);
+}
+
+/// A realtime provider's server events.
+fn realtime(mut protocol: impl crate::services::llm::realtime::RealtimeProtocol, bytes: &[u8]) {
+    for message in messages(bytes) {
+        let _ = protocol.parse(&text(message));
+    }
+}
+
+fn openai_realtime(bytes: &[u8]) {
+    use crate::services::llm::openai_realtime::{OpenAiRealtime, OpenAiRealtimeSettings};
+    realtime(
+        OpenAiRealtime::new(OpenAiRealtimeSettings::new("key")),
+        bytes,
+    );
+}
+
+fn gemini_live(bytes: &[u8]) {
+    use crate::services::llm::gemini_live::{GeminiLive, GeminiLiveSettings};
+    realtime(GeminiLive::new(GeminiLiveSettings::new("key")), bytes);
+}
+
+/// The config file and a bot file, read and resolved into a bot's options (an instructions
+/// file is not read: the input names no file of this machine).
+fn config(bytes: &[u8]) {
+    let text = text(bytes);
+    let _ = toml::from_str::<crate::config::Config>(&text);
+    if let Ok(mut bot) = toml::from_str::<crate::config::BotConfig>(&text) {
+        bot.instructions_file = None;
+        let _ = bot.resolve();
+    }
+}
