@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# A soak: `voxide serve` with the providers' stand-ins, driven by `voxide loadtest` at a steady
+# concurrency for --minutes, its RSS, file descriptors, threads and live sessions sampled every
+# second. Prints one JSON line: the RSS slope per hour after warm-up, descriptors and threads at
+# the start and the end, sessions started/completed/failed, v2v p95 in the first and the last
+# 10 % of the run and its drift; exits 1 if a goal is missed (RSS within ±5 % after warm-up,
+# nothing leaked, no failed session, p95 drift within 10 %).
+#
+#   scripts/soak.sh [--minutes M] [--concurrency C] [--protocol ws|webrtc] [--release] [--out DIR]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+MINUTES=30
+CONCURRENCY=50
+PROTOCOL=ws
+PROFILE=debug
+OUT=target/soak
+while (($#)); do
+  case "$1" in
+    --minutes) MINUTES="$2"; shift 2 ;;
+    --concurrency) CONCURRENCY="$2"; shift 2 ;;
+    --protocol) PROTOCOL="$2"; shift 2 ;;
+    --release) PROFILE=release; shift ;;
+    --out) OUT="$2"; shift 2 ;;
+    *) echo "usage: scripts/soak.sh [--minutes M] [--concurrency C] [--protocol ws|webrtc] [--release] [--out DIR]" >&2; exit 2 ;;
+  esac
+done
+
+echo "soak: building voxide and the provider stand-ins ($PROFILE)"
+build_flags=(--locked --bin voxide --example stand_in_providers)
+[ "$PROFILE" = release ] && build_flags+=(--release)
+cargo build -q "${build_flags[@]}"
+BIN="target/$PROFILE/voxide"
+
+rm -rf "$OUT"
+mkdir -p "$OUT"
+PORT=7960
+STAND_IN_PORT=9010
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+"target/$PROFILE/examples/stand_in_providers" --port "$STAND_IN_PORT" >"$OUT/stand_ins.log" 2>&1 &
+pids+=($!)
+DEEPGRAM_API_KEY=local DEEPGRAM_URL="ws://127.0.0.1:$STAND_IN_PORT" \
+CARTESIA_API_KEY=local CARTESIA_URL="ws://127.0.0.1:$STAND_IN_PORT" \
+OPENAI_API_KEY=local OPENAI_BASE_URL="http://127.0.0.1:$STAND_IN_PORT/v1" \
+  "$BIN" serve --port "$PORT" --node-id soak --max-sessions $((CONCURRENCY * 2)) \
+    --sessions-per-minute-per-ip 0 --stt deepgram --llm openai --tts cartesia --turn silence \
+    >"$OUT/server.log" 2>&1 &
+server=$!
+pids+=($server)
+for _ in $(seq 1 600); do
+  [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$PORT/readyz")" = 200 ] && break
+  sleep 0.2
+done
+
+# One sample a second: RSS, descriptors, threads, live sessions.
+python3 - "$server" "$PORT" >"$OUT/samples.jsonl" <<'PY' &
+import json, os, sys, time, urllib.request
+pid, port = sys.argv[1], sys.argv[2]
+start = time.time()
+while os.path.exists(f"/proc/{pid}"):
+    try:
+        status = open(f"/proc/{pid}/status").read()
+        rss_kb = int(next(l.split()[1] for l in status.splitlines() if l.startswith("VmRSS:")))
+        threads = int(next(l.split()[1] for l in status.splitlines() if l.startswith("Threads:")))
+        fds = len(os.listdir(f"/proc/{pid}/fd"))
+        metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
+        active = next(int(l.split()[1]) for l in metrics.splitlines() if l.startswith("voxide_active_sessions "))
+        print(json.dumps({"t": round(time.time() - start, 2), "rss_mb": rss_kb / 1024,
+                          "fds": fds, "threads": threads, "active": active}), flush=True)
+    except (OSError, StopIteration, ValueError):
+        pass
+    time.sleep(1)
+PY
+sampler=$!
+pids+=($sampler)
+sleep 3
+
+echo "soak: $CONCURRENCY sessions at once for $MINUTES min over $PROTOCOL"
+target="http://127.0.0.1:$PORT"
+[ "$PROTOCOL" = webrtc ] && target="$target/api/offer"
+"$BIN" loadtest --target "$target" --protocol "$PROTOCOL" --audio assets/test/hello_16k.wav \
+  --concurrency "$CONCURRENCY" --duration $((MINUTES * 60)) --ramp 10 --turns 3 \
+  --response-timeout 10 --max-pacing-lag-ms 1000 --out "$OUT/load" >"$OUT/load.log" 2>&1 || true
+# The sessions are gone, and the runtime's idle blocking threads (10 s keep-alive) too: what
+# the server holds now is what it kept.
+sleep 15
+kill "$sampler" 2>/dev/null || true
+
+python3 - "$OUT" <<'PY'
+import csv, json, sys
+out = sys.argv[1]
+samples = [json.loads(l) for l in open(f"{out}/samples.jsonl") if l.strip()]
+summary = json.load(open(f"{out}/load/summary.json"))
+turns = list(csv.DictReader(open(f"{out}/load/turns.csv")))
+
+def slope_per_hour(points):
+    n = len(points)
+    if n < 2:
+        return 0.0
+    mx = sum(t for t, _ in points) / n
+    my = sum(v for _, v in points) / n
+    var = sum((t - mx) ** 2 for t, _ in points)
+    return 0.0 if var == 0 else sum((t - mx) * (v - my) for t, v in points) / var * 3600
+
+loaded = [s for s in samples if s["active"] > 0]
+warm = loaded[len(loaded) // 5:] if loaded else []
+rss = [(s["t"], s["rss_mb"]) for s in warm]
+mean_rss = sum(v for _, v in rss) / len(rss) if rss else 0.0
+spread = max((abs(v - mean_rss) / mean_rss for _, v in rss), default=0.0) if mean_rss else 0.0
+
+v2v = sorted((float(t["speech_end_ms"]), float(t["v2v_ms"])) for t in turns if t["v2v_ms"])
+def p95(values):
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(0.95 * (len(values) - 1))))] if values else None
+if v2v:
+    first_end = v2v[0][0] + (v2v[-1][0] - v2v[0][0]) * 0.1
+    last_start = v2v[-1][0] - (v2v[-1][0] - v2v[0][0]) * 0.1
+    first = p95([v for at, v in v2v if at <= first_end])
+    last = p95([v for at, v in v2v if at >= last_start])
+else:
+    first = last = None
+drift = (last - first) / first if first and last else None
+idle_before, idle_after = samples[0], samples[-1]
+result = {
+    "minutes": summary["wall_s"] / 60,
+    "sessions": summary["sessions"],
+    "turns": summary["turns"],
+    "errors": summary["errors"],
+    "rss_mb": {"start": idle_before["rss_mb"], "warm_mean": mean_rss, "end": idle_after["rss_mb"],
+               "slope_mb_per_hour_after_warmup": slope_per_hour(rss), "max_deviation": spread},
+    "fds": {"start": idle_before["fds"], "end": idle_after["fds"]},
+    "threads": {"start": idle_before["threads"], "end": idle_after["threads"]},
+    "active_at_end": idle_after["active"],
+    "v2v_p95_ms": {"first_10pct": first, "last_10pct": last, "drift": drift},
+}
+goals = {
+    "rss_flat": spread <= 0.05,
+    "no_leaked_fds": idle_after["fds"] <= idle_before["fds"],
+    "no_leaked_threads": idle_after["threads"] <= idle_before["threads"],
+    "no_live_sessions_left": idle_after["active"] == 0,
+    "no_failed_session": summary["sessions"]["failed"] == 0,
+    "p95_drift_within_10pct": drift is not None and abs(drift) <= 0.10,
+}
+result["goals"] = goals
+result["pass"] = all(goals.values())
+print(json.dumps(result))
+sys.exit(0 if result["pass"] else 1)
+PY
