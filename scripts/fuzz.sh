@@ -23,10 +23,12 @@ fi
 command -v c++ >/dev/null || { echo "fuzz: libFuzzer needs a C++ compiler (apt install g++)" >&2; exit 1; }
 
 echo "fuzz: building (coverage-instrumented, release) into target/fuzz"
+# An explicit --target keeps the instrumentation off build scripts and proc macros.
+host=$(rustc -vV | sed -n 's/^host: //p')
 RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
 -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing -Cdebug-assertions -Coverflow-checks" \
-  cargo build -q --release --manifest-path fuzz/Cargo.toml --target-dir target/fuzz
+  cargo build -q --release --manifest-path fuzz/Cargo.toml --target-dir target/fuzz --target "$host"
 
 corpus=target/fuzz-corpus/$target
 artifacts=target/fuzz-artifacts/$target/
@@ -34,7 +36,7 @@ mkdir -p "$corpus" "$artifacts"
 echo "fuzz: $target for ${seconds}s (${jobs} job(s))"
 parallel=()
 ((jobs > 1)) && parallel=(-jobs="$jobs" -workers="$jobs")
-VOXIDE_FUZZ_TARGET=$target target/fuzz/release/voxide-fuzz \
+VOXIDE_FUZZ_TARGET=$target "target/fuzz/$host/release/voxide-fuzz" \
   -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
   -print_final_stats=1 -artifact_prefix="$artifacts" "${parallel[@]}" \
   "$corpus" "fuzz/seeds/$target"
