@@ -165,6 +165,27 @@ pub struct Trickle {
     pub refused: BTreeMap<u16, usize>,
 }
 
+impl Trickle {
+    fn of(results: &[SessionResult]) -> Self {
+        results.iter().fold(Self::default(), |mut all, r| {
+            all.sent += r.trickle_sent;
+            for status in &r.trickle_refused {
+                *all.refused.entry(*status).or_default() += 1;
+            }
+            all
+        })
+    }
+}
+
+/// Sessions by the node that answered them.
+fn nodes(results: &[SessionResult]) -> BTreeMap<String, usize> {
+    let mut nodes = BTreeMap::new();
+    for node in results.iter().filter_map(|r| r.node.clone()) {
+        *nodes.entry(node).or_default() += 1;
+    }
+    nodes
+}
+
 /// How well the generator kept time.
 #[derive(Debug, Clone, Serialize)]
 pub struct Generator {
@@ -739,20 +760,8 @@ fn summarize(
         errors,
         error_rate,
         slos,
-        nodes: results.iter().filter_map(|r| r.node.clone()).fold(
-            BTreeMap::new(),
-            |mut nodes, node| {
-                *nodes.entry(node).or_default() += 1;
-                nodes
-            },
-        ),
-        trickle: results.iter().fold(Trickle::default(), |mut all, r| {
-            all.sent += r.trickle_sent;
-            for status in &r.trickle_refused {
-                *all.refused.entry(*status).or_default() += 1;
-            }
-            all
-        }),
+        nodes: nodes(results),
+        trickle: Trickle::of(results),
         generator: Generator {
             pacing_lag_ms: pacing,
             cpu_percent,

@@ -538,23 +538,7 @@ pub async fn serve_with(
             Err(e) => tracing::error!(error = %e, "the models could not be loaded"),
         });
     }
-    // The node's own tasks end with the server.
-    let mut own = tokio::task::JoinSet::new();
-    {
-        let app = app.clone();
-        own.spawn(async move { app.metrics.probe_lag().await });
-    }
-    if let Some(agent) = agent {
-        own.spawn(agent_check(agent, app.clone()));
-    }
-    if let Some(admin) = admin {
-        let routes = admin_router(app.clone());
-        own.spawn(async move {
-            if let Err(e) = axum::serve(admin, routes).await {
-                tracing::error!(error = %e, "the admin port failed");
-            }
-        });
-    }
+    let mut own = own_tasks(&app, agent, admin);
     on_listening(addr);
     tracing::info!(%addr, node = %app.cluster.node(), "listening");
     let (stop_tx, mut stop_rx) = watch::channel(false);
@@ -584,6 +568,32 @@ pub async fn serve_with(
     }
     own.shutdown().await;
     Ok(())
+}
+
+/// The node's own tasks, which end with the server: the scheduling-lag probe, the agent check
+/// and the admin port.
+fn own_tasks(
+    app: &Arc<App>,
+    agent: Option<tokio::net::TcpListener>,
+    admin: Option<tokio::net::TcpListener>,
+) -> tokio::task::JoinSet<()> {
+    let mut own = tokio::task::JoinSet::new();
+    {
+        let app = app.clone();
+        own.spawn(async move { app.metrics.probe_lag().await });
+    }
+    if let Some(agent) = agent {
+        own.spawn(agent_check(agent, app.clone()));
+    }
+    if let Some(admin) = admin {
+        let routes = admin_router(app.clone());
+        own.spawn(async move {
+            if let Err(e) = axum::serve(admin, routes).await {
+                tracing::error!(error = %e, "the admin port failed");
+            }
+        });
+    }
+    own
 }
 
 /// Binds `addr` when there is one; `error` says why it could not.
