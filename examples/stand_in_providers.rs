@@ -4,10 +4,18 @@
 //! after the first text. They speak the providers' wire protocols, so a bot that uses those
 //! providers (voxide's, or pipecat's `DeepgramSTTService`, `OpenAILLMService` and
 //! `CartesiaTTSService` pointed at them) runs whole without a key or the network, for load tests
-//! and side-by-side comparisons.
+//! and side-by-side comparisons. Offered the tool `lookup_order`, the chat stream calls it once a
+//! conversation, and `POST /tools/lookup_order` answers it 300 ms later.
+//!
+//! `--faults RATE` makes them fail on purpose, each kind at that rate: a Deepgram or Cartesia
+//! socket dropped at a finalize or a new context, a first token `--late-ms` late (past the
+//! client's deadline), a chat request or a socket's upgrade answered 429, 500 or 503 (`--seed`
+//! repeats a run). `GET /stand-in/stats` says what failed, and whether every final was answered
+//! exactly once and every finished tool result reached the model.
 //!
 //! ```bash
-//! cargo run --release --example stand_in_providers -- [--port 9000] [--stt-ms 150] [--llm-ms 300] [--tts-ms 100]
+//! cargo run --release --example stand_in_providers -- [--port 9000] [--stt-ms 150] [--llm-ms 300] [--tts-ms 100] \
+//!     [--faults 0.01] [--late-ms 6000] [--seed 1]
 //! DEEPGRAM_API_KEY=local DEEPGRAM_URL=ws://127.0.0.1:9000 \
 //! CARTESIA_API_KEY=local CARTESIA_URL=ws://127.0.0.1:9000 \
 //! OPENAI_API_KEY=local OPENAI_BASE_URL=http://127.0.0.1:9000/v1 \
@@ -17,10 +25,10 @@
 use std::time::Duration;
 
 use voxide::bench::providers::Protocol;
-use voxide::bench::providers::stand_ins::{Delays, StandIns};
+use voxide::bench::providers::stand_ins::{Delays, Faults, StandIns};
 
 /// The value after `flag`, or `default`.
-fn arg(flag: &str, default: u64) -> Result<u64, String> {
+fn arg<T: std::str::FromStr>(flag: &str, default: T) -> Result<T, String> {
     let args: Vec<String> = std::env::args().collect();
     match args.iter().position(|a| a == flag) {
         None => Ok(default),
@@ -34,16 +42,25 @@ fn arg(flag: &str, default: u64) -> Result<u64, String> {
 #[tokio::main]
 async fn main() {
     let parsed = (|| {
+        let rate: f64 = arg("--faults", 0.0)?;
+        if !(0.0..=1.0).contains(&rate) {
+            return Err("--faults takes a share between 0 and 1".into());
+        }
         Ok::<_, String>((
-            arg("--port", 9000)?,
+            arg("--port", 9000u64)?,
             Delays {
                 stt: Duration::from_millis(arg("--stt-ms", 150)?),
                 llm: Duration::from_millis(arg("--llm-ms", 300)?),
                 tts: Duration::from_millis(arg("--tts-ms", 100)?),
             },
+            Faults {
+                rate,
+                late: Duration::from_millis(arg("--late-ms", 6_000)?),
+                seed: arg("--seed", 1)?,
+            },
         ))
     })();
-    let (port, delays) = match parsed {
+    let (port, delays, faults) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => {
             eprintln!("error: {e}");
@@ -55,19 +72,20 @@ async fn main() {
         std::process::exit(2);
     };
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
-    let (_stand_ins, addr, server) = match StandIns::serve(addr, delays, Protocol::Openai).await {
-        Ok(served) => served,
-        Err(e) => {
-            eprintln!("error: cannot listen on {addr}: {e}");
-            std::process::exit(1);
-        }
-    };
+    let (_stand_ins, addr, server) =
+        match StandIns::serve(addr, delays, Protocol::Openai, faults).await {
+            Ok(served) => served,
+            Err(e) => {
+                eprintln!("error: cannot listen on {addr}: {e}");
+                std::process::exit(1);
+            }
+        };
     println!(
         "Deepgram, OpenAI-compatible and Cartesia stand-ins on {addr} (final after {:?}, first \
-         token after {:?}, first audio after {:?}). Point a bot at them:\n\
+         token after {:?}, first audio after {:?}, faults at {}). Point a bot at them:\n\
          DEEPGRAM_API_KEY=local DEEPGRAM_URL=ws://{addr} CARTESIA_API_KEY=local \
          CARTESIA_URL=ws://{addr} OPENAI_API_KEY=local OPENAI_BASE_URL=http://{addr}/v1",
-        delays.stt, delays.llm, delays.tts
+        delays.stt, delays.llm, delays.tts, faults.rate
     );
     tokio::select! {
         _ = server => {}

@@ -1,12 +1,18 @@
 #!/usr/bin/env bash
 # A soak: `voxide serve` with the providers' stand-ins, driven by `voxide loadtest` at a steady
 # concurrency for --minutes, its RSS, file descriptors, threads and live sessions sampled every
-# second. Prints one JSON line: the RSS slope per hour after warm-up, descriptors and threads at
-# the start and the end, sessions started/completed/failed, v2v p95 in the first and the last
-# 10 % of the run and its drift; exits 1 if a goal is missed (RSS within ±5 % after warm-up,
-# nothing leaked, no failed session, p95 drift within 10 %).
+# second. The bot has an async HTTP tool (the stand-ins' `lookup_order`) that the stand-in model
+# calls once a session. With --faults RATE the stand-ins fail on purpose at that rate (sockets
+# dropped, first tokens late, requests and upgrades refused).
 #
-#   scripts/soak.sh [--minutes M] [--concurrency C] [--protocol ws|webrtc] [--release] [--out DIR]
+# Prints one JSON line: the RSS slope per hour after warm-up, descriptors and threads at the
+# start and the end, sessions started/completed/failed, v2v p95 in the first and the last 10 % of
+# the run and its drift, the faults struck, each final answered once / lost / twice, and tool
+# results finished / delivered / dropped. Exits 1 if a goal is missed (RSS within ±5 % after
+# warm-up, nothing leaked, no failed session, p95 drift within 10 %, no turn lost or answered
+# twice, no tool result dropped).
+#
+#   scripts/soak.sh [--minutes M] [--concurrency C] [--protocol ws|webrtc] [--faults RATE] [--release] [--out DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,15 +20,17 @@ MINUTES=30
 CONCURRENCY=50
 PROTOCOL=ws
 PROFILE=debug
+FAULTS=0
 OUT=target/soak
 while (($#)); do
   case "$1" in
     --minutes) MINUTES="$2"; shift 2 ;;
     --concurrency) CONCURRENCY="$2"; shift 2 ;;
     --protocol) PROTOCOL="$2"; shift 2 ;;
+    --faults) FAULTS="$2"; shift 2 ;;
     --release) PROFILE=release; shift ;;
     --out) OUT="$2"; shift 2 ;;
-    *) echo "usage: scripts/soak.sh [--minutes M] [--concurrency C] [--protocol ws|webrtc] [--release] [--out DIR]" >&2; exit 2 ;;
+    *) echo "usage: scripts/soak.sh [--minutes M] [--concurrency C] [--protocol ws|webrtc] [--faults RATE] [--release] [--out DIR]" >&2; exit 2 ;;
   esac
 done
 
@@ -43,12 +51,23 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"target/$PROFILE/examples/stand_in_providers" --port "$STAND_IN_PORT" >"$OUT/stand_ins.log" 2>&1 &
+"target/$PROFILE/examples/stand_in_providers" --port "$STAND_IN_PORT" --faults "$FAULTS" \
+  >"$OUT/stand_ins.log" 2>&1 &
 pids+=($!)
+cat >"$OUT/soak.toml" <<TOML
+name = "soak"
+instructions = "You are a shop's voice assistant. Look up the caller's order when they call."
+[[tool]]
+name = "lookup_order"
+description = "Looks up the caller's latest order."
+parameters = { type = "object", properties = {} }
+url = "http://127.0.0.1:$STAND_IN_PORT/tools/lookup_order"
+cancel_on_interruption = false
+TOML
 DEEPGRAM_API_KEY=local DEEPGRAM_URL="ws://127.0.0.1:$STAND_IN_PORT" \
 CARTESIA_API_KEY=local CARTESIA_URL="ws://127.0.0.1:$STAND_IN_PORT" \
 OPENAI_API_KEY=local OPENAI_BASE_URL="http://127.0.0.1:$STAND_IN_PORT/v1" \
-  "$BIN" serve --port "$PORT" --node-id soak --max-sessions $((CONCURRENCY * 2)) \
+  "$BIN" serve --bot "$OUT/soak.toml" --port "$PORT" --node-id soak --max-sessions $((CONCURRENCY * 2)) \
     --sessions-per-minute-per-ip 0 --stt deepgram --llm openai --tts cartesia --turn silence \
     >"$OUT/server.log" 2>&1 &
 server=$!
@@ -58,21 +77,39 @@ for _ in $(seq 1 600); do
   sleep 0.2
 done
 
-# One sample a second: RSS, descriptors, threads, live sessions.
-python3 - "$server" "$PORT" >"$OUT/samples.jsonl" <<'PY' &
+# One sample a second: RSS, descriptors (and of those, the sockets to the stand-ins: the HTTP
+# clients' pools keep a connection idle for 90 s by design), threads, live sessions.
+python3 - "$server" "$PORT" "$STAND_IN_PORT" >"$OUT/samples.jsonl" <<'PY' &
 import json, os, sys, time, urllib.request
-pid, port = sys.argv[1], sys.argv[2]
+pid, port, provider_port = sys.argv[1], sys.argv[2], int(sys.argv[3])
 start = time.time()
+
+def provider_inodes():
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = open(table).read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if int(fields[2].rsplit(":", 1)[1], 16) == provider_port:
+                inodes.add(fields[9])
+    return inodes
+
 while os.path.exists(f"/proc/{pid}"):
     try:
         status = open(f"/proc/{pid}/status").read()
         rss_kb = int(next(l.split()[1] for l in status.splitlines() if l.startswith("VmRSS:")))
         threads = int(next(l.split()[1] for l in status.splitlines() if l.startswith("Threads:")))
-        fds = len(os.listdir(f"/proc/{pid}/fd"))
+        links = [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
+        to_providers = provider_inodes()
+        pooled = sum(1 for l in links if l.startswith("socket:[") and l[8:-1] in to_providers)
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2).read().decode()
         active = next(int(l.split()[1]) for l in metrics.splitlines() if l.startswith("voxide_active_sessions "))
         print(json.dumps({"t": round(time.time() - start, 2), "rss_mb": rss_kb / 1024,
-                          "fds": fds, "threads": threads, "active": active}), flush=True)
+                          "fds": len(links), "provider_sockets": pooled, "threads": threads,
+                          "active": active}), flush=True)
     except (OSError, StopIteration, ValueError):
         pass
     time.sleep(1)
@@ -91,12 +128,15 @@ target="http://127.0.0.1:$PORT"
 # the server holds now is what it kept.
 sleep 15
 kill "$sampler" 2>/dev/null || true
+curl -s "http://127.0.0.1:$STAND_IN_PORT/stand-in/stats" >"$OUT/stand_ins.json"
 
 python3 - "$OUT" <<'PY'
 import csv, json, sys
 out = sys.argv[1]
 samples = [json.loads(l) for l in open(f"{out}/samples.jsonl") if l.strip()]
 summary = json.load(open(f"{out}/load/summary.json"))
+stand_ins = json.load(open(f"{out}/stand_ins.json"))
+ledger = stand_ins["ledger"]
 turns = list(csv.DictReader(open(f"{out}/load/turns.csv")))
 
 def slope_per_hour(points):
@@ -134,18 +174,28 @@ result = {
     "errors": summary["errors"],
     "rss_mb": {"start": idle_before["rss_mb"], "warm_mean": mean_rss, "end": idle_after["rss_mb"],
                "slope_mb_per_hour_after_warmup": slope_per_hour(rss), "max_deviation": spread},
-    "fds": {"start": idle_before["fds"], "end": idle_after["fds"]},
+    "fds": {"start": idle_before["fds"], "end": idle_after["fds"],
+            "pooled_provider_sockets_at_end": idle_after["provider_sockets"]},
     "threads": {"start": idle_before["threads"], "end": idle_after["threads"]},
     "active_at_end": idle_after["active"],
     "v2v_p95_ms": {"first_10pct": first, "last_10pct": last, "drift": drift},
+    "faults": stand_ins["faults"],
+    "finals": {k: ledger[k] for k in ("finals", "answered_once", "lost", "answered_twice")},
+    "tool_results": {"calls": ledger["tool_calls"], "finished": ledger["tools_finished"],
+                     "delivered": ledger["tools_delivered"], "dropped": ledger["tools_dropped"]},
 }
 goals = {
     "rss_flat": spread <= 0.05,
-    "no_leaked_fds": idle_after["fds"] <= idle_before["fds"],
+    "no_leaked_fds": idle_after["fds"] - idle_after["provider_sockets"]
+                     <= idle_before["fds"] - idle_before["provider_sockets"],
     "no_leaked_threads": idle_after["threads"] <= idle_before["threads"],
     "no_live_sessions_left": idle_after["active"] == 0,
     "no_failed_session": summary["sessions"]["failed"] == 0,
     "p95_drift_within_10pct": drift is not None and abs(drift) <= 0.10,
+    "no_turn_lost": ledger["lost"] == 0,
+    "no_turn_answered_twice": ledger["answered_twice"] == 0,
+    "a_tool_call_every_session": ledger["tool_calls"] >= summary["sessions"]["completed"],
+    "no_tool_result_dropped": ledger["tools_dropped"] == 0 and ledger["tools_finished"] > 0,
 }
 result["goals"] = goals
 result["pass"] = all(goals.values())

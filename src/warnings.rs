@@ -92,7 +92,8 @@ pub fn counts() -> BTreeMap<&'static str, u64> {
 /// Audio chunks dropped by a full bounded queue, by queue.
 static DROPS: Mutex<BTreeMap<&'static str, u64>> = Mutex::new(BTreeMap::new());
 
-/// A full bounded audio queue (`queue`: `ws_out`, `webrtc_in`, `vad_in`, `aec_in`…) dropped a
+/// A full bounded audio queue (`queue`: `ws_out`, `webrtc_in`, `vad_in`, `aec_in`…; also
+/// `data_channel_out`, the RTVI messages a WebRTC client is not taking) dropped a
 /// chunk rather than let a consumer that fell behind grow memory without end: counted by queue
 /// (`/metrics`: `voxide_audio_dropped_total{queue="…"}`) and warned about as a repeated warning.
 pub fn audio_dropped(queue: &'static str) {

@@ -8,6 +8,8 @@ mod metrics;
 mod webrtc;
 mod ws;
 
+pub use ws::{CLIENT_WRITE_TIMEOUT, MAX_WS_MESSAGE};
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

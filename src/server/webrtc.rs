@@ -21,7 +21,8 @@ use crate::context::Message as ChatMessage;
 use crate::events::{EndReason, Event, SessionEvent};
 use crate::frames::{AudioFrame, DataFrame, SystemFrame};
 use crate::pipeline::{Session, SessionHandle};
-use crate::transports::rtvi::{ClientMessage, Rtvi};
+use crate::transports::pace::{Pace, TooFast};
+use crate::transports::rtvi::{self, ClientMessage, Rtvi};
 use crate::transports::signalling::{
     self, AUDIO_RECEIVER, Inbound, Liveness, OfferPlan, Signal, plan_offer,
 };
@@ -228,11 +229,14 @@ async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<St
         rtvi: Rtvi::new(),
         liveness: Liveness::new(),
         muted: false,
+        pace: Pace::default(),
     };
     tokio::spawn(async move {
         match drive.run(&session).await {
             Ending::ClientGone => session.handle().cancel_because(EndReason::ClientGone),
-            Ending::ClientLeft | Ending::SessionEnded => session.handle().cancel(),
+            Ending::ClientLeft | Ending::SessionEnded | Ending::TooFast(_) => {
+                session.handle().cancel()
+            }
         }
         let reason = session.join().await;
         tracing::info!(reason = reason.kind(), "WebRTC session ended");
@@ -303,6 +307,8 @@ enum Ending {
     ClientLeft,
     /// The client stopped pinging, or its connection failed and was not restarted.
     ClientGone,
+    /// The client sent audio faster than real time.
+    TooFast(TooFast),
 }
 
 /// Moves one session's traffic: the client's audio and data-channel messages in, the session's
@@ -318,6 +324,8 @@ struct Drive {
     liveness: Liveness,
     /// The user muted the microphone (`trackStatus`): their audio is heard as silence.
     muted: bool,
+    /// How fast the client's audio comes.
+    pace: Pace,
 }
 
 impl Drive {
@@ -339,6 +347,9 @@ impl Drive {
                 }
                 event = self.peer_events.recv(), if !self.liveness.is_lost() => match event {
                     Some(PeerEvent::Audio(mut samples)) => {
+                        if let Err(too_fast) = self.pace.take(samples.len(), OPUS_RATE, std::time::Instant::now()) {
+                            break Ending::TooFast(too_fast);
+                        }
                         if self.muted {
                             samples.fill(0);
                         }
@@ -374,11 +385,20 @@ impl Drive {
             }
         };
         self.app.lock_peers().remove(&self.pc_id);
-        if matches!(ending, Ending::SessionEnded) {
-            // The bot is leaving, not the network failing: say so before closing.
-            self.peer
-                .send_last(signalling::render(&Signal::PeerLeft))
-                .await;
+        match &ending {
+            Ending::SessionEnded => {
+                // The bot is leaving, not the network failing: say so before closing.
+                self.peer
+                    .send_last(signalling::render(&Signal::PeerLeft))
+                    .await;
+            }
+            Ending::TooFast(too_fast) => {
+                tracing::warn!(pc_id = %self.pc_id, %too_fast, "a client sends audio faster than real time: closed");
+                self.peer
+                    .send_last(rtvi::fatal_error(&too_fast.to_string()))
+                    .await;
+            }
+            Ending::ClientLeft | Ending::ClientGone => {}
         }
         self.peer.close().await;
         // A restart that raced the end: its connection closes too.
@@ -391,6 +411,11 @@ impl Drive {
 
     /// Handles one data-channel message; returns how the session ends if it does.
     async fn message(&mut self, text: &str, handle: &SessionHandle) -> Option<Ending> {
+        if text.len() > rtvi::MAX_CLIENT_MESSAGE {
+            tracing::debug!(pc_id = %self.pc_id, bytes = text.len(), "an oversized data-channel message dropped unread");
+            self.peer.send(rtvi::too_large(text.len()));
+            return None;
+        }
         match signalling::classify(text) {
             Inbound::Ping => self.liveness.ping(std::time::Instant::now()),
             Inbound::Signal(Signal::TrackStatus {

@@ -10,7 +10,8 @@ use axum::extract::{Query, State};
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
 
 use serde_json::{Value, json};
 
@@ -21,6 +22,7 @@ use crate::events::Event;
 use crate::frames::{AudioFrame, DataFrame, SystemFrame};
 use crate::pipeline::Session;
 use crate::transports::output::AudioSink;
+use crate::transports::pace::Pace;
 use crate::transports::websocket::{Framing, Inbound, Outbound, WsMessage};
 
 /// Query parameters of `/ws`.
@@ -97,6 +99,10 @@ pub(crate) async fn twilio(
 /// Largest WebSocket message a client may send (a second of 48 kHz audio is under 100 KB).
 pub const MAX_WS_MESSAGE: usize = 1 << 20;
 
+/// How long one write to a client may wait: a client that reads nothing for this long is
+/// closed (the bot's audio meanwhile is dropped past a bounded queue, never piled up).
+pub const CLIENT_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// An upgrade whose messages are at most [`MAX_WS_MESSAGE`]: a larger one closes the socket.
 fn limited(upgrade: WebSocketUpgrade) -> WebSocketUpgrade {
     upgrade
@@ -158,8 +164,18 @@ async fn run_session(
     let forward = tokio::spawn(forward_events(app.clone(), events, out_tx.clone()));
     // Reader and writer share the framing: Twilio's stream id arrives in, and is needed out.
     let framing = Arc::new(std::sync::Mutex::new(framing));
-    let writer = tokio::spawn(write_socket(sender, out_rx, framing.clone()));
-    let finish_gracefully = read_socket(receiver, &framing, &handle, &out_tx).await;
+    let (gone_tx, gone) = oneshot::channel::<()>();
+    let writer = tokio::spawn(write_socket(
+        sender,
+        out_rx,
+        framing.clone(),
+        (CLIENT_WRITE_TIMEOUT, gone_tx),
+    ));
+    // The writer ends first only when the client cannot be written to: gone, or not reading.
+    let finish_gracefully = tokio::select! {
+        graceful = read_socket(receiver, &framing, &handle, &out_tx) => graceful,
+        _ = gone => false,
+    };
     if finish_gracefully {
         // Let the bot finish what it is saying.
         let _ = handle.stop_when_done().await;
@@ -195,12 +211,16 @@ async fn forward_events(
     }
 }
 
-/// Writes what the session sends, framed, until it is done or the client is gone.
-async fn write_socket(
-    mut sender: futures_util::stream::SplitSink<WebSocket, Message>,
+/// Writes what the session sends, framed, until it is done or the client is gone or has read
+/// nothing for `timeout`; then drops `gone`.
+async fn write_socket<S>(
+    mut sender: S,
     mut out: mpsc::Receiver<Outbound>,
     framing: Arc<std::sync::Mutex<Framing>>,
-) {
+    (timeout, gone): (std::time::Duration, oneshot::Sender<()>),
+) where
+    S: futures_util::Sink<Message> + Unpin,
+{
     while let Some(outbound) = out.recv().await {
         let encoded = framing
             .lock()
@@ -211,11 +231,21 @@ async fn write_socket(
             Some(WsMessage::Binary(bytes)) => Message::Binary(bytes.into()),
             None => continue,
         };
-        if sender.send(message).await.is_err() {
-            break;
+        match tokio::time::timeout(timeout, sender.send(message)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => break,
+            Err(_) => {
+                tracing::warn!(
+                    timeout_s = timeout.as_secs_f64(),
+                    "the client reads nothing: its session is closed"
+                );
+                drop(gone);
+                return;
+            }
         }
     }
-    let _ = sender.close().await;
+    drop(gone);
+    let _ = tokio::time::timeout(timeout, sender.close()).await;
 }
 
 /// Reads the client's messages into the session until it leaves; whether it asked the bot to
@@ -226,6 +256,7 @@ async fn read_socket(
     handle: &crate::pipeline::SessionHandle,
     out: &mpsc::Sender<Outbound>,
 ) -> bool {
+    let mut pace = Pace::default();
     while let Some(message) = receiver.next().await {
         let message = match message {
             Ok(Message::Text(text)) => WsMessage::Text(text.to_string()),
@@ -246,6 +277,13 @@ async fn read_socket(
                 samples,
                 sample_rate,
             }) => {
+                if let Err(too_fast) =
+                    pace.take(samples.len(), sample_rate, Instant::now().into_std())
+                {
+                    tracing::warn!(%too_fast, "a client sends audio faster than real time: closed");
+                    let _ = out.send(Outbound::Error(too_fast.to_string())).await;
+                    return false;
+                }
                 let audio = AudioFrame::new(samples, sample_rate, 1);
                 handle.queue_frame(SystemFrame::InputAudio(audio)).await
             }
@@ -270,4 +308,53 @@ async fn read_socket(
         }
     }
     false
+}
+
+#[cfg(test)]
+mod tests {
+    use std::pin::Pin;
+    use std::task::{Context, Poll};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A client whose socket takes nothing: every write waits forever.
+    struct NeverReads;
+
+    impl futures_util::Sink<Message> for NeverReads {
+        type Error = std::convert::Infallible;
+        fn poll_ready(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Pending
+        }
+        fn start_send(self: Pin<&mut Self>, _: Message) -> Result<(), Self::Error> {
+            Ok(())
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Pending
+        }
+        fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+            Poll::Pending
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_reads_nothing_is_given_up_on_after_the_write_timeout() {
+        let (out_tx, out_rx) = mpsc::channel(4);
+        let (gone_tx, gone) = oneshot::channel();
+        let framing = Arc::new(std::sync::Mutex::new(Framing::pcm(16_000)));
+        let started = Instant::now();
+        let writer = tokio::spawn(write_socket(
+            NeverReads,
+            out_rx,
+            framing,
+            (Duration::from_secs(15), gone_tx),
+        ));
+        out_tx
+            .send(Outbound::Audio(vec![0; 320], 16_000))
+            .await
+            .expect("queued");
+        assert!(gone.await.is_err(), "the writer gave up");
+        assert_eq!(started.elapsed(), Duration::from_secs(15));
+        writer.await.expect("the writer ended");
+    }
 }

@@ -6,6 +6,7 @@
 pub mod file;
 pub mod local;
 pub mod output;
+pub mod pace;
 pub mod rtvi;
 pub mod signalling;
 pub mod webrtc;

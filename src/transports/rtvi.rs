@@ -21,6 +21,8 @@ pub const VERSION: &str = "2.0.0";
 const MAJOR: u64 = 2;
 /// The oldest major version still served, in its own message shapes.
 const LEGACY_MAJOR: u64 = 1;
+/// The largest client message read; a larger one is answered with `error-response` unread.
+pub const MAX_CLIENT_MESSAGE: usize = 64 * 1024;
 
 /// What a client message asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +50,21 @@ fn error_response(id: Option<&str>, error: impl Into<String>) -> String {
     message("error-response", id, json!({"error": error.into()}))
 }
 
+/// The answer to a client message of `len` bytes, over [`MAX_CLIENT_MESSAGE`].
+pub fn too_large(len: usize) -> String {
+    error_response(
+        None,
+        format!(
+            "message_too_large: the message is {len} bytes; the most read is {MAX_CLIENT_MESSAGE}"
+        ),
+    )
+}
+
+/// A fatal `error`: the server ends the session for this reason.
+pub fn fatal_error(text: &str) -> String {
+    message("error", None, json!({"error": text, "fatal": true}))
+}
+
 /// One client's side of the protocol: the version it negotiated decides the message shapes.
 #[derive(Debug, Default)]
 pub struct Rtvi {
@@ -65,6 +82,9 @@ impl Rtvi {
 
     /// Reads one client message.
     pub fn parse(&mut self, text: &str) -> ClientMessage {
+        if text.len() > MAX_CLIENT_MESSAGE {
+            return ClientMessage::Invalid(too_large(text.len()));
+        }
         let Ok(value) = serde_json::from_str::<Value>(text) else {
             return ClientMessage::Invalid(error_response(None, "the message is not JSON"));
         };
@@ -361,6 +381,22 @@ mod tests {
             assert_eq!(replies[0]["id"], "abc");
             assert_eq!(replies[1]["type"], "bot-ready", "{data}");
         }
+    }
+
+    #[test]
+    fn a_message_over_the_limit_is_answered_unread() {
+        let mut rtvi = Rtvi::new();
+        let huge = format!(
+            r#"{{"label":"rtvi-ai","type":"send-text","data":{{"content":"{}"}}}}"#,
+            "a".repeat(1 << 20)
+        );
+        let ClientMessage::Invalid(reply) = rtvi.parse(&huge) else {
+            panic!("a megabyte is not read");
+        };
+        let reply: Value = serde_json::from_str(&reply).expect("JSON");
+        assert_eq!(reply["type"], "error-response");
+        let error = reply["data"]["error"].as_str().expect("a reason");
+        assert!(error.starts_with("message_too_large"), "{error}");
     }
 
     #[test]

@@ -99,6 +99,9 @@ enum Outgoing {
     Flush(oneshot::Sender<()>),
 }
 
+/// Data-channel messages a connection holds for its client.
+const OUTGOING_QUEUE: usize = 1024;
+
 /// How long a farewell waits for the data channel to deliver what was sent.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -108,8 +111,9 @@ pub struct Peer {
     /// The tasks that serve it; closing the peer (or dropping it) ends them all, so the pacer
     /// stops taking the bot's voice from a sink a restarted connection now shares.
     tasks: PeerTasks,
-    /// Data-channel messages to send, in order (queued until the client opens the channel).
-    outgoing: mpsc::UnboundedSender<Outgoing>,
+    /// Data-channel messages to send, in order (queued until the client opens the channel, at
+    /// most [`OUTGOING_QUEUE`]: a client that takes none loses messages, not the server memory).
+    outgoing: mpsc::Sender<Outgoing>,
 }
 
 /// The tasks of one connection: the pacer of the bot's voice, the decoder of the user's track,
@@ -139,15 +143,19 @@ impl Drop for Peer {
 impl Peer {
     /// Queues a data-channel text message (RTVI or signalling).
     pub fn send(&self, text: String) {
-        let _ = self.outgoing.send(Outgoing::Text(text));
+        if let Err(mpsc::error::TrySendError::Full(_)) =
+            self.outgoing.try_send(Outgoing::Text(text))
+        {
+            crate::warnings::audio_dropped("data_channel_out");
+        }
     }
 
     /// Sends `text` and waits, at most a second, until the client has received everything sent
     /// so far: the last word before [`close`](Self::close).
     pub async fn send_last(&self, text: String) {
         let (done, flushed) = oneshot::channel();
-        let _ = self.outgoing.send(Outgoing::Text(text));
-        if self.outgoing.send(Outgoing::Flush(done)).is_ok() {
+        self.send(text);
+        if self.outgoing.try_send(Outgoing::Flush(done)).is_ok() {
             let _ = tokio::time::timeout(FLUSH_TIMEOUT, flushed).await;
         }
     }
@@ -216,7 +224,7 @@ struct Handler {
     tasks: PeerTasks,
     events: mpsc::Sender<PeerEvent>,
     gathered: Mutex<Option<oneshot::Sender<()>>>,
-    channel: Arc<Mutex<Option<mpsc::UnboundedReceiver<Outgoing>>>>,
+    channel: Arc<Mutex<Option<mpsc::Receiver<Outgoing>>>>,
 }
 
 #[async_trait::async_trait]
@@ -344,7 +352,7 @@ pub async fn connect(
     }
     let (events_tx, events) = mpsc::channel(crate::audio::AUDIO_QUEUE);
     let (gathered_tx, gathered) = oneshot::channel();
-    let (outgoing, outgoing_rx) = mpsc::unbounded_channel();
+    let (outgoing, outgoing_rx) = mpsc::channel(OUTGOING_QUEUE);
     let tasks = PeerTasks::default();
     let handler = Arc::new(Handler {
         tasks: tasks.clone(),

@@ -247,7 +247,8 @@ fn question() -> Vec<Frame> {
 pub async fn run_providers(options: ProvidersOptions) -> Result<ProvidersReport, ProvidersError> {
     let loopback = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
     let delays = stand_ins::Delays::all(options.provider_delay);
-    let (stand_ins, addr, server) = StandIns::serve(loopback, delays, options.protocol).await?;
+    let (stand_ins, addr, server) =
+        StandIns::serve(loopback, delays, options.protocol, stand_ins::Faults::NONE).await?;
     let cpu_start = cpu_seconds();
     let wall_start = std::time::Instant::now();
     let k = options.sessions.max(1);

@@ -1,0 +1,199 @@
+//! The chat stream stand-in (OpenAI-compatible or Anthropic) and the HTTP tool it calls.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::super::Protocol;
+use super::StandIns;
+use super::audit::Fault;
+
+/// The tool the OpenAI stream calls once a conversation when it is offered.
+pub const TOOL: &str = "lookup_order";
+/// How long the tool takes to answer.
+pub const TOOL_DELAY: Duration = Duration::from_millis(300);
+
+/// The marker of a question: the last user text of the request.
+fn marker(body: &Value) -> String {
+    let last = body["messages"]
+        .as_array()
+        .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
+        .map(|m| &m["content"]);
+    match last {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(blocks)) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(" "),
+        _ => String::new(),
+    }
+}
+
+/// The stream of one answer: the first event holds the first token; the rest follow at once.
+fn answer(protocol: Protocol) -> (String, String) {
+    let sse = |name: Option<&str>, data: Value| match name {
+        Some(name) => format!("event: {name}\ndata: {data}\n\n"),
+        None => format!("data: {data}\n\n"),
+    };
+    match protocol {
+        Protocol::Openai => {
+            // Every chunk as the API writes it: its id, object, creation time and model.
+            let chunk = |choices: Value, usage: Value| {
+                sse(
+                    None,
+                    json!({"id": "chatcmpl-stand-in", "object": "chat.completion.chunk",
+                        "created": 1_767_225_600, "model": "gpt-4o-mini",
+                        "choices": choices, "usage": usage}),
+                )
+            };
+            let delta = |content: &str| {
+                json!([{"index": 0, "delta": {"content": content}, "finish_reason": null}])
+            };
+            (
+                chunk(delta("Sure, "), Value::Null),
+                [
+                    chunk(delta("it is noon."), Value::Null),
+                    chunk(
+                        json!([{"index": 0, "delta": {}, "finish_reason": "stop"}]),
+                        Value::Null,
+                    ),
+                    chunk(
+                        json!([]),
+                        json!({"prompt_tokens": 40, "completion_tokens": 6, "total_tokens": 46}),
+                    ),
+                    "data: [DONE]\n\n".to_owned(),
+                ]
+                .concat(),
+            )
+        }
+        Protocol::Anthropic => (
+            [
+                sse(
+                    Some("message_start"),
+                    json!({"type": "message_start", "message": {"usage": {"input_tokens": 40, "output_tokens": 1}}}),
+                ),
+                sse(
+                    Some("content_block_start"),
+                    json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                ),
+                sse(
+                    Some("content_block_delta"),
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Sure, "}}),
+                ),
+            ]
+            .concat(),
+            [
+                sse(
+                    Some("content_block_delta"),
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "it is noon."}}),
+                ),
+                sse(
+                    Some("content_block_stop"),
+                    json!({"type": "content_block_stop", "index": 0}),
+                ),
+                sse(
+                    Some("message_delta"),
+                    json!({"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 6}}),
+                ),
+                sse(Some("message_stop"), json!({"type": "message_stop"})),
+            ]
+            .concat(),
+        ),
+    }
+}
+
+/// The first chunk of a tool call to [`TOOL`] with id `call`, and the rest of the stream.
+fn tool_call(call: &str) -> (String, String) {
+    let chunk = |delta: Value, finish: Value| {
+        let data = json!({"id": "chatcmpl-stand-in", "object": "chat.completion.chunk",
+            "created": 1_767_225_600, "model": "gpt-4o-mini",
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+        format!("data: {data}\n\n")
+    };
+    let call_start = json!({"role": "assistant", "content": null, "tool_calls": [{"index": 0,
+        "id": call, "type": "function", "function": {"name": TOOL, "arguments": ""}}]});
+    let arguments = json!({"tool_calls": [{"index": 0, "function": {"arguments": "{}"}}]});
+    (
+        chunk(call_start, Value::Null),
+        [
+            chunk(arguments, Value::Null),
+            chunk(json!({}), json!("tool_calls")),
+            "data: [DONE]\n\n".to_owned(),
+        ]
+        .concat(),
+    )
+}
+
+/// Whether an OpenAI request offers [`TOOL`] to a conversation that has not called a tool yet.
+fn calls_tool(protocol: Protocol, request: &Value, messages: &[Value]) -> bool {
+    let offered = request["tools"]
+        .as_array()
+        .is_some_and(|tools| tools.iter().any(|t| t["function"]["name"] == TOOL));
+    protocol == Protocol::Openai
+        && offered
+        && !messages.iter().any(|m| m.get("tool_calls").is_some())
+}
+
+/// The chat stream: the first token `delay` after the request. As faults, a request is refused
+/// (429 with `retry-after`, 500, 503) or its first token comes past the client's deadline.
+pub(super) async fn chat(State(stand_ins): State<StandIns>, body: Bytes) -> Response {
+    let arrived = Instant::now();
+    if let Some(refusal) = stand_ins.refused(Fault::RequestRefused) {
+        return refusal;
+    }
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let key = marker(&request);
+    stand_ins.note(arrived, key.clone(), |log| &mut log.request_arrived);
+    let messages = request["messages"].as_array().cloned().unwrap_or_default();
+    let late = stand_ins.faults.strike(Fault::FirstTokenLate);
+    let (first, rest) = {
+        let mut ledger = stand_ins.ledger();
+        ledger.delivered(&messages);
+        let last = messages.last();
+        if !late && last.is_some_and(|m| m["role"] == "user") {
+            ledger.answered(&key);
+        }
+        if calls_tool(stand_ins.protocol, &request, &messages) {
+            ledger.tool_called();
+            let call = stand_ins.sockets.fetch_add(1, Ordering::Relaxed);
+            tool_call(&format!("call_stand_in_{call}"))
+        } else {
+            answer(stand_ins.protocol)
+        }
+    };
+    let delay = if late {
+        stand_ins.faults.late()
+    } else {
+        stand_ins.delays.llm
+    };
+    let (tx, mut rx) = mpsc::channel::<Result<Bytes, Infallible>>(4);
+    tokio::spawn(async move {
+        tokio::time::sleep_until(arrived + delay).await;
+        stand_ins.note(Instant::now(), key, |log| &mut log.first_token_sent);
+        let _ = tx.send(Ok(Bytes::from(first))).await;
+        let _ = tx.send(Ok(Bytes::from(rest))).await;
+    });
+    let stream = futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx));
+    (
+        [("content-type", "text/event-stream")],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+/// The HTTP tool: answers [`TOOL_DELAY`] after it is called, and notes the call finished.
+pub(super) async fn tool(State(stand_ins): State<StandIns>, Json(call): Json<Value>) -> Response {
+    tokio::time::sleep(TOOL_DELAY).await;
+    let id = call["tool_call_id"].as_str().unwrap_or_default().to_owned();
+    stand_ins.ledger().tool_finished(&id);
+    Json(json!({"order": "A-1042", "status": "shipped", "arrives": "tomorrow"})).into_response()
+}

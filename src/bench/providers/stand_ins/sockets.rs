@@ -1,0 +1,182 @@
+//! The socket stand-ins: Deepgram's live transcription and Cartesia's TTS.
+
+use std::collections::HashMap;
+
+use axum::extract::State;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::http::HeaderMap;
+use axum::response::Response;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::audit::Fault;
+use super::{StandIns, turn};
+
+pub(super) async fn listen(
+    State(stand_ins): State<StandIns>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    if let Some(refusal) = stand_ins.refused(Fault::UpgradeRefused) {
+        return refusal;
+    }
+    let session = stand_ins.session(&headers, "authorization");
+    upgrade.on_upgrade(move |socket| transcribe(socket, stand_ins, session))
+}
+
+/// Deepgram: audio is counted; each `Finalize` is answered `delay` later (or, as a fault, the
+/// socket is dropped instead).
+async fn transcribe(socket: WebSocket, stand_ins: StandIns, session: String) {
+    use futures_util::{SinkExt, StreamExt};
+    let (mut sink, mut stream) = socket.split();
+    let (out, mut outgoing) = mpsc::channel::<(Instant, String, String)>(16);
+    let writer = {
+        let stand_ins = stand_ins.clone();
+        tokio::spawn(async move {
+            while let Some((at, key, text)) = outgoing.recv().await {
+                tokio::time::sleep_until(at).await;
+                if sink.send(Message::Text(text.into())).await.is_err() {
+                    return;
+                }
+                stand_ins.ledger().final_written(&key);
+                stand_ins.note(Instant::now(), key, |log| &mut log.final_sent);
+            }
+        })
+    };
+    let (mut received, mut finalized, mut question) = (0usize, 0usize, 0usize);
+    while let Some(Ok(message)) = stream.next().await {
+        match message {
+            Message::Binary(bytes) => received += bytes.len() / 2,
+            Message::Text(text) if text.contains("\"Finalize\"") => {
+                if stand_ins.faults.strike(Fault::SocketDropped) {
+                    // Gone without a word: the finalize and the audio before it unanswered.
+                    writer.abort();
+                    return;
+                }
+                let key = turn(&session, question);
+                question += 1;
+                let results = json!({"type": "Results", "channel_index": [0, 1],
+                    "start": finalized as f64 / 16_000.0,
+                    "duration": (received - finalized) as f64 / 16_000.0,
+                    "is_final": true, "speech_final": true, "from_finalize": true,
+                    "channel": {"alternatives": [{"transcript": key, "confidence": 0.99, "words": []}]}});
+                finalized = received;
+                let due = Instant::now() + stand_ins.delays.stt;
+                if out.send((due, key, results.to_string())).await.is_err() {
+                    break;
+                }
+            }
+            Message::Text(_) | Message::Ping(_) | Message::Pong(_) => {}
+            Message::Close(_) => break,
+        }
+    }
+    drop(out);
+    let _ = writer.await;
+}
+
+pub(super) async fn speak(
+    State(stand_ins): State<StandIns>,
+    headers: HeaderMap,
+    upgrade: WebSocketUpgrade,
+) -> Response {
+    if let Some(refusal) = stand_ins.refused(Fault::UpgradeRefused) {
+        return refusal;
+    }
+    let session = stand_ins.session(&headers, "x-api-key");
+    upgrade.on_upgrade(move |socket| voice(socket, stand_ins, session))
+}
+
+/// Cartesia: each context's text is answered with its timestamps and audio, the first `delay`
+/// after its first text; its end with `done` after its audio. As a fault, a new context's text
+/// drops the socket instead.
+async fn voice(socket: WebSocket, stand_ins: StandIns, session: String) {
+    use futures_util::{SinkExt, StreamExt};
+    let (mut sink, mut stream) = socket.split();
+    // (when, the turn whose first audio it is, the message).
+    let (out, mut outgoing) = mpsc::channel::<(Instant, Option<String>, String)>(64);
+    let writer = {
+        let stand_ins = stand_ins.clone();
+        tokio::spawn(async move {
+            while let Some((at, first_of, text)) = outgoing.recv().await {
+                tokio::time::sleep_until(at).await;
+                if let Some(key) = first_of {
+                    stand_ins.note(Instant::now(), key, |log| &mut log.audio_sent);
+                }
+                if sink.send(Message::Text(text.into())).await.is_err() {
+                    return;
+                }
+            }
+        })
+    };
+    // Each context's turn name and when its first audio is due.
+    let mut contexts: HashMap<String, (String, Instant)> = HashMap::new();
+    let mut questions = 0usize;
+    while let Some(Ok(Message::Text(text))) = stream.next().await {
+        let arrived = Instant::now();
+        let Ok(message) = serde_json::from_str::<Value>(&text) else {
+            continue;
+        };
+        let Some(context) = message["context_id"].as_str().map(str::to_owned) else {
+            continue;
+        };
+        if message["cancel"] == true {
+            contexts.remove(&context);
+            continue;
+        }
+        let known = contexts.contains_key(&context);
+        if !known && stand_ins.faults.strike(Fault::SocketDropped) {
+            // Gone without a word, this context's text unanswered.
+            writer.abort();
+            return;
+        }
+        if !known {
+            let key = turn(&session, questions);
+            questions += 1;
+            stand_ins.note(arrived, key.clone(), |log| &mut log.text_arrived);
+            contexts.insert(context.clone(), (key, arrived + stand_ins.delays.tts));
+        }
+        let Some((key, due)) = contexts.get(&context).cloned() else {
+            continue;
+        };
+        let transcript = message["transcript"].as_str().unwrap_or_default();
+        let at = due.max(Instant::now());
+        if message["continue"] == false {
+            contexts.remove(&context);
+            let done =
+                json!({"type": "done", "done": true, "status_code": 206, "context_id": context});
+            if out.send((at, None, done.to_string())).await.is_err() {
+                break;
+            }
+            continue;
+        }
+        let words: Vec<&str> = transcript.split_whitespace().collect();
+        if words.is_empty() {
+            continue;
+        }
+        let timestamps = json!({"type": "timestamps", "done": false, "status_code": 206,
+            "context_id": context, "word_timestamps": {"words": words,
+            "start": (0..words.len()).map(|i| i as f64 * 0.3).collect::<Vec<_>>(),
+            "end": (0..words.len()).map(|i| i as f64 * 0.3 + 0.25).collect::<Vec<_>>()}});
+        let chunk = json!({"type": "chunk", "data": WORD_B64.as_str(), "done": false,
+            "status_code": 206, "step_time": 10, "context_id": context});
+        let first = (!known).then_some(key);
+        if out.send((at, None, timestamps.to_string())).await.is_err()
+            || out.send((at, first, chunk.to_string())).await.is_err()
+        {
+            break;
+        }
+    }
+    drop(out);
+    let _ = writer.await;
+}
+
+/// A spoken word: a quarter second of a 220 Hz tone at 24 kHz, base64.
+static WORD_B64: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    use base64::Engine as _;
+    let bytes: Vec<u8> = (0..6_000)
+        .map(|i| (3_000.0 * (i as f64 * 220.0 * std::f64::consts::TAU / 24_000.0).sin()) as i16)
+        .flat_map(i16::to_le_bytes)
+        .collect();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+});
