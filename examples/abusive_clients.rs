@@ -147,6 +147,17 @@ impl Run {
                     () = tokio::time::sleep_until(self.end) => {}
                 }
             }
+            if closed && !matches!(kind, Kind::Deaf) {
+                // A write can fail before the reason already sent is read: read what is left.
+                let drain = tokio::time::timeout(Duration::from_secs(1), async {
+                    while let Some(Ok(message)) = rx.next().await {
+                        if let Message::Text(text) = message {
+                            told_why |= text.contains("\"error\"");
+                        }
+                    }
+                });
+                let _ = drain.await;
+            }
             if closed {
                 counts.closed_by_server.fetch_add(1, Ordering::Relaxed);
                 counts

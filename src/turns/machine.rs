@@ -9,9 +9,18 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::audio::TurnAudio;
+use super::words::{self, Words};
 use super::{BargeIn, TRANSCRIPT_TURN_TIMEOUT, VERDICT_WAIT};
 use crate::audio::turn::TurnPrediction;
 use crate::frames::{AudioFrame, ControlFrame, DataFrame, FrameBody, SystemFrame};
+
+/// Silence after the VAD's stop that ends a turn the model called unfinished when its words
+/// make a whole sentence or question: long enough for a pause inside a sentence (300–700 ms,
+/// the VAD's own stop window before it) to end in more speech.
+pub const FINISHED_WORDS_WAIT: Duration = Duration::from_millis(600);
+/// Silence after the VAD's stop that ends a turn the model called finished when its words trail
+/// off ("and", "the", "…"): the user gets a moment to go on.
+pub const TRAILING_WORDS_HOLD: Duration = Duration::from_secs(1);
 
 /// How a turn ends once the VAD hears silence, as the machine sees it (the model itself lives
 /// with the driver).
@@ -19,7 +28,10 @@ use crate::frames::{AudioFrame, ControlFrame, DataFrame, FrameBody, SystemFrame}
 pub enum StopRule {
     /// After this much silence.
     Silence(Duration),
-    /// When the turn model says the turn is finished, or after `incomplete_timeout` of silence.
+    /// When the turn model says the turn is finished, or after `incomplete_timeout` of silence;
+    /// the turn's words move that: an unfinished verdict on words that end a sentence waits
+    /// [`FINISHED_WORDS_WAIT`], a finished verdict on words that trail off holds
+    /// [`TRAILING_WORDS_HOLD`].
     Model {
         /// Silence after which an unfinished-sounding turn ends anyway.
         incomplete_timeout: Duration,
@@ -185,6 +197,12 @@ pub struct TurnMachine {
     resume_at: Option<Instant>,
     verdict: Option<Awaited>,
     verdicts_asked: u64,
+    /// The VAD's stop of the pause being judged, and the model's verdict on it once it came
+    /// (finished or not).
+    paused_at: Option<Instant>,
+    said: Option<bool>,
+    /// The open turn's latest interim transcript (finals are in `turn`).
+    interim: String,
     /// The user's recent audio, for the turn model.
     audio: TurnAudio,
     actions: Vec<Action>,
@@ -211,6 +229,9 @@ impl TurnMachine {
             resume_at: None,
             verdict: None,
             verdicts_asked: 0,
+            paused_at: None,
+            said: None,
+            interim: String::new(),
             audio: TurnAudio::default(),
             actions: Vec::new(),
         }
@@ -282,6 +303,7 @@ impl TurnMachine {
                 self.owed = self.owed.saturating_sub(1);
                 self.forward();
                 self.hand_on();
+                self.reconsider(now);
             }
             Input::BotStarted => {
                 self.bot_speaking = true;
@@ -296,7 +318,10 @@ impl TurnMachine {
                 }
                 self.forward();
             }
-            Input::Transcript { text, is_final } => self.on_transcript(text, is_final, now),
+            Input::Transcript { text, is_final } => {
+                self.on_transcript(text, is_final, now);
+                self.reconsider(now);
+            }
             Input::Verdict { id, judged } => self.on_verdict(id, judged, now),
             Input::Tick => self.on_tick(now),
         }
@@ -373,6 +398,8 @@ impl TurnMachine {
         self.by_transcript = false;
         // The pause being judged was not the end.
         self.verdict = None;
+        self.paused_at = None;
+        self.said = None;
         if !self.in_turn {
             self.in_turn = true;
             self.audio.start_turn();
@@ -430,6 +457,8 @@ impl TurnMachine {
                 // The turn ends by this time whatever the model says, or however long it
                 // takes to say it (sessions share it, so under load it queues).
                 self.deadline = Some(now + incomplete_timeout);
+                self.paused_at = Some(now);
+                self.said = None;
                 self.verdicts_asked += 1;
                 let id = self.verdicts_asked;
                 self.verdict = Some(Awaited {
@@ -445,6 +474,11 @@ impl TurnMachine {
     }
 
     fn on_transcript(&mut self, text: &str, is_final: bool, now: Instant) {
+        if is_final {
+            self.interim.clear();
+        } else if self.in_turn {
+            text.clone_into(&mut self.interim);
+        }
         if self.missed_speech(text) {
             self.forward();
             if is_final {
@@ -539,13 +573,10 @@ impl TurnMachine {
         match judged {
             // Skipped: the user spoke again before the model was free.
             Ok(None) => {}
-            Ok(Some(p)) if p.complete => {
-                tracing::debug!(probability = p.probability, "turn complete");
-                self.end_turn(now);
-            }
             Ok(Some(p)) => {
-                // The deadline set at the pause stands: more speech, or the end.
-                tracing::debug!(probability = p.probability, "turn unfinished");
+                tracing::debug!(probability = p.probability, complete = p.complete, "verdict");
+                self.said = Some(p.complete);
+                self.reconsider(now);
             }
             Err(e) => {
                 tracing::warn!(error = %e, "turn model failed; ending the turn");
@@ -573,7 +604,41 @@ impl TurnMachine {
         }
     }
 
+    /// Weighs the model's verdict on the pause with the turn's words, once both are in (the
+    /// words are in when the STT owes no final), and sets when the turn ends, or ends it.
+    fn reconsider(&mut self, now: Instant) {
+        let (Some(paused), Some(finished), StopRule::Model { incomplete_timeout }) =
+            (self.paused_at, self.said, self.stop)
+        else {
+            return;
+        };
+        if !self.in_turn || self.vad_speaking {
+            return;
+        }
+        let words = (self.owed == 0).then(|| {
+            let mut heard = self.turn.text.clone();
+            heard.push(' ');
+            heard.push_str(&self.interim);
+            words::judge(&heard)
+        });
+        let wait = match (finished, words) {
+            (true, Some(Words::Trailing)) => TRAILING_WORDS_HOLD,
+            (true, _) => Duration::ZERO,
+            (false, Some(Words::Finished)) => FINISHED_WORDS_WAIT,
+            (false, _) => incomplete_timeout,
+        };
+        let due = paused + wait.min(incomplete_timeout);
+        if due <= now {
+            self.end_turn(now);
+        } else {
+            self.deadline = Some(due);
+        }
+    }
+
     fn end_turn(&mut self, now: Instant) {
+        self.paused_at = None;
+        self.said = None;
+        self.interim.clear();
         self.in_turn = false;
         self.by_transcript = false;
         self.deadline = None;
@@ -671,6 +736,101 @@ mod tests {
         );
         assert_eq!(
             pushed(&m.handle(Input::Tick, t0 + INCOMPLETE)),
+            ["user_stopped_speaking"]
+        );
+    }
+
+    fn final_words(text: &str) -> Input<'_> {
+        Input::Transcript {
+            text,
+            is_final: true,
+        }
+    }
+
+    /// A turn spoken from `t0`, paused at `pause` with a final owed, judged by the model.
+    fn judged_pause(m: &mut TurnMachine, t0: Instant, pause: Instant, complete: bool) {
+        m.handle(Input::VadStarted, t0);
+        m.handle(Input::TranscriptionPending, pause);
+        m.handle(Input::VadStopped, pause);
+        m.handle(verdict(1, complete), pause + Duration::from_millis(60));
+    }
+
+    #[test]
+    fn an_unfinished_verdict_on_a_whole_question_ends_the_turn_soon_after_the_pause() {
+        let mut m = model_machine();
+        let t0 = Instant::now();
+        let pause = t0 + Duration::from_secs(2);
+        judged_pause(&mut m, t0, pause, false);
+        assert_eq!(m.next_deadline(), Some(pause + INCOMPLETE), "the words are owed");
+        let heard = pause + Duration::from_millis(300);
+        m.handle(final_words("What is the capital city of Italy?"), heard);
+        assert!(pushed(&m.handle(Input::TranscriptionDone, heard)).is_empty());
+        assert_eq!(m.next_deadline(), Some(pause + FINISHED_WORDS_WAIT));
+        assert_eq!(
+            pushed(&m.handle(Input::Tick, pause + FINISHED_WORDS_WAIT)),
+            [
+                "user_stopped_speaking",
+                "answer: What is the capital city of Italy?"
+            ]
+        );
+    }
+
+    #[test]
+    fn words_that_arrive_after_the_short_wait_end_the_turn_at_once() {
+        let mut m = model_machine();
+        let t0 = Instant::now();
+        let pause = t0 + Duration::from_secs(2);
+        judged_pause(&mut m, t0, pause, false);
+        let late = pause + FINISHED_WORDS_WAIT + Duration::from_millis(100);
+        m.handle(final_words("Set a timer for five minutes."), late);
+        assert_eq!(
+            pushed(&m.handle(Input::TranscriptionDone, late)),
+            ["user_stopped_speaking", "answer: Set a timer for five minutes."]
+        );
+    }
+
+    #[test]
+    fn an_unfinished_verdict_on_words_that_trail_off_waits_the_whole_timeout() {
+        let mut m = model_machine();
+        let t0 = Instant::now();
+        let pause = t0 + Duration::from_secs(2);
+        judged_pause(&mut m, t0, pause, false);
+        let heard = pause + Duration::from_millis(300);
+        m.handle(final_words("I want to book a table for"), heard);
+        m.handle(Input::TranscriptionDone, heard);
+        assert_eq!(m.next_deadline(), Some(pause + INCOMPLETE));
+        // The user goes on within the pause: the turn is theirs still.
+        m.handle(Input::VadStarted, pause + Duration::from_millis(700));
+        assert!(m.in_turn());
+        assert_eq!(m.next_deadline(), None);
+    }
+
+    #[test]
+    fn a_finished_verdict_on_words_that_trail_off_holds_the_turn_a_moment() {
+        let mut m = model_machine();
+        let t0 = Instant::now();
+        m.handle(Input::VadStarted, t0);
+        m.handle(final_words("Tell me about cats and"), t0 + Duration::from_secs(1));
+        let pause = t0 + Duration::from_secs(2);
+        m.handle(Input::VadStopped, pause);
+        assert!(pushed(&m.handle(verdict(1, true), pause + Duration::from_millis(60))).is_empty());
+        assert_eq!(m.next_deadline(), Some(pause + TRAILING_WORDS_HOLD));
+        assert_eq!(
+            pushed(&m.handle(Input::Tick, pause + TRAILING_WORDS_HOLD)),
+            ["user_stopped_speaking", "answer: Tell me about cats and"]
+        );
+    }
+
+    #[test]
+    fn a_finished_verdict_while_a_final_is_owed_ends_the_turn_at_once() {
+        let mut m = model_machine();
+        let t0 = Instant::now();
+        let pause = t0 + Duration::from_secs(2);
+        m.handle(Input::VadStarted, t0);
+        m.handle(Input::TranscriptionPending, pause);
+        m.handle(Input::VadStopped, pause);
+        assert_eq!(
+            pushed(&m.handle(verdict(1, true), pause + Duration::from_millis(60))),
             ["user_stopped_speaking"]
         );
     }

@@ -28,6 +28,7 @@
 mod audio;
 pub mod machine;
 mod mute;
+pub mod words;
 
 pub use machine::TurnMachine;
 pub use mute::{MuteStrategy, UserMute};
