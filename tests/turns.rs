@@ -232,6 +232,7 @@ async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
     let stop = TurnStop::SmartTurn {
         model: SmartTurn::shared().expect("the Smart Turn model; run scripts/setup.sh"),
         incomplete_timeout: Duration::from_secs(3),
+        words: true,
     };
     let voice: Arc<dyn TtsEngine> =
         Sentences::shared(Arc::new(EspeakVoice::new("en-us").expect("espeak-ng")));
@@ -744,6 +745,7 @@ async fn a_pause_the_busy_turn_model_cannot_judge_in_time_ends_the_turn_a_second
     let stop = TurnStop::SmartTurn {
         model: model.clone(),
         incomplete_timeout: Duration::from_secs(3),
+        words: true,
     };
     let session = Session::builder(Pipeline::new().then(UserTurns::new(stop)))
         .idle_timeout(None)

@@ -154,6 +154,7 @@ pub async fn run_sessions(
             Some(model) => TurnStop::SmartTurn {
                 model: model.clone(),
                 incomplete_timeout: Duration::from_secs(3),
+                words: true,
             },
             None => TurnStop::SpeechTimeout(Duration::from_millis(600)),
         };

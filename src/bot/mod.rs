@@ -246,6 +246,8 @@ pub struct BotOptions {
     /// With [`TurnEnd::Silence`], the silence; with [`TurnEnd::SmartTurn`], the silence after
     /// which an unfinished-sounding turn ends anyway.
     pub turn_timeout: Duration,
+    /// With [`TurnEnd::SmartTurn`], weigh the turn's words with the model's verdict.
+    pub turn_words: bool,
     /// The voice.
     pub voice: Voice,
     /// Tokens one reply may have at most.
@@ -296,6 +298,7 @@ impl Default for BotOptions {
             vad: VadParams::default(),
             turn_end: TurnEnd::SmartTurn,
             turn_timeout: Duration::from_secs(2),
+            turn_words: true,
             voice: Voice::Piper,
             max_tokens: 60,
             instructions: INSTRUCTIONS.to_owned(),
@@ -497,6 +500,7 @@ pub fn build<S: AudioSink>(
         TurnEnd::SmartTurn => TurnStop::SmartTurn {
             model: SmartTurn::shared()?,
             incomplete_timeout: options.turn_timeout,
+            words: options.turn_words,
         },
         TurnEnd::Silence => TurnStop::SpeechTimeout(options.turn_timeout),
     };

@@ -42,6 +42,12 @@ pub struct BotArgs {
     /// the start, and play on if it fades (`true` or `false`). [default: true]
     #[arg(long, env = "VOXIDE_PAUSE_AT_ONSET")]
     pause_at_onset: Option<bool>,
+    /// With `--turn smart`, weigh the turn's words with the model's verdict (`true` or
+    /// `false`): a whole sentence the model calls unfinished ends 0.6 s after the pause, words
+    /// that trail off ("and", "the") hold a finished-sounding turn 1 s. The word lists are
+    /// English; turn it off for other languages. [default: true]
+    #[arg(long, env = "VOXIDE_TURN_WORDS")]
+    turn_words: Option<bool>,
     /// The system instruction (default: a short one of voxide's own).
     #[arg(long, env = "VOXIDE_INSTRUCTIONS")]
     instructions: Option<String>,
@@ -112,6 +118,7 @@ impl BotArgs {
             interrupt_min_words: self.interrupt_min_words,
             resume_after_secs: self.resume_after_secs,
             pause_at_onset: self.pause_at_onset,
+            turn_words: self.turn_words,
             instructions: self.instructions.clone(),
             llm: self.llm.clone(),
             llm_model: self.llm_model.clone(),

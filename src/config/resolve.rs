@@ -81,6 +81,7 @@ impl BotConfig {
             voice,
             turn_end: self.turn.unwrap_or_default(),
             turn_timeout: Duration::from_secs_f64(turn_timeout_secs),
+            turn_words: self.turn_words.unwrap_or(defaults.turn_words),
             max_tokens,
             barge_in,
             instructions: self.instructions()?.unwrap_or(defaults.instructions),

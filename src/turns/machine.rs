@@ -35,6 +35,8 @@ pub enum StopRule {
     Model {
         /// Silence after which an unfinished-sounding turn ends anyway.
         incomplete_timeout: Duration,
+        /// Weigh the words (off: the verdict alone decides).
+        words: bool,
     },
 }
 
@@ -453,7 +455,9 @@ impl TurnMachine {
         }
         match self.stop {
             StopRule::Silence(silence) => self.deadline = Some(now + silence),
-            StopRule::Model { incomplete_timeout } => {
+            StopRule::Model {
+                incomplete_timeout, ..
+            } => {
                 // The turn ends by this time whatever the model says, or however long it
                 // takes to say it (sessions share it, so under load it queues).
                 self.deadline = Some(now + incomplete_timeout);
@@ -607,7 +611,7 @@ impl TurnMachine {
     /// Weighs the model's verdict on the pause with the turn's words, once both are in (the
     /// words are in when the STT owes no final), and sets when the turn ends, or ends it.
     fn reconsider(&mut self, now: Instant) {
-        let (Some(paused), Some(finished), StopRule::Model { incomplete_timeout }) =
+        let (Some(paused), Some(finished), StopRule::Model { incomplete_timeout, words }) =
             (self.paused_at, self.said, self.stop)
         else {
             return;
@@ -615,7 +619,7 @@ impl TurnMachine {
         if !self.in_turn || self.vad_speaking {
             return;
         }
-        let words = (self.owed == 0).then(|| {
+        let words = (words && self.owed == 0).then(|| {
             let mut heard = self.turn.text.clone();
             heard.push(' ');
             heard.push_str(&self.interim);
@@ -675,6 +679,7 @@ mod tests {
         TurnMachine::new(
             StopRule::Model {
                 incomplete_timeout: INCOMPLETE,
+                words: true,
             },
             BargeIn::default(),
         )
@@ -773,6 +778,24 @@ mod tests {
                 "answer: What is the capital city of Italy?"
             ]
         );
+    }
+
+    #[test]
+    fn with_the_words_off_the_verdict_alone_decides() {
+        let mut m = TurnMachine::new(
+            StopRule::Model {
+                incomplete_timeout: INCOMPLETE,
+                words: false,
+            },
+            BargeIn::default(),
+        );
+        let t0 = Instant::now();
+        let pause = t0 + Duration::from_secs(2);
+        judged_pause(&mut m, t0, pause, false);
+        let heard = pause + Duration::from_millis(300);
+        m.handle(final_words("What is the capital city of Italy?"), heard);
+        m.handle(Input::TranscriptionDone, heard);
+        assert_eq!(m.next_deadline(), Some(pause + INCOMPLETE));
     }
 
     #[test]

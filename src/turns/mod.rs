@@ -68,6 +68,8 @@ pub enum TurnStop {
         model: Arc<SmartTurn>,
         /// Silence after which an unfinished-sounding turn ends anyway.
         incomplete_timeout: Duration,
+        /// Weigh the turn's words with the verdict ([`machine::StopRule::Model`]).
+        words: bool,
     },
 }
 
@@ -76,10 +78,13 @@ impl std::fmt::Debug for TurnStop {
         match self {
             Self::SpeechTimeout(d) => f.debug_tuple("SpeechTimeout").field(d).finish(),
             Self::SmartTurn {
-                incomplete_timeout, ..
+                incomplete_timeout,
+                words,
+                ..
             } => f
                 .debug_struct("SmartTurn")
                 .field("incomplete_timeout", incomplete_timeout)
+                .field("words", words)
                 .finish(),
         }
     }
@@ -117,9 +122,12 @@ impl TurnStop {
         match self {
             Self::SpeechTimeout(silence) => StopRule::Silence(*silence),
             Self::SmartTurn {
-                incomplete_timeout, ..
+                incomplete_timeout,
+                words,
+                ..
             } => StopRule::Model {
                 incomplete_timeout: *incomplete_timeout,
+                words: *words,
             },
         }
     }
