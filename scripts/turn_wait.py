@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""Turn wait measured from the audio, on voices voxide was never tuned on.
+
+Each espeak-ng voice below speaks a held-out set: whole questions, and sentences with a 300-700 ms
+pause in the middle. One WAV per voice goes through `voxide run` at real-time pace (Whisper,
+Silero, Smart Turn: the embedded listening side; the answers come from the providers' stand-ins,
+so the model's load is the listening side's alone). For each question the turn wait is the time
+from the last voiced 20 ms of the question in the input WAV to the bot's `user_stopped_speaking`;
+a paused sentence is cut when a turn ends inside its pause. Both configurations run on the same
+WAVs: Smart Turn alone (`--turn-words false`) and Smart Turn weighed with the words.
+
+    scripts/turn_wait.py [--bin target/release/voxide] [--out target/turn-wait] [--parallel 2]
+
+Prints one JSON line per configuration and one with both. Needs espeak-ng, sox and the models.
+"""
+
+import argparse
+import array
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import wave
+from concurrent.futures import ThreadPoolExecutor
+
+VOICES = ["en-us+f3", "en-gb-scotland", "en-029+m2", "en-gb-x-rp+f4"]
+QUESTIONS = [
+    "What is the capital city of Italy?",
+    "What is the square root of eighty one?",
+    "How far away is the moon?",
+    "Can you tell me what day of the week it is?",
+    "What is seventeen times twenty three?",
+    "Set a timer for ten minutes.",
+    "Why is the sky blue?",
+    "Who wrote the play Hamlet?",
+    "What should I cook for dinner tonight?",
+    "How many legs does a spider have?",
+    "Remind me to call my sister in an hour.",
+    "What time is it right now?",
+]
+# (first part, pause in ms, second part)
+PAUSED = [
+    ("I would like to book a table for", 500, "two people tonight."),
+    ("Can you tell me the weather in", 400, "Paris tomorrow?"),
+    ("My favourite colour is", 600, "dark green."),
+    ("Please add three hundred and", 350, "fifty eight to twelve."),
+    ("What I really want to know is", 700, "how tall the tower is."),
+]
+RATE = 16_000
+GAP_S = 4.5
+WINDOW = RATE // 50  # 20 ms
+
+
+def speech(voice, text):
+    """`text` in `voice`, 16 kHz mono samples, leading and trailing silence trimmed."""
+    with tempfile.TemporaryDirectory() as tmp:
+        raw, out = os.path.join(tmp, "raw.wav"), os.path.join(tmp, "out.wav")
+        subprocess.run(["espeak-ng", "-v", voice, "-w", raw, text], check=True)
+        subprocess.run(["sox", raw, "-r", str(RATE), "-c", "1", "-b", "16", out], check=True)
+        with wave.open(out) as w:
+            samples = array.array("h", w.readframes(w.getnframes()))
+    voiced = voiced_windows(samples)
+    if not voiced:
+        return samples
+    return samples[voiced[0] * WINDOW:(voiced[-1] + 1) * WINDOW]
+
+
+def voiced_windows(samples):
+    peak = max((abs(s) for s in samples), default=0)
+    floor = max(peak * 0.02, 100)
+    windows = []
+    for i in range(len(samples) // WINDOW):
+        chunk = samples[i * WINDOW:(i + 1) * WINDOW]
+        rms = (sum(s * s for s in chunk) / len(chunk)) ** 0.5
+        if rms > floor:
+            windows.append(i)
+    return windows
+
+
+def build(voice, path):
+    """One WAV of the whole set in `voice`; the items with their times in seconds."""
+    samples = array.array("h", [0] * RATE)
+    items = []
+    silence = lambda s: array.array("h", [0] * int(s * RATE))
+    for q in QUESTIONS:
+        start = len(samples) / RATE
+        samples.extend(speech(voice, q))
+        items.append({"kind": "question", "text": q, "start": start, "end": len(samples) / RATE})
+        samples.extend(silence(GAP_S))
+    for first, pause_ms, second in PAUSED:
+        start = len(samples) / RATE
+        samples.extend(speech(voice, first))
+        pause_from = len(samples) / RATE
+        samples.extend(silence(pause_ms / 1000))
+        pause_to = len(samples) / RATE
+        samples.extend(speech(voice, second))
+        items.append({"kind": "paused", "text": f"{first} ... {second}", "start": start,
+                      "pause": [pause_from, pause_to], "end": len(samples) / RATE})
+        samples.extend(silence(GAP_S))
+    with wave.open(path, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(RATE)
+        w.writeframes(samples.tobytes())
+    return items
+
+
+def run(args, voice, wav, words):
+    name = f"{voice.replace('+', '_')}-{'words' if words else 'model'}"
+    events_path = os.path.join(args.out, f"{name}.events.jsonl")
+    env = dict(os.environ, OPENAI_API_KEY="local", CARTESIA_API_KEY="local",
+               OPENAI_BASE_URL=f"http://127.0.0.1:{args.stand_in_port}/v1",
+               CARTESIA_URL=f"ws://127.0.0.1:{args.stand_in_port}")
+    subprocess.run([args.bin, "run", "--input", wav, "--output", os.path.join(args.out, f"{name}.out.wav"),
+                    "--events", events_path, "--llm", "openai", "--tts", "cartesia",
+                    "--turn", "smart", "--turn-words", "true" if words else "false",
+                    "--max-tail-secs", "5"],
+                   env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    events = [json.loads(l) for l in open(events_path) if l.strip()]
+    return [e["t_ms"] / 1000 for e in events if e["type"] == "user_stopped_speaking"]
+
+
+def judge(items, stops):
+    waits, cuts = [], []
+    for item in items:
+        after = [t for t in stops if item["start"] < t]
+        if item["kind"] == "question":
+            ended = [t for t in after if t >= item["end"]]
+            if ended and ended[0] < item["end"] + GAP_S:
+                waits.append((ended[0] - item["end"]) * 1000)
+        else:
+            lo, hi = item["pause"]
+            cuts.append(any(lo <= t < hi + 0.3 for t in after))
+    return waits, cuts
+
+
+def quantile(values, q):
+    values = sorted(values)
+    return round(values[min(len(values) - 1, int(round(q * (len(values) - 1))))], 1) if values else None
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", default="target/release/voxide")
+    parser.add_argument("--out", default="target/turn-wait")
+    parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--stand-in-port", type=int, default=9030)
+    args = parser.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    stand_ins = subprocess.Popen(
+        ["target/release/examples/stand_in_providers", "--port", str(args.stand_in_port)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        sets = {}
+        for voice in VOICES:
+            wav = os.path.join(args.out, f"{voice.replace('+', '_')}.wav")
+            sets[voice] = (wav, build(voice, wav))
+        jobs = [(voice, words) for words in (False, True) for voice in VOICES]
+        with ThreadPoolExecutor(args.parallel) as pool:
+            stops = dict(zip(jobs, pool.map(lambda j: run(args, j[0], sets[j[0]][0], j[1]), jobs)))
+    finally:
+        stand_ins.terminate()
+    report = {}
+    for words in (False, True):
+        waits, cuts = [], []
+        for voice in VOICES:
+            w, c = judge(sets[voice][1], stops[(voice, words)])
+            waits += w
+            cuts += c
+        report["smart_turn_and_words" if words else "smart_turn_alone"] = {
+            "questions": len(QUESTIONS) * len(VOICES), "turns_timed": len(waits),
+            "turn_wait_ms": {"p50": quantile(waits, 0.5), "p90": quantile(waits, 0.9),
+                             "max": quantile(waits, 1.0)},
+            "waits_over_1500ms": sum(1 for w in waits if w > 1500),
+            "paused_sentences": len(cuts), "cut_in_the_pause": sum(cuts),
+        }
+    report["voices"] = VOICES
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
