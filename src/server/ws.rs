@@ -184,9 +184,11 @@ async fn run_session(
     }
     let _ = session.join().await;
     let _ = forward.await;
+    // The session is over: its slot is free before the socket is (a close can wait on a
+    // client that reads nothing, up to the write timeout).
+    drop(admission);
     drop(out_tx);
     let _ = writer.await;
-    drop(admission);
 }
 
 /// The session's events, to the metrics and to the client.
