@@ -578,7 +578,11 @@ impl TurnMachine {
             // Skipped: the user spoke again before the model was free.
             Ok(None) => {}
             Ok(Some(p)) => {
-                tracing::debug!(probability = p.probability, complete = p.complete, "verdict");
+                tracing::debug!(
+                    probability = p.probability,
+                    complete = p.complete,
+                    "verdict"
+                );
                 self.said = Some(p.complete);
                 self.reconsider(now);
             }
@@ -609,17 +613,29 @@ impl TurnMachine {
     }
 
     /// Weighs the model's verdict on the pause with the turn's words, once both are in (the
-    /// words are in when the STT owes no final), and sets when the turn ends, or ends it.
+    /// words are in when the STT owes no final: until then a finished verdict waits for them,
+    /// since the turn cannot be answered without them), and sets when the turn ends, or ends it.
     fn reconsider(&mut self, now: Instant) {
-        let (Some(paused), Some(finished), StopRule::Model { incomplete_timeout, words }) =
-            (self.paused_at, self.said, self.stop)
+        let (
+            Some(paused),
+            Some(finished),
+            StopRule::Model {
+                incomplete_timeout,
+                words,
+            },
+        ) = (self.paused_at, self.said, self.stop)
         else {
             return;
         };
         if !self.in_turn || self.vad_speaking {
             return;
         }
-        let words = (words && self.owed == 0).then(|| {
+        if words && self.owed > 0 {
+            // The pause's words are on their way: decide when they are in (the turn could not
+            // be answered before anyway), or at the deadline set at the pause.
+            return;
+        }
+        let words = words.then(|| {
             let mut heard = self.turn.text.clone();
             heard.push(' ');
             heard.push_str(&self.interim);
@@ -766,7 +782,11 @@ mod tests {
         let t0 = Instant::now();
         let pause = t0 + Duration::from_secs(2);
         judged_pause(&mut m, t0, pause, false);
-        assert_eq!(m.next_deadline(), Some(pause + INCOMPLETE), "the words are owed");
+        assert_eq!(
+            m.next_deadline(),
+            Some(pause + INCOMPLETE),
+            "the words are owed"
+        );
         let heard = pause + Duration::from_millis(300);
         m.handle(final_words("What is the capital city of Italy?"), heard);
         assert!(pushed(&m.handle(Input::TranscriptionDone, heard)).is_empty());
@@ -808,7 +828,10 @@ mod tests {
         m.handle(final_words("Set a timer for five minutes."), late);
         assert_eq!(
             pushed(&m.handle(Input::TranscriptionDone, late)),
-            ["user_stopped_speaking", "answer: Set a timer for five minutes."]
+            [
+                "user_stopped_speaking",
+                "answer: Set a timer for five minutes."
+            ]
         );
     }
 
@@ -833,7 +856,10 @@ mod tests {
         let mut m = model_machine();
         let t0 = Instant::now();
         m.handle(Input::VadStarted, t0);
-        m.handle(final_words("Tell me about cats and"), t0 + Duration::from_secs(1));
+        m.handle(
+            final_words("Tell me about cats and"),
+            t0 + Duration::from_secs(1),
+        );
         let pause = t0 + Duration::from_secs(2);
         m.handle(Input::VadStopped, pause);
         assert!(pushed(&m.handle(verdict(1, true), pause + Duration::from_millis(60))).is_empty());
@@ -845,8 +871,47 @@ mod tests {
     }
 
     #[test]
-    fn a_finished_verdict_while_a_final_is_owed_ends_the_turn_at_once() {
+    fn a_finished_verdict_waits_for_the_owed_final_and_holds_a_moment_if_it_trails_off() {
         let mut m = model_machine();
+        let t0 = Instant::now();
+        let pause = t0 + Duration::from_secs(2);
+        judged_pause(&mut m, t0, pause, true);
+        assert!(m.in_turn(), "the words decide");
+        let heard = pause + Duration::from_millis(300);
+        m.handle(final_words("I would like to book a table for"), heard);
+        assert!(pushed(&m.handle(Input::TranscriptionDone, heard)).is_empty());
+        assert_eq!(m.next_deadline(), Some(pause + TRAILING_WORDS_HOLD));
+        // The user goes on: one turn.
+        m.handle(Input::VadStarted, pause + Duration::from_millis(500));
+        assert!(m.in_turn());
+    }
+
+    #[test]
+    fn a_finished_verdict_on_a_whole_sentence_ends_the_turn_as_its_final_lands() {
+        let mut m = model_machine();
+        let t0 = Instant::now();
+        let pause = t0 + Duration::from_secs(2);
+        judged_pause(&mut m, t0, pause, true);
+        let heard = pause + Duration::from_millis(300);
+        m.handle(final_words("Who wrote the play Hamlet?"), heard);
+        assert_eq!(
+            pushed(&m.handle(Input::TranscriptionDone, heard)),
+            [
+                "user_stopped_speaking",
+                "answer: Who wrote the play Hamlet?"
+            ]
+        );
+    }
+
+    #[test]
+    fn with_the_words_off_a_finished_verdict_ends_the_turn_at_once() {
+        let mut m = TurnMachine::new(
+            StopRule::Model {
+                incomplete_timeout: INCOMPLETE,
+                words: false,
+            },
+            BargeIn::default(),
+        );
         let t0 = Instant::now();
         let pause = t0 + Duration::from_secs(2);
         m.handle(Input::VadStarted, t0);
