@@ -692,10 +692,15 @@ mod tests {
     const INCOMPLETE: Duration = Duration::from_secs(3);
 
     fn model_machine() -> TurnMachine {
+        words_machine(true)
+    }
+
+    /// A machine on the turn model, weighing the words or not.
+    fn words_machine(words: bool) -> TurnMachine {
         TurnMachine::new(
             StopRule::Model {
                 incomplete_timeout: INCOMPLETE,
-                words: true,
+                words,
             },
             BargeIn::default(),
         )
@@ -802,13 +807,7 @@ mod tests {
 
     #[test]
     fn with_the_words_off_the_verdict_alone_decides() {
-        let mut m = TurnMachine::new(
-            StopRule::Model {
-                incomplete_timeout: INCOMPLETE,
-                words: false,
-            },
-            BargeIn::default(),
-        );
+        let mut m = words_machine(false);
         let t0 = Instant::now();
         let pause = t0 + Duration::from_secs(2);
         judged_pause(&mut m, t0, pause, false);
@@ -905,13 +904,7 @@ mod tests {
 
     #[test]
     fn with_the_words_off_a_finished_verdict_ends_the_turn_at_once() {
-        let mut m = TurnMachine::new(
-            StopRule::Model {
-                incomplete_timeout: INCOMPLETE,
-                words: false,
-            },
-            BargeIn::default(),
-        );
+        let mut m = words_machine(false);
         let t0 = Instant::now();
         let pause = t0 + Duration::from_secs(2);
         m.handle(Input::VadStarted, t0);
