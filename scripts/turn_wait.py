@@ -5,8 +5,9 @@ Each espeak-ng voice below speaks a held-out set: whole questions, and sentences
 pause in the middle. One WAV per voice goes through `voxide run` at real-time pace (Whisper,
 Silero, Smart Turn: the embedded listening side; the answers come from the providers' stand-ins,
 so the model's load is the listening side's alone). For each question the turn wait is the time
-from the last voiced 20 ms of the question in the input WAV to the bot's `user_stopped_speaking`;
-a paused sentence is cut when a turn ends inside its pause. Both configurations run on the same
+from the last voiced 20 ms of the question in the input WAV to the bot's `user_stopped_speaking`,
+and the voice-to-voice time runs from there to the first voiced 20 ms of the bot's answer in the
+output WAV; a paused sentence is cut when a turn ends inside its pause. Both configurations run on the same
 WAVs: Smart Turn alone (`--turn-words false`) and Smart Turn weighed with the words.
 
     scripts/turn_wait.py [--bin target/release/voxide] [--out target/turn-wait] [--parallel 2]
@@ -118,21 +119,37 @@ def run(args, voice, wav, words):
                     "--max-tail-secs", "5"],
                    env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     events = [json.loads(l) for l in open(events_path) if l.strip()]
-    return [e["t_ms"] / 1000 for e in events if e["type"] == "user_stopped_speaking"]
+    stops = [e["t_ms"] / 1000 for e in events if e["type"] == "user_stopped_speaking"]
+    with wave.open(os.path.join(args.out, f"{name}.out.wav")) as w:
+        rate = w.getframerate()
+        bot = array.array("h", w.readframes(w.getnframes()))
+    window = rate // 50
+    onsets, quiet = [], True
+    for i in range(len(bot) // window):
+        chunk = bot[i * window:(i + 1) * window]
+        loud = (sum(x * x for x in chunk) / len(chunk)) ** 0.5 > 300
+        if loud and quiet:
+            onsets.append(i * window / rate)
+        quiet = not loud
+    return stops, onsets
 
 
-def judge(items, stops):
-    waits, cuts = [], []
+def judge(items, heard):
+    stops, onsets = heard
+    waits, v2v, cuts = [], [], []
     for item in items:
         after = [t for t in stops if item["start"] < t]
         if item["kind"] == "question":
             ended = [t for t in after if t >= item["end"]]
             if ended and ended[0] < item["end"] + GAP_S:
                 waits.append((ended[0] - item["end"]) * 1000)
+            answered = [t for t in onsets if item["end"] <= t < item["end"] + GAP_S]
+            if answered:
+                v2v.append((answered[0] - item["end"]) * 1000)
         else:
             lo, hi = item["pause"]
             cuts.append(any(lo <= t < hi + 0.3 for t in after))
-    return waits, cuts
+    return waits, v2v, cuts
 
 
 def quantile(values, q):
@@ -163,16 +180,19 @@ def main():
         stand_ins.terminate()
     report = {}
     for words in (False, True):
-        waits, cuts = [], []
+        waits, v2v, cuts = [], [], []
         for voice in VOICES:
-            w, c = judge(sets[voice][1], stops[(voice, words)])
+            w, v, c = judge(sets[voice][1], stops[(voice, words)])
             waits += w
+            v2v += v
             cuts += c
         report["smart_turn_and_words" if words else "smart_turn_alone"] = {
             "questions": len(QUESTIONS) * len(VOICES), "turns_timed": len(waits),
             "turn_wait_ms": {"p50": quantile(waits, 0.5), "p90": quantile(waits, 0.9),
                              "max": quantile(waits, 1.0)},
             "waits_over_1500ms": sum(1 for w in waits if w > 1500),
+            "answers_timed": len(v2v),
+            "v2v_ms": {"p50": quantile(v2v, 0.5), "p90": quantile(v2v, 0.9), "max": quantile(v2v, 1.0)},
             "paused_sentences": len(cuts), "cut_in_the_pause": sum(cuts),
         }
     report["voices"] = VOICES

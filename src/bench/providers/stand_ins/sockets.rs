@@ -18,32 +18,72 @@ pub(super) async fn listen(
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
+    accept(stand_ins, &headers, "authorization", upgrade, transcribe)
+}
+
+/// Upgrades to `serve`, the session named by the key in `key_header`, unless the upgrade is
+/// refused as a fault.
+fn accept<F, Fut>(
+    stand_ins: StandIns,
+    headers: &HeaderMap,
+    key_header: &str,
+    upgrade: WebSocketUpgrade,
+    serve: F,
+) -> Response
+where
+    F: FnOnce(WebSocket, StandIns, String) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
     if let Some(refusal) = stand_ins.refused(Fault::UpgradeRefused) {
         return refusal;
     }
-    let session = stand_ins.session(&headers, "authorization");
-    upgrade.on_upgrade(move |socket| transcribe(socket, stand_ins, session))
+    let session = stand_ins.session(headers, key_header);
+    upgrade.on_upgrade(move |socket| serve(socket, stand_ins, session))
+}
+
+/// A message to write at a time; once written, `noted` is noted in the log (and the ledger).
+type Due = (Instant, Option<(String, Noted)>, String);
+/// What a written message is, for the log.
+#[derive(Clone, Copy)]
+enum Noted {
+    Final,
+    FirstAudio,
+}
+
+/// The socket's writer: each message at its time, in order, until the socket fails.
+fn writer(
+    mut sink: futures_util::stream::SplitSink<WebSocket, Message>,
+    mut outgoing: mpsc::Receiver<Due>,
+    stand_ins: StandIns,
+) -> tokio::task::JoinHandle<()> {
+    use futures_util::SinkExt;
+    tokio::spawn(async move {
+        while let Some((at, noted, text)) = outgoing.recv().await {
+            tokio::time::sleep_until(at).await;
+            if sink.send(Message::Text(text.into())).await.is_err() {
+                return;
+            }
+            match noted {
+                Some((key, Noted::Final)) => {
+                    stand_ins.ledger().final_written(&key);
+                    stand_ins.note(Instant::now(), key, |log| &mut log.final_sent);
+                }
+                Some((key, Noted::FirstAudio)) => {
+                    stand_ins.note(Instant::now(), key, |log| &mut log.audio_sent);
+                }
+                None => {}
+            }
+        }
+    })
 }
 
 /// Deepgram: audio is counted; each `Finalize` is answered `delay` later (or, as a fault, the
 /// socket is dropped instead).
 async fn transcribe(socket: WebSocket, stand_ins: StandIns, session: String) {
-    use futures_util::{SinkExt, StreamExt};
-    let (mut sink, mut stream) = socket.split();
-    let (out, mut outgoing) = mpsc::channel::<(Instant, String, String)>(16);
-    let writer = {
-        let stand_ins = stand_ins.clone();
-        tokio::spawn(async move {
-            while let Some((at, key, text)) = outgoing.recv().await {
-                tokio::time::sleep_until(at).await;
-                if sink.send(Message::Text(text.into())).await.is_err() {
-                    return;
-                }
-                stand_ins.ledger().final_written(&key);
-                stand_ins.note(Instant::now(), key, |log| &mut log.final_sent);
-            }
-        })
-    };
+    use futures_util::StreamExt;
+    let (sink, mut stream) = socket.split();
+    let (out, outgoing) = mpsc::channel::<Due>(16);
+    let writer = writer(sink, outgoing, stand_ins.clone());
     let (mut received, mut finalized, mut question) = (0usize, 0usize, 0usize);
     while let Some(Ok(message)) = stream.next().await {
         match message {
@@ -63,7 +103,8 @@ async fn transcribe(socket: WebSocket, stand_ins: StandIns, session: String) {
                     "channel": {"alternatives": [{"transcript": key, "confidence": 0.99, "words": []}]}});
                 finalized = received;
                 let due = Instant::now() + stand_ins.delays.stt;
-                if out.send((due, key, results.to_string())).await.is_err() {
+                let noted = Some((key, Noted::Final));
+                if out.send((due, noted, results.to_string())).await.is_err() {
                     break;
                 }
             }
@@ -80,35 +121,17 @@ pub(super) async fn speak(
     headers: HeaderMap,
     upgrade: WebSocketUpgrade,
 ) -> Response {
-    if let Some(refusal) = stand_ins.refused(Fault::UpgradeRefused) {
-        return refusal;
-    }
-    let session = stand_ins.session(&headers, "x-api-key");
-    upgrade.on_upgrade(move |socket| voice(socket, stand_ins, session))
+    accept(stand_ins, &headers, "x-api-key", upgrade, voice)
 }
 
 /// Cartesia: each context's text is answered with its timestamps and audio, the first `delay`
 /// after its first text; its end with `done` after its audio. As a fault, a new context's text
 /// drops the socket instead.
 async fn voice(socket: WebSocket, stand_ins: StandIns, session: String) {
-    use futures_util::{SinkExt, StreamExt};
-    let (mut sink, mut stream) = socket.split();
-    // (when, the turn whose first audio it is, the message).
-    let (out, mut outgoing) = mpsc::channel::<(Instant, Option<String>, String)>(64);
-    let writer = {
-        let stand_ins = stand_ins.clone();
-        tokio::spawn(async move {
-            while let Some((at, first_of, text)) = outgoing.recv().await {
-                tokio::time::sleep_until(at).await;
-                if let Some(key) = first_of {
-                    stand_ins.note(Instant::now(), key, |log| &mut log.audio_sent);
-                }
-                if sink.send(Message::Text(text.into())).await.is_err() {
-                    return;
-                }
-            }
-        })
-    };
+    use futures_util::StreamExt;
+    let (sink, mut stream) = socket.split();
+    let (out, outgoing) = mpsc::channel::<Due>(64);
+    let writer = writer(sink, outgoing, stand_ins.clone());
     // Each context's turn name and when its first audio is due.
     let mut contexts: HashMap<String, (String, Instant)> = HashMap::new();
     let mut questions = 0usize;
@@ -160,7 +183,7 @@ async fn voice(socket: WebSocket, stand_ins: StandIns, session: String) {
             "end": (0..words.len()).map(|i| i as f64 * 0.3 + 0.25).collect::<Vec<_>>()}});
         let chunk = json!({"type": "chunk", "data": WORD_B64.as_str(), "done": false,
             "status_code": 206, "step_time": 10, "context_id": context});
-        let first = (!known).then_some(key);
+        let first = (!known).then_some((key, Noted::FirstAudio));
         if out.send((at, None, timestamps.to_string())).await.is_err()
             || out.send((at, first, chunk.to_string())).await.is_err()
         {
