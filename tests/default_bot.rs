@@ -1,5 +1,5 @@
 //! The default bot on the embedded LLM: a spoken request becomes a schema-valid tool call, the
-//! tool runs, and the model answers from its result. Needs the models (`scripts/setup.sh`).
+//! tool runs, and the answer states its result. Needs the models (`scripts/setup.sh`).
 
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -74,9 +74,54 @@ async fn arithmetic_goes_through_the_calculate_tool_and_back() {
     assert!(result["content"].as_str().is_some_and(|c| c.contains("84")));
     let last = json.last().expect("messages");
     assert_eq!(last["role"], "assistant");
+    assert_eq!(
+        last["content"], "12 times 7 is 84.",
+        "the answer states the result"
+    );
+}
+
+/// The bot's last words.
+fn answer(messages: &[Message]) -> String {
+    match messages.last() {
+        Some(Message::Assistant(m)) => m
+            .content
+            .as_ref()
+            .and_then(Option::as_ref)
+            .map(|c| c.joined_text())
+            .unwrap_or_default(),
+        other => panic!("the bot did not answer last: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spoken_arithmetic_is_answered_with_the_calculators_own_number() {
+    let messages = ask("What is seventeen times twenty three?", 2).await;
+    assert_eq!(answer(&messages), "17 times 23 is 391.");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_for_the_clock_is_answered_from_the_clock() {
+    let messages = ask("What time is it right now?", 2).await;
+    let Some(Message::Tool(result)) = messages.iter().rev().nth(1) else {
+        panic!("the clock was not asked: {messages:?}");
+    };
+    let now: Value = serde_json::from_str(&result.content.joined_text()).expect("JSON");
+    let said = answer(&messages);
     assert!(
-        last["content"].as_str().is_some_and(|c| c.contains("84")),
-        "the answer uses the result: {last}"
+        said.contains(now["time"].as_str().expect("time"))
+            && said.contains(now["date"].as_str().expect("date")),
+        "{said}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_with_no_duration_sets_no_timer() {
+    let messages = ask("Is it going to be a busy afternoon for you?", 1).await;
+    assert!(
+        messages
+            .iter()
+            .all(|m| !matches!(m, Message::Assistant(a) if a.tool_calls.is_some())),
+        "{messages:?}"
     );
 }
 
@@ -104,7 +149,18 @@ async fn a_timer_runs_in_the_background_and_reports_when_it_rings() {
     );
     let last = messages.last().and_then(parse_message);
     assert!(last.is_none(), "the bot spoke after the ring");
-    assert!(matches!(messages.last(), Some(Message::Assistant(_))));
+    assert_eq!(answer(&messages), "Your timer for 12 seconds is done.");
+    let said: Vec<String> = messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Assistant(a) => a.content.as_ref()?.as_ref().map(|c| c.joined_text()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        said.first().map(String::as_str),
+        Some("Timer set for 12 seconds.")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -59,6 +59,20 @@ pub const SUITE: &[(&str, Expect)] = &[
     ("My name is Anna.", Expect::Words),
     ("What's your favourite colour?", Expect::Words),
     ("Good morning!", Expect::Words),
+    // Near misses: words a rule could take for a tool's.
+    ("What year is it?", Expect::Call("get_current_time")),
+    (
+        "How much is a hundred minus thirty seven?",
+        Expect::Calculate(63.0),
+    ),
+    ("Time my tea for three minutes.", Expect::Timer(180)),
+    ("How many days are in a year?", Expect::Words),
+    ("I don't have time for this.", Expect::Words),
+    ("What's the best time to visit Japan?", Expect::Words),
+    ("Is it a good day for a picnic?", Expect::Words),
+    ("Stop talking about the weather.", Expect::Words),
+    ("I need five minutes to think.", Expect::Words),
+    ("My son is ten years old.", Expect::Words),
 ];
 
 /// One request's outcome.

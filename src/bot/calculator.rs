@@ -36,9 +36,12 @@ pub fn evaluate(expression: &str) -> Result<f64, CalcError> {
     if expression.chars().count() > MAX_CHARS {
         return Err(CalcError::TooLong);
     }
-    let tokens = tokenize(expression)?;
+    parse(&tokenize(expression)?)
+}
+
+fn parse(tokens: &[Token]) -> Result<f64, CalcError> {
     let mut parser = Parser {
-        tokens: &tokens,
+        tokens,
         at: 0,
         depth: 0,
     };
@@ -123,11 +126,176 @@ const SPOKEN_OPS: [(&str, &str); 15] = [
     ("x", "*"),
 ];
 
-fn tokenize(expression: &str) -> Result<Vec<Token>, CalcError> {
-    // Words first: lower-case, spoken operators to symbols, filler dropped.
+/// The arithmetic a sentence asks for, written the way [`evaluate`] reads it: "What is
+/// seventeen times twenty three?" gives `17 * 23`, "Can you add 3.5 and 4.25?" `3.5 + 4.25`.
+/// Verbs that put their operands around a preposition ("add 3 to 5", "subtract 4 from 10",
+/// "multiply 6 by 7", "divide 100 by 4") are read too. `None` when the words hold no sum: fewer
+/// than two numbers, or one without a square root, a square or a percentage.
+pub fn read_arithmetic(sentence: &str) -> Option<String> {
+    let text = symbols(sentence);
+    let words: Vec<&str> = text
+        .split_whitespace()
+        .map(|w| w.trim_end_matches('.'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    if let Some(expression) = read_verb(&words) {
+        return Some(expression);
+    }
+    // The longest run of words that is a sum.
+    let mut best: Option<Vec<Token>> = None;
+    for start in 0..words.len() {
+        for end in (start + 1..=words.len()).rev() {
+            if best.as_ref().is_some_and(|b| b.len() >= end - start) {
+                break;
+            }
+            let Ok(tokens) = tokenize(&words[start..end].join(" ")) else {
+                continue;
+            };
+            if is_sum(&tokens) && parse(&tokens).is_ok() {
+                best = Some(tokens);
+                break;
+            }
+        }
+    }
+    best.map(|tokens| write(&tokens))
+}
+
+/// "add A to B", "subtract A from B", "multiply A by B", "divide A by B", "the sum of A and B".
+fn read_verb(words: &[&str]) -> Option<String> {
+    const VERBS: [(&str, &[&str], &str, bool); 7] = [
+        ("add", &["to", "and"], "+", false),
+        ("subtract", &["from"], "-", true),
+        ("take", &["from"], "-", true),
+        ("multiply", &["by", "and"], "*", false),
+        ("divide", &["by"], "/", false),
+        ("sum", &["and"], "+", false),
+        ("product", &["and"], "*", false),
+    ];
+    for (verb, joins, op, swapped) in VERBS {
+        let Some(at) = words.iter().position(|w| *w == verb) else {
+            continue;
+        };
+        let rest: Vec<&str> = words[at + 1..]
+            .iter()
+            .copied()
+            .filter(|w| *w != "away")
+            .collect();
+        for join in joins {
+            // The last join word whose two sides are numbers ("three hundred and five to two").
+            for split in (0..rest.len()).rev().filter(|&i| rest[i] == *join) {
+                let left = (0..split).find_map(|s| read_number(&rest[s..split].join(" ")));
+                let right = (split + 1..=rest.len())
+                    .rev()
+                    .find_map(|e| read_number(&rest[split + 1..e].join(" ")));
+                if let (Some(a), Some(b)) = (left, right) {
+                    let (a, b) = if swapped { (b, a) } else { (a, b) };
+                    return Some(format!("{} {op} {}", format_number(a), format_number(b)));
+                }
+            }
+        }
+    }
+    None
+}
+
+/// The value of words that say one number ("three hundred and five", "4.25").
+pub fn read_number(words: &str) -> Option<f64> {
+    match tokenize(words).ok()?.as_slice() {
+        [Token::Number(n)] => Some(*n),
+        _ => None,
+    }
+}
+
+/// Two numbers and an operator, or one with a square root, a square or a percentage.
+fn is_sum(tokens: &[Token]) -> bool {
+    let numbers = tokens
+        .iter()
+        .filter(|t| matches!(t, Token::Number(_)))
+        .count();
+    let operators = tokens.iter().any(|t| matches!(t, Token::Op(_)));
+    let root = tokens.contains(&Token::Sqrt);
+    (numbers >= 2 && operators) || (numbers == 1 && (root || tokens.contains(&Token::Op('%'))))
+}
+
+/// Tokens as an expression, one space apart.
+fn write(tokens: &[Token]) -> String {
+    tokens
+        .iter()
+        .map(|t| match t {
+            Token::Number(n) => format_number(*n),
+            Token::Op(op) => op.to_string(),
+            Token::Open => "(".into(),
+            Token::Close => ")".into(),
+            Token::Sqrt => "sqrt".into(),
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// An expression in words a voice can say: `17 * 23` is "17 times 23", `sqrt 81` "the square
+/// root of 81", `15 % * 80` "15 percent of 80". Unreadable text comes back as it was.
+pub fn say_expression(expression: &str) -> String {
+    let Ok(tokens) = tokenize(expression) else {
+        return expression.to_owned();
+    };
+    let mut words = Vec::new();
+    let mut at = 0;
+    while let Some(token) = tokens.get(at) {
+        let next = tokens.get(at + 1);
+        words.push(match token {
+            Token::Number(n) => format_number(*n),
+            Token::Op('%') if next == Some(&Token::Op('*')) => {
+                at += 1;
+                "percent of".into()
+            }
+            Token::Op('%')
+                if matches!(next, Some(Token::Number(_) | Token::Open | Token::Sqrt)) =>
+            {
+                "modulo".into()
+            }
+            Token::Op('%') => "percent".into(),
+            Token::Op('^') if next == Some(&Token::Number(2.0)) && tokens.len() == at + 2 => {
+                at += 1;
+                "squared".into()
+            }
+            Token::Op(op) => match op {
+                '*' => "times",
+                '/' => "divided by",
+                '+' => "plus",
+                '-' => "minus",
+                _ => "to the power of",
+            }
+            .into(),
+            Token::Open | Token::Close => String::new(),
+            Token::Sqrt => "the square root of".into(),
+        });
+        at += 1;
+    }
+    words.retain(|w| !w.is_empty());
+    words.join(" ")
+}
+
+/// Lower case, spoken operators as symbols, punctuation dropped, one space between words.
+fn symbols(expression: &str) -> String {
+    // A hyphen between letters joins words ("twenty-five"); elsewhere it is a minus.
+    let chars: Vec<char> = expression.chars().collect();
+    let joined: String = chars
+        .iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            let letter = |j: Option<usize>| {
+                j.and_then(|j| chars.get(j))
+                    .is_some_and(|c| c.is_alphabetic())
+            };
+            if c == '-' && letter(i.checked_sub(1)) && letter(Some(i + 1)) {
+                ' '
+            } else {
+                c
+            }
+        })
+        .collect();
     let mut text = format!(
         " {} ",
-        expression
+        joined
             .to_lowercase()
             .replace(['×', '·'], "*")
             .replace('÷', "/")
@@ -143,6 +311,15 @@ fn tokenize(expression: &str) -> Result<Vec<Token>, CalcError> {
     for (words, symbol) in SPOKEN_OPS {
         text = text.replace(&format!(" {words} "), &format!(" {symbol} "));
     }
+    for scale in ["hundred", "thousand", "million"] {
+        text = text.replace(&format!(" a {scale} "), &format!(" one {scale} "));
+    }
+    text
+}
+
+fn tokenize(expression: &str) -> Result<Vec<Token>, CalcError> {
+    // Words first: lower-case, spoken operators to symbols, filler dropped.
+    let text = symbols(expression);
     let words: Vec<&str> = text
         .split_whitespace()
         .filter(|w| !matches!(*w, "what" | "is" | "whats" | "what's" | "the" | "of"))
@@ -366,6 +543,65 @@ mod tests {
         assert_eq!(evaluate(&"(".repeat(100)), Err(CalcError::TooLong));
         assert_eq!(evaluate(&"1+".repeat(200)), Err(CalcError::TooLong));
         assert_eq!(evaluate("10 ^ 400"), Err(CalcError::NotFinite));
+    }
+
+    #[test]
+    fn the_arithmetic_in_a_sentence_is_found() {
+        let read = |s: &str| read_arithmetic(s);
+        assert_eq!(
+            read("What is seventeen times twenty three?").as_deref(),
+            Some("17 * 23")
+        );
+        assert_eq!(
+            read("What's twenty-five plus 17?").as_deref(),
+            Some("25 + 17")
+        );
+        assert_eq!(
+            read("Can you add 3.5 and 4.25?").as_deref(),
+            Some("3.5 + 4.25")
+        );
+        assert_eq!(
+            read("Please add three hundred and forty two to fifty eight.").as_deref(),
+            Some("342 + 58")
+        );
+        assert_eq!(
+            read("Subtract 4 from ten, please.").as_deref(),
+            Some("10 - 4")
+        );
+        assert_eq!(read("Divide 100 by 8").as_deref(), Some("100 / 8"));
+        assert_eq!(
+            read("How much is 250 divided by 5?").as_deref(),
+            Some("250 / 5")
+        );
+        assert_eq!(
+            read("What is the square root of 144?").as_deref(),
+            Some("sqrt 144")
+        );
+        assert_eq!(read("Calculate 15% of 80.").as_deref(), Some("15 % * 80"));
+        assert_eq!(read("What is 10 - 4?").as_deref(), Some("10 - 4"));
+        assert_eq!(
+            read("How much is a hundred minus 37?").as_deref(),
+            Some("100 - 37")
+        );
+        for chat in [
+            "What time is it right now?",
+            "Is it going to be a busy afternoon for you?",
+            "Set a timer for ten minutes.",
+            "I was born in 1990.",
+            "Take it easy.",
+        ] {
+            assert_eq!(read(chat), None, "{chat}");
+        }
+    }
+
+    #[test]
+    fn expressions_are_said_in_words() {
+        assert_eq!(say_expression("17 * 23"), "17 times 23");
+        assert_eq!(say_expression("sqrt 144"), "the square root of 144");
+        assert_eq!(say_expression("15 % * 80"), "15 percent of 80");
+        assert_eq!(say_expression("17 % 5"), "17 modulo 5");
+        assert_eq!(say_expression("9 ^ 2"), "9 squared");
+        assert_eq!(say_expression("100 / 8 - 2"), "100 divided by 8 minus 2");
     }
 
     #[test]

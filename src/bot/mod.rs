@@ -74,6 +74,7 @@ fn local_llm_taught(examples: &[ToolExample]) -> Result<LocalLlm, ModelError> {
         LocalModel::shared()?,
         LocalLlmOptions {
             tool_examples,
+            tool_words: tools::local_words(),
             ..LocalLlmOptions::default()
         },
     ))

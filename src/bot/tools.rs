@@ -6,10 +6,10 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::calculator::{evaluate, format_number};
+use super::calculator::{evaluate, format_number, read_arithmetic, read_number, say_expression};
 use crate::config::Builtin;
 use crate::services::llm::cancel_tool_schema;
-use crate::services::llm::local::{ToolExample, ToolSet};
+use crate::services::llm::local::{Outcome, ToolExample, ToolSet, ToolWords};
 use crate::services::llm::{FunctionOptions, FunctionRegistry, ResultProperties};
 
 /// The longest timer one can set: a day.
@@ -99,7 +99,264 @@ pub fn tool_set() -> ToolSet {
     register(&mut registry, &Builtin::ALL);
     let mut schemas = registry.direct_schemas().to_vec();
     schemas.push(cancel_tool_schema("set_timer"));
-    ToolSet::new(&schemas).with_examples(&local_examples())
+    ToolSet::new(&schemas)
+        .with_examples(&local_examples())
+        .with_words(&local_words())
+}
+
+/// How the embedded model handles the built-in tools by rule: the calculator reads the
+/// arithmetic in the words and the timer a spoken duration (a question with neither does not
+/// call them), and every result is said from a template, so the numbers spoken are the tool's.
+pub fn local_words() -> Vec<ToolWords> {
+    let rule = |name: &str, read, say| ToolWords {
+        name: name.to_owned(),
+        read,
+        say,
+    };
+    vec![
+        rule("get_current_time", read_clock_question, say_time),
+        rule(
+            "calculate",
+            |words| read_arithmetic(words).map(|expression| json!({"expression": expression})),
+            say_calculation,
+        ),
+        rule("set_timer", read_timer, say_timer),
+        rule("cancel_set_timer", read_timer_cancel, say_timer_cancel),
+    ]
+}
+
+/// The clock's (empty) arguments when the words ask for the time or the date.
+fn read_clock_question(sentence: &str) -> Option<Value> {
+    const ASKS: [&str; 15] = [
+        "what time",
+        "the time",
+        "time is it",
+        "time now",
+        "the clock",
+        "the date",
+        "what date",
+        "today's date",
+        "what day",
+        "which day",
+        "day of the week",
+        "day is it",
+        "day today",
+        "year is it",
+        "month is it",
+    ];
+    let text = format!(" {} ", plain_words(sentence).join(" "));
+    ASKS.iter()
+        .any(|p| text.contains(&format!(" {p} ")))
+        .then(|| json!({}))
+}
+
+/// `cancel_set_timer`'s (empty) arguments when the words stop a timer.
+fn read_timer_cancel(sentence: &str) -> Option<Value> {
+    let words = plain_words(sentence);
+    let has = |list: &[&str]| words.iter().any(|w| list.contains(&w.as_str()));
+    let stop = has(&[
+        "cancel", "stop", "forget", "mind", "remove", "delete", "off", "kill",
+    ]);
+    (stop && has(&["timer", "timers", "alarm", "reminder", "countdown"])).then(|| json!({}))
+}
+
+/// Lower-case words, punctuation dropped (apostrophes kept).
+fn plain_words(sentence: &str) -> Vec<String> {
+    sentence
+        .to_lowercase()
+        .split(|c: char| !c.is_alphanumeric() && c != '\'')
+        .filter(|w| !w.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn result_json(outcome: Outcome<'_>) -> Option<Value> {
+    match outcome {
+        Outcome::Result(text) => serde_json::from_str(text).ok(),
+        _ => None,
+    }
+}
+
+fn say_time(_: &Value, outcome: Outcome<'_>) -> Option<String> {
+    let result = result_json(outcome)?;
+    Some(format!(
+        "It is {} {} on {}.",
+        result["time"].as_str()?,
+        result["timezone"].as_str()?,
+        result["date"].as_str()?
+    ))
+}
+
+fn say_calculation(_: &Value, outcome: Outcome<'_>) -> Option<String> {
+    let result = result_json(outcome)?;
+    let expression = say_expression(result["expression"].as_str()?);
+    Some(
+        match (result["result"].as_str(), result["error"].as_str()) {
+            (Some(value), _) => format!("{} is {value}.", capitalized(&expression)),
+            (None, Some(error)) => format!("I could not work out {expression}: {error}."),
+            (None, None) => return None,
+        },
+    )
+}
+
+fn say_timer(arguments: &Value, outcome: Outcome<'_>) -> Option<String> {
+    let length = say_duration(arguments["seconds"].as_u64()?);
+    let label = arguments["label"].as_str().filter(|l| !l.is_empty());
+    Some(match outcome {
+        Outcome::Started => match label {
+            Some(label) => format!("Timer set for {length}, for {label}."),
+            None => format!("Timer set for {length}."),
+        },
+        Outcome::Update(_) => return None,
+        Outcome::Cancelled => format!("The timer for {length} is cancelled."),
+        Outcome::Result(_) => {
+            let result = result_json(outcome)?;
+            if let Some(error) = result["error"].as_str() {
+                format!("I could not set that timer: {error}.")
+            } else {
+                match label {
+                    Some(label) => format!("Your timer for {length} is done: {label}."),
+                    None => format!("Your timer for {length} is done."),
+                }
+            }
+        }
+    })
+}
+
+fn say_timer_cancel(_: &Value, outcome: Outcome<'_>) -> Option<String> {
+    match outcome {
+        Outcome::Result(text) if text.starts_with("Cancelled") => {
+            Some("The timer is cancelled.".into())
+        }
+        Outcome::Result(text) if text.starts_with("No ") => Some("No timer is running.".into()),
+        _ => None,
+    }
+}
+
+fn capitalized(text: &str) -> String {
+    let mut chars = text.chars();
+    chars.next().map_or_else(String::new, |first| {
+        first.to_uppercase().chain(chars).collect()
+    })
+}
+
+/// Seconds as a voice says them: "2 minutes", "1 hour and 30 minutes", "45 seconds".
+fn say_duration(seconds: u64) -> String {
+    let parts: Vec<String> = [
+        (seconds / 3600, "hour"),
+        (seconds / 60 % 60, "minute"),
+        (seconds % 60, "second"),
+    ]
+    .into_iter()
+    .filter(|(n, _)| *n > 0)
+    .map(|(n, unit)| format!("{n} {unit}{}", if n == 1 { "" } else { "s" }))
+    .collect();
+    match parts.as_slice() {
+        [] => "0 seconds".into(),
+        [.., last] if parts.len() > 1 => {
+            format!("{} and {last}", parts[..parts.len() - 1].join(", "))
+        }
+        _ => parts.join(""),
+    }
+}
+
+/// `set_timer`'s arguments from the words: the duration they name, and what the timer is for
+/// ("remind me to call my sister in an hour", "a timer for the eggs").
+fn read_timer(sentence: &str) -> Option<Value> {
+    const ASKS: [&str; 12] = [
+        "timer",
+        "alarm",
+        "remind",
+        "reminder",
+        "wake",
+        "ping",
+        "countdown",
+        "alert",
+        "notify",
+        "time",
+        "buzz",
+        "ring",
+    ];
+    let asks = plain_words(sentence)
+        .iter()
+        .any(|w| ASKS.contains(&w.as_str()))
+        || sentence.to_lowercase().contains("let me know");
+    if !asks {
+        return None;
+    }
+    let seconds = read_duration(sentence)?;
+    let lower = sentence.to_lowercase();
+    let words: Vec<&str> = lower
+        .split(|c: char| !c.is_alphanumeric() && c != '\'')
+        .filter(|w| !w.is_empty())
+        .collect();
+    let label = read_label(&words);
+    Some(match label {
+        Some(label) => json!({"seconds": seconds, "label": label}),
+        None => json!({"seconds": seconds}),
+    })
+}
+
+/// What a timer is for: the words after "remind me to" or "for the" that name no duration.
+fn read_label(words: &[&str]) -> Option<String> {
+    let stops = ["in", "after", "for", "at", "please"];
+    let start = words
+        .windows(3)
+        .position(|w| w == ["remind", "me", "to"])
+        .map(|i| i + 3)
+        .or_else(|| {
+            words
+                .windows(2)
+                .position(|w| w[0] == "for" && matches!(w[1], "the" | "my"))
+                .map(|i| i + 1)
+        })?;
+    let label: Vec<&str> = words[start..]
+        .iter()
+        .copied()
+        .take_while(|w| !stops.contains(w))
+        .collect();
+    let text = label.join(" ");
+    (!label.is_empty() && read_duration(&text).is_none()).then_some(text)
+}
+
+/// The seconds a spoken duration adds up to ("ten minutes", "an hour and a half", "90
+/// seconds", "one minute and thirty seconds"); `None` when the words name no duration.
+pub fn read_duration(sentence: &str) -> Option<u64> {
+    let lower = sentence.to_lowercase().replace('-', " ");
+    let words: Vec<&str> = lower
+        .split(|c: char| c.is_whitespace() || matches!(c, ',' | '?' | '!'))
+        .map(|w| w.trim_end_matches('.'))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let mut total = 0.0;
+    let mut free = 0; // words before this index belong to an earlier duration
+    for (at, word) in words.iter().enumerate() {
+        let Some(unit) = unit_seconds(word) else {
+            continue;
+        };
+        let before = &words[free..at];
+        let count = match before {
+            [.., "half", "a" | "an"] => Some(0.5),
+            [.., "a" | "an"] => Some(1.0),
+            _ => (0..before.len()).find_map(|s| read_number(&before[s..].join(" "))),
+        };
+        let Some(count) = count else {
+            continue;
+        };
+        let half = matches!(words.get(at + 1..at + 4), Some(["and", "a", "half"]));
+        total += (count + if half { 0.5 } else { 0.0 }) * unit;
+        free = at + 1;
+    }
+    (total >= 1.0 && total <= MAX_TIMER_SECS as f64).then(|| total.round() as u64)
+}
+
+fn unit_seconds(word: &str) -> Option<f64> {
+    match word {
+        "second" | "seconds" | "sec" | "secs" => Some(1.0),
+        "minute" | "minutes" | "min" | "mins" => Some(60.0),
+        "hour" | "hours" => Some(3600.0),
+        _ => None,
+    }
 }
 
 /// Worked examples that teach the embedded model when to call these tools. They are not the
@@ -242,6 +499,78 @@ mod tests {
         );
         assert_eq!(civil_from_days(0), (1970, 1, 1));
         assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+    }
+
+    #[test]
+    fn a_timer_reads_its_duration_and_purpose_from_the_words() {
+        let read = |s: &str| read_timer(s);
+        assert_eq!(
+            read("Set a timer for ten minutes."),
+            Some(json!({"seconds": 600}))
+        );
+        assert_eq!(
+            read("Start a 30-second timer for the eggs."),
+            Some(json!({"seconds": 30, "label": "the eggs"}))
+        );
+        assert_eq!(
+            read("Remind me to call my sister in an hour."),
+            Some(json!({"seconds": 3600, "label": "call my sister"}))
+        );
+        assert_eq!(
+            read("Wake me in one minute and thirty seconds"),
+            Some(json!({"seconds": 90}))
+        );
+        assert_eq!(
+            read("Ring in half an hour."),
+            Some(json!({"seconds": 1800}))
+        );
+        assert_eq!(
+            read("An alarm in a minute and a half, please."),
+            Some(json!({"seconds": 90}))
+        );
+        assert_eq!(read("I need five minutes to think."), None);
+        assert_eq!(read("Is it going to be a busy afternoon for you?"), None);
+        assert_eq!(read("Set a timer."), None);
+        assert_eq!(read("Set a timer for 3 days."), None);
+    }
+
+    #[test]
+    fn results_are_said_from_the_tools_values() {
+        let words = local_words();
+        let say = |name: &str, arguments: Value, outcome| {
+            let rule = words.iter().find(|w| w.name == name).expect("a rule");
+            (rule.say)(&arguments, outcome)
+        };
+        let sum = calculate("17 * 23").to_string();
+        assert_eq!(
+            say("calculate", json!({}), Outcome::Result(&sum)).as_deref(),
+            Some("17 times 23 is 391.")
+        );
+        let time = current_time(UNIX_EPOCH + Duration::from_secs(1_795_287_347)).to_string();
+        assert_eq!(
+            say("get_current_time", json!({}), Outcome::Result(&time)).as_deref(),
+            Some("It is 18:55 UTC on Saturday, 21 November 2026.")
+        );
+        let timer = json!({"seconds": 90, "label": "the eggs"});
+        assert_eq!(
+            say("set_timer", timer.clone(), Outcome::Started).as_deref(),
+            Some("Timer set for 1 minute and 30 seconds, for the eggs.")
+        );
+        let rang = json!({"label": "the eggs", "rang": true, "after_seconds": 90}).to_string();
+        assert_eq!(
+            say("set_timer", timer.clone(), Outcome::Result(&rang)).as_deref(),
+            Some("Your timer for 1 minute and 30 seconds is done: the eggs.")
+        );
+        assert_eq!(say("set_timer", timer, Outcome::Update("{}")), None);
+        assert_eq!(
+            say(
+                "cancel_set_timer",
+                json!({}),
+                Outcome::Result("No set_timer call is running; nothing was cancelled.")
+            )
+            .as_deref(),
+            Some("No timer is running.")
+        );
     }
 
     #[test]

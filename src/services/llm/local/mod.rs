@@ -23,11 +23,12 @@ use tokio::sync::mpsc;
 pub use grammar::{ArgumentsGrammar, Field, ValueKind, Verdict};
 use llama::{KvCache, Llama};
 pub use tokenizer::Tokenizer;
-pub use tool_call::{Decision, ToolExample, ToolSet};
+pub use tool_call::{Decision, Outcome, ToolExample, ToolSet, ToolWords};
 
 use super::{LlmEngine, LlmError, LlmEvent, LlmRequest};
 use crate::context::async_tool_messages::{
-    ASYNC_TOOL_INSTRUCTIONS, AsyncToolMessageKind, parse_message,
+    ASYNC_TOOL_INSTRUCTIONS, AsyncToolMessageKind, AsyncToolMessagePayload, CANCELLED,
+    parse_message,
 };
 use crate::context::{Content, Message, StopReason};
 use crate::frames::TokenUsage;
@@ -50,6 +51,8 @@ pub struct LocalLlmOptions {
     pub repeat_window: usize,
     /// Worked examples of tool calls for the side prompt that decides them.
     pub tool_examples: Vec<ToolExample>,
+    /// Tools read from the words and spoken from templates rather than by the model.
+    pub tool_words: Vec<ToolWords>,
 }
 
 impl Default for LocalLlmOptions {
@@ -59,6 +62,7 @@ impl Default for LocalLlmOptions {
             repeat_penalty: 1.2,
             repeat_window: 64,
             tool_examples: Vec::new(),
+            tool_words: Vec::new(),
         }
     }
 }
@@ -268,6 +272,65 @@ fn plain(result: &str) -> String {
     }
 }
 
+/// The answer to the tool outcomes that end the conversation, when every one of them is said
+/// from its tool's template: the model is not asked to restate results it could get wrong.
+fn said_by_rule(messages: &[Message], rules: &[ToolWords]) -> Option<String> {
+    if rules.is_empty() {
+        return None;
+    }
+    let mut calls: HashMap<&str, (&str, serde_json::Value)> = HashMap::new();
+    for call in messages.iter().filter_map(|m| match m {
+        Message::Assistant(m) => m.tool_calls.as_ref(),
+        _ => None,
+    }) {
+        for call in call {
+            let arguments = crate::services::llm::tools::parse_arguments(&call.function.arguments);
+            calls.insert(&call.id, (&call.function.name, arguments));
+        }
+    }
+    let mut said = Vec::new();
+    for message in messages.iter().rev() {
+        let payload = parse_message(message);
+        let text = match message {
+            Message::Tool(m) if payload.is_none() => m.content.joined_text(),
+            _ => String::new(),
+        };
+        let (id, outcome) = match (&payload, message) {
+            (Some(payload), _) => (payload.tool_call_id.as_str(), async_outcome(payload)),
+            (None, Message::Tool(m)) => match text.as_str() {
+                IN_PROGRESS => continue,
+                CANCELLED => (m.tool_call_id.as_str(), Outcome::Cancelled),
+                _ => (m.tool_call_id.as_str(), Outcome::Result(&text)),
+            },
+            (None, Message::Assistant(m)) if m.content.as_ref().is_none_or(|c| c.is_none()) => {
+                continue;
+            }
+            _ => break,
+        };
+        let (name, arguments) = calls.get(id)?;
+        let rule = rules.iter().find(|r| r.name == *name)?;
+        match (rule.say)(arguments, outcome) {
+            Some(sentence) => said.push(sentence),
+            // A progress report the template leaves unsaid is no news.
+            None if matches!(outcome, Outcome::Update(_)) => {}
+            None => return None,
+        }
+    }
+    said.reverse();
+    (!said.is_empty()).then(|| said.join(" "))
+}
+
+/// An async-tool message's news.
+fn async_outcome(payload: &AsyncToolMessagePayload) -> Outcome<'_> {
+    let result = payload.result.as_deref().unwrap_or_default();
+    match payload.kind {
+        _ if payload.is_cancelled() => Outcome::Cancelled,
+        AsyncToolMessageKind::Started => Outcome::Started,
+        AsyncToolMessageKind::Intermediate => Outcome::Update(result),
+        AsyncToolMessageKind::Final => Outcome::Result(result),
+    }
+}
+
 /// The text of the last message when it is the user's: a new request, which may call a tool.
 fn pending_user_text(messages: &[Message]) -> Option<String> {
     match messages.last()? {
@@ -344,8 +407,13 @@ impl LlmEngine for LocalLlm {
         let state = self.state.clone();
         let options = self.options.clone();
         tokio::task::spawn_blocking(move || {
-            let tools =
-                ToolSet::new(&request.tools.standard_tools).with_examples(&options.tool_examples);
+            if let Some(text) = said_by_rule(&request.messages, &options.tool_words) {
+                let _ = tx.send(Ok(LlmEvent::Text(text)));
+                return;
+            }
+            let tools = ToolSet::new(&request.tools.standard_tools)
+                .with_examples(&options.tool_examples)
+                .with_words(&options.tool_words);
             if let Some(text) = pending_user_text(&request.messages).filter(|_| !tools.is_empty()) {
                 match model.decide_tool_call(&tools, request.tool_choice.as_ref(), &text) {
                     Ok(Some(call)) => {
@@ -439,4 +507,69 @@ fn run(
         cache_write: 0,
     })));
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::context::AssistantMessage;
+    use crate::context::ToolCall;
+    use crate::context::async_tool_messages::{
+        build_final_result_message, build_intermediate_result_message, build_started_message,
+    };
+
+    fn rule(name: &str) -> ToolWords {
+        ToolWords {
+            name: name.into(),
+            read: |_| None,
+            say: |arguments, outcome| match outcome {
+                Outcome::Started => Some(format!("started {}", arguments["n"])),
+                Outcome::Result(result) => Some(format!("got {result}")),
+                Outcome::Update(_) | Outcome::Cancelled => None,
+            },
+        }
+    }
+
+    fn call(id: &str, name: &str) -> Message {
+        Message::Assistant(AssistantMessage {
+            tool_calls: Some(vec![ToolCall::function(id, name, &json!({"n": 7}))]),
+            ..AssistantMessage::default()
+        })
+    }
+
+    #[test]
+    fn results_of_tools_with_templates_are_said_from_them_and_others_left_to_the_model() {
+        let rules = [rule("sum")];
+        let asked = vec![Message::user("seven?"), call("a", "sum")];
+        let mut answered = asked.clone();
+        answered.push(Message::tool("a", "7"));
+        assert_eq!(said_by_rule(&answered, &rules).as_deref(), Some("got 7"));
+
+        let mut other = vec![Message::user("weather?"), call("b", "weather")];
+        other.push(Message::tool("b", "sunny"));
+        assert_eq!(
+            said_by_rule(&other, &rules),
+            None,
+            "no template: the model answers"
+        );
+        assert_eq!(said_by_rule(&asked, &rules), None, "nothing to say yet");
+        assert_eq!(said_by_rule(&[Message::user("hi")], &rules), None);
+    }
+
+    #[test]
+    fn an_async_result_is_said_and_its_unsaid_updates_skipped() {
+        let rules = [rule("sum")];
+        let mut messages = vec![Message::user("seven?"), call("a", "sum")];
+        messages.push(build_started_message("a"));
+        assert_eq!(
+            said_by_rule(&messages, &rules).as_deref(),
+            Some("started 7")
+        );
+        messages.push(Message::assistant("started 7"));
+        messages.push(build_intermediate_result_message("a", Some(&json!(3))));
+        messages.push(build_final_result_message("a", Some(&json!(7))));
+        assert_eq!(said_by_rule(&messages, &rules).as_deref(), Some("got 7"));
+    }
 }
