@@ -11,8 +11,11 @@ output WAV; a paused sentence is cut when a turn ends inside its pause. Both con
 WAVs: Smart Turn alone (`--turn-words false`) and Smart Turn weighed with the words.
 
     scripts/turn_wait.py [--bin target/release/voxide] [--out target/turn-wait] [--parallel 2]
+                         [--pipecat target/venv-pipecat/bin/python]
 
-Prints one JSON line per configuration and one with both. Needs espeak-ng, sox and the models.
+With --pipecat, pipecat 1.14's default turn strategy (Silero and Smart Turn v3 in its user
+aggregator, bench/pipecat-compare/turn_wait.py) ends the turns of the same WAVs too, judged the
+same way. Prints one JSON line with every configuration. Needs espeak-ng, sox and the models.
 """
 
 import argparse
@@ -163,6 +166,9 @@ def main():
     parser.add_argument("--out", default="target/turn-wait")
     parser.add_argument("--parallel", type=int, default=2)
     parser.add_argument("--stand-in-port", type=int, default=9030)
+    parser.add_argument("--pipecat", metavar="PYTHON",
+                        help="also time pipecat 1.14's default turn strategy on the same WAVs, "
+                             "with this Python (one that has pipecat-ai 1.14 installed)")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     stand_ins = subprocess.Popen(
@@ -195,8 +201,32 @@ def main():
             "v2v_ms": {"p50": quantile(v2v, 0.5), "p90": quantile(v2v, 0.9), "max": quantile(v2v, 1.0)},
             "paused_sentences": len(cuts), "cut_in_the_pause": sum(cuts),
         }
+    if args.pipecat:
+        report["pipecat_smart_turn"] = pipecat_turn_wait(args.pipecat, sets)
     report["voices"] = VOICES
     print(json.dumps(report))
+
+
+def pipecat_turn_wait(python, sets):
+    """pipecat 1.14's default turn ends on the same WAVs, judged the same way (it has no answers
+    here, so no voice-to-voice)."""
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench",
+                          "pipecat-compare", "turn_wait.py")
+    wavs = [sets[voice][0] for voice in VOICES]
+    out = subprocess.run([python, script, *wavs], check=True, capture_output=True, text=True)
+    ends = json.loads(out.stdout.strip().splitlines()[-1])
+    waits, cuts = [], []
+    for voice in VOICES:
+        w, _, c = judge(sets[voice][1], (ends[sets[voice][0]], []))
+        waits += w
+        cuts += c
+    return {
+        "questions": len(QUESTIONS) * len(VOICES), "turns_timed": len(waits),
+        "turn_wait_ms": {"p50": quantile(waits, 0.5), "p90": quantile(waits, 0.9),
+                         "max": quantile(waits, 1.0)},
+        "waits_over_1500ms": sum(1 for w in waits if w > 1500),
+        "paused_sentences": len(cuts), "cut_in_the_pause": sum(cuts),
+    }
 
 
 if __name__ == "__main__":

@@ -145,7 +145,8 @@ fn record(seen: &mut Vec<String>, frame: Option<&Frame>, actions: Vec<Action>) {
             Action::Push(pushed) => seen.push(Frame::from(pushed).name().to_owned()),
             Action::Interrupt => seen.push("interruption".to_owned()),
             Action::Answer(text) => seen.push(format!("answer: {text}")),
-            Action::Judge { .. } => {}
+            // The machines here guess nothing (preemption is off by default).
+            Action::Guess(_) | Action::Judge { .. } => {}
         }
     }
 }

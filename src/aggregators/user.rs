@@ -50,6 +50,13 @@ impl FrameProcessor for UserAggregator {
                 }
                 self.run_llm(cx);
             }
+            DataFrame::UserTurnGuess(text) => {
+                // What the context will be if the turn ends with these words, as `UserTurn`
+                // would make it.
+                let mut guess = self.context.snapshot();
+                guess.messages.push(Message::user(text.trim()));
+                cx.push_downstream(DataFrame::LlmGuess(Box::new(guess)));
+            }
             DataFrame::LlmMessagesAppend { messages, run_llm } => {
                 self.context
                     .lock()

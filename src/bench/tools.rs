@@ -122,9 +122,7 @@ pub fn run() -> Result<ToolsReport, ModelError> {
         reason: e.to_string(),
     };
     // Warm the shared prefix so the timings are those of a running session.
-    model
-        .decide_tool_call(&tools, None, "Hello.")
-        .map_err(inference)?;
+    model.prepare_tools(&tools).map_err(inference)?;
     let mut results = Vec::new();
     for (text, expect) in SUITE {
         let start = Instant::now();

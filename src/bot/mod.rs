@@ -249,6 +249,8 @@ pub struct BotOptions {
     pub turn_timeout: Duration,
     /// With [`TurnEnd::SmartTurn`], weigh the turn's words with the model's verdict.
     pub turn_words: bool,
+    /// Start the text LLM at a pause whose words are in, before the turn ends.
+    pub preemptive: bool,
     /// The voice.
     pub voice: Voice,
     /// Tokens one reply may have at most.
@@ -300,6 +302,7 @@ impl Default for BotOptions {
             turn_end: TurnEnd::SmartTurn,
             turn_timeout: Duration::from_secs(2),
             turn_words: true,
+            preemptive: true,
             voice: Voice::Piper,
             max_tokens: 60,
             instructions: INSTRUCTIONS.to_owned(),
@@ -462,7 +465,7 @@ pub fn preload(options: &BotOptions) -> Result<(), BotError> {
     if options.llm.uses_local() {
         let model = LocalModel::shared()?;
         // Prefill the tool-decision prompt, shared by every session from then on.
-        let _ = model.decide_tool_call(&tools::tool_set(), None, "Hello.");
+        let _ = model.prepare_tools(&tools::tool_set());
     }
     if options.turn_end == TurnEnd::SmartTurn {
         SmartTurn::shared()?;
@@ -524,7 +527,7 @@ pub fn build<S: AudioSink>(
             SttService::new(stt, "user")
                 .with_speech_end_offset(Duration::from_secs_f32(options.vad.stop_secs)),
         )
-        .then(UserTurns::with_barge_in(stop, options.barge_in))
+        .then(UserTurns::with_barge_in(stop, options.barge_in).preemptive(options.preemptive))
         .then(UserAggregator::new(context.clone()))
         .then(llm);
     // Only a bot that greets has the stage: every frame crosses each one.

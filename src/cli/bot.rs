@@ -48,6 +48,11 @@ pub struct BotArgs {
     /// English; turn it off for other languages. [default: true]
     #[arg(long, env = "VOXIDE_TURN_WORDS")]
     turn_words: Option<bool>,
+    /// Start the answer at a pause whose words are in, before the turn has ended (`true` or
+    /// `false`): if the turn ends with those words the answer is already under way; if the
+    /// user goes on it is thrown away (wasted tokens are counted in the metrics). [default: true]
+    #[arg(long, env = "VOXIDE_PREEMPTIVE")]
+    preemptive: Option<bool>,
     /// The system instruction (default: a short one of voxide's own).
     #[arg(long, env = "VOXIDE_INSTRUCTIONS")]
     instructions: Option<String>,
@@ -119,6 +124,7 @@ impl BotArgs {
             resume_after_secs: self.resume_after_secs,
             pause_at_onset: self.pause_at_onset,
             turn_words: self.turn_words,
+            preemptive: self.preemptive,
             instructions: self.instructions.clone(),
             llm: self.llm.clone(),
             llm_model: self.llm_model.clone(),

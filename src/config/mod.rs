@@ -23,6 +23,7 @@
 //! turn = "smart"           # or "silence"
 //! turn_timeout_secs = 2.0
 //! turn_words = true        # weigh the turn's words with Smart Turn's verdict (English)
+//! preemptive = true        # start the answer at a pause, before the turn has ended
 //! max_tokens = 60
 //! interrupt_min_words = 0  # words over the bot before it stops
 //! resume_after_secs = 1.0  # pause on speech over the bot; resume if no words come
@@ -163,6 +164,8 @@ pub struct BotConfig {
     pub turn_timeout_secs: Option<f64>,
     /// See `--turn-words`.
     pub turn_words: Option<bool>,
+    /// See `--preemptive`.
+    pub preemptive: Option<bool>,
     /// Tokens one reply may have at most.
     pub max_tokens: Option<usize>,
     /// See `--interrupt-min-words`.
@@ -314,6 +317,7 @@ impl BotConfig {
             turn: self.turn.or(lower.turn),
             turn_timeout_secs: self.turn_timeout_secs.or(lower.turn_timeout_secs),
             turn_words: self.turn_words.or(lower.turn_words),
+            preemptive: self.preemptive.or(lower.preemptive),
             max_tokens: self.max_tokens.or(lower.max_tokens),
             interrupt_min_words: self.interrupt_min_words.or(lower.interrupt_min_words),
             resume_after_secs: self.resume_after_secs.or(lower.resume_after_secs),

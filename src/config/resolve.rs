@@ -82,6 +82,7 @@ impl BotConfig {
             turn_end: self.turn.unwrap_or_default(),
             turn_timeout: Duration::from_secs_f64(turn_timeout_secs),
             turn_words: self.turn_words.unwrap_or(defaults.turn_words),
+            preemptive: self.preemptive.unwrap_or(defaults.preemptive),
             max_tokens,
             barge_in,
             instructions: self.instructions()?.unwrap_or(defaults.instructions),

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime};
 use serde_json::Value;
 
 use super::{AudioFrame, MetricsData, TokenUsage};
-use crate::context::{ContextHandle, Message, StopReason, ToolsSchema};
+use crate::context::{ContextHandle, LlmContext, Message, StopReason, ToolsSchema};
 use crate::pipeline::AppResources;
 
 /// A frame's identity. Copies of a frame (a parallel pipeline's branches) share it.
@@ -122,6 +122,8 @@ impl Frame {
                 | DataFrame::LlmText(_)
                 | DataFrame::TtsText(_)
                 | DataFrame::LlmContext(_)
+                | DataFrame::UserTurnGuess(_)
+                | DataFrame::LlmGuess(_)
                 | DataFrame::LlmMessagesAppend { .. }
                 | DataFrame::LlmMessagesUpdate { .. }
                 | DataFrame::LlmSetTools(_)
@@ -354,8 +356,15 @@ pub enum DataFrame {
     /// finals are in: its words, for the user aggregator to commit before it runs the LLM.
     /// Empty when the turn brought no words but cut off an answer the bot had not started.
     UserTurn(String),
+    /// The words of a turn that may be over, handed on by the turn stage at a pause whose
+    /// words are all in, before the turn has ended: the LLM may start on them (preemptive
+    /// generation). Should the turn end with these words, they come again as a `UserTurn`.
+    UserTurnGuess(String),
     /// Run the LLM on this context.
     LlmContext(ContextHandle),
+    /// Start the LLM on what the context will be if the turn ends as guessed, holding its
+    /// output: an `LlmContext` with the same messages takes it over, any other throws it away.
+    LlmGuess(Box<LlmContext>),
     /// Append messages to the context.
     LlmMessagesAppend {
         /// Messages to append.
@@ -391,6 +400,8 @@ impl DataFrame {
             DataFrame::InterimTranscription(_) => "interim_transcription",
             DataFrame::UserTurn(_) => "user_turn",
             DataFrame::LlmContext(_) => "llm_context",
+            DataFrame::UserTurnGuess(_) => "user_turn_guess",
+            DataFrame::LlmGuess(_) => "llm_guess",
             DataFrame::LlmMessagesAppend { .. } => "llm_messages_append",
             DataFrame::LlmMessagesUpdate { .. } => "llm_messages_update",
             DataFrame::LlmSetTools(_) => "llm_set_tools",

@@ -59,6 +59,17 @@ pub enum MetricsData {
         /// Seconds.
         seconds: f64,
     },
+    /// A preemptive generation: the LLM started on the turn's words at a pause, before the
+    /// turn ended. Used when the turn ended with those words; otherwise thrown away with the
+    /// tokens it had made.
+    Preemption {
+        /// The processor that ran it.
+        processor: String,
+        /// The answer was taken over.
+        used: bool,
+        /// Tokens (text pieces) it had generated when it was taken over or thrown away.
+        tokens: u64,
+    },
     /// End of user speech to the end of their turn: how long the turn detection waited, a part
     /// of `VoiceToVoice` a slow turn detector cannot hide in.
     TurnWait {

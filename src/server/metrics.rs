@@ -24,6 +24,11 @@ pub struct Metrics {
     errors: AtomicU64,
     interruptions: AtomicU64,
     tool_calls: AtomicU64,
+    /// Preemptive generations taken over, and thrown away.
+    preemptions_used: AtomicU64,
+    preemptions_wasted: AtomicU64,
+    /// Tokens the thrown-away ones had made.
+    preemption_wasted_tokens: AtomicU64,
     voice_to_voice: Mutex<Sum>,
     turn_wait: Mutex<Sum>,
     ttfb: Mutex<BTreeMap<String, Sum>>,
@@ -112,6 +117,14 @@ impl Metrics {
                             add(&self.voice_to_voice, *seconds)
                         }
                         MetricsData::TurnWait { seconds } => add(&self.turn_wait, *seconds),
+                        MetricsData::Preemption { used: true, .. } => {
+                            self.preemptions_used.fetch_add(1, Ordering::Relaxed);
+                        }
+                        MetricsData::Preemption { tokens, .. } => {
+                            self.preemptions_wasted.fetch_add(1, Ordering::Relaxed);
+                            self.preemption_wasted_tokens
+                                .fetch_add(*tokens, Ordering::Relaxed);
+                        }
                         MetricsData::Ttfb {
                             processor, seconds, ..
                         } => {
@@ -200,6 +213,12 @@ impl Metrics {
                 "counter",
                 load(&self.tool_calls),
             ),
+            (
+                "voxide_preemptive_wasted_tokens_total",
+                "Tokens of answers started before the turn ended and thrown away.",
+                "counter",
+                load(&self.preemption_wasted_tokens),
+            ),
         ];
         for (name, help, kind, value) in singles {
             out.single(name, help, kind, value);
@@ -236,6 +255,17 @@ impl Metrics {
             ),
             "queue",
             crate::warnings::audio_drops(),
+        );
+        out.labelled(
+            (
+                "voxide_preemptive_generations_total",
+                "Answers started before the turn ended, by whether the turn took them.",
+            ),
+            "outcome",
+            [
+                ("used", self.preemptions_used.load(Ordering::Relaxed)),
+                ("wasted", self.preemptions_wasted.load(Ordering::Relaxed)),
+            ],
         );
         let sum = |m: &Mutex<Sum>| *m.lock().unwrap_or_else(|p| p.into_inner());
         out.summary(
@@ -326,6 +356,11 @@ mod tests {
                     model: None,
                     seconds: 0.25,
                 },
+                MetricsData::Preemption {
+                    processor: "LlmService#4".into(),
+                    used: false,
+                    tokens: 7,
+                },
             ],
         });
         metrics.observe(&Event::Interruption);
@@ -348,6 +383,8 @@ mod tests {
         assert!(text.contains("voxide_voice_to_voice_seconds_count 1\n"));
         assert!(text.contains("voxide_ttfb_seconds_sum{service=\"LlmService\"} 0.25\n"));
         assert!(text.contains("voxide_interruptions_total 1\n"));
+        assert!(text.contains("voxide_preemptive_generations_total{outcome=\"wasted\"} 1\n"));
+        assert!(text.contains("voxide_preemptive_wasted_tokens_total 7\n"));
         assert!(text.contains("voxide_sessions_ended_total{reason=\"client_gone\"} 1\n"));
         metrics.session_ended();
         assert!(

@@ -130,6 +130,9 @@ pub enum Action {
     /// ([`DataFrame::UserTurn`]), after the frame handled. Empty when the turn brought no words
     /// but cut off an answer the bot had not started: the LLM works it out again.
     Answer(String),
+    /// The turn may be over: its words so far, all in, for the LLM to start on before the
+    /// turn ends (preemptive generation). Given at most once per distinct words.
+    Guess(String),
     /// Ask the turn model whether the turn is finished, from its audio; the answer comes back
     /// as [`Input::Verdict`] with this id. A request the machine no longer awaits
     /// ([`TurnMachine::awaits`]) may be skipped.
@@ -207,6 +210,10 @@ pub struct TurnMachine {
     interim: String,
     /// The user's recent audio, for the turn model.
     audio: TurnAudio,
+    /// Guess the turn's words at each pause ([`Action::Guess`]).
+    preemptive: bool,
+    /// The words last guessed in the open turn.
+    guessed: Option<String>,
     actions: Vec<Action>,
 }
 
@@ -235,8 +242,16 @@ impl TurnMachine {
             said: None,
             interim: String::new(),
             audio: TurnAudio::default(),
+            preemptive: false,
+            guessed: None,
             actions: Vec::new(),
         }
+    }
+
+    /// Guesses the turn's words at each pause whose words are all in, so the LLM can start on
+    /// them before the turn ends.
+    pub fn set_preemptive(&mut self, on: bool) {
+        self.preemptive = on;
     }
 
     /// When the machine next wants an [`Input::Tick`].
@@ -306,6 +321,7 @@ impl TurnMachine {
                 self.forward();
                 self.hand_on();
                 self.reconsider(now);
+                self.guess();
             }
             Input::BotStarted => {
                 self.bot_speaking = true;
@@ -323,6 +339,7 @@ impl TurnMachine {
             Input::Transcript { text, is_final } => {
                 self.on_transcript(text, is_final, now);
                 self.reconsider(now);
+                self.guess();
             }
             Input::Verdict { id, judged } => self.on_verdict(id, judged, now),
             Input::Tick => self.on_tick(now),
@@ -365,6 +382,22 @@ impl TurnMachine {
         }
         self.unspoken = true;
         self.actions.push(Action::Answer(turn.text));
+    }
+
+    /// At a pause whose words are all in, while the turn is still open, hands its words on as
+    /// a guess (once per distinct words): if the turn ends with them, the answer has a head
+    /// start; if the user goes on, the guess is thrown away.
+    fn guess(&mut self) {
+        let ready = self.preemptive
+            && self.in_turn
+            && !self.vad_speaking
+            && self.owed == 0
+            && !self.pending.active
+            && !self.turn.text.is_empty();
+        if ready && self.guessed.as_deref() != Some(self.turn.text.as_str()) {
+            self.guessed = Some(self.turn.text.clone());
+            self.actions.push(Action::Guess(self.turn.text.clone()));
+        }
     }
 
     /// A final transcript's words belong to the turn.
@@ -656,6 +689,7 @@ impl TurnMachine {
     }
 
     fn end_turn(&mut self, now: Instant) {
+        self.guessed = None;
         self.paused_at = None;
         self.said = None;
         self.interim.clear();
@@ -717,6 +751,7 @@ mod tests {
                 Action::Interrupt => Some("interruption".to_owned()),
                 Action::Judge { id, .. } => Some(format!("judge {id}")),
                 Action::Answer(text) => Some(format!("answer: {text}")),
+                Action::Guess(text) => Some(format!("guess: {text}")),
                 Action::Forward => None,
             })
             .collect()
@@ -779,6 +814,62 @@ mod tests {
         m.handle(Input::TranscriptionPending, pause);
         m.handle(Input::VadStopped, pause);
         m.handle(verdict(1, complete), pause + Duration::from_millis(60));
+    }
+
+    #[test]
+    fn a_pause_whose_words_are_in_guesses_the_turn_before_it_ends() {
+        let mut m = model_machine();
+        m.set_preemptive(true);
+        let t0 = Instant::now();
+        let pause = t0 + Duration::from_secs(2);
+        judged_pause(&mut m, t0, pause, false);
+        let heard = pause + Duration::from_millis(200);
+        assert!(pushed(&m.handle(final_words("What time is it?"), heard)).is_empty());
+        assert_eq!(
+            pushed(&m.handle(Input::TranscriptionDone, heard)),
+            ["guess: What time is it?"],
+            "the words are in, the turn is open"
+        );
+        assert!(m.in_turn());
+        assert_eq!(
+            pushed(&m.handle(Input::Tick, pause + FINISHED_WORDS_WAIT)),
+            ["user_stopped_speaking", "answer: What time is it?"],
+            "the turn ends with the words guessed"
+        );
+    }
+
+    #[test]
+    fn a_user_who_goes_on_gets_a_new_guess_with_all_their_words() {
+        let mut m = model_machine();
+        m.set_preemptive(true);
+        let t0 = Instant::now();
+        let pause = t0 + Duration::from_secs(1);
+        judged_pause(&mut m, t0, pause, false);
+        m.handle(final_words("I would like"), pause);
+        assert_eq!(
+            pushed(&m.handle(Input::TranscriptionDone, pause)),
+            ["guess: I would like"]
+        );
+        let again = pause + Duration::from_millis(500);
+        assert!(pushed(&m.handle(Input::VadStarted, again)).is_empty());
+        let second = again + Duration::from_secs(1);
+        m.handle(Input::TranscriptionPending, second);
+        m.handle(Input::VadStopped, second);
+        m.handle(final_words("a table for two."), second);
+        assert_eq!(
+            pushed(&m.handle(Input::TranscriptionDone, second)),
+            ["guess: I would like a table for two."]
+        );
+    }
+
+    #[test]
+    fn without_preemption_nothing_is_guessed() {
+        let mut m = model_machine();
+        let t0 = Instant::now();
+        let pause = t0 + Duration::from_secs(2);
+        judged_pause(&mut m, t0, pause, false);
+        m.handle(final_words("What time is it?"), pause);
+        assert!(pushed(&m.handle(Input::TranscriptionDone, pause)).is_empty());
     }
 
     #[test]

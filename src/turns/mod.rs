@@ -194,6 +194,13 @@ impl UserTurns {
         }
     }
 
+    /// Hands on the turn's words at each pause whose words are all in, before the turn ends,
+    /// for the LLM to start on ([`DataFrame::UserTurnGuess`]).
+    pub fn preemptive(self, on: bool) -> Self {
+        lock(&self.shared.machine).set_preemptive(on);
+        self
+    }
+
     /// Asks the model about the turn's audio; the timer task awaits the verdict.
     fn judge(&self, id: u64, audio: Vec<i16>) {
         let Some(model) = &self.model else {
@@ -251,6 +258,7 @@ impl FrameProcessor for UserTurns {
                 }
                 Action::Push(pushed) => cx.push_downstream(pushed),
                 Action::Answer(text) => cx.push_downstream(DataFrame::UserTurn(text)),
+                Action::Guess(text) => cx.push_downstream(DataFrame::UserTurnGuess(text)),
                 // Downstream to cut the bot's output, upstream so the stages before this one
                 // hear of it too.
                 Action::Interrupt => cx.push_both_ways(SystemFrame::Interruption),
@@ -300,6 +308,9 @@ async fn drive(shared: Arc<Shared>, pusher: FramePusher) -> Result<(), Processor
             let (frame, direction): (Frame, _) = match action {
                 Action::Push(frame) => (frame.into(), Direction::Downstream),
                 Action::Answer(text) => (DataFrame::UserTurn(text).into(), Direction::Downstream),
+                Action::Guess(text) => {
+                    (DataFrame::UserTurnGuess(text).into(), Direction::Downstream)
+                }
                 Action::Interrupt => {
                     let _ = pusher
                         .push(SystemFrame::Interruption.into(), Direction::Upstream)

@@ -26,6 +26,12 @@ const TRAILING_WORDS: &[&str] = &[
     "although", "though", "whether", "as",
 ];
 
+/// Verbs a question can end on, though a statement cannot.
+const QUESTION_ENDS: &[&str] = &[
+    "is", "are", "was", "were", "be", "do", "does", "did", "can", "could", "would", "should",
+    "will",
+];
+
 /// Judges a turn's transcript so far.
 pub fn judge(text: &str) -> Words {
     let text = text.trim();
@@ -44,7 +50,9 @@ pub fn judge(text: &str) -> Words {
                 .to_lowercase()
         })
         .unwrap_or_default();
-    if TRAILING_WORDS.contains(&last.as_str()) {
+    // A question may end on its verb ("Do you know what the time is?"), a statement not.
+    let asked = text.ends_with(['?', '!']) && QUESTION_ENDS.contains(&last.as_str());
+    if TRAILING_WORDS.contains(&last.as_str()) && !asked {
         return Words::Trailing;
     }
     if text.ends_with(['.', '?', '!']) {
@@ -65,6 +73,7 @@ mod tests {
             "What is the square root of eighty one?",
             " Set a timer for five minutes. ",
             "Thanks!",
+            "Do you know where the station is?",
         ] {
             assert_eq!(judge(text), Words::Finished, "{text}");
         }
@@ -80,6 +89,8 @@ mod tests {
             "Tell me about cats and",
             "Well, um,",
             "Let me think…",
+            "What I really want to know is.",
+            "Can you tell me the weather in?",
         ] {
             assert_eq!(judge(text), Words::Trailing, "{text}");
         }

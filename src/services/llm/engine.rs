@@ -7,7 +7,7 @@ use crate::context::{Message, ProviderMessage, StopReason, ToolChoice, ToolsSche
 use crate::frames::TokenUsage;
 
 /// What the engine is asked to complete.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct LlmRequest {
     /// The conversation, with the service's instructions already folded in.
     pub messages: Vec<Message>,

@@ -1,16 +1,19 @@
 //! The LLM service processor: inference as an interruptible job, tool calls as owned tasks.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use futures_util::stream::BoxStream;
+use tokio::sync::mpsc;
 
-use super::engine::{LlmEngine, LlmEvent, LlmRequest};
+use super::engine::{LlmEngine, LlmError, LlmEvent, LlmRequest};
 use super::functions::{FunctionCallParams, FunctionOptions, FunctionRegistry};
 use super::pricing::{PriceTable, account_response};
 use super::tools::{ToolBatch, ToolRunner, parse_arguments};
 use crate::context::async_tool_messages::ASYNC_TOOL_INSTRUCTIONS;
-use crate::context::{Content, ContextHandle, Message, StopReason};
+use crate::context::{Content, ContextHandle, LlmContext, Message, StopReason};
 use crate::events::Event;
 use crate::frames::{
     ControlFrame, DataFrame, Frame, FrameBody, FunctionCallRequest, LlmResponseSummary,
@@ -53,12 +56,82 @@ impl Drop for LlmService {
 }
 
 /// Runs an [`LlmEngine`] on the context it is given and runs the tool calls the model makes.
+///
+/// A guess at the next context ([`DataFrame::LlmGuess`]) starts the engine ahead of the turn's
+/// end with its output held; the next [`DataFrame::LlmContext`] takes it over when its request
+/// is the same, and throws it away otherwise, as does the user speaking again or an
+/// interruption. Each guess is reported as [`MetricsData::Preemption`].
 pub struct LlmService {
     engine: Arc<dyn LlmEngine>,
     tools: ToolRunner,
     params: StartParams,
     last_revision: Option<u64>,
+    guess: Option<Guess>,
 }
+
+/// Events a guessed request's answer can hold before the engine waits for the turn's end.
+const GUESS_BUFFER: usize = 1024;
+
+/// An answer being worked out on a guess at the turn's words.
+struct Guess {
+    request: LlmRequest,
+    events: mpsc::Receiver<Result<LlmEvent, LlmError>>,
+    /// Text pieces generated so far.
+    tokens: Arc<AtomicU64>,
+    /// Aborted with the guess, unless its answer was taken over.
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Guess {
+    fn start(engine: &Arc<dyn LlmEngine>, request: LlmRequest) -> Self {
+        let (tx, events) = mpsc::channel(GUESS_BUFFER);
+        let tokens = Arc::new(AtomicU64::new(0));
+        let mut stream = engine.generate(request.clone());
+        let counted = tokens.clone();
+        let task = tokio::spawn(async move {
+            while let Some(event) = stream.next().await {
+                if matches!(event, Ok(LlmEvent::Text(_))) {
+                    counted.fetch_add(1, Ordering::Relaxed);
+                }
+                if tx.send(event).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Self {
+            request,
+            events,
+            tokens,
+            task: Some(task),
+        }
+    }
+
+    fn tokens(&self) -> u64 {
+        self.tokens.load(Ordering::Relaxed)
+    }
+
+    /// The answer's events, those held first.
+    fn into_stream(mut self) -> EventStream {
+        // The task now ends with the engine's answer, or when the reader drops the stream.
+        self.task = None;
+        let (_, closed) = mpsc::channel(1);
+        let mut events = std::mem::replace(&mut self.events, closed);
+        Box::pin(futures_util::stream::poll_fn(move |cx| {
+            events.poll_recv(cx)
+        }))
+    }
+}
+
+impl Drop for Guess {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
+}
+
+/// An engine's answer as the service reads it.
+type EventStream = BoxStream<'static, Result<LlmEvent, LlmError>>;
 
 impl LlmService {
     /// A service around `engine` with default options.
@@ -73,6 +146,7 @@ impl LlmService {
             tools: ToolRunner::new(options),
             params: StartParams::default(),
             last_revision: None,
+            guess: None,
         }
     }
 
@@ -101,19 +175,53 @@ impl LlmService {
             return;
         }
         self.last_revision = Some(revision);
-        let request = self.request(&handle);
+        let request = self.request(handle.snapshot());
+        let guessed = match self.guess.take() {
+            Some(guess) if guess.request == request => {
+                self.report_guess(true, guess.tokens(), cx);
+                Some(guess.into_stream())
+            }
+            Some(guess) => {
+                self.report_guess(false, guess.tokens(), cx);
+                None
+            }
+            None => None,
+        };
         let run = Inference {
             engine: self.engine.clone(),
             metrics: self.params.enable_metrics,
             usage_metrics: self.params.enable_usage_metrics,
             batch: self.tools.batch(handle, cx.pusher()),
         };
-        cx.run(run.run(request));
+        cx.run(run.run(request, guessed));
+    }
+
+    /// Starts the engine on a guess at the next context, replacing any earlier guess.
+    fn start_guess(&mut self, context: LlmContext, cx: &mut FrameContext<'_>) {
+        self.drop_guess(cx);
+        self.guess = Some(Guess::start(&self.engine, self.request(context)));
+    }
+
+    /// Throws the guess away, if there is one.
+    fn drop_guess(&mut self, cx: &mut FrameContext<'_>) {
+        if let Some(guess) = self.guess.take() {
+            self.report_guess(false, guess.tokens(), cx);
+        }
+    }
+
+    fn report_guess(&self, used: bool, tokens: u64, cx: &mut FrameContext<'_>) {
+        tracing::debug!(used, tokens, "preemptive generation");
+        if self.params.enable_metrics {
+            cx.push_downstream(SystemFrame::Metrics(vec![MetricsData::Preemption {
+                processor: cx.pusher().name().to_owned(),
+                used,
+                tokens,
+            }]));
+        }
     }
 
     /// The request for the engine: the context plus the service's instructions and tools.
-    fn request(&self, handle: &ContextHandle) -> LlmRequest {
-        let context = handle.snapshot();
+    fn request(&self, context: LlmContext) -> LlmRequest {
         let mut messages = context.messages;
         if self.tools.has_async() {
             add_instructions(&mut messages, ASYNC_TOOL_INSTRUCTIONS);
@@ -145,12 +253,19 @@ impl FrameProcessor for LlmService {
                 tokio::spawn(self.engine.warm());
             }
             FrameBody::System(SystemFrame::Interruption) => {
+                self.drop_guess(cx);
                 for (frame, dir) in self.tools.cancel_for_interruption() {
                     cx.push(frame, dir);
                 }
             }
+            // The user goes on: the guess was not the turn.
+            FrameBody::System(SystemFrame::VadUserStartedSpeaking) => self.drop_guess(cx),
             FrameBody::Data(DataFrame::LlmContext(handle)) => {
                 self.start_inference(handle.clone(), cx);
+                return Ok(());
+            }
+            FrameBody::Data(DataFrame::LlmGuess(context)) => {
+                self.start_guess((**context).clone(), cx);
                 return Ok(());
             }
             _ => {}
@@ -191,7 +306,12 @@ struct Collected {
 }
 
 impl Inference {
-    async fn run(self, request: LlmRequest) -> Result<(), ProcessorError> {
+    /// Runs the engine on `request`, or reads the answer a guess already started on it.
+    async fn run(
+        self,
+        request: LlmRequest,
+        guessed: Option<EventStream>,
+    ) -> Result<(), ProcessorError> {
         let _ = self
             .batch
             .pusher
@@ -200,19 +320,19 @@ impl Inference {
                 Direction::Downstream,
             )
             .await;
-        let (collected, failure) = self.stream(request).await;
+        let events = guessed.unwrap_or_else(|| self.engine.generate(request));
+        let (collected, failure) = self.stream(events).await;
         self.finish(collected, failure).await
     }
 
     /// Streams the response: its text goes on as it comes, the rest is collected; why it
     /// failed, if it did.
-    async fn stream(&self, request: LlmRequest) -> (Collected, Option<String>) {
+    async fn stream(&self, mut stream: EventStream) -> (Collected, Option<String>) {
         let down = Direction::Downstream;
         let pusher = &self.batch.pusher;
         let timeout = self.batch.options.completion_timeout;
         let started = Instant::now();
         let mut first = true;
-        let mut stream = self.engine.generate(request);
         let mut got = Collected::default();
         loop {
             let event = match tokio::time::timeout(timeout, stream.next()).await {

@@ -225,6 +225,23 @@ fn log_softmax(logits: &[f32]) -> Vec<f32> {
 }
 
 impl LocalModel {
+    /// Prefills the side prompt of `tools` (instructions and examples), which every later
+    /// decision on the same tools then shares: the first decision of a session does not pay
+    /// for it.
+    pub fn prepare_tools(&self, tools: &ToolSet) -> candle_core::Result<()> {
+        self.prefilled(&self.side_prompt(tools)).map(drop)
+    }
+
+    /// The side prompt up to the user's words.
+    fn side_prompt(&self, tools: &ToolSet) -> Vec<u32> {
+        let mut prefix = self.chat_turn("system", &tools.instructions());
+        for example in &tools.examples {
+            prefix.extend(self.chat_turn("user", &example.user));
+            prefix.extend(self.chat_turn("assistant", &example.reply()));
+        }
+        prefix
+    }
+
     /// Decides whether `user_text` calls one of `tools` and with what arguments; `None` means
     /// the model answers in words.
     pub fn decide_tool_call(
@@ -265,12 +282,7 @@ impl LocalModel {
             }
         }
 
-        let mut prefix = self.chat_turn("system", &tools.instructions());
-        for example in &tools.examples {
-            prefix.extend(self.chat_turn("user", &example.user));
-            prefix.extend(self.chat_turn("assistant", &example.reply()));
-        }
-        let mut cache = self.prefilled(&prefix)?;
+        let mut cache = self.prefilled(&self.side_prompt(tools))?;
         let logits = self.open_call(&mut cache, user_text)?;
 
         let name = if candidates.len() == 1 {
