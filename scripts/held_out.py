@@ -31,7 +31,7 @@ import sys
 import wave
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from turn_wait import RATE, WINDOW, quantile, speech  # noqa: E402
+from turn_wait import RATE, onsets, quantile, speech  # noqa: E402
 
 VOICES = ["en-gb-x-gbclan+m3", "en-us+f5", "en-gb-x-gbcwmd+m6", "en-gb+f2"]
 GAP_S = 7.0
@@ -103,22 +103,6 @@ def build(voice, questions, path):
         w.setframerate(RATE)
         w.writeframes(samples.tobytes())
     return items
-
-
-def onsets(path):
-    """Times (s) where the bot's audio turns loud after quiet, 20 ms windows."""
-    with wave.open(path) as w:
-        rate = w.getframerate()
-        bot = array.array("h", w.readframes(w.getnframes()))
-    window = rate // 50
-    found, quiet = [], True
-    for i in range(len(bot) // window):
-        chunk = bot[i * window:(i + 1) * window]
-        loud = (sum(x * x for x in chunk) / len(chunk)) ** 0.5 > 300
-        if loud and quiet:
-            found.append(i * window / rate)
-        quiet = not loud
-    return found
 
 
 def numbers(text):

@@ -123,18 +123,23 @@ def run(args, voice, wav, words):
                    env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     events = [json.loads(l) for l in open(events_path) if l.strip()]
     stops = [e["t_ms"] / 1000 for e in events if e["type"] == "user_stopped_speaking"]
-    with wave.open(os.path.join(args.out, f"{name}.out.wav")) as w:
+    return stops, onsets(os.path.join(args.out, f"{name}.out.wav"))
+
+
+def onsets(path):
+    """Times (s) where the bot's audio turns loud after quiet, in 20 ms windows."""
+    with wave.open(path) as w:
         rate = w.getframerate()
         bot = array.array("h", w.readframes(w.getnframes()))
     window = rate // 50
-    onsets, quiet = [], True
+    found, quiet = [], True
     for i in range(len(bot) // window):
         chunk = bot[i * window:(i + 1) * window]
         loud = (sum(x * x for x in chunk) / len(chunk)) ** 0.5 > 300
         if loud and quiet:
-            onsets.append(i * window / rate)
+            found.append(i * window / rate)
         quiet = not loud
-    return stops, onsets
+    return found
 
 
 def judge(items, heard):
