@@ -50,7 +50,8 @@ pub struct BotArgs {
     turn_words: Option<bool>,
     /// Start the answer at a pause whose words are in, before the turn has ended (`true` or
     /// `false`): if the turn ends with those words the answer is already under way; if the
-    /// user goes on it is thrown away (wasted tokens are counted in the metrics). [default: true]
+    /// user goes on it is thrown away (wasted tokens are counted in the metrics; a paid LLM
+    /// bills them). [default: true]
     #[arg(long, env = "VOXIDE_PREEMPTIVE")]
     preemptive: Option<bool>,
     /// The system instruction (default: a short one of voxide's own).
