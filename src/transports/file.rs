@@ -166,6 +166,8 @@ pub struct RunSummary {
 /// The run's view of the session, from its events.
 #[derive(Default)]
 struct Progress {
+    /// A user turn is open: its words may still be on their way.
+    user_turn: bool,
     bot_speaking: bool,
     /// A user turn ended and the bot has not started answering.
     unanswered: bool,
@@ -177,8 +179,14 @@ struct Progress {
 impl Progress {
     fn on(&mut self, event: &Event, at: Duration) {
         match event {
-            Event::UserStartedSpeaking => self.unanswered = false,
-            Event::UserStoppedSpeaking => self.unanswered = true,
+            Event::UserStartedSpeaking => {
+                self.user_turn = true;
+                self.unanswered = false;
+            }
+            Event::UserStoppedSpeaking => {
+                self.user_turn = false;
+                self.unanswered = true;
+            }
             Event::BotStartedSpeaking => {
                 self.bot_speaking = true;
                 self.unanswered = false;
@@ -217,7 +225,8 @@ impl Progress {
     }
 
     fn settled(&self, now: Duration, settle: Duration) -> bool {
-        !self.bot_speaking
+        !self.user_turn
+            && !self.bot_speaking
             && !self.unanswered
             && self.running_tools == 0
             && now.saturating_sub(self.last_activity) >= settle
@@ -418,5 +427,30 @@ impl EventLog {
     /// Writes out what is buffered.
     pub async fn flush(&mut self) -> std::io::Result<()> {
         self.file.flush().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_is_not_settled_while_the_users_turn_is_open() {
+        let settle = Duration::from_secs(2);
+        let mut progress = Progress::default();
+        progress.on(&Event::UserStartedSpeaking, Duration::from_secs(1));
+        assert!(
+            !progress.settled(Duration::from_secs(9), settle),
+            "its words may still be on their way"
+        );
+        progress.on(&Event::UserStoppedSpeaking, Duration::from_secs(10));
+        assert!(
+            !progress.settled(Duration::from_secs(13), settle),
+            "unanswered"
+        );
+        progress.on(&Event::BotStartedSpeaking, Duration::from_secs(11));
+        progress.on(&Event::BotStoppedSpeaking, Duration::from_secs(12));
+        assert!(!progress.settled(Duration::from_secs(13), settle));
+        assert!(progress.settled(Duration::from_secs(14), settle));
     }
 }
