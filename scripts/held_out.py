@@ -28,10 +28,9 @@ import os
 import re
 import subprocess
 import sys
-import wave
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from turn_wait import RATE, onsets, quantile, speech  # noqa: E402
+from turn_wait import RATE, onsets, quantile, speech, write_wav  # noqa: E402
 
 VOICES = ["en-gb-x-gbclan+m3", "en-us+f5", "en-gb-x-gbcwmd+m6", "en-gb+f2"]
 GAP_S = 7.0
@@ -97,11 +96,7 @@ def build(voice, questions, path):
         items.append({"text": text, "tool": tool, "value": value, "voice": voice,
                       "start": start, "end": len(samples) / RATE})
         samples.extend(array.array("h", [0] * int(GAP_S * RATE)))
-    with wave.open(path, "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(RATE)
-        w.writeframes(samples.tobytes())
+    write_wav(path, samples)
     return items
 
 

@@ -102,12 +102,17 @@ def build(voice, path):
         items.append({"kind": "paused", "text": f"{first} ... {second}", "start": start,
                       "pause": [pause_from, pause_to], "end": len(samples) / RATE})
         samples.extend(silence(GAP_S))
+    write_wav(path, samples)
+    return items
+
+
+def write_wav(path, samples):
+    """16 kHz mono 16-bit `samples` to `path`."""
     with wave.open(path, "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)
         w.setframerate(RATE)
         w.writeframes(samples.tobytes())
-    return items
 
 
 def run(args, voice, wav, words):
