@@ -76,3 +76,228 @@ async fn speech_after_a_guess_throws_it_away() {
     let (messages, _) = bot.stop().await;
     assert_eq!(last_answer(&messages).as_deref(), Some("On time."));
 }
+
+mod voice {
+    //! The TTS service behind the LLM service, speaking with a voice that records what it is
+    //! asked to say.
+
+    use std::sync::{Arc, Mutex};
+
+    use tokio::sync::mpsc;
+    use voxide::context::{ContextHandle, LlmContext, Message};
+    use voxide::events::EndReason;
+    use voxide::frames::{DataFrame, Frame, FrameBody};
+    use voxide::pipeline::{
+        Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session, SessionHandle,
+    };
+    use voxide::services::llm::LlmService;
+    use voxide::services::tts::{Sentences, Speech, Synthesizer, TtsError, TtsService, WordTiming};
+
+    use super::common::scripted::ScriptedLlm;
+
+    /// The output rate: no resampling between the voice and the frames.
+    pub const RATE: u32 = 24_000;
+    /// Samples a character of speech takes.
+    pub const PER_CHAR: usize = 240;
+
+    /// Speaks `PER_CHAR` samples a character, its words one after another; records each text.
+    #[derive(Clone, Default)]
+    pub struct RecordingVoice(pub Arc<Mutex<Vec<String>>>);
+
+    impl RecordingVoice {
+        pub fn said(&self) -> Vec<String> {
+            self.0.lock().expect("lock").clone()
+        }
+    }
+
+    impl Synthesizer for RecordingVoice {
+        fn name(&self) -> &str {
+            "recording"
+        }
+
+        fn sample_rate(&self) -> u32 {
+            RATE
+        }
+
+        fn synthesize(&self, text: &str) -> Result<Speech, TtsError> {
+            self.0.lock().expect("lock").push(text.to_owned());
+            let secs_per_char = PER_CHAR as f64 / f64::from(RATE);
+            let mut at = 0.0;
+            let words = text
+                .split(' ')
+                .map(|word| {
+                    let start = at;
+                    at += (word.len() + 1) as f64 * secs_per_char;
+                    WordTiming {
+                        word: word.to_owned(),
+                        start_secs: start,
+                        end_secs: at,
+                    }
+                })
+                .collect();
+            Ok(Speech {
+                samples: vec![1; text.len() * PER_CHAR],
+                sample_rate: RATE,
+                words,
+            })
+        }
+    }
+
+    /// What reached the end of the pipeline.
+    #[derive(Debug, Default)]
+    pub struct Heard {
+        /// Each spoken text with its first word's start, in seconds from its own audio.
+        pub texts: Vec<(String, f64)>,
+        pub audio_samples: usize,
+        pub responses: usize,
+    }
+
+    struct Ears(mpsc::UnboundedSender<Frame>);
+
+    impl FrameProcessor for Ears {
+        fn process(
+            &mut self,
+            frame: Frame,
+            direction: Direction,
+            cx: &mut FrameContext<'_>,
+        ) -> Result<(), ProcessorError> {
+            let _ = self.0.send(frame.clone());
+            cx.push(frame, direction);
+            Ok(())
+        }
+    }
+
+    pub struct SpeakingBot {
+        pub handle: SessionHandle,
+        session: Session,
+        pub context: ContextHandle,
+        frames: mpsc::UnboundedReceiver<Frame>,
+        pub heard: Heard,
+    }
+
+    impl SpeakingBot {
+        pub fn start(engine: ScriptedLlm, voice: RecordingVoice) -> Self {
+            let context = ContextHandle::new(LlmContext::new(vec![Message::system(
+                "You are a test bot.",
+            )]));
+            let (tx, frames) = mpsc::unbounded_channel();
+            let pipeline = Pipeline::new()
+                .then(LlmService::new(engine))
+                .then(TtsService::new(Sentences::shared(Arc::new(voice))))
+                .then(Ears(tx));
+            let session = Session::builder(pipeline).idle_timeout(None).spawn();
+            Self {
+                handle: session.handle(),
+                session,
+                context,
+                frames,
+                heard: Heard::default(),
+            }
+        }
+
+        /// Waits for the end of one more response, taking note of what was heard.
+        pub async fn response(&mut self) {
+            let seen = self.heard.responses;
+            while self.heard.responses == seen {
+                let frame = self.frames.recv().await.expect("the session runs");
+                match frame.body {
+                    FrameBody::Data(DataFrame::TtsText(text)) => {
+                        let first = text.words.as_ref().map_or(-1.0, |w| w[0].start_secs);
+                        self.heard.texts.push((text.text, first));
+                    }
+                    FrameBody::Data(DataFrame::OutputAudio(audio)) => {
+                        self.heard.audio_samples += audio.samples.len();
+                    }
+                    _ if frame.name() == "llm_full_response_end" => self.heard.responses += 1,
+                    _ => {}
+                }
+            }
+        }
+
+        pub async fn stop(self) {
+            self.handle.stop_when_done().await.expect("queued");
+            assert_eq!(self.session.join().await, EndReason::Completed);
+        }
+    }
+}
+
+/// Waits until `voice` has been asked to say `n` texts.
+async fn said(voice: &voice::RecordingVoice, n: usize) {
+    while voice.said().len() < n {
+        tokio::task::yield_now().await;
+    }
+}
+
+#[tokio::test]
+async fn the_first_sentence_of_a_guessed_answer_is_spoken_ahead_and_played_once_taken_over() {
+    let engine = ScriptedLlm::new(vec![vec![say("It is noon. "), say("Anything else?")]]);
+    let voice = voice::RecordingVoice::default();
+    let mut bot = voice::SpeakingBot::start(engine.clone(), voice.clone());
+    let mut guessed = bot.context.snapshot();
+    guessed.messages.push(Message::user("What time is it?"));
+    bot.handle
+        .queue_frame(DataFrame::LlmGuess(Box::new(guessed)))
+        .await
+        .expect("queued");
+    said(&voice, 1).await;
+    assert_eq!(
+        voice.said(),
+        ["It is noon."],
+        "spoken before the turn ended"
+    );
+
+    bot.context
+        .lock()
+        .messages
+        .push(Message::user("What time is it?"));
+    bot.handle
+        .queue_frame(DataFrame::LlmContext(bot.context.clone()))
+        .await
+        .expect("queued");
+    bot.response().await;
+    assert_eq!(engine.runs(), 1);
+    assert_eq!(
+        voice.said(),
+        ["It is noon.", "Anything else?"],
+        "the first sentence is not synthesised again"
+    );
+    let heard = &bot.heard;
+    let texts: Vec<&str> = heard.texts.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(texts, ["It is noon.", "Anything else?"]);
+    assert!(
+        heard.texts.iter().all(|(_, first)| first.abs() < 1e-9),
+        "each text's words are timed from its own audio: {:?}",
+        heard.texts
+    );
+    let chars = "It is noon.".len() + "Anything else?".len();
+    assert_eq!(heard.audio_samples, chars * voice::PER_CHAR);
+    bot.stop().await;
+}
+
+#[tokio::test]
+async fn speech_made_ahead_for_a_wrong_guess_is_never_played() {
+    let engine = ScriptedLlm::new(vec![vec![say("Half an answer.")], vec![say("In Paris.")]]);
+    let voice = voice::RecordingVoice::default();
+    let mut bot = voice::SpeakingBot::start(engine.clone(), voice.clone());
+    let mut guessed = bot.context.snapshot();
+    guessed.messages.push(Message::user("What time is it"));
+    bot.handle
+        .queue_frame(DataFrame::LlmGuess(Box::new(guessed)))
+        .await
+        .expect("queued");
+    said(&voice, 1).await;
+
+    let asked = "What time is it in Paris?";
+    bot.context.lock().messages.push(Message::user(asked));
+    bot.handle
+        .queue_frame(DataFrame::LlmContext(bot.context.clone()))
+        .await
+        .expect("queued");
+    bot.response().await;
+    assert_eq!(engine.runs(), 2);
+    assert_eq!(voice.said(), ["Half an answer.", "In Paris."]);
+    let texts: Vec<&str> = bot.heard.texts.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(texts, ["In Paris."]);
+    assert_eq!(bot.heard.audio_samples, "In Paris.".len() * voice::PER_CHAR);
+    bot.stop().await;
+}

@@ -124,6 +124,7 @@ impl Frame {
                 | DataFrame::LlmContext(_)
                 | DataFrame::UserTurnGuess(_)
                 | DataFrame::LlmGuess(_)
+                | DataFrame::TtsGuess(_)
                 | DataFrame::LlmMessagesAppend { .. }
                 | DataFrame::LlmMessagesUpdate { .. }
                 | DataFrame::LlmSetTools(_)
@@ -365,6 +366,9 @@ pub enum DataFrame {
     /// Start the LLM on what the context will be if the turn ends as guessed, holding its
     /// output: an `LlmContext` with the same messages takes it over, any other throws it away.
     LlmGuess(Box<LlmContext>),
+    /// The first words of the answer to an `LlmGuess`, for the TTS to speak ahead with its
+    /// audio held: a response whose first words are these plays it, any other throws it away.
+    TtsGuess(String),
     /// Append messages to the context.
     LlmMessagesAppend {
         /// Messages to append.
@@ -402,6 +406,7 @@ impl DataFrame {
             DataFrame::LlmContext(_) => "llm_context",
             DataFrame::UserTurnGuess(_) => "user_turn_guess",
             DataFrame::LlmGuess(_) => "llm_guess",
+            DataFrame::TtsGuess(_) => "tts_guess",
             DataFrame::LlmMessagesAppend { .. } => "llm_messages_append",
             DataFrame::LlmMessagesUpdate { .. } => "llm_messages_update",
             DataFrame::LlmSetTools(_) => "llm_set_tools",

@@ -1,7 +1,7 @@
 //! The LLM service processor: inference as an interruptible job, tool calls as owned tasks.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -19,7 +19,8 @@ use crate::frames::{
     ControlFrame, DataFrame, Frame, FrameBody, FunctionCallRequest, LlmResponseSummary,
     MetricsData, StartParams, SystemFrame, TokenUsage,
 };
-use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
+use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
+use crate::services::tts::first_words_end;
 
 /// Service-wide options.
 #[derive(Debug, Clone)]
@@ -60,7 +61,9 @@ impl Drop for LlmService {
 /// A guess at the next context ([`DataFrame::LlmGuess`]) starts the engine ahead of the turn's
 /// end with its output held; the next [`DataFrame::LlmContext`] takes it over when its request
 /// is the same, and throws it away otherwise, as does the user speaking again or an
-/// interruption. Each guess is reported as [`MetricsData::Preemption`].
+/// interruption. Each guess is reported as [`MetricsData::Preemption`]. The guessed answer's
+/// first words go on at once as [`DataFrame::TtsGuess`], so that the voice can speak them ahead
+/// too.
 pub struct LlmService {
     engine: Arc<dyn LlmEngine>,
     tools: ToolRunner,
@@ -78,30 +81,50 @@ struct Guess {
     events: mpsc::Receiver<Result<LlmEvent, LlmError>>,
     /// Text pieces generated so far.
     tokens: Arc<AtomicU64>,
+    /// Cleared when the answer is taken over: its first words no longer go ahead to the voice.
+    held: Arc<AtomicBool>,
     /// Aborted with the guess, unless its answer was taken over.
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Guess {
-    fn start(engine: &Arc<dyn LlmEngine>, request: LlmRequest) -> Self {
+    /// Starts `engine` on `request`; the answer's first words go to `pusher`'s next processor
+    /// as [`DataFrame::TtsGuess`] while the guess is held.
+    fn start(engine: &Arc<dyn LlmEngine>, request: LlmRequest, pusher: FramePusher) -> Self {
         let (tx, events) = mpsc::channel(GUESS_BUFFER);
         let tokens = Arc::new(AtomicU64::new(0));
+        let held = Arc::new(AtomicBool::new(true));
         let mut stream = engine.generate(request.clone());
-        let counted = tokens.clone();
+        let (counted, ahead) = (tokens.clone(), held.clone());
         let task = tokio::spawn(async move {
+            // The answer's text until its first words are complete.
+            let mut first = Some(String::new());
             while let Some(event) = stream.next().await {
-                if matches!(event, Ok(LlmEvent::Text(_))) {
+                if let Ok(LlmEvent::Text(text)) = &event {
                     counted.fetch_add(1, Ordering::Relaxed);
+                    if let Some(words) = &mut first {
+                        words.push_str(text);
+                        if let Some(end) = first_words_end(words) {
+                            let said = words[..end].to_owned();
+                            first = None;
+                            speak_ahead(said, &ahead, &pusher).await;
+                        }
+                    }
                 }
                 if tx.send(event).await.is_err() {
                     return;
                 }
+            }
+            // A one-sentence answer: its first words are all of it.
+            if let Some(words) = first.filter(|w| !w.trim().is_empty()) {
+                speak_ahead(words, &ahead, &pusher).await;
             }
         });
         Self {
             request,
             events,
             tokens,
+            held,
             task: Some(task),
         }
     }
@@ -114,11 +137,22 @@ impl Guess {
     fn into_stream(mut self) -> EventStream {
         // The task now ends with the engine's answer, or when the reader drops the stream.
         self.task = None;
+        self.held.store(false, Ordering::Relaxed);
         let (_, closed) = mpsc::channel(1);
         let mut events = std::mem::replace(&mut self.events, closed);
         Box::pin(futures_util::stream::poll_fn(move |cx| {
             events.poll_recv(cx)
         }))
+    }
+}
+
+/// Sends a guessed answer's first words on to the voice, unless the guess was taken over (the
+/// answer itself then brings them).
+async fn speak_ahead(words: String, held: &AtomicBool, pusher: &FramePusher) {
+    if held.load(Ordering::Relaxed) {
+        let _ = pusher
+            .push(DataFrame::TtsGuess(words).into(), Direction::Downstream)
+            .await;
     }
 }
 
@@ -199,7 +233,8 @@ impl LlmService {
     /// Starts the engine on a guess at the next context, replacing any earlier guess.
     fn start_guess(&mut self, context: LlmContext, cx: &mut FrameContext<'_>) {
         self.drop_guess(cx);
-        self.guess = Some(Guess::start(&self.engine, self.request(context)));
+        let request = self.request(context);
+        self.guess = Some(Guess::start(&self.engine, request, cx.pusher()));
     }
 
     /// Throws the guess away, if there is one.

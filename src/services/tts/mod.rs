@@ -18,7 +18,7 @@ pub use espeak::EspeakVoice;
 pub use fallback::TtsFallback;
 pub use piper::PiperVoice;
 pub use sentences::{Sentences, Synthesizer};
-pub use service::TtsService;
+pub use service::{TtsService, first_words_end};
 pub use socket::{Command, SocketProvider, SocketVoice};
 pub use stream::{EVENT_QUEUE, INPUT_QUEUE, TextUnit, TtsContext, TtsEngine, TtsEvent, TtsInput};
 

@@ -7,6 +7,11 @@
 //! before its audio. The assistant aggregator, after the output, records those words as they are
 //! played. The turn's end waits for its last audio. An interruption drops the context (the voice
 //! cancels it) and stops its pump: nothing it still makes is pushed.
+//!
+//! A guessed answer's first words ([`DataFrame::TtsGuess`], preemptive generation) are spoken
+//! ahead in a context of their own with the audio held. When a response's first words are the
+//! same, its pump plays the held speech and then the context of the rest; otherwise, or when the
+//! user speaks again, the held speech is thrown away.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -14,7 +19,7 @@ use std::time::Instant;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use super::WordTiming;
-use super::stream::{TextUnit, TtsEngine, TtsEvent, TtsInput};
+use super::stream::{EVENT_QUEUE, TextUnit, TtsEngine, TtsEvent, TtsInput};
 use crate::audio::resample::StreamResampler;
 use crate::events::Event;
 use crate::frames::{
@@ -33,6 +38,16 @@ struct Current {
     finished: oneshot::Receiver<()>,
 }
 
+/// Speech of a guessed answer's first words, made before the answer was asked for.
+struct Ahead {
+    /// The words, as the response will send them.
+    text: String,
+    /// Their context, flushed once the speech is taken; dropped unflushed, the voice cancels it.
+    input: mpsc::Sender<TtsInput>,
+    /// Its speech, held; its usage is reported as it comes, used or not.
+    events: mpsc::Receiver<TtsEvent>,
+}
+
 /// Turns LLM text into speech with a [`TtsEngine`].
 pub struct TtsService {
     engine: Arc<dyn TtsEngine>,
@@ -41,6 +56,9 @@ pub struct TtsService {
     current: Option<Current>,
     /// True once this response's first text went to the voice.
     speaking: bool,
+    /// True between a response's start and end.
+    responding: bool,
+    ahead: Option<Ahead>,
     response_started: Option<Instant>,
     /// Bumped by each interruption: a pump of an older generation pushes nothing more.
     generation: watch::Sender<u64>,
@@ -55,36 +73,89 @@ impl TtsService {
             params: StartParams::default(),
             current: None,
             speaking: false,
+            responding: false,
+            ahead: None,
             response_started: None,
             generation: watch::Sender::new(0),
         }
     }
 
-    /// Sends `text` to the turn's context, opening it (and its pump) first if needed.
+    /// Speaks a guessed answer's first words ahead, holding the audio.
+    fn speak_ahead(&mut self, text: String, cx: &mut FrameContext<'_>) {
+        self.ahead = None;
+        let context = self.engine.open();
+        let (held, events) = mpsc::channel(EVENT_QUEUE);
+        cx.spawn(hold(
+            context.events,
+            held,
+            Usage {
+                pusher: cx.pusher(),
+                engine: self.engine.model().to_owned(),
+                enabled: self.params.enable_usage_metrics,
+            },
+        ));
+        if context.input.try_send(TtsInput::Text(text.clone())).is_ok() {
+            self.ahead = Some(Ahead {
+                text,
+                input: context.input,
+                events,
+            });
+        }
+    }
+
+    /// The speech made ahead for `text`, flushed, if these are the words it was made for.
+    fn take_ahead(&mut self, text: &str) -> Option<mpsc::Receiver<TtsEvent>> {
+        let ahead = self.ahead.take()?;
+        if ahead.text.trim() != text.trim() {
+            return None;
+        }
+        // A fresh context holds one text: its flush has room.
+        ahead.input.try_send(TtsInput::Flush).ok()?;
+        Some(ahead.events)
+    }
+
+    /// Sends `text` to the turn's context, opening it (and its pump) first if needed. A first
+    /// sentence that was spoken ahead is not sent: the pump plays the held speech first.
     fn say(&mut self, text: String, cx: &mut FrameContext<'_>) {
         if self.current.is_none() {
-            let context = self.engine.open();
-            let (done, finished) = oneshot::channel();
-            let pump = Pump {
-                engine: self.engine.model().to_owned(),
-                pusher: cx.pusher(),
-                out: Rate::new(self.engine.sample_rate(), self.params.audio_out_sample_rate),
-                metrics: self.params.enable_metrics,
-                usage_metrics: self.params.enable_usage_metrics,
-                asked: Instant::now(),
-                generation: *self.generation.borrow(),
-                current: self.generation.subscribe(),
-                pushed_secs: 0.0,
-                started: false,
-            };
-            cx.spawn(pump.run(context.events, done));
-            self.current = Some(Current {
-                input: context.input,
-                finished,
-            });
+            let ahead = (!self.speaking).then(|| self.take_ahead(&text)).flatten();
+            let spoken_ahead = ahead.is_some();
+            self.open(ahead, cx);
+            self.speaking = true;
+            if spoken_ahead {
+                return;
+            }
         }
         self.speaking = true;
         self.send(TtsInput::Text(text), cx);
+    }
+
+    /// Opens the turn's context and its pump, which plays `ahead` (speech made ahead) first.
+    fn open(&mut self, ahead: Option<mpsc::Receiver<TtsEvent>>, cx: &mut FrameContext<'_>) {
+        let mut context = self.engine.open();
+        if let Some(ahead) = ahead {
+            let (events, chained) = mpsc::channel(EVENT_QUEUE);
+            let rest = std::mem::replace(&mut context.events, chained);
+            cx.spawn(chain(ahead, rest, events, self.engine.sample_rate()));
+        }
+        let (done, finished) = oneshot::channel();
+        let pump = Pump {
+            engine: self.engine.model().to_owned(),
+            pusher: cx.pusher(),
+            out: Rate::new(self.engine.sample_rate(), self.params.audio_out_sample_rate),
+            metrics: self.params.enable_metrics,
+            usage_metrics: self.params.enable_usage_metrics,
+            asked: Instant::now(),
+            generation: *self.generation.borrow(),
+            current: self.generation.subscribe(),
+            pushed_secs: 0.0,
+            started: false,
+        };
+        cx.spawn(pump.run(context.events, done));
+        self.current = Some(Current {
+            input: context.input,
+            finished,
+        });
     }
 
     fn send(&self, input: TtsInput, cx: &mut FrameContext<'_>) {
@@ -120,6 +191,7 @@ impl TtsService {
     fn cancel(&mut self) {
         self.generation.send_modify(|g| *g += 1);
         self.current = None;
+        self.ahead = None;
         self.text.clear();
         self.speaking = false;
     }
@@ -142,9 +214,19 @@ impl FrameProcessor for TtsService {
                 self.engine.warm();
             }
             FrameBody::System(SystemFrame::Interruption) => self.cancel(),
+            // The user goes on: the guess was not the turn.
+            FrameBody::System(SystemFrame::VadUserStartedSpeaking) => self.ahead = None,
+            FrameBody::Data(DataFrame::TtsGuess(text)) => {
+                // Too late once a response is under way: it brings its own words.
+                if !self.responding && self.engine.text_unit() == TextUnit::Sentence {
+                    self.speak_ahead(text.clone(), cx);
+                }
+                return Ok(());
+            }
             FrameBody::Control(ControlFrame::LlmFullResponseStart) => {
                 self.text.clear();
                 self.speaking = false;
+                self.responding = true;
                 self.response_started = Some(Instant::now());
             }
             FrameBody::Data(DataFrame::LlmText(text)) if direction == Direction::Downstream => {
@@ -155,8 +237,11 @@ impl FrameProcessor for TtsService {
                 self.text.push_str(text);
                 // The first words of a response go out at a clause boundary: the user hears the
                 // bot start sooner, and later sentences are ready before they are needed.
-                let end = sentence_end(&self.text)
-                    .or_else(|| (!self.speaking).then(|| clause_end(&self.text)).flatten());
+                let end = if self.speaking {
+                    sentence_end(&self.text)
+                } else {
+                    first_words_end(&self.text)
+                };
                 if let Some(end) = end {
                     let sentence: String = self.text.drain(..end).collect();
                     self.say(sentence, cx);
@@ -189,6 +274,9 @@ impl FrameProcessor for TtsService {
                     cx.push(frame, direction);
                 }
                 self.speaking = false;
+                self.responding = false;
+                // Speech made ahead for this response and not used will not be.
+                self.ahead = None;
                 return Ok(());
             }
             _ => {}
@@ -344,6 +432,83 @@ impl Pump {
     }
 }
 
+/// Where speech made ahead reports its usage.
+struct Usage {
+    pusher: FramePusher,
+    engine: String,
+    enabled: bool,
+}
+
+/// Holds the events of a context spoken ahead in `held`, reporting its characters as they come:
+/// they are paid for whether or not the speech is played.
+async fn hold(
+    mut events: mpsc::Receiver<TtsEvent>,
+    held: mpsc::Sender<TtsEvent>,
+    usage: Usage,
+) -> Result<(), ProcessorError> {
+    while let Some(event) = events.recv().await {
+        if let TtsEvent::Characters(characters) = event {
+            if usage.enabled {
+                let metrics = MetricsData::TtsUsage {
+                    processor: usage.pusher.name().to_owned(),
+                    model: Some(usage.engine.clone()),
+                    characters,
+                    cost_usd: crate::services::llm::tts_cost(&usage.engine, characters),
+                };
+                let _ = usage
+                    .pusher
+                    .push(
+                        SystemFrame::Metrics(vec![metrics]).into(),
+                        Direction::Downstream,
+                    )
+                    .await;
+            }
+            continue;
+        }
+        if held.send(event).await.is_err() {
+            // Thrown away: dropping the context cancels it.
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Plays the speech made ahead (without its end), then the rest of the response's context, with
+/// the rest's word timings moved past the speech before them.
+async fn chain(
+    mut ahead: mpsc::Receiver<TtsEvent>,
+    mut rest: mpsc::Receiver<TtsEvent>,
+    events: mpsc::Sender<TtsEvent>,
+    sample_rate: u32,
+) -> Result<(), ProcessorError> {
+    let mut offset = 0.0;
+    while let Some(event) = ahead.recv().await {
+        match &event {
+            TtsEvent::Done => break,
+            TtsEvent::Audio(samples) => {
+                offset += samples.len() as f64 / f64::from(sample_rate.max(1));
+            }
+            _ => {}
+        }
+        let failed = matches!(event, TtsEvent::Error(_) | TtsEvent::Failed(_));
+        if events.send(event).await.is_err() || failed {
+            return Ok(());
+        }
+    }
+    while let Some(mut event) = rest.recv().await {
+        if let TtsEvent::Words { words, .. } = &mut event {
+            for word in words {
+                word.start_secs += offset;
+                word.end_secs += offset;
+            }
+        }
+        if events.send(event).await.is_err() {
+            break;
+        }
+    }
+    Ok(())
+}
+
 /// One context's audio, from the voice's rate to the output's: one resampler for the whole
 /// context, so its pieces join without a seam.
 struct Rate {
@@ -419,6 +584,12 @@ fn sentence_end(text: &str) -> Option<usize> {
         }
     }
     None
+}
+
+/// The byte index just past a response's first words, which go to the voice on their own: its
+/// first sentence, or a first clause long enough to say alone.
+pub fn first_words_end(text: &str) -> Option<usize> {
+    sentence_end(text).or_else(|| clause_end(text))
 }
 
 /// Characters a first clause needs before it is spoken on its own.
