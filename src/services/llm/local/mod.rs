@@ -49,6 +49,10 @@ pub struct LocalLlmOptions {
     pub repeat_penalty: f32,
     /// How many recent tokens the penalty looks at.
     pub repeat_window: usize,
+    /// Earlier exchanges (user turn and answer) the model sees besides the current one. A model
+    /// this small follows the last exchange more than the new question: given it, it often
+    /// says its last answer again, word for word.
+    pub history_turns: usize,
     /// Worked examples of tool calls for the side prompt that decides them.
     pub tool_examples: Vec<ToolExample>,
     /// Tools read from the words and spoken from templates rather than by the model.
@@ -61,6 +65,7 @@ impl Default for LocalLlmOptions {
             max_tokens: 120,
             repeat_penalty: 1.2,
             repeat_window: 64,
+            history_turns: 0,
             tool_examples: Vec::new(),
             tool_words: Vec::new(),
         }
@@ -156,8 +161,13 @@ impl LocalModel {
 
     /// The ChatML prompt for `messages`, ending with the assistant's turn opened.
     pub fn prompt(&self, messages: &[Message]) -> Vec<u32> {
+        self.chatml(render(messages))
+    }
+
+    /// `turns` in ChatML, ending with the assistant's turn opened.
+    fn chatml(&self, turns: Vec<(&str, String)>) -> Vec<u32> {
         let mut ids = Vec::new();
-        for (role, text) in render(messages) {
+        for (role, text) in turns {
             ids.extend(self.chat_turn(role, &text));
         }
         ids.push(self.im_start);
@@ -234,6 +244,24 @@ fn render(messages: &[Message]) -> Vec<(&'static str, String)> {
         }
     }
     out
+}
+
+/// The instructions before the conversation, and its last `history` exchanges before the
+/// current one (which starts at the last user turn, its tool notes attached to it).
+fn recent(turns: Vec<(&'static str, String)>, history: usize) -> Vec<(&'static str, String)> {
+    let users: Vec<usize> = (0..turns.len()).filter(|&i| turns[i].0 == "user").collect();
+    let (Some(&first), Some(&from)) = (
+        users.first(),
+        users.iter().rev().nth(history).or(users.first()),
+    ) else {
+        return turns;
+    };
+    turns
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| *i < first || *i >= from)
+        .map(|(_, turn)| turn)
+        .collect()
 }
 
 /// Adds a tool's result to the latest user turn: a model this small answers the user's words
@@ -432,7 +460,8 @@ impl LlmEngine for LocalLlm {
                     }
                 }
             }
-            let prompt = model.prompt(&request.messages);
+            let turns = recent(render(&request.messages), options.history_turns);
+            let prompt = model.chatml(turns);
             let mut state = state.lock().unwrap_or_else(|p| p.into_inner());
             if let Err(e) = run(&model, &mut state, &prompt, &options, &tx) {
                 // The cache may hold half a step: start clean next time.
@@ -537,6 +566,30 @@ mod tests {
             tool_calls: Some(vec![ToolCall::function(id, name, &json!({"n": 7}))]),
             ..AssistantMessage::default()
         })
+    }
+
+    #[test]
+    fn the_model_sees_the_instructions_and_only_the_last_exchanges() {
+        let turns = vec![
+            ("system", "Be brief.".to_owned()),
+            ("user", "one".to_owned()),
+            ("assistant", "1".to_owned()),
+            ("user", "two".to_owned()),
+            ("assistant", "2".to_owned()),
+            ("system", "a note".to_owned()),
+            ("user", "three".to_owned()),
+        ];
+        let roles = |kept: Vec<(&str, String)>| -> Vec<String> {
+            kept.into_iter().map(|(_, text)| text).collect()
+        };
+        assert_eq!(roles(recent(turns.clone(), 0)), ["Be brief.", "three"]);
+        assert_eq!(
+            roles(recent(turns.clone(), 1)),
+            ["Be brief.", "two", "2", "a note", "three"]
+        );
+        assert_eq!(roles(recent(turns.clone(), 5)).len(), turns.len());
+        let instructions = vec![("system", "Be brief.".to_owned())];
+        assert_eq!(roles(recent(instructions, 0)), ["Be brief."]);
     }
 
     #[test]
