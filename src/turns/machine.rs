@@ -19,8 +19,12 @@ use crate::frames::{AudioFrame, ControlFrame, DataFrame, FrameBody, SystemFrame}
 /// the VAD's own stop window before it) to end in more speech.
 pub const FINISHED_WORDS_WAIT: Duration = Duration::from_millis(600);
 /// Silence after the VAD's stop that ends a turn the model called finished when its words trail
-/// off ("and", "the", "…"): the user gets a moment to go on.
+/// off ("and", "the", "…") or may ("…the weather is?"): the user gets a moment to go on.
 pub const TRAILING_WORDS_HOLD: Duration = Duration::from_secs(1);
+/// Silence after the VAD's stop that ends a turn the model called unfinished when its words may
+/// be whole ("Do you know where the station is?", [`Words::Open`]): longer than a pause inside
+/// a sentence, shorter than the wait on words that trail off.
+pub const OPEN_WORDS_WAIT: Duration = Duration::from_secs(1);
 
 /// How a turn ends once the VAD hears silence, as the machine sees it (the model itself lives
 /// with the driver).
@@ -675,9 +679,10 @@ impl TurnMachine {
             words::judge(&heard)
         });
         let wait = match (finished, words) {
-            (true, Some(Words::Trailing)) => TRAILING_WORDS_HOLD,
+            (true, Some(Words::Trailing | Words::Open)) => TRAILING_WORDS_HOLD,
             (true, _) => Duration::ZERO,
             (false, Some(Words::Finished)) => FINISHED_WORDS_WAIT,
+            (false, Some(Words::Open)) => OPEN_WORDS_WAIT,
             (false, _) => incomplete_timeout,
         };
         let due = paused + wait.min(incomplete_timeout);
@@ -939,6 +944,25 @@ mod tests {
         m.handle(Input::VadStarted, pause + Duration::from_millis(700));
         assert!(m.in_turn());
         assert_eq!(m.next_deadline(), None);
+    }
+
+    #[test]
+    fn an_unfinished_verdict_on_words_that_may_be_whole_waits_a_second_not_the_timeout() {
+        let mut m = model_machine();
+        let t0 = Instant::now();
+        let pause = t0 + Duration::from_secs(2);
+        judged_pause(&mut m, t0, pause, false);
+        let heard = pause + Duration::from_millis(300);
+        m.handle(final_words("Do you know where the station is?"), heard);
+        m.handle(Input::TranscriptionDone, heard);
+        assert_eq!(m.next_deadline(), Some(pause + OPEN_WORDS_WAIT));
+        assert_eq!(
+            pushed(&m.handle(Input::Tick, pause + OPEN_WORDS_WAIT)),
+            [
+                "user_stopped_speaking",
+                "answer: Do you know where the station is?"
+            ]
+        );
     }
 
     #[test]

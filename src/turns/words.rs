@@ -10,6 +10,10 @@ pub enum Words {
     Finished,
     /// Cut off mid-sentence: more is coming.
     Trailing,
+    /// A sentence or question that ends on a word a cut one often ends on too ("Thank you.",
+    /// "Do you know where the station is?", but also Whisper's "Can you tell me the weather
+    /// is?" for a question cut after "in"): it may be over, or not.
+    Open,
     /// No words yet, or nothing to tell by.
     Unclear,
 }
@@ -17,13 +21,19 @@ pub enum Words {
 /// Words an English sentence does not end on: articles, conjunctions, prepositions, fillers,
 /// and the openings of a clause.
 const TRAILING_WORDS: &[&str] = &[
-    "a", "an", "the", "and", "or", "but", "so", "because", "if", "then", "than", "that", "to",
-    "of", "for", "with", "in", "on", "at", "by", "from", "about", "into", "like", "my", "your",
-    "our", "their", "his", "her", "its", "um", "uh", "er", "erm", "hmm", "is", "are", "was",
-    "were", "be", "what", "which", "who", "where", "when", "how", "why", "can", "could", "would",
-    "should", "will", "do", "does", "did", "i", "i'm", "we", "you", "let's", "maybe", "also",
-    "very", "really", "just", "some", "any", "this", "these", "those", "until", "while",
-    "although", "though", "whether", "as",
+    "a", "an", "the", "and", "or", "but", "because", "if", "than", "to", "of", "for", "with", "in",
+    "on", "at", "by", "from", "about", "into", "my", "your", "our", "their", "his", "her", "its",
+    "um", "uh", "er", "erm", "hmm", "i", "i'm", "we", "let's", "very", "just", "some", "any",
+    "until", "while", "although", "though", "whether", "as",
+];
+
+/// Words a sentence or question may end on ("…what it is.", "Thank you.", "Why?") as often as a
+/// cut one does: with an end mark after them the words are [`Words::Open`], without one
+/// trailing.
+const OPEN_WORDS: &[&str] = &[
+    "is", "are", "was", "were", "be", "do", "does", "did", "can", "could", "would", "should",
+    "will", "you", "so", "then", "that", "this", "these", "those", "like", "what", "which", "who",
+    "where", "when", "how", "why", "maybe", "also", "really",
 ];
 
 /// Judges a turn's transcript so far.
@@ -44,13 +54,16 @@ pub fn judge(text: &str) -> Words {
                 .to_lowercase()
         })
         .unwrap_or_default();
-    // Even after a question mark: Whisper writes "Can you tell me the weather is?" for a
-    // question cut after "in" (`scripts/turn_wait.py`), which costs more than a question that
-    // ends on its verb waiting for the timeout.
+    let marked = text.ends_with(['.', '?', '!']);
     if TRAILING_WORDS.contains(&last.as_str()) {
         return Words::Trailing;
     }
-    if text.ends_with(['.', '?', '!']) {
+    if OPEN_WORDS.contains(&last.as_str()) {
+        // Not finished even after a question mark: Whisper writes "Can you tell me the weather
+        // is?" for a question cut after "in" (`scripts/turn_wait.py`).
+        return if marked { Words::Open } else { Words::Trailing };
+    }
+    if marked {
         Words::Finished
     } else {
         Words::Unclear
@@ -83,10 +96,23 @@ mod tests {
             "Tell me about cats and",
             "Well, um,",
             "Let me think…",
-            "What I really want to know is.",
-            "Can you tell me the weather is?",
+            "What I really want to know is",
+            "Thank you and",
         ] {
             assert_eq!(judge(text), Words::Trailing, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_marked_end_on_a_word_both_whole_and_cut_sentences_end_on_is_open() {
+        for text in [
+            "What I really want to know is.",
+            "Can you tell me the weather is?",
+            "Do you know where the station is?",
+            "Thank you.",
+            "Why?",
+        ] {
+            assert_eq!(judge(text), Words::Open, "{text}");
         }
     }
 
