@@ -413,7 +413,13 @@ async fn the_local_llm_answers_a_factual_question_and_reuses_its_cache() {
     use voxide::services::llm::local::{LocalLlm, LocalLlmOptions, LocalModel};
     use voxide::services::llm::{LlmEngine, LlmEvent, LlmRequest};
     let model = LocalModel::shared().expect("the local LLM loads; run scripts/setup.sh");
-    let llm = LocalLlm::new(model, LocalLlmOptions::default());
+    // A bot that shows the model the whole conversation (the default shows the last exchange
+    // only): each turn reuses the cache of the turns before it.
+    let options = LocalLlmOptions {
+        history_turns: usize::MAX,
+        ..LocalLlmOptions::default()
+    };
+    let llm = LocalLlm::new(model, options);
     let mut messages = vec![
         Message::system("You are a helpful assistant. Answer in one short sentence."),
         Message::user("What is the capital of France?"),

@@ -49,8 +49,9 @@ pub struct BotArgs {
     #[arg(long, env = "VOXIDE_TURN_WORDS")]
     turn_words: Option<bool>,
     /// Start the answer at a pause whose words are in, before the turn has ended (`true` or
-    /// `false`): if the turn ends with those words the answer is already under way; if the
-    /// user goes on it is thrown away (wasted tokens are counted in the metrics; a paid LLM
+    /// `false`): the LLM starts, and the voice speaks the answer's first sentence with its audio
+    /// held. If the turn ends with those words the answer is already under way; if the user
+    /// goes on it is thrown away (wasted tokens are counted in the metrics; a paid LLM or voice
     /// bills them). [default: true]
     #[arg(long, env = "VOXIDE_PREEMPTIVE")]
     preemptive: Option<bool>,
