@@ -195,6 +195,26 @@ mod voice {
             }
         }
 
+        /// What the user aggregator hands on at a pause: the context as the turn would make it.
+        pub async fn guess(&self, words: &str) {
+            let mut guess = self.context.snapshot();
+            guess.messages.push(Message::user(words));
+            self.handle
+                .queue_frame(DataFrame::LlmGuess(Box::new(guess)))
+                .await
+                .expect("queued");
+        }
+
+        /// The turn ends with `words`: the LLM runs on the context; waits for its response.
+        pub async fn user_says(&mut self, words: &str) {
+            self.context.lock().messages.push(Message::user(words));
+            self.handle
+                .queue_frame(DataFrame::LlmContext(self.context.clone()))
+                .await
+                .expect("queued");
+            self.response().await;
+        }
+
         /// Waits for the end of one more response, taking note of what was heard.
         pub async fn response(&mut self) {
             let seen = self.heard.responses;
@@ -233,12 +253,7 @@ async fn the_first_sentence_of_a_guessed_answer_is_spoken_ahead_and_played_once_
     let engine = ScriptedLlm::new(vec![vec![say("It is noon. "), say("Anything else?")]]);
     let voice = voice::RecordingVoice::default();
     let mut bot = voice::SpeakingBot::start(engine.clone(), voice.clone());
-    let mut guessed = bot.context.snapshot();
-    guessed.messages.push(Message::user("What time is it?"));
-    bot.handle
-        .queue_frame(DataFrame::LlmGuess(Box::new(guessed)))
-        .await
-        .expect("queued");
+    bot.guess("What time is it?").await;
     said(&voice, 1).await;
     assert_eq!(
         voice.said(),
@@ -246,15 +261,7 @@ async fn the_first_sentence_of_a_guessed_answer_is_spoken_ahead_and_played_once_
         "spoken before the turn ended"
     );
 
-    bot.context
-        .lock()
-        .messages
-        .push(Message::user("What time is it?"));
-    bot.handle
-        .queue_frame(DataFrame::LlmContext(bot.context.clone()))
-        .await
-        .expect("queued");
-    bot.response().await;
+    bot.user_says("What time is it?").await;
     assert_eq!(engine.runs(), 1);
     assert_eq!(
         voice.said(),
@@ -279,21 +286,10 @@ async fn speech_made_ahead_for_a_wrong_guess_is_never_played() {
     let engine = ScriptedLlm::new(vec![vec![say("Half an answer.")], vec![say("In Paris.")]]);
     let voice = voice::RecordingVoice::default();
     let mut bot = voice::SpeakingBot::start(engine.clone(), voice.clone());
-    let mut guessed = bot.context.snapshot();
-    guessed.messages.push(Message::user("What time is it"));
-    bot.handle
-        .queue_frame(DataFrame::LlmGuess(Box::new(guessed)))
-        .await
-        .expect("queued");
+    bot.guess("What time is it").await;
     said(&voice, 1).await;
 
-    let asked = "What time is it in Paris?";
-    bot.context.lock().messages.push(Message::user(asked));
-    bot.handle
-        .queue_frame(DataFrame::LlmContext(bot.context.clone()))
-        .await
-        .expect("queued");
-    bot.response().await;
+    bot.user_says("What time is it in Paris?").await;
     assert_eq!(engine.runs(), 2);
     assert_eq!(voice.said(), ["Half an answer.", "In Paris."]);
     let texts: Vec<&str> = bot.heard.texts.iter().map(|(t, _)| t.as_str()).collect();
