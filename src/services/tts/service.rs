@@ -314,13 +314,8 @@ impl Pump {
                 TtsEvent::Audio(samples) => self.audio(samples).await,
                 TtsEvent::Characters(characters) => {
                     if self.usage_metrics {
-                        let usage = MetricsData::TtsUsage {
-                            processor: self.pusher.name().to_owned(),
-                            model: Some(self.engine.clone()),
-                            characters,
-                            cost_usd: crate::services::llm::tts_cost(&self.engine, characters),
-                        };
-                        self.push(SystemFrame::Metrics(vec![usage]).into()).await
+                        let usage = tts_usage(&self.pusher, &self.engine, characters);
+                        self.push(usage).await
                     } else {
                         true
                     }
@@ -439,6 +434,17 @@ struct Usage {
     enabled: bool,
 }
 
+/// The usage report of `characters` spoken by `engine`.
+fn tts_usage(pusher: &FramePusher, engine: &str, characters: u64) -> Frame {
+    let usage = MetricsData::TtsUsage {
+        processor: pusher.name().to_owned(),
+        model: Some(engine.to_owned()),
+        characters,
+        cost_usd: crate::services::llm::tts_cost(engine, characters),
+    };
+    SystemFrame::Metrics(vec![usage]).into()
+}
+
 /// Holds the events of a context spoken ahead in `held`, reporting its characters as they come:
 /// they are paid for whether or not the speech is played.
 async fn hold(
@@ -449,19 +455,8 @@ async fn hold(
     while let Some(event) = events.recv().await {
         if let TtsEvent::Characters(characters) = event {
             if usage.enabled {
-                let metrics = MetricsData::TtsUsage {
-                    processor: usage.pusher.name().to_owned(),
-                    model: Some(usage.engine.clone()),
-                    characters,
-                    cost_usd: crate::services::llm::tts_cost(&usage.engine, characters),
-                };
-                let _ = usage
-                    .pusher
-                    .push(
-                        SystemFrame::Metrics(vec![metrics]).into(),
-                        Direction::Downstream,
-                    )
-                    .await;
+                let metrics = tts_usage(&usage.pusher, &usage.engine, characters);
+                let _ = usage.pusher.push(metrics, Direction::Downstream).await;
             }
             continue;
         }
