@@ -218,7 +218,15 @@ fn render(messages: &[Message]) -> Vec<(&'static str, String)> {
                     out.push(("system", text.trim().to_owned()));
                 }
             }
-            Message::User(m) => out.push(("user", m.content.joined_text())),
+            Message::User(m) => match out.last_mut() {
+                // A turn the user went on with before the bot said anything (its answer cut
+                // unspoken, at most tool calls between) is one question.
+                Some(("user", text)) => {
+                    text.push(' ');
+                    text.push_str(&m.content.joined_text());
+                }
+                _ => out.push(("user", m.content.joined_text())),
+            },
             Message::Assistant(m) => {
                 for call in m.tool_calls.iter().flatten() {
                     names.insert(&call.id, &call.function.name);
@@ -566,6 +574,22 @@ mod tests {
             tool_calls: Some(vec![ToolCall::function(id, name, &json!({"n": 7}))]),
             ..AssistantMessage::default()
         })
+    }
+
+    #[test]
+    fn a_question_the_user_went_on_with_before_any_answer_is_one_turn() {
+        let mut messages = vec![Message::user("What time is it?"), call("a", "clock")];
+        messages.push(Message::tool("a", "noon"));
+        messages.push(Message::user("And what is seven squared?"));
+        let turns = recent(render(&messages), 0);
+        assert_eq!(turns.len(), 1, "{turns:?}");
+        assert_eq!(turns[0].0, "user");
+        assert!(turns[0].1.starts_with("What time is it?"), "{turns:?}");
+        assert!(turns[0].1.contains("noon"), "{turns:?}");
+        assert!(
+            turns[0].1.ends_with("And what is seven squared?"),
+            "{turns:?}"
+        );
     }
 
     #[test]
