@@ -8,6 +8,7 @@ pub mod aggregators;
 pub mod audio;
 pub mod bench;
 pub mod bot;
+pub mod bpe;
 pub mod config;
 pub mod context;
 pub mod events;

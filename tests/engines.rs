@@ -383,6 +383,30 @@ fn whisper_transcribes_the_test_sentence() {
 }
 
 #[test]
+fn whisper_encodes_a_prompt_as_its_tokenizer_does_and_still_hears_the_question() {
+    use voxide::services::stt::Whisper;
+    let whisper = Whisper::shared().expect("the Whisper model loads; run scripts/setup.sh");
+    // Ids from the Hugging Face `tokenizers` library on the same tokenizer.json.
+    assert_eq!(
+        whisper.prompt("Set a timer for 5 minutes. Cancel   the timer."),
+        [5345, 257, 19781, 329, 642, 2431, 13, 27910, 262, 19781, 13]
+    );
+    assert_eq!(
+        whisper.prompt("What is 12 plus 30? It's 2024!"),
+        [1867, 318, 1105, 5556, 1542, 30, 632, 338, 48609, 0]
+    );
+    assert!(whisper.prompt("  ").is_empty());
+    assert_eq!(whisper.prompt(&"timer ".repeat(1000)).len(), 223);
+    let audio = wav::to_f32(&wav::read(HELLO).expect("test audio").to_mono());
+    let prompt = whisper.prompt("Set a timer for 5 minutes. What is the time?");
+    let text = whisper
+        .transcribe_after(&audio, &prompt)
+        .expect("transcript")
+        .to_lowercase();
+    assert!(text.contains("weather like in paris"), "{text}");
+}
+
+#[test]
 fn the_local_llm_tokenizer_matches_the_vocabulary() {
     use voxide::services::llm::local::LocalModel;
     let model = LocalModel::shared().expect("the local LLM loads; run scripts/setup.sh");

@@ -38,7 +38,9 @@ use crate::services::llm::{
 use crate::services::stt::assemblyai::{AssemblyAiSettings, AssemblyAiStt};
 use crate::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
 use crate::services::stt::openai::{OpenAiStt, OpenAiSttSettings};
-use crate::services::stt::{Segmented, SttEngine, SttFallback, SttService, Whisper};
+use crate::services::stt::{
+    PromptedWhisper, Segmented, SttEngine, SttFallback, SttService, Whisper,
+};
 use crate::services::tts::cartesia::{CartesiaSettings, CartesiaTts};
 use crate::services::tts::deepgram::{AuraSettings, AuraTts};
 use crate::services::tts::elevenlabs::{ElevenLabsSettings, ElevenLabsTts};
@@ -144,9 +146,12 @@ pub enum SttChoice {
 }
 
 impl SttChoice {
-    fn engine(&self) -> Result<Arc<dyn SttEngine>, BotError> {
+    /// The engine; the embedded Whisper reads `prompt` first.
+    fn engine(&self, prompt: &str) -> Result<Arc<dyn SttEngine>, BotError> {
         Ok(match self {
-            SttChoice::Whisper => Segmented::shared(Whisper::shared()?),
+            SttChoice::Whisper => {
+                Segmented::shared(Arc::new(PromptedWhisper::new(Whisper::shared()?, prompt)))
+            }
             SttChoice::Deepgram(settings) => Arc::new(DeepgramStt::new(settings.clone())),
             SttChoice::AssemblyAi(settings) => Arc::new(AssemblyAiStt::new(settings.clone())),
             SttChoice::OpenAi(settings) => Arc::new(OpenAiStt::new(settings.clone())),
@@ -289,6 +294,9 @@ pub struct BotOptions {
     /// Who listens (with a text LLM): the first engine, each of the others the fallback of the
     /// one before (`--stt deepgram,whisper`).
     pub stt: Vec<SttChoice>,
+    /// Words the embedded Whisper reads before each utterance, as said just before it: names
+    /// and terms it should expect and spell their way (OpenAI's `prompt`). Empty: none.
+    pub stt_prompt: String,
     /// Who speaks (with a text LLM), likewise (`--tts cartesia,piper`).
     pub tts: Vec<TtsChoice>,
 }
@@ -320,6 +328,7 @@ impl Default for BotOptions {
             barge_in: BargeIn::default(),
             prices: PriceTable::default(),
             stt: vec![SttChoice::Whisper],
+            stt_prompt: String::new(),
             tts: vec![TtsChoice::Embedded],
         }
     }
@@ -517,7 +526,7 @@ pub fn build<S: AudioSink>(
     let stt = options
         .stt
         .iter()
-        .map(SttChoice::engine)
+        .map(|choice| choice.engine(&options.stt_prompt))
         .collect::<Result<Vec<_>, _>>()?;
     let stt = SttFallback::shared(stt).map_err(BotError::Config)?;
     let (front, sink) = input_front(options, sink);

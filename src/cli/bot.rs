@@ -82,6 +82,12 @@ pub struct BotArgs {
     /// universal-streaming-english for assemblyai, gpt-4o-transcribe for openai]
     #[arg(long, env = "VOXIDE_STT_MODEL")]
     stt_model: Option<String>,
+    /// Words the embedded Whisper reads before each utterance, as if said just before it:
+    /// names and terms it should expect and spell their way ("Voxide, Piper, Smart Turn.").
+    /// It leans hard on them: unclear speech may come out as the prompt's words, so keep it to
+    /// what the users say. [default: none]
+    #[arg(long, env = "VOXIDE_STT_PROMPT")]
+    stt_prompt: Option<String>,
     /// Who speaks (with a text LLM): `piper` or `espeak` (embedded, offline; the same as
     /// --voice), `cartesia` (streaming: CARTESIA_API_KEY; CARTESIA_URL, scheme and host, for
     /// another server), `openai` (OpenAI's speech API or a server that speaks it:
@@ -133,6 +139,7 @@ impl BotArgs {
             llm_temperature: self.llm_temperature,
             stt: self.stt.clone(),
             stt_model: self.stt_model.clone(),
+            stt_prompt: self.stt_prompt.clone(),
             tts: self.tts.clone(),
             tts_model: self.tts_model.clone(),
             tts_voice: self.tts_voice.clone(),

@@ -33,6 +33,7 @@
 //! llm_model = "gpt-4.1-mini"
 //! llm_temperature = 0.6
 //! stt = "whisper"          # see --stt: "deepgram,whisper" falls back to Whisper
+//! stt_prompt = "Voxide, Piper, Smart Turn."   # words Whisper should expect
 //! tts = "piper"            # see --tts: "cartesia,piper" falls back to Piper
 //!
 //! # Your own rates (USD per million tokens) over the built-in list prices.
@@ -185,6 +186,8 @@ pub struct BotConfig {
     pub stt: Option<String>,
     /// See `--stt-model`.
     pub stt_model: Option<String>,
+    /// See `--stt-prompt`.
+    pub stt_prompt: Option<String>,
     /// See `--tts`.
     pub tts: Option<String>,
     /// See `--tts-model`.
@@ -327,6 +330,7 @@ impl BotConfig {
             llm_temperature: self.llm_temperature.or(lower.llm_temperature),
             stt: self.stt.or(lower.stt),
             stt_model: self.stt_model.or(lower.stt_model),
+            stt_prompt: self.stt_prompt.or(lower.stt_prompt),
             tts: self.tts.or(lower.tts),
             tts_model: self.tts_model.or(lower.tts_model),
             tts_voice: self.tts_voice.or(lower.tts_voice),
@@ -528,14 +532,20 @@ input = 1.0
         assert!(error("llm = \"local,local\"").contains("twice"));
         assert!(error("tts = \"piper,espeak\"").contains("one embedded voice"));
         assert!(error("stt = \"nobody\"").contains("whisper"));
+        let e = error("stt = \"deepgram\"\nstt_prompt = \"Voxide.\"");
+        assert!(e.contains("Whisper"), "{e}");
         assert!(error("instructions = \"a\"\ninstructions_file = \"b\"").contains("not both"));
         assert!(
             error("[[tool]]\nname = \"calculate\"\ndescription = \"d\"\nurl = \"http://x/\"")
                 .contains("two tools are named \"calculate\"")
         );
-        let bot = layer("voice = \"espeak\"\nbuiltin = [\"clock\"]\ngreeting = \"Hi.\"")
-            .resolve()
-            .expect("a bot");
+        let bot = layer(
+            "voice = \"espeak\"\nbuiltin = [\"clock\"]\ngreeting = \"Hi.\"\n\
+             stt_prompt = \"Voxide.\"",
+        )
+        .resolve()
+        .expect("a bot");
+        assert_eq!(bot.stt_prompt, "Voxide.");
         assert_eq!(bot.voice, Voice::Espeak);
         assert_eq!(bot.builtin, [Builtin::Clock]);
         assert_eq!(bot.greeting.as_deref(), Some("Hi."));

@@ -65,10 +65,13 @@ impl BotConfig {
                 &mut voice,
             )?,
         };
-        let stt = stt_choice(
-            self.stt.as_deref().unwrap_or("whisper"),
-            self.stt_model.clone(),
-        )?;
+        let stt_spec = self.stt.as_deref().unwrap_or("whisper");
+        if self.stt_prompt.is_some() && !stt_spec.split(',').any(|s| s.trim() == "whisper") {
+            return Err(invalid(
+                "stt_prompt is read by the embedded Whisper: list whisper in stt",
+            ));
+        }
+        let stt = stt_choice(stt_spec, self.stt_model.clone())?;
         if self.greeting.is_some() && !matches!(llm, LlmChoice::Text(_)) {
             return Err(invalid(
                 "a greeting is spoken by the TTS: it needs a text LLM, not a realtime one",
@@ -94,6 +97,7 @@ impl BotConfig {
                     table.with(model.clone(), price.price())
                 }),
             stt,
+            stt_prompt: self.stt_prompt.clone().unwrap_or_default(),
             tts,
             builtin: self
                 .builtin

@@ -39,6 +39,16 @@ impl Transcriber for super::Whisper {
     }
 }
 
+impl Transcriber for super::PromptedWhisper {
+    fn name(&self) -> &str {
+        "whisper"
+    }
+
+    fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
+        super::PromptedWhisper::transcribe(self, audio)
+    }
+}
+
 /// Audio kept from before the VAD confirmed speech.
 const PREROLL_SECS: f32 = 0.6;
 /// The pre-roll may reach this far back past the last VAD stop: the VAD stops only after

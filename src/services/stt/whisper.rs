@@ -19,6 +19,7 @@ use serde::Deserialize;
 use super::ct2::{self, Ct2Model};
 use super::decoder::CachedDecoder;
 use crate::audio::mel::{self, LogMel};
+use crate::bpe::{Digits, Tokenizer};
 use crate::models::{ModelError, model_path};
 
 const NAME: &str = "whisper-tiny.en";
@@ -31,7 +32,7 @@ pub struct Whisper {
     /// The encoder (candle's model; its decoder goes unused).
     model: Mutex<WhisperModel>,
     decoder: CachedDecoder,
-    tokens: TokenText,
+    tokens: Tokenizer,
     special: SpecialTokens,
     suppress: Vec<u32>,
     suppress_begin: Vec<u32>,
@@ -79,7 +80,12 @@ struct SpecialTokens {
     eot: u32,
     sot: u32,
     no_timestamps: u32,
+    /// Opens the text before the audio (a prompt).
+    prev: u32,
 }
+
+/// Prompt tokens Whisper reads at most: half its text context, as OpenAI's decoder allows.
+const MAX_PROMPT_TOKENS: usize = 223;
 
 /// Which tokens never to emit, from the model's `config.json`.
 #[derive(Debug, Deserialize)]
@@ -138,17 +144,17 @@ impl Whisper {
 
         let tokenizer = dir.join("tokenizer.json");
         let text = std::fs::read_to_string(&tokenizer).map_err(|e| invalid(&tokenizer, e))?;
-        let tokens = TokenText::from_tokenizer_json(&text).map_err(|e| invalid(&tokenizer, e))?;
+        let tokens = tokenizer_from_json(&text).map_err(|e| invalid(&tokenizer, e))?;
+        let id = |token: &str| {
+            tokens
+                .token(token)
+                .ok_or_else(|| invalid(&tokenizer, format!("the tokenizer lacks {token}")))
+        };
         let special = SpecialTokens {
-            eot: tokens
-                .id("<|endoftext|>")
-                .map_err(|e| invalid(&tokenizer, e))?,
-            sot: tokens
-                .id("<|startoftranscript|>")
-                .map_err(|e| invalid(&tokenizer, e))?,
-            no_timestamps: tokens
-                .id("<|notimestamps|>")
-                .map_err(|e| invalid(&tokenizer, e))?,
+            eot: id("<|endoftext|>")?,
+            sot: id("<|startoftranscript|>")?,
+            no_timestamps: id("<|notimestamps|>")?,
+            prev: id("<|startofprev|>")?,
         };
         let config_path = dir.join("config.json");
         let text = std::fs::read_to_string(&config_path).map_err(|e| invalid(&config_path, e))?;
@@ -174,6 +180,23 @@ impl Whisper {
     /// Transcribes 16 kHz mono audio in [-1, 1]. Blocking (hundreds of ms): call it off the
     /// async runtime.
     pub fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
+        self.transcribe_after(audio, &[])
+    }
+
+    /// `words` as a prompt: the text Whisper reads as said before the audio, which leans it
+    /// towards their words and spellings (OpenAI's `prompt`). At most the last
+    /// [`MAX_PROMPT_TOKENS`] are kept.
+    pub fn prompt(&self, words: &str) -> Vec<u32> {
+        let words = words.split_whitespace().collect::<Vec<_>>().join(" ");
+        if words.is_empty() {
+            return Vec::new();
+        }
+        let tokens = self.tokens.encode(&format!(" {words}"));
+        tokens[tokens.len().saturating_sub(MAX_PROMPT_TOKENS)..].to_vec()
+    }
+
+    /// Transcribes `audio` as said after `prompt` ([`Whisper::prompt`]).
+    pub fn transcribe_after(&self, audio: &[f32], prompt: &[u32]) -> Result<String, SttError> {
         let err = |e: candle_core::Error| SttError(e.to_string());
         let window = self.window.samples(audio.len());
         let mut padded = audio[..audio.len().min(window)].to_vec();
@@ -186,8 +209,13 @@ impl Whisper {
             let mut model = self.model.lock().unwrap_or_else(|p| p.into_inner());
             model.encoder.forward(&mel, true).map_err(err)?
         };
-        let prompt = [self.special.sot, self.special.no_timestamps];
-        let mut tokens: Vec<u32> = prompt.to_vec();
+        let mut prefix = Vec::with_capacity(prompt.len() + 3);
+        if !prompt.is_empty() {
+            prefix.push(self.special.prev);
+            prefix.extend_from_slice(prompt);
+        }
+        prefix.extend([self.special.sot, self.special.no_timestamps]);
+        let mut tokens: Vec<u32> = prefix.clone();
         let vocab = self.decoder.vocab();
         let mut mask = vec![0f32; vocab];
         for &id in &self.suppress {
@@ -200,8 +228,8 @@ impl Whisper {
             *m = f32::NEG_INFINITY;
         }
         let mut state = self.decoder.start(&audio_features).map_err(err)?;
-        let limit = MAX_TOKENS.min(self.decoder.max_tokens().saturating_sub(prompt.len()));
-        let mut input = prompt.to_vec();
+        let limit = MAX_TOKENS.min(self.decoder.max_tokens().saturating_sub(prefix.len()));
+        let mut input = prefix.clone();
         for step in 0..limit {
             let mut logits = self
                 .decoder
@@ -224,13 +252,33 @@ impl Whisper {
             }
             tokens.push(next);
             input = vec![next];
-            if let Some(copy) = repeated_tail(&tokens[prompt.len()..]) {
+            if let Some(copy) = repeated_tail(&tokens[prefix.len()..]) {
                 tokens.truncate(tokens.len() - copy);
                 break;
             }
         }
-        let text = self.tokens.decode(&tokens[prompt.len()..]);
+        let text = self.tokens.decode(&tokens[prefix.len()..]);
         Ok(without_repeated_sentences(text.trim()))
+    }
+}
+
+/// Whisper told which words to expect ([`Whisper::prompt`]): a bot's tool requests, names it
+/// should spell its way. Shared weights; the prompt is this bot's.
+pub struct PromptedWhisper {
+    whisper: Arc<Whisper>,
+    prompt: Vec<u32>,
+}
+
+impl PromptedWhisper {
+    /// `whisper` expecting `words` (none: plain Whisper).
+    pub fn new(whisper: Arc<Whisper>, words: &str) -> Self {
+        let prompt = whisper.prompt(words);
+        Self { whisper, prompt }
+    }
+
+    /// Transcribes `audio` after the prompt.
+    pub fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
+        self.whisper.transcribe_after(audio, &self.prompt)
     }
 }
 
@@ -296,13 +344,6 @@ fn repeated_tail(tokens: &[u32]) -> Option<usize> {
     (3..=n / 2).find(|&len| tokens[n - len..] == tokens[n - 2 * len..n - len])
 }
 
-/// Token ids to text: the byte-level BPE vocabulary of `tokenizer.json`, read for decoding.
-struct TokenText {
-    pieces: Vec<String>,
-    ids: HashMap<String, u32>,
-    bytes: HashMap<char, u8>,
-}
-
 #[derive(Deserialize)]
 struct TokenizerJson {
     model: TokenizerModel,
@@ -313,6 +354,16 @@ struct TokenizerJson {
 #[derive(Deserialize)]
 struct TokenizerModel {
     vocab: HashMap<String, u32>,
+    #[serde(default)]
+    merges: Vec<Merge>,
+}
+
+/// A merge rule: `"a b"` in older `tokenizer.json` files, `["a", "b"]` in newer ones.
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum Merge {
+    Joined(String),
+    Pair(String, String),
 }
 
 #[derive(Deserialize)]
@@ -321,67 +372,29 @@ struct AddedToken {
     content: String,
 }
 
-impl TokenText {
-    fn from_tokenizer_json(text: &str) -> Result<Self, String> {
-        let json: TokenizerJson = serde_json::from_str(text).map_err(|e| e.to_string())?;
-        let mut ids = json.model.vocab;
-        for added in json.added_tokens {
-            ids.insert(added.content, added.id);
-        }
-        let size = ids.values().copied().max().map_or(0, |m| m as usize + 1);
-        let mut pieces = vec![String::new(); size];
-        for (piece, &id) in &ids {
-            pieces[id as usize] = piece.clone();
-        }
-        Ok(Self {
-            pieces,
-            ids,
-            bytes: byte_level_decoder(),
-        })
+/// Whisper's byte-level BPE from its `tokenizer.json`: the vocabulary, the special tokens added
+/// to it, and the merges.
+fn tokenizer_from_json(text: &str) -> Result<Tokenizer, String> {
+    let json: TokenizerJson = serde_json::from_str(text).map_err(|e| e.to_string())?;
+    let mut ids = json.model.vocab;
+    for added in json.added_tokens {
+        ids.insert(added.content, added.id);
     }
-
-    fn id(&self, token: &str) -> Result<u32, String> {
-        self.ids
-            .get(token)
-            .copied()
-            .ok_or_else(|| format!("the tokenizer lacks {token}"))
+    let size = ids.values().copied().max().map_or(0, |m| m as usize + 1);
+    let mut pieces = vec![String::new(); size];
+    for (piece, id) in ids {
+        pieces[id as usize] = piece;
     }
-
-    fn decode(&self, ids: &[u32]) -> String {
-        let mut bytes = Vec::new();
-        for &id in ids {
-            let Some(piece) = self.pieces.get(id as usize) else {
-                continue;
-            };
-            if piece.starts_with("<|") {
-                continue;
-            }
-            bytes.extend(piece.chars().filter_map(|c| self.bytes.get(&c).copied()));
-        }
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-}
-
-/// GPT-2's byte-level alphabet, reversed: each byte is written as a printable character.
-fn byte_level_decoder() -> HashMap<char, u8> {
-    let mut printable: Vec<u32> = (u32::from(b'!')..=u32::from(b'~'))
-        .chain(0xA1..=0xAC)
-        .chain(0xAE..=0xFF)
-        .collect();
-    let mut chars: Vec<u32> = printable.clone();
-    let mut extra = 0;
-    for b in 0..=255u32 {
-        if !printable.contains(&b) {
-            printable.push(b);
-            chars.push(256 + extra);
-            extra += 1;
-        }
-    }
-    printable
+    let merges: Vec<String> = json
+        .model
+        .merges
         .into_iter()
-        .zip(chars)
-        .filter_map(|(b, c)| Some((char::from_u32(c)?, b as u8)))
-        .collect()
+        .map(|m| match m {
+            Merge::Joined(m) => m,
+            Merge::Pair(a, b) => format!("{a} {b}"),
+        })
+        .collect();
+    Tokenizer::new(pieces, &merges, Digits::Runs)
 }
 
 /// How one CTranslate2 variable group becomes candle tensors.
@@ -627,13 +640,5 @@ mod tests {
             "It is 3.5 degrees. Really"
         );
         assert_eq!(without_repeated_sentences(""), "");
-    }
-
-    #[test]
-    fn byte_level_alphabet_covers_every_byte() {
-        let decoder = byte_level_decoder();
-        assert_eq!(decoder.len(), 256);
-        assert_eq!(decoder.get(&'Ġ'), Some(&b' '));
-        assert_eq!(decoder.get(&'a'), Some(&b'a'));
     }
 }

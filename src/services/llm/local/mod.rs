@@ -8,7 +8,6 @@
 
 mod grammar;
 pub mod llama;
-mod tokenizer;
 mod tool_call;
 
 use std::collections::HashMap;
@@ -20,9 +19,10 @@ use candle_core::quantized::{GgmlDType, gguf_file};
 use futures_util::stream::BoxStream;
 use tokio::sync::mpsc;
 
+use crate::bpe::Digits;
+pub use crate::bpe::Tokenizer;
 pub use grammar::{ArgumentsGrammar, Field, ValueKind, Verdict};
 use llama::{KvCache, Llama};
-pub use tokenizer::Tokenizer;
 pub use tool_call::{Decision, Outcome, ToolExample, ToolSet, ToolWords};
 
 use super::{LlmEngine, LlmError, LlmEvent, LlmRequest};
@@ -121,7 +121,8 @@ impl LocalModel {
         };
         let pieces = strings("tokenizer.ggml.tokens")?;
         let merges = strings("tokenizer.ggml.merges")?;
-        let tokenizer = Tokenizer::new(pieces, &merges).map_err(|e| invalid(path, e))?;
+        let tokenizer =
+            Tokenizer::new(pieces, &merges, Digits::Single).map_err(|e| invalid(path, e))?;
         let token = |piece: &str| {
             tokenizer
                 .token(piece)

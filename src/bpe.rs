@@ -1,8 +1,9 @@
-//! SmolLM2's tokenizer, built from the GGUF metadata: byte-level BPE (GPT-2 alphabet, no prefix
-//! space), with digits split one by one before the GPT-2 pre-tokenizer pattern.
+//! Byte-level BPE (GPT-2's alphabet, no prefix space), as the embedded models tokenize: SmolLM2
+//! (from the GGUF metadata) splits digits one by one before GPT-2's pre-tokenizer pattern,
+//! Whisper (from `tokenizer.json`) keeps runs of digits as GPT-2 does.
 //!
-//! Special tokens are never produced from text: the chat template inserts them by id, so a user
-//! who types `<|im_end|>` gets the characters, not the control token.
+//! Special tokens are never produced from text: callers insert them by id, so a user who types
+//! `<|im_end|>` gets the characters, not the control token; decoding leaves them out.
 
 use std::collections::HashMap;
 
@@ -15,11 +16,22 @@ pub struct Tokenizer {
     /// The single-byte token of each byte (a few control bytes have none and are dropped).
     byte_ids: [Option<u32>; 256],
     char_bytes: HashMap<char, u8>,
+    digits: Digits,
+}
+
+/// How the pre-tokenizer splits numbers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Digits {
+    /// Each digit alone (SmolLM2).
+    Single,
+    /// A run of digits together, after an optional space (GPT-2, Whisper).
+    Runs,
 }
 
 impl Tokenizer {
-    /// Builds the tokenizer from the vocabulary and the `"left right"` merge list.
-    pub fn new(pieces: Vec<String>, merges: &[String]) -> Result<Self, String> {
+    /// Builds the tokenizer from the vocabulary (indexed by id) and the `"left right"` merge
+    /// list.
+    pub fn new(pieces: Vec<String>, merges: &[String], digits: Digits) -> Result<Self, String> {
         let ids: HashMap<String, u32> = pieces
             .iter()
             .enumerate()
@@ -52,6 +64,7 @@ impl Tokenizer {
             merges: ranked,
             byte_ids,
             char_bytes,
+            digits,
         })
     }
 
@@ -73,7 +86,7 @@ impl Tokenizer {
     /// Encodes plain text.
     pub fn encode(&self, text: &str) -> Vec<u32> {
         let mut out = Vec::new();
-        for word in pre_tokenize(text) {
+        for word in pre_tokenize(text, self.digits) {
             let mut symbols: Vec<u32> = word
                 .bytes()
                 .filter_map(|b| self.byte_ids[usize::from(b)])
@@ -98,11 +111,14 @@ impl Tokenizer {
         out
     }
 
-    /// The bytes of `id` (empty for control tokens, which are never shown).
+    /// The bytes of `id` (empty for control tokens, `<|…|>`, which are never shown).
     pub fn bytes(&self, id: u32) -> Vec<u8> {
         let Some(piece) = self.pieces.get(id as usize) else {
             return Vec::new();
         };
+        if piece.len() > 4 && piece.starts_with("<|") && piece.ends_with("|>") {
+            return Vec::new();
+        }
         piece
             .chars()
             .map(|c| self.char_bytes.get(&c).copied())
@@ -156,9 +172,10 @@ fn class(c: char) -> Class {
     }
 }
 
-/// Splits text as SmolLM2's pre-tokenizer does: each digit alone, then GPT-2's pattern
-/// (`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`).
-pub fn pre_tokenize(text: &str) -> Vec<&str> {
+/// Splits text by GPT-2's pattern
+/// (`'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+`), with each
+/// digit alone first for [`Digits::Single`].
+pub fn pre_tokenize(text: &str, digits: Digits) -> Vec<&str> {
     let chars: Vec<(usize, char)> = text.char_indices().collect();
     let end_of = |i: usize| chars.get(i).map_or(text.len(), |&(at, _)| at);
     let mut out = Vec::new();
@@ -178,16 +195,21 @@ pub fn pre_tokenize(text: &str) -> Vec<&str> {
                 continue;
             }
         }
-        // An optional single space joins the run that follows it, unless that is a digit: the
-        // digit split ran first and left the space on its own.
+        // An optional single space joins the run that follows it, unless single digits are
+        // split first: that leaves the space on its own.
+        let joins = |next: char| match class(next) {
+            Class::Space => false,
+            Class::Digit => digits == Digits::Runs,
+            _ => true,
+        };
         let run_start = match (c, chars.get(i + 1)) {
-            (' ', Some(&(_, next))) if !matches!(class(next), Class::Space | Class::Digit) => i + 1,
+            (' ', Some(&(_, next))) if joins(next) => i + 1,
             _ => i,
         };
         let kind = class(chars[run_start].1);
         let mut j = run_start + 1;
         match kind {
-            Class::Digit => {} // digits stand alone
+            Class::Digit if digits == Digits::Single => {} // each digit alone
             Class::Space => {
                 while j < chars.len() && class(chars[j].1) == Class::Space {
                     j += 1;
@@ -216,12 +238,23 @@ mod tests {
     #[test]
     fn pre_tokenizer_splits_like_gpt2_with_single_digits() {
         assert_eq!(
-            pre_tokenize("Hello world, it's 2024!  Ok"),
+            pre_tokenize("Hello world, it's 2024!  Ok", Digits::Single),
             vec![
                 "Hello", " world", ",", " it", "'s", " ", "2", "0", "2", "4", "!", " ", " Ok"
             ]
         );
-        assert_eq!(pre_tokenize("a\n\nb "), vec!["a", "\n", "\n", "b", " "]);
+        assert_eq!(
+            pre_tokenize("a\n\nb ", Digits::Single),
+            vec!["a", "\n", "\n", "b", " "]
+        );
+    }
+
+    #[test]
+    fn pre_tokenizer_keeps_runs_of_digits_like_gpt2() {
+        assert_eq!(
+            pre_tokenize("Set 5 minutes, it's 2024!", Digits::Runs),
+            vec!["Set", " 5", " minutes", ",", " it", "'s", " 2024", "!"]
+        );
     }
 
     #[test]
@@ -230,5 +263,7 @@ mod tests {
         assert_eq!(table[b' ' as usize], 'Ġ');
         assert_eq!(table[b'\n' as usize], 'Ċ');
         assert_eq!(table[b'a' as usize], 'a');
+        let distinct: std::collections::HashSet<char> = table.iter().copied().collect();
+        assert_eq!(distinct.len(), 256, "every byte its own character");
     }
 }
