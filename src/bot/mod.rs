@@ -295,8 +295,9 @@ pub struct BotOptions {
     /// one before (`--stt deepgram,whisper`).
     pub stt: Vec<SttChoice>,
     /// Words the embedded Whisper reads before each utterance, as said just before it: names
-    /// and terms it should expect and spell their way (OpenAI's `prompt`). Empty: none.
-    pub stt_prompt: String,
+    /// and terms it should expect and spell their way (OpenAI's `prompt`). None: the bot's tool
+    /// requests ([`BotOptions::expected_words`]); empty: nothing.
+    pub stt_prompt: Option<String>,
     /// Who speaks (with a text LLM), likewise (`--tts cartesia,piper`).
     pub tts: Vec<TtsChoice>,
 }
@@ -328,13 +329,32 @@ impl Default for BotOptions {
             barge_in: BargeIn::default(),
             prices: PriceTable::default(),
             stt: vec![SttChoice::Whisper],
-            stt_prompt: String::new(),
+            stt_prompt: None,
             tts: vec![TtsChoice::Embedded],
         }
     }
 }
 
 impl BotOptions {
+    /// What the embedded Whisper is told to expect: the `stt_prompt`, or by default the
+    /// requests the bot's tools are made for (the built-in tools' own, then the bot's worked
+    /// examples that call a tool), so that "cancel the timer" is not heard as "console my
+    /// timer". Whole sentences also keep Whisper punctuating, which the turn's words are
+    /// judged by.
+    pub fn expected_words(&self) -> String {
+        if let Some(prompt) = &self.stt_prompt {
+            return prompt.clone();
+        }
+        let mut words = tools::requests(&self.builtin);
+        words.extend(
+            self.tool_examples
+                .iter()
+                .filter(|example| example.call.is_some())
+                .map(|example| example.user.as_str()),
+        );
+        words.join(" ")
+    }
+
     /// Registers the bot's tools on `registry`: the built-in ones it keeps, its HTTP tools, and
     /// the tools its MCP servers list.
     pub fn register_tools(&self, registry: &mut FunctionRegistry) {
@@ -526,7 +546,7 @@ pub fn build<S: AudioSink>(
     let stt = options
         .stt
         .iter()
-        .map(|choice| choice.engine(&options.stt_prompt))
+        .map(|choice| choice.engine(&options.expected_words()))
         .collect::<Result<Vec<_>, _>>()?;
     let stt = SttFallback::shared(stt).map_err(BotError::Config)?;
     let (front, sink) = input_front(options, sink);

@@ -35,6 +35,24 @@ pub struct TimerArgs {
     pub label: Option<String>,
 }
 
+/// Requests for the built-in tools `keep` names, as users say them: what the embedded Whisper
+/// expects by default (`BotOptions::stt_prompt`). Whisper leans hardest on what it read last.
+pub fn requests(keep: &[Builtin]) -> Vec<&'static str> {
+    const REQUESTS: [(Builtin, &str); 3] = [
+        (
+            Builtin::Timer,
+            "Set a timer for 5 minutes. Cancel the timer.",
+        ),
+        (Builtin::Clock, "What is the time?"),
+        (Builtin::Calculator, "What is 12 plus 30? Multiply 3 by 4."),
+    ];
+    REQUESTS
+        .iter()
+        .filter(|(tool, _)| keep.contains(tool))
+        .map(|&(_, words)| words)
+        .collect()
+}
+
 /// Registers the built-in tools `keep` names.
 pub fn register(registry: &mut FunctionRegistry, keep: &[Builtin]) {
     if keep.contains(&Builtin::Clock) {
@@ -488,6 +506,31 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn whisper_expects_the_requests_of_the_bots_own_tools_unless_told_otherwise() {
+        use crate::bot::BotOptions;
+        let default = BotOptions::default().expected_words();
+        assert!(default.contains("Cancel the timer."), "{default}");
+        assert!(default.contains("What is the time?"), "{default}");
+        let desk = BotOptions {
+            builtin: vec![Builtin::Clock],
+            tool_examples: vec![
+                ToolExample::call("Where is my order 1234?", "lookup_order", json!({})),
+                ToolExample::words("Hello there."),
+            ],
+            ..BotOptions::default()
+        };
+        assert_eq!(
+            desk.expected_words(),
+            "What is the time? Where is my order 1234?"
+        );
+        let told = BotOptions {
+            stt_prompt: Some(String::new()),
+            ..BotOptions::default()
+        };
+        assert_eq!(told.expected_words(), "");
+    }
 
     #[test]
     fn time_is_told_in_words_a_voice_can_say() {

@@ -83,9 +83,10 @@ pub struct BotArgs {
     #[arg(long, env = "VOXIDE_STT_MODEL")]
     stt_model: Option<String>,
     /// Words the embedded Whisper reads before each utterance, as if said just before it:
-    /// names and terms it should expect and spell their way ("Voxide, Piper, Smart Turn.").
-    /// It leans hard on them: unclear speech may come out as the prompt's words, so keep it to
-    /// what the users say. [default: none]
+    /// names and terms it should expect and spell their way ("Voxide, Piper, Smart Turn."). A
+    /// transcript made only of the prompt's words is decoded again without it. "" for none.
+    /// [default: requests for the bot's tools: the built-in tools' and its examples that call
+    /// one]
     #[arg(long, env = "VOXIDE_STT_PROMPT")]
     stt_prompt: Option<String>,
     /// Who speaks (with a text LLM): `piper` or `espeak` (embedded, offline; the same as

@@ -33,7 +33,7 @@
 //! llm_model = "gpt-4.1-mini"
 //! llm_temperature = 0.6
 //! stt = "whisper"          # see --stt: "deepgram,whisper" falls back to Whisper
-//! stt_prompt = "Voxide, Piper, Smart Turn."   # words Whisper should expect
+//! stt_prompt = "Voxide, Piper, Smart Turn."   # words Whisper expects (default: tool requests)
 //! tts = "piper"            # see --tts: "cartesia,piper" falls back to Piper
 //!
 //! # Your own rates (USD per million tokens) over the built-in list prices.
@@ -545,7 +545,7 @@ input = 1.0
         )
         .resolve()
         .expect("a bot");
-        assert_eq!(bot.stt_prompt, "Voxide.");
+        assert_eq!(bot.stt_prompt.as_deref(), Some("Voxide."));
         assert_eq!(bot.voice, Voice::Espeak);
         assert_eq!(bot.builtin, [Builtin::Clock]);
         assert_eq!(bot.greeting.as_deref(), Some("Hi."));

@@ -66,7 +66,12 @@ impl BotConfig {
             )?,
         };
         let stt_spec = self.stt.as_deref().unwrap_or("whisper");
-        if self.stt_prompt.is_some() && !stt_spec.split(',').any(|s| s.trim() == "whisper") {
+        if self
+            .stt_prompt
+            .as_deref()
+            .is_some_and(|p| !p.trim().is_empty())
+            && !stt_spec.split(',').any(|s| s.trim() == "whisper")
+        {
             return Err(invalid(
                 "stt_prompt is read by the embedded Whisper: list whisper in stt",
             ));
@@ -97,7 +102,7 @@ impl BotConfig {
                     table.with(model.clone(), price.price())
                 }),
             stt,
-            stt_prompt: self.stt_prompt.clone().unwrap_or_default(),
+            stt_prompt: self.stt_prompt.clone(),
             tts,
             builtin: self
                 .builtin

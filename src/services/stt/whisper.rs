@@ -262,24 +262,60 @@ impl Whisper {
     }
 }
 
-/// Whisper told which words to expect ([`Whisper::prompt`]): a bot's tool requests, names it
-/// should spell its way. Shared weights; the prompt is this bot's.
+/// Whisper told which words to expect ([`Whisper::prompt`]): names and terms it should spell
+/// its way. Shared weights; the prompt is this bot's.
+///
+/// A prompt leaks: on unclear speech Whisper may write the prompt's own words ("What is the
+/// time?" for a question it could not make out). A transcript made only of the prompt's words
+/// is decoded again without it, so the prompt never puts words in the user's mouth.
 pub struct PromptedWhisper {
     whisper: Arc<Whisper>,
     prompt: Vec<u32>,
+    /// The prompt's words, as [`plain_words`] writes them.
+    words: String,
 }
 
 impl PromptedWhisper {
     /// `whisper` expecting `words` (none: plain Whisper).
     pub fn new(whisper: Arc<Whisper>, words: &str) -> Self {
         let prompt = whisper.prompt(words);
-        Self { whisper, prompt }
+        Self {
+            whisper,
+            prompt,
+            words: plain_words(words),
+        }
     }
 
     /// Transcribes `audio` after the prompt.
     pub fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
-        self.whisper.transcribe_after(audio, &self.prompt)
+        let text = self.whisper.transcribe_after(audio, &self.prompt)?;
+        if !self.prompt.is_empty() && echoes(&self.words, &text) {
+            tracing::debug!(%text, "the transcript only repeats the prompt: decoding without it");
+            return self.whisper.transcribe(audio);
+        }
+        Ok(text)
     }
+}
+
+/// Lowercase words, without punctuation, one space apart, with a space at each end.
+fn plain_words(text: &str) -> String {
+    let words: Vec<String> = text
+        .split_whitespace()
+        .map(|w| {
+            w.chars()
+                .filter(|c| c.is_alphanumeric())
+                .flat_map(char::to_lowercase)
+                .collect::<String>()
+        })
+        .filter(|w| !w.is_empty())
+        .collect();
+    format!(" {} ", words.join(" "))
+}
+
+/// Whether every word of `text`, in order, is a run of the prompt's `words` ([`plain_words`]).
+fn echoes(words: &str, text: &str) -> bool {
+    let text = plain_words(text);
+    !text.trim().is_empty() && words.contains(&text)
 }
 
 /// `text` with every sentence that repeats the one before it dropped. On a short window Whisper
@@ -607,6 +643,28 @@ mod tests {
             let next = argmax(&cached);
             tokens.push(next);
             input = vec![next];
+        }
+    }
+
+    #[test]
+    fn a_transcript_made_of_the_prompts_words_echoes_it() {
+        let words = plain_words("Set a timer for 5 minutes. Hello, how are you?");
+        for echo in [
+            "Set a timer for 5 minutes.",
+            "how are you",
+            "Hello,",
+            "5 minutes",
+        ] {
+            assert!(echoes(&words, echo), "{echo}");
+        }
+        for heard in [
+            "Set a timer for 10 minutes.",
+            "How old are you?",
+            "",
+            " . ",
+            "Hell",
+        ] {
+            assert!(!echoes(&words, heard), "{heard}");
         }
     }
 
