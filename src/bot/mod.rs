@@ -543,10 +543,11 @@ pub fn build<S: AudioSink>(
         speech_end_offset: Duration::from_secs_f32(options.vad.stop_secs),
         ..output
     };
+    let expected = options.expected_words();
     let stt = options
         .stt
         .iter()
-        .map(|choice| choice.engine(&options.expected_words()))
+        .map(|choice| choice.engine(&expected))
         .collect::<Result<Vec<_>, _>>()?;
     let stt = SttFallback::shared(stt).map_err(BotError::Config)?;
     let (front, sink) = input_front(options, sink);
