@@ -197,6 +197,11 @@ impl Whisper {
 
     /// Transcribes `audio` as said after `prompt` ([`Whisper::prompt`]).
     pub fn transcribe_after(&self, audio: &[f32], prompt: &[u32]) -> Result<String, SttError> {
+        self.decode(&self.encode(audio)?, prompt)
+    }
+
+    /// The encoder's reading of `audio`: the costly half, which any prompt's decoding reuses.
+    fn encode(&self, audio: &[f32]) -> Result<Tensor, SttError> {
         let err = |e: candle_core::Error| SttError(e.to_string());
         let window = self.window.samples(audio.len());
         let mut padded = audio[..audio.len().min(window)].to_vec();
@@ -205,10 +210,14 @@ impl Whisper {
         let frames = features.len() / mel::N_MELS;
         let mel =
             Tensor::from_vec(features, (1, mel::N_MELS, frames), &Device::Cpu).map_err(err)?;
-        let audio_features = {
-            let mut model = self.model.lock().unwrap_or_else(|p| p.into_inner());
-            model.encoder.forward(&mel, true).map_err(err)?
-        };
+        let mut model = self.model.lock().unwrap_or_else(|p| p.into_inner());
+        model.encoder.forward(&mel, true).map_err(err)
+    }
+
+    /// The text of `audio_features` as said after `prompt`: greedy, with the suppress lists and
+    /// the repetition stop.
+    fn decode(&self, audio_features: &Tensor, prompt: &[u32]) -> Result<String, SttError> {
+        let err = |e: candle_core::Error| SttError(e.to_string());
         let mut prefix = Vec::with_capacity(prompt.len() + 3);
         if !prompt.is_empty() {
             prefix.push(self.special.prev);
@@ -227,7 +236,7 @@ impl Whisper {
         for m in mask.iter_mut().skip(self.special.eot as usize + 1) {
             *m = f32::NEG_INFINITY;
         }
-        let mut state = self.decoder.start(&audio_features).map_err(err)?;
+        let mut state = self.decoder.start(audio_features).map_err(err)?;
         let limit = MAX_TOKENS.min(self.decoder.max_tokens().saturating_sub(prefix.len()));
         let mut input = prefix.clone();
         for step in 0..limit {
@@ -288,10 +297,11 @@ impl PromptedWhisper {
 
     /// Transcribes `audio` after the prompt.
     pub fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
-        let text = self.whisper.transcribe_after(audio, &self.prompt)?;
+        let features = self.whisper.encode(audio)?;
+        let text = self.whisper.decode(&features, &self.prompt)?;
         if !self.prompt.is_empty() && echoes(&self.words, &text) {
             tracing::debug!(%text, "the transcript only repeats the prompt: decoding without it");
-            return self.whisper.transcribe(audio);
+            return self.whisper.decode(&features, &[]);
         }
         Ok(text)
     }
