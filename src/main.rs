@@ -53,8 +53,30 @@ enum Command {
     Loadtest(LoadtestArgs),
 }
 
-#[tokio::main]
-async fn main() -> Result<()> {
+fn main() -> Result<()> {
+    size_candle_threads();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(start())
+}
+
+/// candle sizes each matrix multiplication by `RAYON_NUM_THREADS`. Without it, candle 0.11
+/// counts the physical cores by reading `/proc/cpuinfo` on every multiplication (hundreds of
+/// reads per transcript, a quarter of Whisper's time on a 2-core machine) and ignores the CPU
+/// limit of a container. Set it once, from the CPUs this process may use.
+#[allow(unsafe_code)]
+fn size_candle_threads() {
+    if std::env::var_os("RAYON_NUM_THREADS").is_some() {
+        return;
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    // SAFETY: called first thing in `main`, before any other thread exists, so nothing can read
+    // the environment while it changes.
+    unsafe { std::env::set_var("RAYON_NUM_THREADS", cpus.to_string()) };
+}
+
+async fn start() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("warn")),

@@ -240,11 +240,7 @@ impl Whisper {
         let limit = MAX_TOKENS.min(self.decoder.max_tokens().saturating_sub(prefix.len()));
         let mut input = prefix.clone();
         for step in 0..limit {
-            let mut logits = self
-                .decoder
-                .step(&mut state, &input)
-                .and_then(|l| l.to_vec1::<f32>())
-                .map_err(err)?;
+            let mut logits = self.decoder.step(&mut state, &input).map_err(err)?;
             for (l, m) in logits.iter_mut().zip(&mask) {
                 *l += m;
             }
@@ -630,7 +626,6 @@ mod tests {
             let cached = whisper
                 .decoder
                 .step(&mut state, &input)
-                .and_then(|l| l.to_vec1::<f32>())
                 .expect("cached step");
             let ids = Tensor::new(tokens.as_slice(), &Device::Cpu)
                 .and_then(|t| t.unsqueeze(0))
