@@ -21,6 +21,13 @@ pub const FINISHED_WORDS_WAIT: Duration = Duration::from_millis(600);
 /// Silence after the VAD's stop that ends a turn the model called finished when its words trail
 /// off ("and", "the", "…") or may ("…the weather is?"): the user gets a moment to go on.
 pub const TRAILING_WORDS_HOLD: Duration = Duration::from_secs(1);
+/// Silence after the VAD's stop that ends a turn both the model and its words call finished,
+/// when the answer is guessed ahead ([`Action::Guess`]): the answer is being worked out
+/// meanwhile, so a user who was only pausing mid-sentence (300–700 ms, the VAD's 200 ms stop
+/// window before it) can go on without being cut off, at no cost to an answer that takes this
+/// long to make anyway. Speech heard before it runs out holds the turn until it is known to be
+/// speech or a click.
+pub const FINISHED_TURN_HOLD: Duration = Duration::from_millis(450);
 /// Silence after the VAD's stop that ends a turn the model called unfinished when its words may
 /// be whole ("Do you know where the station is?", [`Words::Open`]): longer than a pause inside
 /// a sentence, shorter than the wait on words that trail off.
@@ -218,6 +225,9 @@ pub struct TurnMachine {
     preemptive: bool,
     /// The words last guessed in the open turn.
     guessed: Option<String>,
+    /// The VAD heard what may be the user going on in the open turn's pause: its end waits
+    /// until that becomes speech or fades.
+    onset_in_pause: bool,
     actions: Vec<Action>,
 }
 
@@ -248,6 +258,7 @@ impl TurnMachine {
             audio: TurnAudio::default(),
             preemptive: false,
             guessed: None,
+            onset_in_pause: false,
             actions: Vec::new(),
         }
     }
@@ -260,7 +271,8 @@ impl TurnMachine {
 
     /// When the machine next wants an [`Input::Tick`].
     pub fn next_deadline(&self) -> Option<Instant> {
-        [self.deadline, self.resume_at, self.verdict.map(|v| v.by)]
+        let end = self.deadline.filter(|_| !self.onset_in_pause);
+        [end, self.resume_at, self.verdict.map(|v| v.by)]
             .into_iter()
             .flatten()
             .min()
@@ -290,6 +302,7 @@ impl TurnMachine {
             Input::Onset => {
                 self.on_onset();
                 self.audio.onset();
+                self.onset_in_pause = self.in_turn && !self.vad_speaking;
                 self.forward();
             }
             Input::OnsetFaded => {
@@ -297,7 +310,9 @@ impl TurnMachine {
                     tracing::debug!("the onset faded: the bot plays on");
                     self.push(SystemFrame::ResumePlayback);
                 }
+                self.onset_in_pause = false;
                 self.forward();
+                self.on_tick(now);
             }
             Input::Interruption => {
                 // It released the hold as it cut the bot off, and dropped the answer in the
@@ -308,6 +323,7 @@ impl TurnMachine {
             }
             Input::VadStarted => {
                 self.vad_speaking = true;
+                self.onset_in_pause = false;
                 self.forward();
                 self.on_speech_started();
             }
@@ -635,7 +651,7 @@ impl TurnMachine {
             tracing::debug!("no verdict in time: the turn ends on its silence");
             self.deadline = Some(now);
         }
-        if self.deadline.is_some_and(|d| d <= now) {
+        if self.deadline.is_some_and(|d| d <= now) && !self.onset_in_pause {
             self.end_turn(now);
         }
         if self.resume_at.is_some_and(|r| r <= now) {
@@ -680,13 +696,14 @@ impl TurnMachine {
         });
         let wait = match (finished, words) {
             (true, Some(Words::Trailing | Words::Open)) => TRAILING_WORDS_HOLD,
+            (true, Some(_)) if self.preemptive => FINISHED_TURN_HOLD,
             (true, _) => Duration::ZERO,
             (false, Some(Words::Finished)) => FINISHED_WORDS_WAIT,
             (false, Some(Words::Open)) => OPEN_WORDS_WAIT,
             (false, _) => incomplete_timeout,
         };
         let due = paused + wait.min(incomplete_timeout);
-        if due <= now {
+        if due <= now && !self.onset_in_pause {
             self.end_turn(now);
         } else {
             self.deadline = Some(due);
@@ -695,6 +712,7 @@ impl TurnMachine {
 
     fn end_turn(&mut self, now: Instant) {
         self.guessed = None;
+        self.onset_in_pause = false;
         self.paused_at = None;
         self.said = None;
         self.interim.clear();
@@ -1014,6 +1032,72 @@ mod tests {
                 "user_stopped_speaking",
                 "answer: Who wrote the play Hamlet?"
             ]
+        );
+    }
+
+    #[test]
+    fn a_finished_turn_whose_answer_is_guessed_ends_after_a_hold_the_answer_is_made_in() {
+        let mut m = model_machine();
+        m.set_preemptive(true);
+        let t0 = Instant::now();
+        let pause = t0 + Duration::from_secs(2);
+        judged_pause(&mut m, t0, pause, true);
+        let heard = pause + Duration::from_millis(100);
+        m.handle(final_words("Who wrote the play Hamlet?"), heard);
+        assert_eq!(
+            pushed(&m.handle(Input::TranscriptionDone, heard)),
+            ["guess: Who wrote the play Hamlet?"],
+            "the answer starts at once"
+        );
+        assert_eq!(m.next_deadline(), Some(pause + FINISHED_TURN_HOLD));
+        assert_eq!(
+            pushed(&m.handle(Input::Tick, pause + FINISHED_TURN_HOLD)),
+            [
+                "user_stopped_speaking",
+                "answer: Who wrote the play Hamlet?"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_user_who_goes_on_within_the_hold_is_not_cut_off() {
+        let mut m = model_machine();
+        m.set_preemptive(true);
+        let t0 = Instant::now();
+        let pause = t0 + Duration::from_secs(2);
+        judged_pause(&mut m, t0, pause, true);
+        let heard = pause + Duration::from_millis(100);
+        m.handle(final_words("My favourite colour is blue."), heard);
+        m.handle(Input::TranscriptionDone, heard);
+        // The user goes on 300 ms into the hold; the VAD hears an onset at once and confirms
+        // it as speech 200 ms later, after the hold has run out.
+        let onset = pause + Duration::from_millis(300);
+        m.handle(Input::Onset, onset);
+        assert_eq!(m.next_deadline(), None, "the hold waits for the onset");
+        assert!(pushed(&m.handle(Input::Tick, pause + FINISHED_TURN_HOLD)).is_empty());
+        m.handle(Input::VadStarted, onset + Duration::from_millis(200));
+        assert!(m.in_turn(), "one turn");
+    }
+
+    #[test]
+    fn an_onset_that_fades_in_the_hold_ends_the_turn_if_the_hold_is_over() {
+        let mut m = model_machine();
+        m.set_preemptive(true);
+        let t0 = Instant::now();
+        let pause = t0 + Duration::from_secs(2);
+        judged_pause(&mut m, t0, pause, true);
+        let heard = pause + Duration::from_millis(100);
+        m.handle(final_words("Who wrote the play Hamlet?"), heard);
+        m.handle(Input::TranscriptionDone, heard);
+        m.handle(Input::Onset, pause + Duration::from_millis(400));
+        let faded = pause + FINISHED_TURN_HOLD + Duration::from_millis(50);
+        assert_eq!(
+            pushed(&m.handle(Input::OnsetFaded, faded)),
+            [
+                "user_stopped_speaking",
+                "answer: Who wrote the play Hamlet?"
+            ],
+            "a click does not hold the turn past it"
         );
     }
 
