@@ -327,6 +327,8 @@ fn tokenize(expression: &str) -> Result<Vec<Token>, CalcError> {
 
     let mut tokens = Vec::new();
     let mut spoken: Option<(f64, f64)> = None; // (finished groups, current group)
+    // An "and" after a round number in digits: the next number may complete it.
+    let mut joining = false;
     let flush = |spoken: &mut Option<(f64, f64)>, tokens: &mut Vec<Token>| {
         if let Some((total, group)) = spoken.take() {
             tokens.push(Token::Number(total + group));
@@ -352,6 +354,25 @@ fn tokenize(expression: &str) -> Result<Vec<Token>, CalcError> {
             continue;
         }
         flush(&mut spoken, &mut tokens);
+        if word == "and" && matches!(tokens.last(), Some(Token::Number(n)) if place(*n).is_some()) {
+            joining = true;
+            continue;
+        }
+        if std::mem::take(&mut joining) {
+            // Whisper writes "two hundred and fifty" as "200 and 50": a round number in
+            // digits, "and", and a number below its place are one number.
+            let part = word.parse::<f64>().ok();
+            match (tokens.last_mut(), part) {
+                (Some(Token::Number(whole)), Some(part))
+                    if part.fract() == 0.0
+                        && place(*whole).is_some_and(|p| part >= 1.0 && part < p) =>
+                {
+                    *whole += part;
+                    continue;
+                }
+                _ => return Err(CalcError::Unexpected("and".into())),
+            }
+        }
         let token = match word {
             "(" => Token::Open,
             ")" => Token::Close,
@@ -365,10 +386,22 @@ fn tokenize(expression: &str) -> Result<Vec<Token>, CalcError> {
         tokens.push(token);
     }
     flush(&mut spoken, &mut tokens);
+    if joining {
+        return Err(CalcError::Unexpected("and".into()));
+    }
     if tokens.is_empty() {
         return Err(CalcError::Incomplete);
     }
     Ok(tokens)
+}
+
+/// The place a round number in digits leaves open below it: 100 for 200, 1,000 for 3,000;
+/// `None` for a number that is not round.
+fn place(n: f64) -> Option<f64> {
+    if n <= 0.0 || n.fract() != 0.0 {
+        return None;
+    }
+    [1e6, 1e3, 1e2].into_iter().find(|p| n % p == 0.0)
 }
 
 struct Parser<'a> {
@@ -583,6 +616,21 @@ mod tests {
             read("How much is a hundred minus 37?").as_deref(),
             Some("100 - 37")
         );
+        // Whisper's digits for "two hundred and fifty", "three hundred and forty two".
+        assert_eq!(
+            read("How much is 200 and 50 divided by 5?").as_deref(),
+            Some("250 / 5")
+        );
+        assert_eq!(
+            read("What is the square root of 100 and 44?").as_deref(),
+            Some("sqrt 144")
+        );
+        assert_eq!(
+            read("Please add 300 and 42 to 58.").as_deref(),
+            Some("342 + 58")
+        );
+        assert_eq!(read("Add 12 and 30.").as_deref(), Some("12 + 30"));
+        assert_eq!(read("What is 100 and 200?").as_deref(), None);
         for chat in [
             "What time is it right now?",
             "Is it going to be a busy afternoon for you?",
