@@ -849,7 +849,13 @@ async fn the_vad_stage_ends_speech_when_audio_stops_arriving() {
 
 #[test]
 fn smart_turn_on_voxides_engine_agrees_with_onnx_runtime() {
-    use voxide::audio::turn::{SmartTurn, SmartTurnEngine};
+    use voxide::audio::turn::{SmartTurn, SmartTurnEngine, engine};
+    if cfg!(debug_assertions) && !engine::vectorised() {
+        // voxide runs its engine only where the CPU has VNNI (`SmartTurnEngine::best`);
+        // unoptimised, its plain-Rust products take minutes an inference.
+        eprintln!("skipped: no AVX-512 VNNI here, and an unoptimised build");
+        return;
+    }
     let ort = SmartTurn::load_on(SmartTurnEngine::OnnxRuntime).expect("ORT; run scripts/setup.sh");
     let native = SmartTurn::load_on(SmartTurnEngine::Native).expect("voxide's engine");
     let hello = wav::to_f32(&wav::read(HELLO).expect("test audio").to_mono());
