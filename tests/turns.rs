@@ -131,6 +131,8 @@ enum Step {
     UntilBotDone(Duration),
     /// Lets the scenario's async tool finish.
     Release,
+    /// Silence until this many final transcripts of the user have come.
+    UntilFinals(usize),
 }
 
 struct Outcome {
@@ -324,6 +326,16 @@ async fn play(scenario: Scenario, steps: Vec<Step>) -> Outcome {
                     matches!(bot_state(&events), (Some(_), Some(at)) if at.elapsed() >= *d)
                 }
                 Step::Release => true,
+                Step::UntilFinals(n) => {
+                    let events = events.lock().expect("lock");
+                    let finals = events
+                        .iter()
+                        .filter(|(_, e)| {
+                            matches!(e, Event::UserTranscription { is_final: true, .. })
+                        })
+                        .count();
+                    finals >= *n
+                }
             };
             if done || Instant::now() > deadline {
                 break;
@@ -669,7 +681,9 @@ async fn an_async_result_that_lands_while_the_user_speaks_waits_for_the_turn() {
             Step::Say(follow_up[..half].to_vec()),
             Step::Release,
             Step::Say(follow_up[half..].to_vec()),
-            // Until the answer after the turn has been spoken.
+            // Until the follow-up's words are in (they may come after the turn's end and the
+            // result's answer) and the answer after them has been spoken.
+            Step::UntilFinals(2),
             Step::WhileBotSpeaks(Duration::from_millis(100)),
             Step::UntilBotDone(Duration::from_millis(500)),
         ],
@@ -709,8 +723,9 @@ async fn an_async_result_that_lands_while_the_user_speaks_waits_for_the_turn() {
     let users = |r: &&LlmRun| r.request.matches(r#""role":"user""#).count();
     assert!(
         after.iter().any(|r| users(r) == 2),
-        "a run after the turn has the user's words: {:?}",
-        after.iter().map(|r| &r.request).collect::<Vec<_>>()
+        "a run after the turn has the user's words: {:?}{}",
+        after.iter().map(|r| &r.request).collect::<Vec<_>>(),
+        out.timeline()
     );
     assert!(
         out.messages
