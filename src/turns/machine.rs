@@ -1035,17 +1035,26 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_finished_turn_whose_answer_is_guessed_ends_after_a_hold_the_answer_is_made_in() {
+    /// A machine guessing answers, in a pause both the model and `words` call finished, the
+    /// words in 100 ms after the VAD's stop; the pause's start and what the words' arrival
+    /// pushed.
+    fn held_turn(words: &str) -> (TurnMachine, Instant, Vec<String>) {
         let mut m = model_machine();
         m.set_preemptive(true);
         let t0 = Instant::now();
         let pause = t0 + Duration::from_secs(2);
         judged_pause(&mut m, t0, pause, true);
         let heard = pause + Duration::from_millis(100);
-        m.handle(final_words("Who wrote the play Hamlet?"), heard);
+        m.handle(final_words(words), heard);
+        let done = pushed(&m.handle(Input::TranscriptionDone, heard));
+        (m, pause, done)
+    }
+
+    #[test]
+    fn a_finished_turn_whose_answer_is_guessed_ends_after_a_hold_the_answer_is_made_in() {
+        let (mut m, pause, done) = held_turn("Who wrote the play Hamlet?");
         assert_eq!(
-            pushed(&m.handle(Input::TranscriptionDone, heard)),
+            done,
             ["guess: Who wrote the play Hamlet?"],
             "the answer starts at once"
         );
@@ -1061,14 +1070,7 @@ mod tests {
 
     #[test]
     fn a_user_who_goes_on_within_the_hold_is_not_cut_off() {
-        let mut m = model_machine();
-        m.set_preemptive(true);
-        let t0 = Instant::now();
-        let pause = t0 + Duration::from_secs(2);
-        judged_pause(&mut m, t0, pause, true);
-        let heard = pause + Duration::from_millis(100);
-        m.handle(final_words("My favourite colour is blue."), heard);
-        m.handle(Input::TranscriptionDone, heard);
+        let (mut m, pause, _) = held_turn("My favourite colour is blue.");
         // The user goes on 300 ms into the hold; the VAD hears an onset at once and confirms
         // it as speech 200 ms later, after the hold has run out.
         let onset = pause + Duration::from_millis(300);
@@ -1081,14 +1083,7 @@ mod tests {
 
     #[test]
     fn an_onset_that_fades_in_the_hold_ends_the_turn_if_the_hold_is_over() {
-        let mut m = model_machine();
-        m.set_preemptive(true);
-        let t0 = Instant::now();
-        let pause = t0 + Duration::from_secs(2);
-        judged_pause(&mut m, t0, pause, true);
-        let heard = pause + Duration::from_millis(100);
-        m.handle(final_words("Who wrote the play Hamlet?"), heard);
-        m.handle(Input::TranscriptionDone, heard);
+        let (mut m, pause, _) = held_turn("Who wrote the play Hamlet?");
         m.handle(Input::Onset, pause + Duration::from_millis(400));
         let faded = pause + FINISHED_TURN_HOLD + Duration::from_millis(50);
         assert_eq!(
