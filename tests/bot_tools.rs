@@ -605,7 +605,7 @@ mod whole_bot {
     async fn a_spoken_request_runs_the_mcp_tool_as_an_async_tool_and_the_talk_goes_on() {
         let start_it = sse(&[
             json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "call_op", "type": "function",
-                "function": {"name": "trigger-long-running-operation", "arguments": "{\"duration\": 8, \"steps\": 4}"}}]}}]}),
+                "function": {"name": "trigger-long-running-operation", "arguments": "{\"duration\": 12, \"steps\": 4}"}}]}}]}),
             json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
         ]);
         let reply = Reply::With(Arc::new(move |body: &Value| {
@@ -648,10 +648,12 @@ mod whole_bot {
             ..BotOptions::default()
         };
         bot.start_tools().await.expect("the MCP server starts");
+        // The second question comes once the first is surely transcribed (an unoptimised
+        // Whisper on a slow CPU takes seconds), and well before the operation's end.
         let input = spoken(
             &[
-                ("Please start the long running operation.", 4),
-                ("What is two plus two?", 9),
+                ("Please start the long running operation.", 8),
+                ("What is two plus two?", 12),
             ],
             "async_mcp_conversation.wav",
         );
