@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use crate::bpe::Digits;
 pub use crate::bpe::Tokenizer;
 pub use grammar::{ArgumentsGrammar, Field, ValueKind, Verdict};
-use llama::{KvCache, Llama};
+use llama::{KvCache, Llama, Prefill};
 pub use tool_call::{Decision, Outcome, ToolExample, ToolSet, ToolWords};
 
 use super::{LlmEngine, LlmError, LlmEvent, LlmRequest};
@@ -134,8 +134,13 @@ impl LocalModel {
             token("<|endoftext|>")?,
         );
 
-        let llama =
-            Llama::from_gguf(&content, &mut file, GgmlDType::Q8_0).map_err(|e| invalid(path, e))?;
+        let llama = Llama::from_gguf(
+            &content,
+            &mut file,
+            GgmlDType::Q8_0,
+            Prefill::for_this_cpu(),
+        )
+        .map_err(|e| invalid(path, e))?;
         // candle lays the weights out for its kernels on first use; do it now, not in the
         // first user's turn.
         llama
