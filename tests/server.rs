@@ -228,7 +228,8 @@ async fn a_twilio_media_stream_gets_mulaw_answers() {
         .await;
 }
 
-/// The first `bot_text` a WebSocket client at `path` hears.
+/// What the bot says first to a WebSocket client at `path`: its `bot_text`s until it stops
+/// speaking (the voice may speak a first clause on its own).
 async fn first_words(addr: std::net::SocketAddr, path: &str) -> String {
     let url = format!("ws://{addr}{path}");
     let (socket, _) = tokio_tungstenite::connect_async(&url)
@@ -236,15 +237,18 @@ async fn first_words(addr: std::net::SocketAddr, path: &str) -> String {
         .expect("upgrade");
     let (_tx, mut rx) = socket.split();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    let mut said: Vec<String> = Vec::new();
     while let Ok(Some(Ok(message))) = tokio::time::timeout_at(deadline, rx.next()).await {
         if let Message::Text(text) = message {
             let event: Value = serde_json::from_str(&text).expect("JSON events");
             if event["type"] == "bot_text" {
-                return event["text"].as_str().unwrap_or_default().to_owned();
+                said.push(event["text"].as_str().unwrap_or_default().to_owned());
+            } else if event["type"] == "bot_stopped_speaking" && !said.is_empty() {
+                return said.join(" ");
             }
         }
     }
-    panic!("{path}: the bot said nothing");
+    panic!("{path}: the bot did not finish speaking; it said {said:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
