@@ -108,12 +108,15 @@ fn scale(word: &str) -> Option<f64> {
 }
 
 /// Spoken operators, longest first so "divided by" wins over a lone "by".
-const SPOKEN_OPS: [(&str, &str); 15] = [
+/// "square root on" is Whisper's: on espeak-ng voices it often hears "of" as "on" ("What is
+/// the square root on the 81?", "what day on the week", "the capital city on Italy").
+const SPOKEN_OPS: [(&str, &str); 16] = [
     ("% of", "% *"),
     ("to the power of", "^"),
     ("multiplied by", "*"),
     ("divided by", "/"),
     ("square root of", "sqrt"),
+    ("square root on", "sqrt"),
     ("percent of", "% *"),
     ("half of", "0.5 *"),
     ("times", "*"),
@@ -624,6 +627,10 @@ mod tests {
         assert_eq!(
             read("What is the square root of 100 and 44?").as_deref(),
             Some("sqrt 144")
+        );
+        assert_eq!(
+            read("What is the square root on the 81?").as_deref(),
+            Some("sqrt 81")
         );
         assert_eq!(
             read("Please add 300 and 42 to 58.").as_deref(),
