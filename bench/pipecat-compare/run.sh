@@ -26,7 +26,7 @@ SERVER_CORE=${SERVER_CORE:-0}
 CLIENT_CORE=${CLIENT_CORE:-1}
 STAND_INS_PORT=${STAND_INS_PORT:-9000}
 OUT=${OUT:-$HERE/results/$(date -u +%Y%m%dT%H%M%SZ)}
-VOXIDE=$ROOT/target/release/voxide
+VOXIDE=${VOXIDE:-$ROOT/target/release/voxide}  # VOXIDE=PATH: another build of it
 mkdir -p "$OUT"
 
 log() { printf '[pipecat-compare] %s\n' "$*" >&2; }

@@ -213,10 +213,14 @@ pub struct TurnMachine {
     resume_at: Option<Instant>,
     verdict: Option<Awaited>,
     verdicts_asked: u64,
-    /// The VAD's stop of the pause being judged, and the model's verdict on it once it came
-    /// (finished or not).
+    /// The VAD's stop of the pause being judged, and the verdict on it once there is one
+    /// (finished or not): the model's, or the words' alone when they make a whole sentence
+    /// and the answer is guessed ([`TurnMachine::judge_by_words`]).
     paused_at: Option<Instant>,
     said: Option<bool>,
+    /// The pause's audio, kept for the model until its words are in: asked only if they leave
+    /// the turn in doubt.
+    unjudged: Option<Vec<i16>>,
     /// The open turn's latest interim transcript (finals are in `turn`).
     interim: String,
     /// The user's recent audio, for the turn model.
@@ -254,6 +258,7 @@ impl TurnMachine {
             verdicts_asked: 0,
             paused_at: None,
             said: None,
+            unjudged: None,
             interim: String::new(),
             audio: TurnAudio::default(),
             preemptive: false,
@@ -455,6 +460,7 @@ impl TurnMachine {
         self.verdict = None;
         self.paused_at = None;
         self.said = None;
+        self.unjudged = None;
         if !self.in_turn {
             self.in_turn = true;
             self.audio.start_turn();
@@ -509,25 +515,61 @@ impl TurnMachine {
         match self.stop {
             StopRule::Silence(silence) => self.deadline = Some(now + silence),
             StopRule::Model {
-                incomplete_timeout, ..
+                incomplete_timeout,
+                words,
             } => {
                 // The turn ends by this time whatever the model says, or however long it
                 // takes to say it (sessions share it, so under load it queues).
                 self.deadline = Some(now + incomplete_timeout);
                 self.paused_at = Some(now);
                 self.said = None;
-                self.verdicts_asked += 1;
-                let id = self.verdicts_asked;
-                self.verdict = Some(Awaited {
-                    id,
-                    by: now + VERDICT_WAIT,
-                });
-                self.actions.push(Action::Judge {
-                    id,
-                    audio: self.audio.turn(),
-                });
+                let audio = self.audio.turn();
+                if words && self.preemptive && self.owed > 0 {
+                    // The pause's words are on their way, and they may settle it alone.
+                    self.unjudged = Some(audio);
+                } else {
+                    self.ask_model(audio, now);
+                }
             }
         }
+    }
+
+    /// Asks the turn model about the pause, from its audio.
+    fn ask_model(&mut self, audio: Vec<i16>, now: Instant) {
+        self.verdicts_asked += 1;
+        let id = self.verdicts_asked;
+        self.verdict = Some(Awaited {
+            id,
+            by: now + VERDICT_WAIT,
+        });
+        self.actions.push(Action::Judge { id, audio });
+    }
+
+    /// Once the pause's words are in: words that make a whole sentence settle a pause whose
+    /// answer is guessed, since the model could only move its end between
+    /// [`FINISHED_TURN_HOLD`] and [`FINISHED_WORDS_WAIT`], and the hold already lets a user who
+    /// was pausing go on. Words in doubt go to the model, with the pause's audio.
+    fn judge_by_words(&mut self, now: Instant) {
+        if self.owed > 0 || self.vad_speaking || !self.in_turn {
+            return;
+        }
+        let Some(audio) = self.unjudged.take() else {
+            return;
+        };
+        if words::judge(&self.heard()) == Words::Finished {
+            tracing::debug!("whole words: the turn model is not asked");
+            self.said = Some(true);
+        } else {
+            self.ask_model(audio, now);
+        }
+    }
+
+    /// The open turn's words so far: its finals, then its latest interim.
+    fn heard(&self) -> String {
+        let mut heard = self.turn.text.clone();
+        heard.push(' ');
+        heard.push_str(&self.interim);
+        heard
     }
 
     fn on_transcript(&mut self, text: &str, is_final: bool, now: Instant) {
@@ -669,6 +711,7 @@ impl TurnMachine {
     /// words are in when the STT owes no final: until then a finished verdict waits for them,
     /// since the turn cannot be answered without them), and sets when the turn ends, or ends it.
     fn reconsider(&mut self, now: Instant) {
+        self.judge_by_words(now);
         let (
             Some(paused),
             Some(finished),
@@ -688,12 +731,7 @@ impl TurnMachine {
             // be answered before anyway), or at the deadline set at the pause.
             return;
         }
-        let words = words.then(|| {
-            let mut heard = self.turn.text.clone();
-            heard.push(' ');
-            heard.push_str(&self.interim);
-            words::judge(&heard)
-        });
+        let words = words.then(|| words::judge(&self.heard()));
         let wait = match (finished, words) {
             (true, Some(Words::Trailing | Words::Open)) => TRAILING_WORDS_HOLD,
             (true, Some(_)) if self.preemptive => FINISHED_TURN_HOLD,
@@ -715,6 +753,7 @@ impl TurnMachine {
         self.onset_in_pause = false;
         self.paused_at = None;
         self.said = None;
+        self.unjudged = None;
         self.interim.clear();
         self.in_turn = false;
         self.by_transcript = false;
@@ -839,13 +878,21 @@ mod tests {
         m.handle(verdict(1, complete), pause + Duration::from_millis(60));
     }
 
+    /// A turn spoken from `t0` by a machine guessing answers, paused at `pause` with a final
+    /// owed: nothing is asked of the model before the words are in.
+    fn guessed_pause(m: &mut TurnMachine, t0: Instant, pause: Instant) {
+        m.set_preemptive(true);
+        m.handle(Input::VadStarted, t0);
+        m.handle(Input::TranscriptionPending, pause);
+        assert!(pushed(&m.handle(Input::VadStopped, pause)).is_empty());
+    }
+
     #[test]
     fn a_pause_whose_words_are_in_guesses_the_turn_before_it_ends() {
         let mut m = model_machine();
-        m.set_preemptive(true);
         let t0 = Instant::now();
         let pause = t0 + Duration::from_secs(2);
-        judged_pause(&mut m, t0, pause, false);
+        guessed_pause(&mut m, t0, pause);
         let heard = pause + Duration::from_millis(200);
         assert!(pushed(&m.handle(final_words("What time is it?"), heard)).is_empty());
         assert_eq!(
@@ -855,23 +902,57 @@ mod tests {
         );
         assert!(m.in_turn());
         assert_eq!(
-            pushed(&m.handle(Input::Tick, pause + FINISHED_WORDS_WAIT)),
+            pushed(&m.handle(Input::Tick, pause + FINISHED_TURN_HOLD)),
             ["user_stopped_speaking", "answer: What time is it?"],
             "the turn ends with the words guessed"
         );
     }
 
     #[test]
-    fn a_user_who_goes_on_gets_a_new_guess_with_all_their_words() {
+    fn words_in_doubt_ask_the_model_with_the_audio_of_the_pause() {
         let mut m = model_machine();
         m.set_preemptive(true);
         let t0 = Instant::now();
         let pause = t0 + Duration::from_secs(1);
-        judged_pause(&mut m, t0, pause, false);
+        m.handle(Input::VadStarted, t0);
+        m.handle(
+            Input::Audio(&AudioFrame::new(vec![1; 16_000], 16_000, 1)),
+            pause,
+        );
+        m.handle(Input::TranscriptionPending, pause);
+        assert!(pushed(&m.handle(Input::VadStopped, pause)).is_empty());
+        // Silence goes on while the words are made; the model does not hear it.
+        let heard = pause + Duration::from_millis(300);
+        m.handle(
+            Input::Audio(&AudioFrame::new(vec![0; 4_800], 16_000, 1)),
+            heard,
+        );
+        m.handle(final_words("I would like to book a table for"), heard);
+        let asked: Vec<Vec<i16>> = m
+            .handle(Input::TranscriptionDone, heard)
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Judge { audio, .. } => Some(audio),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(asked, [vec![1; 16_000]], "the turn up to its pause");
+        // It calls the pause unfinished, and the words trail off: the timeout decides.
+        assert!(pushed(&m.handle(verdict(1, false), heard + Duration::from_millis(60))).is_empty());
+        assert_eq!(m.next_deadline(), Some(pause + INCOMPLETE));
+    }
+
+    #[test]
+    fn a_user_who_goes_on_gets_a_new_guess_with_all_their_words() {
+        let mut m = model_machine();
+        let t0 = Instant::now();
+        let pause = t0 + Duration::from_secs(1);
+        guessed_pause(&mut m, t0, pause);
         m.handle(final_words("I would like"), pause);
         assert_eq!(
             pushed(&m.handle(Input::TranscriptionDone, pause)),
-            ["guess: I would like"]
+            ["judge 1", "guess: I would like"],
+            "words that trail off go to the model"
         );
         let again = pause + Duration::from_millis(500);
         assert!(pushed(&m.handle(Input::VadStarted, again)).is_empty());
@@ -1035,15 +1116,13 @@ mod tests {
         );
     }
 
-    /// A machine guessing answers, in a pause both the model and `words` call finished, the
-    /// words in 100 ms after the VAD's stop; the pause's start and what the words' arrival
-    /// pushed.
+    /// A machine guessing answers, in a pause whose `words` are whole, the words in 100 ms
+    /// after the VAD's stop; the pause's start and what the words' arrival pushed.
     fn held_turn(words: &str) -> (TurnMachine, Instant, Vec<String>) {
         let mut m = model_machine();
-        m.set_preemptive(true);
         let t0 = Instant::now();
         let pause = t0 + Duration::from_secs(2);
-        judged_pause(&mut m, t0, pause, true);
+        guessed_pause(&mut m, t0, pause);
         let heard = pause + Duration::from_millis(100);
         m.handle(final_words(words), heard);
         let done = pushed(&m.handle(Input::TranscriptionDone, heard));
@@ -1056,7 +1135,7 @@ mod tests {
         assert_eq!(
             done,
             ["guess: Who wrote the play Hamlet?"],
-            "the answer starts at once"
+            "the answer starts at once, and the model is not asked"
         );
         assert_eq!(m.next_deadline(), Some(pause + FINISHED_TURN_HOLD));
         assert_eq!(

@@ -4,7 +4,9 @@
 //! there. [pause] What is the weather like?"). At each VAD stop the stop strategy decides: the
 //! Smart Turn model judges the turn's audio so far (off the audio path, on its own
 //! threads) and ends the turn at once when it sounds finished, otherwise waits for more
-//! speech up to a timeout; or a plain speech timeout ends it after a fixed silence. A turn that
+//! speech up to a timeout; or a plain speech timeout ends it after a fixed silence. Weighed
+//! with the words and with the answer guessed ahead, the model is asked only when the words
+//! leave the pause in doubt: a whole sentence settles it alone. A turn that
 //! starts while the bot speaks interrupts the bot, at once or, per [`BargeIn`], once enough of
 //! the user's words are transcribed, with the bot paused meanwhile and resumed when none come
 //! (a false interruption). A turn that starts while the bot is still working out its answer to

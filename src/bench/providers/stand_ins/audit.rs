@@ -229,9 +229,12 @@ impl Ledger {
     }
 }
 
-/// The turns (`session S question Q`) a text names.
+/// The turns (`session S question Q`, each final a sentence of its own) a text names.
 pub fn turns_named(text: &str) -> Vec<String> {
-    let words: Vec<&str> = text.split_whitespace().collect();
+    let words: Vec<&str> = text
+        .split_whitespace()
+        .map(|w| w.trim_end_matches(['.', ',', '?', '!']))
+        .collect();
     words
         .windows(4)
         .filter(|w| w[0] == "session" && w[2] == "question")
@@ -254,7 +257,7 @@ mod tests {
         ] {
             ledger.final_written(turn);
         }
-        ledger.answered("session 1 question 0 session 1 question 1");
+        ledger.answered("session 1 question 0. session 1 question 1.");
         ledger.answered("session 1 question 1");
         let counts = ledger.counts();
         assert_eq!(

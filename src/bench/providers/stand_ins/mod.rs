@@ -2,7 +2,8 @@
 //! realistic delay before it answers, and noting when it wrote what the bench times:
 //! - Deepgram live transcription: a `Finalize` is answered [`Delays::stt`] later with a final
 //!   naming the session (from its key, `bench-N`, or else the socket's number, `sN`) and the
-//!   question (the socket's count of finalizes);
+//!   question (the socket's count of finalizes), punctuated as a sentence as Deepgram's
+//!   `punctuate=true` writes it (`session N question T.`);
 //! - an OpenAI-compatible or Anthropic chat stream: the first token [`Delays::llm`] after the
 //!   request. Offered the tool [`TOOL`], the OpenAI stream calls it once a conversation;
 //! - Cartesia's TTS socket: a context's first audio [`Delays::tts`] after its first text, a
