@@ -101,7 +101,8 @@ async fn transcribe(socket: WebSocket, stand_ins: StandIns, session: String) {
                     "duration": (received - finalized) as f64 / 16_000.0,
                     "is_final": true, "speech_final": true, "from_finalize": true,
                     // Punctuated, as Deepgram writes it with `punctuate=true`: a whole sentence.
-                "channel": {"alternatives": [{"transcript": format!("{key}."), "confidence": 0.99, "words": []}]}});
+                    "channel": {"alternatives": [{"transcript": format!("{key}."),
+                        "confidence": 0.99, "words": []}]}});
                 finalized = received;
                 let due = Instant::now() + stand_ins.delays.stt;
                 let noted = Some((key, Noted::Final));
