@@ -32,6 +32,71 @@ fn silero_hears_speech_in_speech_and_none_in_silence() {
     assert!(vad_probabilities(&silence).iter().all(|&p| p < 0.05));
 }
 
+/// Runs `silero_vad.onnx` through ONNX Runtime, one window at a time from a zero state: the
+/// probabilities the file's own graph gives.
+fn onnx_runtime_probabilities(samples: &[f32], rate: u32) -> Vec<f32> {
+    use ort::value::Tensor;
+    let (window, context) = if rate == 8_000 { (256, 32) } else { (512, 64) };
+    let mut session = voxide::onnx::session("silero-vad", "silero_vad.onnx", 1).expect("ORT");
+    let mut state = vec![0.0f32; 256];
+    let mut last = vec![0.0f32; context];
+    let mut out = Vec::new();
+    for w in samples.chunks_exact(window) {
+        let mut input = last.clone();
+        input.extend_from_slice(w);
+        let outputs = session
+            .run(ort::inputs![
+                "input" => Tensor::from_array(([1, window + context], input)).expect("input"),
+                "state" => Tensor::from_array(([2, 1, 128], state.clone())).expect("state"),
+                "sr" => Tensor::from_array(((), vec![i64::from(rate)])).expect("rate"),
+            ])
+            .expect("inference");
+        out.push(
+            outputs["output"]
+                .try_extract_tensor::<f32>()
+                .expect("output")
+                .1[0],
+        );
+        state = outputs["stateN"]
+            .try_extract_tensor::<f32>()
+            .expect("state")
+            .1
+            .to_vec();
+        last.copy_from_slice(&w[window - context..]);
+    }
+    out
+}
+
+#[test]
+fn voxides_silero_network_gives_the_probabilities_onnx_runtime_gives_at_both_rates() {
+    use voxide::audio::resample::StreamResampler;
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    let narrow = StreamResampler::new(16_000, 8_000)
+        .expect("resampler")
+        .process(&hello);
+    let vad = SileroVad::shared().expect("model");
+    for (rate, audio) in [(16_000u32, &hello), (8_000, &narrow)] {
+        let samples = wav::to_f32(audio);
+        let want = onnx_runtime_probabilities(&samples, rate);
+        let mut state = vad.new_state(rate);
+        let got: Vec<f32> = samples
+            .chunks_exact(state.window())
+            .map(|w| vad.probability(&mut state, w).expect("inference"))
+            .collect();
+        assert_eq!(got.len(), want.len());
+        assert!(
+            want.iter().any(|&p| p > 0.9),
+            "{rate} Hz: the file has speech"
+        );
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                (g - w).abs() < 1e-4,
+                "{rate} Hz, window {i}: {g} against {w}"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_batch_gives_what_separate_calls_give() {
     let hello = wav::read(HELLO).expect("test audio").to_mono();

@@ -10,6 +10,7 @@ pub mod aec;
 pub mod echo;
 pub mod mel;
 pub mod mulaw;
+pub mod onnx_file;
 pub mod resample;
 pub mod turn;
 pub mod vad;

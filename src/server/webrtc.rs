@@ -26,7 +26,9 @@ use crate::transports::rtvi::{self, ClientMessage, Rtvi};
 use crate::transports::signalling::{
     self, AUDIO_RECEIVER, Inbound, Liveness, OfferPlan, Signal, plan_offer,
 };
-use crate::transports::webrtc::{OPUS_RATE, Peer, PeerEvent, PeerOptions, TrackSink, connect};
+use crate::transports::webrtc::{
+    INPUT_RATE, OPUS_RATE, Peer, PeerEvent, PeerOptions, TrackSink, connect,
+};
 
 /// An SDP offer.
 #[derive(Debug, Deserialize)]
@@ -347,13 +349,13 @@ impl Drive {
                 }
                 event = self.peer_events.recv(), if !self.liveness.is_lost() => match event {
                     Some(PeerEvent::Audio(mut samples)) => {
-                        if let Err(too_fast) = self.pace.take(samples.len(), OPUS_RATE, std::time::Instant::now()) {
+                        if let Err(too_fast) = self.pace.take(samples.len(), INPUT_RATE, std::time::Instant::now()) {
                             break Ending::TooFast(too_fast);
                         }
                         if self.muted {
                             samples.fill(0);
                         }
-                        let audio = AudioFrame::new(samples, OPUS_RATE, 1);
+                        let audio = AudioFrame::new(samples, INPUT_RATE, 1);
                         if handle.queue_frame(SystemFrame::InputAudio(audio)).await.is_err() {
                             break Ending::SessionEnded;
                         }

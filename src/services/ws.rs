@@ -255,13 +255,20 @@ async fn take_inputs<C: WsCore>(
     }
 }
 
+/// Bytes a provider socket reads at a time.
+const READ_BUFFER: usize = 16 * 1024;
+
 /// Opens the socket. A handshake the provider answered with 401 or 403 is permanent.
 async fn connect(request: ConnectRequest, policy: &ReconnectPolicy) -> Result<Socket, WsError> {
     // rustls needs its crypto provider chosen once per process; a second call is a no-op.
     let _ = rustls::crypto::ring::default_provider().install_default();
+    // tungstenite zero-fills the free part of its read buffer before every read: at its default
+    // of 128 KiB, a session's small provider messages cost more in memset than in parsing.
+    // Larger messages take a few reads of 16 KiB.
+    let config = tungstenite::protocol::WebSocketConfig::default().read_buffer_size(READ_BUFFER);
     let connected = tokio::time::timeout(
         policy.connect_timeout,
-        tokio_tungstenite::connect_async(request),
+        tokio_tungstenite::connect_async_with_config(request, Some(config), false),
     )
     .await
     .map_err(|_| WsError::Passing("connecting timed out".into()))?;

@@ -37,8 +37,12 @@ use webrtc::peer_connection::{
 
 use super::output::AudioSink;
 
-/// Opus runs at 48 kHz here, both ways.
+/// Opus's clock, and the rate the bot's audio is encoded from.
 pub const OPUS_RATE: u32 = 48_000;
+/// The rate the user's audio is decoded to: the rate the VAD, Smart Turn and the speech
+/// recognisers take, so no stage has to resample it. An Opus decoder gives any of 8 to 48 kHz
+/// from the same stream (RFC 6716 §2), and at 16 kHz it skips the upsampling to 48.
+pub const INPUT_RATE: u32 = 16_000;
 /// Samples in one 20 ms Opus frame.
 const FRAME: usize = 960;
 /// How long an answer waits for ICE candidates to be gathered.
@@ -257,7 +261,7 @@ impl PeerConnectionEventHandler for Handler {
         }
         let events = self.events.clone();
         self.tasks.spawn(async move {
-            let mut decoder = match opus::Decoder::new(OPUS_RATE, opus::Channels::Mono) {
+            let mut decoder = match opus::Decoder::new(INPUT_RATE, opus::Channels::Mono) {
                 Ok(d) => d,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot start the Opus decoder");

@@ -1,8 +1,10 @@
-//! Voice activity detection: the Silero model (batched across sessions on one thread), the
-//! speech state machine built on it, and the pipeline stage.
+//! Voice activity detection: the Silero model (run by voxide itself, batched across sessions on
+//! one thread), the speech state machine built on it, and the pipeline stage.
 
 pub mod analyzer;
 pub mod batcher;
+mod engine;
+mod kernel;
 pub mod silero;
 mod stage;
 

@@ -1,23 +1,21 @@
-//! Silero VAD through ONNX Runtime: one loaded model shared by every session, per-session state.
+//! Silero VAD: one loaded model shared by every session, per-session state.
 //!
 //! The model takes 512 new samples at 16 kHz (256 at 8 kHz) preceded by the last 64 (32) samples
-//! of the previous window, plus its recurrent state `[2, batch, 128]`, and returns the speech
-//! probability and the next state. The batch dimension lets one call serve many sessions.
+//! of the previous window, plus its recurrent state, and returns the speech probability and the
+//! next state. voxide runs the network itself ([`super::engine`]); a batch of windows from many
+//! sessions costs one pass through each layer's weights.
 
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
-use ort::session::Session;
-use ort::value::Tensor;
-
+use super::engine::{Network, STATE};
 use crate::models::ModelError;
 
 const NAME: &str = "silero-vad";
 const FILE: &str = "silero_vad.onnx";
-const STATE: usize = 2 * 128;
 
 /// The Silero VAD model.
 pub struct SileroVad {
-    session: Mutex<Session>,
+    network: Network,
 }
 
 /// One stream's state: the recurrent state and the context samples.
@@ -48,11 +46,11 @@ impl SileroState {
 
 /// New samples per model window: 512 at 16 kHz, 256 at 8 kHz.
 pub fn window_size(sample_rate: u32) -> usize {
-    if sample_rate == 8_000 { 256 } else { 512 }
+    Network::window(sample_rate)
 }
 
 fn context_size(sample_rate: u32) -> usize {
-    if sample_rate == 8_000 { 32 } else { 64 }
+    Network::context(sample_rate)
 }
 
 static SHARED: OnceLock<Arc<SileroVad>> = OnceLock::new();
@@ -60,9 +58,15 @@ static SHARED: OnceLock<Arc<SileroVad>> = OnceLock::new();
 impl SileroVad {
     /// Loads the model from the models folder.
     pub fn load() -> Result<Self, ModelError> {
-        Ok(Self {
-            session: Mutex::new(crate::onnx::session(NAME, FILE, 1)?),
-        })
+        let path = crate::models::model_path(NAME, FILE)?;
+        let invalid = |reason: String| ModelError::Invalid {
+            name: NAME.into(),
+            path: path.clone(),
+            reason,
+        };
+        let bytes = std::fs::read(&path).map_err(|e| invalid(e.to_string()))?;
+        let network = Network::load(&bytes).map_err(|e| invalid(e.to_string()))?;
+        Ok(Self { network })
     }
 
     /// The process-wide model, loaded on first use.
@@ -101,12 +105,10 @@ impl SileroVad {
         let rate = first.sample_rate;
         let window = window_size(rate);
         let context = context_size(rate);
-        let n = batch.len();
         let width = window + context;
-        let mut input = Vec::with_capacity(n * width);
-        // State layout is [2, batch, 128]: layer-major.
-        let mut state = vec![0.0f32; STATE * n];
-        for (b, (s, samples)) in batch.iter().enumerate() {
+        let mut input = Vec::with_capacity(batch.len() * width);
+        let mut state = Vec::with_capacity(batch.len() * STATE);
+        for (s, samples) in batch.iter() {
             if s.sample_rate != rate || samples.len() != window {
                 return Err(inference(format!(
                     "every window must hold {window} samples at {rate} Hz"
@@ -114,40 +116,14 @@ impl SileroVad {
             }
             input.extend_from_slice(&s.context);
             input.extend_from_slice(samples);
-            for layer in 0..2 {
-                let dst = (layer * n + b) * 128;
-                state[dst..dst + 128].copy_from_slice(&s.state[layer * 128..(layer + 1) * 128]);
-            }
+            state.extend_from_slice(&s.state);
         }
-        let input =
-            Tensor::from_array(([n, width], input)).map_err(|e| inference(e.to_string()))?;
-        let state_in =
-            Tensor::from_array(([2, n, 128], state)).map_err(|e| inference(e.to_string()))?;
-        let sr = Tensor::from_array(((), vec![i64::from(rate)]))
-            .map_err(|e| inference(e.to_string()))?;
-        let mut session = self.session.lock().unwrap_or_else(|p| p.into_inner());
-        let _running =
-            crate::onnx::running().ok_or_else(|| inference("the process is exiting".into()))?;
-        let outputs = session
-            .run(ort::inputs!["input" => input, "state" => state_in, "sr" => sr])
-            .map_err(|e| inference(e.to_string()))?;
-        let (_, probs) = outputs["output"]
-            .try_extract_tensor::<f32>()
-            .map_err(|e| inference(e.to_string()))?;
-        let (_, next) = outputs["stateN"]
-            .try_extract_tensor::<f32>()
-            .map_err(|e| inference(e.to_string()))?;
-        if probs.len() != n || next.len() != STATE * n {
-            return Err(inference("unexpected output shape".into()));
-        }
-        for (b, (s, samples)) in batch.iter_mut().enumerate() {
-            for layer in 0..2 {
-                let src = (layer * n + b) * 128;
-                s.state[layer * 128..(layer + 1) * 128].copy_from_slice(&next[src..src + 128]);
-            }
+        let probabilities = self.network.run(rate, &input, &mut state);
+        for ((s, samples), next) in batch.iter_mut().zip(state.chunks_exact(STATE)) {
+            s.state.copy_from_slice(next);
             s.context.copy_from_slice(&samples[window - context..]);
         }
-        Ok(probs.to_vec())
+        Ok(probabilities)
     }
 }
 

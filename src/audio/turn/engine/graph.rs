@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 
-use super::onnx_file::{Data, FormatError, Graph, Node, Tensor};
+use crate::audio::onnx_file::{Data, FormatError, Graph, Node, Tensor};
 
 /// How a tensor of `u8` codes maps to real values: `(code - zero) · scale`.
 #[derive(Debug, Clone, Copy, PartialEq)]

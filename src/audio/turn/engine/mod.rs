@@ -13,15 +13,14 @@
 
 mod gemm;
 mod graph;
-pub mod onnx_file;
 mod vector;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
+pub use crate::audio::onnx_file::FormatError;
+use crate::audio::onnx_file::Node;
 use gemm::{Kernel, PackedB, gemm, split};
 use graph::{Quant, Requant, Walker, Weights, input, output};
-pub use onnx_file::FormatError;
-use onnx_file::Node;
 use vector::gelu;
 
 /// Whether this CPU runs the engine's products on AVX-512 VNNI (else on plain Rust, several
@@ -554,7 +553,7 @@ pub struct Network {
 impl Network {
     /// Reads the network from the bytes of `smart-turn-v3.2-cpu.onnx`.
     pub fn load(bytes: &[u8]) -> Result<Self, FormatError> {
-        let graph = onnx_file::parse(bytes)?;
+        let graph = crate::audio::onnx_file::parse(bytes)?;
         let walker = Walker::new(&graph);
         let (input, input_dq) = walker.quant("input_features")?;
         let conv1_node = walker.reader(input_dq, "Conv")?;
