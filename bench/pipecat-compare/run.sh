@@ -75,8 +75,11 @@ start_bot() {
     local bot=$1 port=$2
     case $bot in
     voxide)
+        # Every session comes from one address here: no per-address limit on new sessions
+        # (120 a minute by default), which the search's later steps would hit.
         RUST_LOG=error taskset -c "$SERVER_CORE" "$VOXIDE" serve --port "$port" \
-            --max-sessions 1000 --stt deepgram --llm openai --tts cartesia "${VOXIDE_TURN[@]}" \
+            --max-sessions 1000 --sessions-per-minute-per-ip 0 \
+            --stt deepgram --llm openai --tts cartesia "${VOXIDE_TURN[@]}" \
             >"$OUT/$bot.log" 2>&1 &
         ;;
     pipecat)
