@@ -346,3 +346,19 @@ fn floats(tensor: &Tensor) -> Result<&[f32], FormatError> {
         _ => Err(bad("a weight that is not float")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_that_holds_no_silero_networks_is_an_error_not_a_panic() {
+        // Not protobuf at all, a truncated field, and a valid model whose graph is empty.
+        for bytes in [&b"not a model"[..], &[0x3a, 0x05, 0x0a], &[0x3a, 0x00]] {
+            let error = Network::load(bytes).err().expect("an error");
+            assert!(!error.0.is_empty());
+        }
+        let empty = Network::load(&[0x3a, 0x00]).err().expect("an error");
+        assert_eq!(empty.0, "no 16 kHz network in the file");
+    }
+}
