@@ -68,6 +68,23 @@ pub fn model_path(name: &str, file: &str) -> Result<PathBuf, ModelError> {
     }
 }
 
+/// Reads the model `file` (named `name` in errors) and builds it with `load`. A file that is
+/// missing is [`ModelError::Missing`]; one that will not read or load is [`ModelError::Invalid`].
+pub fn load_model<T, E: std::fmt::Display>(
+    name: &str,
+    file: &str,
+    load: impl FnOnce(&[u8]) -> Result<T, E>,
+) -> Result<T, ModelError> {
+    let path = model_path(name, file)?;
+    let invalid = |reason: String| ModelError::Invalid {
+        name: name.to_owned(),
+        path: path.clone(),
+        reason,
+    };
+    let bytes = std::fs::read(&path).map_err(|e| invalid(e.to_string()))?;
+    load(&bytes).map_err(|e| invalid(e.to_string()))
+}
+
 /// The manifest, `assets/models.json`.
 #[derive(Debug, Clone, Deserialize)]
 pub struct Manifest {

@@ -158,14 +158,7 @@ impl SmartTurn {
                 })
                 .collect::<Result<Vec<_>, ModelError>>()?,
             SmartTurnEngine::Native => {
-                let path = crate::models::model_path(NAME, FILE)?;
-                let invalid = |reason: String| ModelError::Invalid {
-                    name: NAME.into(),
-                    path: path.clone(),
-                    reason,
-                };
-                let bytes = std::fs::read(&path).map_err(|e| invalid(e.to_string()))?;
-                let network = Arc::new(Network::load(&bytes).map_err(|e| invalid(e.to_string()))?);
+                let network = Arc::new(crate::models::load_model(NAME, FILE, Network::load)?);
                 (0..workers)
                     .map(|_| Mutex::new(Runner::Native(network.clone())))
                     .collect()

@@ -58,14 +58,7 @@ static SHARED: OnceLock<Arc<SileroVad>> = OnceLock::new();
 impl SileroVad {
     /// Loads the model from the models folder.
     pub fn load() -> Result<Self, ModelError> {
-        let path = crate::models::model_path(NAME, FILE)?;
-        let invalid = |reason: String| ModelError::Invalid {
-            name: NAME.into(),
-            path: path.clone(),
-            reason,
-        };
-        let bytes = std::fs::read(&path).map_err(|e| invalid(e.to_string()))?;
-        let network = Network::load(&bytes).map_err(|e| invalid(e.to_string()))?;
+        let network = crate::models::load_model(NAME, FILE, Network::load)?;
         Ok(Self { network })
     }
 
