@@ -1,7 +1,7 @@
 //! Deepgram live transcription (`wss://api.deepgram.com/v1/listen`): linear16 audio in binary
-//! frames from the session's start, interim and final results back, `Finalize` at each VAD stop
-//! (the final carrying `from_finalize` answers it), `KeepAlive` when no audio went for 4 s,
-//! `CloseStream` at the end.
+//! frames from the session's start, interim and final results back, `Finalize` at the first
+//! silence after speech (the final carrying `from_finalize` answers it, usually before the VAD's
+//! stop asks for the words), `KeepAlive` when no audio went for 4 s, `CloseStream` at the end.
 //!
 //! [`DeepgramCore`] is sans-IO and runs on the shared WebSocket driver ([`crate::services::ws`]).
 //! It keeps every sample Deepgram has not finalized: audio that came before the socket was open
@@ -128,6 +128,15 @@ const MAX_KEPT: usize = 30 * SAMPLE_RATE as usize;
 /// Audio goes in pieces of at most this many samples (100 ms) when sent again.
 const REPLAY_PIECE: usize = SAMPLE_RATE as usize / 10;
 
+/// A VAD stop waiting for its words.
+#[derive(Debug, Clone, Copy)]
+struct Owed {
+    /// When the stop asked.
+    asked: Instant,
+    /// It sent a `Finalize` of its own; otherwise the early ones in flight answer it.
+    own: bool,
+}
+
 /// Deepgram's protocol, sans-IO.
 pub struct DeepgramCore {
     settings: DeepgramSettings,
@@ -136,10 +145,14 @@ pub struct DeepgramCore {
     kept: KeptAudio,
     /// Final segments since the last finalize was answered.
     finals: Vec<String>,
-    /// When each finalize still unanswered was asked for.
-    owed: VecDeque<Instant>,
-    /// Of those, how many were sent on the current socket.
-    sent_finalizes: usize,
+    /// The VAD stops not answered yet, oldest first.
+    owed: VecDeque<Owed>,
+    /// `Finalize`s sent early (at a first silence, before any stop asked) on this socket and not
+    /// answered yet.
+    early: usize,
+    /// An early `Finalize` went at the last first silence: all speech since the last stop is
+    /// being finalized, and the stop need not ask again.
+    covered: bool,
     last_sent: Instant,
     last_heard: Instant,
     /// Audio went out since the provider last said anything.
@@ -157,7 +170,8 @@ impl DeepgramCore {
             kept: KeptAudio::new(MAX_KEPT),
             finals: Vec::new(),
             owed: VecDeque::new(),
-            sent_finalizes: 0,
+            early: 0,
+            covered: false,
             last_sent: now,
             last_heard: now,
             waiting: false,
@@ -176,8 +190,19 @@ impl DeepgramCore {
     /// Answers the oldest finalize with the words so far.
     fn answer(&mut self) -> SttEvent {
         self.owed.pop_front();
-        self.sent_finalizes = self.sent_finalizes.saturating_sub(1);
         SttEvent::Finalized(std::mem::take(&mut self.finals).join(" "))
+    }
+
+    /// A `from_finalize` final came: the oldest `Finalize` in flight is answered, and with it
+    /// the stop that waits on it, if any.
+    fn finalize_answered(&mut self) -> Option<SttEvent> {
+        if self.early > 0 {
+            self.early -= 1;
+            // A stop waits on the early finalizes; the last one answers it.
+            let waits = self.owed.front().is_some_and(|owed| !owed.own);
+            return (self.early == 0 && waits).then(|| self.answer());
+        }
+        (!self.owed.is_empty()).then(|| self.answer())
     }
 
     /// Drops the kept audio up to `end` seconds from the socket's start: it is final.
@@ -227,8 +252,10 @@ impl DeepgramCore {
         if !transcript.is_empty() {
             self.finals.push(transcript);
         }
-        if results.from_finalize && !self.owed.is_empty() {
-            return vec![self.answer()];
+        if results.from_finalize
+            && let Some(answer) = self.finalize_answered()
+        {
+            return vec![answer];
         }
         if self.finals.is_empty() {
             Vec::new()
@@ -259,15 +286,17 @@ impl WsCore for DeepgramCore {
             .map(|piece| Self::audio_message(piece))
             .collect();
         self.waiting = !out.is_empty();
-        // Finalizes the last socket took with it are asked again, after their audio.
-        self.sent_finalizes = self.owed.len();
+        // Finalizes the last socket took with it are asked again, after their audio, each for
+        // its own stop now.
+        self.owed.iter_mut().for_each(|owed| owed.own = true);
         out.extend((0..self.owed.len()).map(|_| Self::text_message(ClientMessage::Finalize)));
         out
     }
 
     fn lost(&mut self, _now: Instant) -> Vec<SttEvent> {
         self.connected = false;
-        self.sent_finalizes = 0;
+        self.early = 0;
+        self.covered = false;
         self.waiting = false;
         // What it had not finalized goes again on the next socket.
         Vec::new()
@@ -294,20 +323,50 @@ impl WsCore for DeepgramCore {
                 }
                 (vec![Self::audio_message(&samples)], Vec::new())
             }
-            SttInput::Finalize => {
-                self.owed.push_back(now);
-                if !self.connected {
+            // Speech is over for now: Deepgram finalizes it while the VAD waits out its stop
+            // window, so the words are usually in when the stop asks for them. More speech
+            // before the stop makes another first silence, and another early finalize.
+            SttInput::SilenceStarted => {
+                self.covered = self.connected && self.owed.is_empty();
+                if !self.covered {
                     return (Vec::new(), Vec::new());
                 }
-                self.sent_finalizes += 1;
+                self.early += 1;
                 self.last_sent = now;
                 (
                     vec![Self::text_message(ClientMessage::Finalize)],
                     Vec::new(),
                 )
             }
-            // Deepgram listens to all of it; the VAD's other verdicts change nothing here.
-            SttInput::SpeechStarted | SttInput::SilenceStarted => (Vec::new(), Vec::new()),
+            SttInput::SpeechStarted => {
+                self.covered = false;
+                (Vec::new(), Vec::new())
+            }
+            SttInput::Finalize if std::mem::take(&mut self.covered) => {
+                // Only silence since the early finalize: its answer is this stop's.
+                self.owed.push_back(Owed {
+                    asked: now,
+                    own: false,
+                });
+                if self.early == 0 {
+                    return (Vec::new(), vec![self.answer()]);
+                }
+                (Vec::new(), Vec::new())
+            }
+            SttInput::Finalize => {
+                self.owed.push_back(Owed {
+                    asked: now,
+                    own: true,
+                });
+                if !self.connected {
+                    return (Vec::new(), Vec::new());
+                }
+                self.last_sent = now;
+                (
+                    vec![Self::text_message(ClientMessage::Finalize)],
+                    Vec::new(),
+                )
+            }
         }
     }
 
@@ -321,8 +380,11 @@ impl WsCore for DeepgramCore {
         while self
             .owed
             .front()
-            .is_some_and(|asked| now.duration_since(*asked) >= self.settings.finalize_timeout)
+            .is_some_and(|owed| now.duration_since(owed.asked) >= self.settings.finalize_timeout)
         {
+            // Deepgram may leave a finalize unanswered (nothing left to flush): the early ones
+            // still counted would hold up every later stop.
+            self.early = 0;
             crate::warnings::warn(
                 "deepgram_finalize_unanswered",
                 "Deepgram did not answer a Finalize in time; the words so far are the turn's",
@@ -348,7 +410,7 @@ impl WsCore for DeepgramCore {
         let finalize = self
             .owed
             .front()
-            .map(|asked| *asked + self.settings.finalize_timeout);
+            .map(|owed| owed.asked + self.settings.finalize_timeout);
         let socket = self.connected.then(|| {
             let keepalive = self.last_sent + KEEPALIVE_AFTER;
             if self.waiting {
@@ -448,6 +510,113 @@ mod tests {
         );
         // All 2 s of audio are final: nothing is kept for a reconnect.
         assert!(core.kept.is_empty());
+    }
+
+    const FINALIZE: &str = r#"{"type":"Finalize"}"#;
+
+    #[test]
+    fn a_first_silence_finalizes_early_and_the_stop_takes_its_words_at_once() {
+        let (mut core, now) = core();
+        core.opened(now);
+        core.input(SttInput::SpeechStarted, now);
+        core.input(SttInput::Audio(vec![0; 16_000]), now);
+        let (sent, said) = core.input(SttInput::SilenceStarted, now);
+        assert_eq!(sent, vec![Message::Text(FINALIZE.into())]);
+        assert_eq!(said, vec![]);
+        let early = core.message(results(0.0, 1.0, "What time is it?", true, true), now);
+        assert_eq!(
+            early,
+            Ok((vec![], vec![SttEvent::Interim("What time is it?".into())]))
+        );
+        // The stop window was silence: no second finalize, the words are the stop's now.
+        let (sent, said) = core.input(SttInput::Finalize, now);
+        assert_eq!(sent, vec![]);
+        assert_eq!(said, vec![SttEvent::Finalized("What time is it?".into())]);
+    }
+
+    #[test]
+    fn a_stop_waits_for_every_early_finalize_of_its_speech() {
+        let (mut core, now) = core();
+        core.opened(now);
+        core.input(SttInput::SpeechStarted, now);
+        core.input(SttInput::Audio(vec![0; 16_000]), now);
+        core.input(SttInput::SilenceStarted, now);
+        // The user went on before the stop: a second first silence, a second early finalize.
+        core.input(SttInput::Audio(vec![0; 16_000]), now);
+        let (sent, _) = core.input(SttInput::SilenceStarted, now);
+        assert_eq!(sent, vec![Message::Text(FINALIZE.into())]);
+        assert_eq!(core.input(SttInput::Finalize, now), (vec![], vec![]));
+        let first = core
+            .message(results(0.0, 1.0, "Book a table", true, true), now)
+            .expect("valid")
+            .1;
+        assert_eq!(first, vec![SttEvent::Interim("Book a table".into())]);
+        let second = core
+            .message(results(1.0, 1.0, "for two.", true, true), now)
+            .expect("valid")
+            .1;
+        assert_eq!(
+            second,
+            vec![SttEvent::Finalized("Book a table for two.".into())]
+        );
+    }
+
+    #[test]
+    fn an_early_finalize_deepgram_leaves_unanswered_costs_only_its_own_turn() {
+        let (mut core, now) = core();
+        core.opened(now);
+        core.input(SttInput::SpeechStarted, now);
+        core.input(SttInput::SilenceStarted, now);
+        core.input(SttInput::Finalize, now);
+        let (_, said) = core.tick(now + Duration::from_secs(2));
+        assert_eq!(said, vec![SttEvent::Finalized(String::new())]);
+        // The next turn's early answer is its own, not the lost one's.
+        let later = now + Duration::from_secs(3);
+        core.input(SttInput::SpeechStarted, later);
+        core.input(SttInput::SilenceStarted, later);
+        core.message(results(1.0, 1.0, "Next.", true, true), later)
+            .expect("valid");
+        let (_, said) = core.input(SttInput::Finalize, later);
+        assert_eq!(said, vec![SttEvent::Finalized("Next.".into())]);
+    }
+
+    #[test]
+    fn a_stop_whose_early_finalize_went_down_with_the_socket_asks_again() {
+        let (mut core, now) = core();
+        core.opened(now);
+        core.input(SttInput::SpeechStarted, now);
+        core.input(SttInput::Audio(vec![0; 16_000]), now);
+        core.input(SttInput::SilenceStarted, now);
+        core.input(SttInput::Finalize, now);
+        core.lost(now);
+        let sent = core.opened(now);
+        assert_eq!(samples_in(&sent), 16_000);
+        assert_eq!(sent.last(), Some(&Message::Text(FINALIZE.into())));
+        let answer = core
+            .message(results(0.0, 1.0, "Hello.", true, true), now)
+            .expect("valid")
+            .1;
+        assert_eq!(answer, vec![SttEvent::Finalized("Hello.".into())]);
+    }
+
+    #[test]
+    fn a_first_silence_while_a_stop_is_owed_leaves_the_next_stop_its_own_finalize() {
+        let (mut core, now) = core();
+        core.opened(now);
+        core.input(SttInput::Finalize, now);
+        assert_eq!(core.input(SttInput::SilenceStarted, now), (vec![], vec![]));
+        let (sent, _) = core.input(SttInput::Finalize, now);
+        assert_eq!(sent, vec![Message::Text(FINALIZE.into())]);
+        let first = core
+            .message(results(0.0, 1.0, "One.", true, true), now)
+            .expect("valid")
+            .1;
+        assert_eq!(first, vec![SttEvent::Finalized("One.".into())]);
+        let second = core
+            .message(results(1.0, 1.0, "Two.", true, true), now)
+            .expect("valid")
+            .1;
+        assert_eq!(second, vec![SttEvent::Finalized("Two.".into())]);
     }
 
     #[test]
