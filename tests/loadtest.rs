@@ -181,3 +181,33 @@ async fn a_target_that_is_not_there_exits_3_and_a_bad_slo_exits_2() {
     .await;
     assert_eq!(code, Some(2));
 }
+
+#[tokio::test]
+async fn a_capacity_search_that_cannot_go_on_still_writes_what_it_found() {
+    let closed = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port");
+    let out = std::env::temp_dir().join(format!("voxide-capacity-{}", std::process::id()));
+    let args = [
+        "--target",
+        &format!("http://{closed}"),
+        "--audio",
+        HELLO,
+        "--find-capacity",
+        "8",
+        "--slo",
+        "p95(v2v)<2000ms",
+        "--out",
+        &out.display().to_string(),
+    ];
+    let (code, table) = loadtest(args.map(|a| a.to_owned()).to_vec()).await;
+    assert_eq!(code, Some(3), "{table}");
+    let capacity: Value = serde_json::from_str(
+        &std::fs::read_to_string(out.join("capacity.json")).expect("capacity.json"),
+    )
+    .expect("JSON");
+    assert_eq!(capacity["verdict"], "unreachable");
+    assert_eq!(capacity["capacity"], Value::Null);
+    assert_eq!(capacity["steps"].as_array().map(Vec::len), Some(1));
+    let _ = std::fs::remove_dir_all(out);
+}

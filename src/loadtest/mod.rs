@@ -547,14 +547,16 @@ pub struct Capacity {
     pub steps: Vec<Step>,
     /// The largest passing concurrency; none when even one session failed an SLO.
     pub capacity: Option<usize>,
-    /// The search's verdict: `saturated` when a step's generator could not keep time (the
-    /// search stopped there), `unreachable` when no session of the first step connected.
+    /// The search's verdict: `saturated` when the generator could not keep time at the step
+    /// just above the capacity (which is then a lower bound on the bot's: the generator gave
+    /// out first), `unreachable` when no session of the first step connected.
     pub verdict: RunVerdict,
 }
 
 /// Raises the concurrency (1, 2, 4, … up to `max`, then halfway between the last pass and the
 /// first failure until they meet) until an SLO breaks; every step runs `concurrency` sessions at
-/// once. The SLOs must be given: without them nothing can fail.
+/// once. A step whose generator could not keep time bounds the search as a failure does. The
+/// SLOs must be given: without them nothing can fail.
 pub async fn find_capacity(
     options: LoadtestOptions,
     max: usize,
@@ -567,6 +569,7 @@ pub async fn find_capacity(
     let mut steps = Vec::new();
     let (mut pass, mut fail): (Option<usize>, Option<usize>) = (None, None);
     let mut next = 1usize;
+    let (mut saturated, mut unreachable) = (false, false);
     loop {
         let k = next.min(max.max(1));
         let step_options = LoadtestOptions {
@@ -589,15 +592,15 @@ pub async fn find_capacity(
         });
         match summary.verdict {
             RunVerdict::Pass => pass = Some(k),
-            RunVerdict::SloFailed => fail = Some(k),
+            // Each step is below the last bound, so it becomes the bound.
+            RunVerdict::SloFailed => (fail, saturated) = (Some(k), false),
+            // The generator could not keep time: no verdict on the bot at this load, but a
+            // bound all the same; the steps below it may still keep time.
+            RunVerdict::Saturated => (fail, saturated) = (Some(k), true),
             // Nothing more can be learnt.
-            verdict @ (RunVerdict::Saturated | RunVerdict::Unreachable) => {
-                return Ok(Capacity {
-                    schema: 1,
-                    steps,
-                    capacity: pass,
-                    verdict,
-                });
+            RunVerdict::Unreachable => {
+                unreachable = true;
+                break;
             }
         }
         match next_step(pass, fail, max) {
@@ -605,7 +608,12 @@ pub async fn find_capacity(
             None => break,
         }
     }
-    let verdict = if pass.is_some() {
+    // A capacity bounded by the generator is only a lower bound on the bot's.
+    let verdict = if unreachable {
+        RunVerdict::Unreachable
+    } else if saturated {
+        RunVerdict::Saturated
+    } else if pass.is_some() {
         RunVerdict::Pass
     } else {
         RunVerdict::SloFailed
