@@ -567,11 +567,10 @@ pub async fn find_capacity(
         ));
     }
     let mut steps = Vec::new();
-    let (mut pass, mut fail): (Option<usize>, Option<usize>) = (None, None);
-    let mut next = 1usize;
-    let (mut saturated, mut unreachable) = (false, false);
-    loop {
-        let k = next.min(max.max(1));
+    let mut search = Search::default();
+    let mut next = Some(1usize);
+    while let Some(k) = next {
+        let k = k.min(max.max(1));
         let step_options = LoadtestOptions {
             sessions: k,
             concurrency: k,
@@ -590,39 +589,13 @@ pub async fn find_capacity(
             slos: summary.slos.clone(),
             v2v: summary.metrics.get("v2v").copied().flatten(),
         });
-        match summary.verdict {
-            RunVerdict::Pass => pass = Some(k),
-            // Each step is below the last bound, so it becomes the bound.
-            RunVerdict::SloFailed => (fail, saturated) = (Some(k), false),
-            // The generator could not keep time: no verdict on the bot at this load, but a
-            // bound all the same; the steps below it may still keep time.
-            RunVerdict::Saturated => (fail, saturated) = (Some(k), true),
-            // Nothing more can be learnt.
-            RunVerdict::Unreachable => {
-                unreachable = true;
-                break;
-            }
-        }
-        match next_step(pass, fail, max) {
-            Some(k) => next = k,
-            None => break,
-        }
+        next = search.record(k, summary.verdict, max);
     }
-    // A capacity bounded by the generator is only a lower bound on the bot's.
-    let verdict = if unreachable {
-        RunVerdict::Unreachable
-    } else if saturated {
-        RunVerdict::Saturated
-    } else if pass.is_some() {
-        RunVerdict::Pass
-    } else {
-        RunVerdict::SloFailed
-    };
     let capacity = Capacity {
         schema: 1,
         steps,
-        capacity: pass,
-        verdict,
+        capacity: search.pass,
+        verdict: search.verdict(),
     };
     if let Some(dir) = &options.out {
         std::fs::create_dir_all(dir)?;
@@ -630,6 +603,51 @@ pub async fn find_capacity(
         std::fs::write(dir.join("capacity.json"), json + "\n")?;
     }
     Ok(capacity)
+}
+
+/// Where a capacity search stands, sans-IO: the largest concurrency that passed, and the
+/// smallest that did not and why.
+#[derive(Debug, Default)]
+struct Search {
+    pass: Option<usize>,
+    bound: Option<usize>,
+    /// The bound is a step the generator could not keep time for, not a failed SLO.
+    saturated: bool,
+    unreachable: bool,
+}
+
+impl Search {
+    /// Takes step `k`'s verdict; the next concurrency to run, if any.
+    fn record(&mut self, k: usize, verdict: RunVerdict, max: usize) -> Option<usize> {
+        match verdict {
+            RunVerdict::Pass => self.pass = Some(k),
+            // Each step is below the last bound, so it becomes the bound.
+            RunVerdict::SloFailed => (self.bound, self.saturated) = (Some(k), false),
+            // No verdict on the bot at this load, but a bound all the same: the steps below it
+            // may still keep time.
+            RunVerdict::Saturated => (self.bound, self.saturated) = (Some(k), true),
+            // Nothing more can be learnt.
+            RunVerdict::Unreachable => {
+                self.unreachable = true;
+                return None;
+            }
+        }
+        next_step(self.pass, self.bound, max)
+    }
+
+    /// The search's verdict. A capacity bounded by the generator is only a lower bound on the
+    /// bot's: `saturated`.
+    fn verdict(&self) -> RunVerdict {
+        if self.unreachable {
+            RunVerdict::Unreachable
+        } else if self.saturated {
+            RunVerdict::Saturated
+        } else if self.pass.is_some() {
+            RunVerdict::Pass
+        } else {
+            RunVerdict::SloFailed
+        }
+    }
 }
 
 /// The next concurrency to try after the largest that passed and the smallest that failed:
@@ -958,6 +976,47 @@ mod tests {
         assert_eq!(next_step(Some(8), Some(16), 64), Some(12));
         assert_eq!(next_step(Some(12), Some(13), 64), None);
         assert_eq!(next_step(None, Some(1), 64), None);
+    }
+
+    #[test]
+    fn a_step_the_generator_cannot_pace_bounds_the_search_and_marks_the_capacity_a_lower_bound() {
+        let mut search = Search::default();
+        for k in [1, 2, 4, 8, 16, 32] {
+            assert_eq!(search.record(k, RunVerdict::Pass, 128), Some(k * 2));
+        }
+        assert_eq!(search.record(64, RunVerdict::Pass, 128), Some(128));
+        // 128 saturates: the search goes on below it rather than stopping with 64.
+        assert_eq!(search.record(128, RunVerdict::Saturated, 128), Some(96));
+        assert_eq!(search.record(96, RunVerdict::Saturated, 128), Some(80));
+        assert_eq!(search.record(80, RunVerdict::Pass, 128), Some(88));
+        assert_eq!(search.record(88, RunVerdict::Saturated, 128), Some(84));
+        assert_eq!(search.record(84, RunVerdict::Pass, 128), Some(86));
+        assert_eq!(search.record(86, RunVerdict::Pass, 128), Some(87));
+        assert_eq!(search.record(87, RunVerdict::Pass, 128), None);
+        assert_eq!(
+            (search.pass, search.verdict()),
+            (Some(87), RunVerdict::Saturated)
+        );
+    }
+
+    #[test]
+    fn an_slo_that_breaks_below_a_saturated_step_is_the_verdict() {
+        let mut search = Search::default();
+        search.record(1, RunVerdict::Pass, 4);
+        search.record(2, RunVerdict::Pass, 4);
+        assert_eq!(search.record(4, RunVerdict::Saturated, 4), Some(3));
+        assert_eq!(search.record(3, RunVerdict::SloFailed, 4), None);
+        assert_eq!((search.pass, search.verdict()), (Some(2), RunVerdict::Pass));
+
+        let mut unreachable = Search::default();
+        assert_eq!(unreachable.record(1, RunVerdict::Unreachable, 4), None);
+        assert_eq!(
+            (unreachable.pass, unreachable.verdict()),
+            (None, RunVerdict::Unreachable)
+        );
+        let mut failed = Search::default();
+        assert_eq!(failed.record(1, RunVerdict::SloFailed, 4), None);
+        assert_eq!(failed.verdict(), RunVerdict::SloFailed);
     }
 
     #[test]
