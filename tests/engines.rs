@@ -448,6 +448,49 @@ fn whisper_transcribes_the_test_sentence() {
 }
 
 #[test]
+fn a_second_listen_takes_the_likeliest_reading_that_makes_a_request_or_keeps_the_first() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use voxide::services::stt::{PromptedWhisper, Reading, Whisper};
+    let whisper = Whisper::shared().expect("the Whisper model loads; run scripts/setup.sh");
+    let audio = wav::to_f32(&wav::read(HELLO).expect("test audio").to_mono());
+    let first = PromptedWhisper::new(whisper.clone(), "")
+        .transcribe(&audio)
+        .expect("transcript");
+    let listen = |reader: voxide::services::stt::Reader| {
+        PromptedWhisper::new(whisper.clone(), "")
+            .with_reader(reader)
+            .transcribe(&audio)
+            .expect("transcript")
+    };
+    // Words the bot reads as they are: no second listen.
+    let reads = Arc::new(AtomicUsize::new(0));
+    let counted = reads.clone();
+    let heard = listen(Arc::new(move |_: &str| {
+        counted.fetch_add(1, Ordering::Relaxed);
+        Reading::Talk
+    }));
+    assert_eq!(heard, first);
+    assert_eq!(reads.load(Ordering::Relaxed), 1);
+    // Garbled, and no reading of the beam makes a request: the first reading stands.
+    assert_eq!(listen(Arc::new(|_: &str| Reading::Garbled)), first);
+    // The first reading is garbled and another is a request: that one, the same question.
+    let garbled = first.clone();
+    let heard = listen(Arc::new(move |text: &str| {
+        if text == garbled {
+            Reading::Garbled
+        } else {
+            Reading::Request
+        }
+    }));
+    assert_ne!(heard, first);
+    assert!(
+        heard.to_lowercase().contains("paris"),
+        "{first:?} -> {heard:?}"
+    );
+}
+
+#[test]
 fn whisper_encodes_a_prompt_as_its_tokenizer_does_and_still_hears_the_question() {
     use voxide::services::stt::Whisper;
     let whisper = Whisper::shared().expect("the Whisper model loads; run scripts/setup.sh");

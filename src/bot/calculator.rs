@@ -381,10 +381,22 @@ fn tokenize(expression: &str) -> Result<Vec<Token>, CalcError> {
             ")" => Token::Close,
             "sqrt" => Token::Sqrt,
             "+" | "-" | "*" | "/" | "%" | "^" => Token::Op(word.chars().next().unwrap_or('+')),
-            _ => Token::Number(
-                word.parse::<f64>()
-                    .map_err(|_| CalcError::Unexpected(word.into()))?,
-            ),
+            _ => {
+                let n = word
+                    .parse::<f64>()
+                    .map_err(|_| CalcError::Unexpected(word.into()))?;
+                // Whisper writes "thirty seven" as "30 7": tens and a unit next to each other
+                // are one number.
+                if let Some(Token::Number(tens)) = tokens.last_mut()
+                    && is_tens(*tens)
+                    && (1.0..=9.0).contains(&n)
+                    && n.fract() == 0.0
+                {
+                    *tens += n;
+                    continue;
+                }
+                Token::Number(n)
+            }
         };
         tokens.push(token);
     }
@@ -396,6 +408,11 @@ fn tokenize(expression: &str) -> Result<Vec<Token>, CalcError> {
         return Err(CalcError::Incomplete);
     }
     Ok(tokens)
+}
+
+/// Twenty, thirty, … ninety.
+fn is_tens(n: f64) -> bool {
+    (20.0..=90.0).contains(&n) && n % 10.0 == 0.0
 }
 
 /// The place a round number in digits leaves open below it: 100 for 200, 1,000 for 3,000;
@@ -624,6 +641,12 @@ mod tests {
             read("How much is 200 and 50 divided by 5?").as_deref(),
             Some("250 / 5")
         );
+        // And for "thirty seven", "30 7".
+        assert_eq!(
+            read("How much is that 100 minus 30 7?").as_deref(),
+            Some("100 - 37")
+        );
+        assert_eq!(read("What is 7 30?"), None);
         assert_eq!(
             read("What is the square root of 100 and 44?").as_deref(),
             Some("sqrt 144")

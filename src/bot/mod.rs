@@ -146,11 +146,16 @@ pub enum SttChoice {
 }
 
 impl SttChoice {
-    /// The engine; the embedded Whisper reads `prompt` first.
-    fn engine(&self, prompt: &str) -> Result<Arc<dyn SttEngine>, BotError> {
+    /// The engine; the embedded Whisper reads `prompt` first, and listens again to what
+    /// sounds like a request of the built-in tools `builtin` that it could not make out.
+    fn engine(&self, prompt: &str, builtin: &[Builtin]) -> Result<Arc<dyn SttEngine>, BotError> {
         Ok(match self {
             SttChoice::Whisper => {
-                Segmented::shared(Arc::new(PromptedWhisper::new(Whisper::shared()?, prompt)))
+                let mut whisper = PromptedWhisper::new(Whisper::shared()?, prompt);
+                if !builtin.is_empty() {
+                    whisper = whisper.with_reader(tools::reader(builtin));
+                }
+                Segmented::shared(Arc::new(whisper))
             }
             SttChoice::Deepgram(settings) => Arc::new(DeepgramStt::new(settings.clone())),
             SttChoice::AssemblyAi(settings) => Arc::new(AssemblyAiStt::new(settings.clone())),
@@ -547,7 +552,7 @@ pub fn build<S: AudioSink>(
     let stt = options
         .stt
         .iter()
-        .map(|choice| choice.engine(&expected))
+        .map(|choice| choice.engine(&expected, &options.builtin))
         .collect::<Result<Vec<_>, _>>()?;
     let stt = SttFallback::shared(stt).map_err(BotError::Config)?;
     let (front, sink) = input_front(options, sink);

@@ -1,5 +1,6 @@
 //! The built-in tools: `get_current_time`, `calculate` and the asynchronous `set_timer`.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use schemars::JsonSchema;
@@ -11,6 +12,7 @@ use crate::config::Builtin;
 use crate::services::llm::cancel_tool_schema;
 use crate::services::llm::local::{Outcome, ToolExample, ToolSet, ToolWords};
 use crate::services::llm::{FunctionOptions, FunctionRegistry, ResultProperties};
+use crate::services::stt::{Reader, Reading};
 
 /// The longest timer one can set: a day.
 pub const MAX_TIMER_SECS: u64 = 86_400;
@@ -168,14 +170,127 @@ fn read_clock_question(sentence: &str) -> Option<Value> {
         .then(|| json!({}))
 }
 
-/// `cancel_set_timer`'s (empty) arguments when the words stop a timer.
+/// `cancel_set_timer`'s (empty) arguments when the words stop a timer. Whisper hears a
+/// synthetic "cancel" as "console" or "Kensal": a word that sounds like it ([`sound_key`])
+/// counts.
 fn read_timer_cancel(sentence: &str) -> Option<Value> {
     let words = plain_words(sentence);
     let has = |list: &[&str]| words.iter().any(|w| list.contains(&w.as_str()));
-    let stop = has(&[
-        "cancel", "stop", "forget", "mind", "remove", "delete", "off", "kill",
-    ]);
-    (stop && has(&["timer", "timers", "alarm", "reminder", "countdown"])).then(|| json!({}))
+    let cancel = sound_key("cancel");
+    let stop = has(&["stop", "forget", "mind", "remove", "delete", "off", "kill"])
+        || words.iter().any(|w| sound_key(w) == cancel);
+    (stop && has(&TIMER_WORDS)).then(|| json!({}))
+}
+
+/// Words that name a timer.
+const TIMER_WORDS: [&str; 5] = ["timer", "timers", "alarm", "reminder", "countdown"];
+
+/// How a word sounds, roughly (American Soundex, with "c" and "k" alike at the start): its
+/// first letter and the classes of the next three consonant sounds. "cancel", "console" and
+/// "Kensal" share `c524`.
+fn sound_key(word: &str) -> String {
+    fn class(c: char) -> Option<char> {
+        Some(match c {
+            'b' | 'f' | 'p' | 'v' => '1',
+            'c' | 'g' | 'j' | 'k' | 'q' | 's' | 'x' | 'z' => '2',
+            'd' | 't' => '3',
+            'l' => '4',
+            'm' | 'n' => '5',
+            'r' => '6',
+            _ => return None,
+        })
+    }
+    let mut letters = word
+        .chars()
+        .filter(char::is_ascii_alphabetic)
+        .map(|c| c.to_ascii_lowercase());
+    let Some(first) = letters.next() else {
+        return String::new();
+    };
+    let mut key = String::from(if first == 'k' { 'c' } else { first });
+    let mut last = class(first);
+    for c in letters {
+        let code = class(c);
+        if let Some(digit) = code
+            && code != last
+        {
+            key.push(digit);
+            if key.len() == 4 {
+                break;
+            }
+        }
+        // "h" and "w" do not part two letters of one class; vowels do.
+        if !matches!(c, 'h' | 'w') {
+            last = code;
+        }
+    }
+    while key.len() < 4 {
+        key.push('0');
+    }
+    key
+}
+
+/// How the built-in tools `keep` names read a transcript, for the embedded Whisper's second
+/// listen ([`Reading`]): a request one of their rules reads, the words of a request none can
+/// ("Console my timer": a timer's word, and no rule reads it), or talk.
+pub fn reader(keep: &[Builtin]) -> Reader {
+    let keep = keep.to_vec();
+    Arc::new(move |text| read_request(&keep, text))
+}
+
+fn read_request(keep: &[Builtin], text: &str) -> Reading {
+    const CLOCK: &[&str] = &["time", "clock", "date", "day", "year", "month"];
+    const CALCULATOR: &[&str] = &[
+        "plus",
+        "minus",
+        "times",
+        "divided",
+        "multiply",
+        "multiplied",
+        "divide",
+        "add",
+        "subtract",
+        "percent",
+        "calculate",
+        "root",
+        "squared",
+        "sum",
+        "product",
+    ];
+    const TIMER: &[&str] = &[
+        "timer",
+        "timers",
+        "alarm",
+        "remind",
+        "reminder",
+        "countdown",
+    ];
+    let words = plain_words(text);
+    let mut garbled = false;
+    for tool in keep {
+        let (reads, cues) = match tool {
+            Builtin::Clock => (read_clock_question(text).is_some(), CLOCK),
+            // A percentage of nothing ("Calculate 15% or maybe") lost its other number.
+            Builtin::Calculator => (
+                read_arithmetic(text).is_some_and(|sum| !sum.ends_with('%')),
+                CALCULATOR,
+            ),
+            Builtin::Timer => (
+                read_timer(text).is_some() || read_timer_cancel(text).is_some(),
+                TIMER,
+            ),
+        };
+        if reads {
+            return Reading::Request;
+        }
+        garbled |= words.iter().any(|w| cues.contains(&w.as_str()))
+            || (*tool == Builtin::Calculator && text.contains('%'));
+    }
+    if garbled {
+        Reading::Garbled
+    } else {
+        Reading::Talk
+    }
 }
 
 /// Lower-case words, punctuation dropped (apostrophes kept).
@@ -241,13 +356,20 @@ fn say_timer(arguments: &Value, outcome: Outcome<'_>) -> Option<String> {
     })
 }
 
+/// The cancelled timer's own outcome says which timer stopped, so a cancel that worked adds
+/// nothing to it.
 fn say_timer_cancel(_: &Value, outcome: Outcome<'_>) -> Option<String> {
-    match outcome {
-        Outcome::Result(text) if text.starts_with("Cancelled") => {
-            Some("The timer is cancelled.".into())
-        }
-        Outcome::Result(text) if text.starts_with("No ") => Some("No timer is running.".into()),
-        _ => None,
+    let Outcome::Result(result) = outcome else {
+        return None;
+    };
+    // The result comes as a JSON string, or as plain text.
+    let text = serde_json::from_str::<String>(result).unwrap_or_else(|_| result.to_owned());
+    if text.starts_with("Cancelled") {
+        Some(String::new())
+    } else if text.starts_with("No ") {
+        Some("No timer is running.".into())
+    } else {
+        None
     }
 }
 
@@ -545,6 +667,42 @@ mod tests {
     }
 
     #[test]
+    fn a_timer_is_cancelled_by_a_word_that_sounds_like_cancel() {
+        assert_eq!(sound_key("cancel"), "c524");
+        assert_eq!(sound_key("Console"), sound_key("cancel"));
+        assert_eq!(sound_key("Kensal"), sound_key("cancel"));
+        assert_eq!(sound_key("Ashcraft"), "a261");
+        for cancelled in ["Cancel my timer.", "Console the timer.", "Kensal the alarm"] {
+            assert_eq!(read_timer_cancel(cancelled), Some(json!({})), "{cancelled}");
+        }
+        assert_eq!(read_timer_cancel("Count the timer down."), None);
+        assert_eq!(read_timer_cancel("Cancel it."), None);
+    }
+
+    #[test]
+    fn whisper_listens_again_to_the_words_of_a_request_no_rule_can_read() {
+        let all = reader(&Builtin::ALL);
+        for (heard, reading) in [
+            ("Cancel the timer.", Reading::Request),
+            ("What year is it?", Reading::Request),
+            ("How much is 100 minus 30 7?", Reading::Request),
+            ("What year in it?", Reading::Garbled),
+            ("Remind the 90s.", Reading::Garbled),
+            ("How much is 4 B minus 18?", Reading::Garbled),
+            // A percentage whose other number was lost.
+            ("Calculate 15% or maybe.", Reading::Garbled),
+            ("Hello, how are you?", Reading::Talk),
+            ("My name is Anna.", Reading::Talk),
+        ] {
+            assert_eq!(all(heard), reading, "{heard}");
+        }
+        // Only the bot's own tools count.
+        let clock = reader(&[Builtin::Clock]);
+        assert_eq!(clock("How much is 4 B minus 18?"), Reading::Talk);
+        assert_eq!(clock("What year in it?"), Reading::Garbled);
+    }
+
+    #[test]
     fn a_timer_reads_its_duration_and_purpose_from_the_words() {
         let read = |s: &str| read_timer(s);
         assert_eq!(
@@ -613,6 +771,18 @@ mod tests {
             )
             .as_deref(),
             Some("No timer is running.")
+        );
+        // As the tool batch hands it over, a JSON string: the cancelled timer's own outcome
+        // says it stopped.
+        let cancelled = json!("Cancelled the set_timer call call_1; it is no longer running.");
+        assert_eq!(
+            say(
+                "cancel_set_timer",
+                json!({}),
+                Outcome::Result(&cancelled.to_string())
+            )
+            .as_deref(),
+            Some("")
         );
     }
 

@@ -34,7 +34,15 @@ pub enum Bench {
     },
     /// Tool-call accuracy of the embedded LLM on a suite of spoken requests, and its time per
     /// decision. Needs the models (`scripts/setup.sh`).
-    Tools,
+    Tools {
+        /// espeak-ng voices that say each request to the embedded Whisper first (e.g.
+        /// `en-us+f3,en-gb-scotland`); none: the requests go in as text.
+        #[arg(long, value_delimiter = ',')]
+        voices: Vec<String>,
+        /// Without Whisper's second listen to a garbled request (spoken runs).
+        #[arg(long)]
+        no_second_listen: bool,
+    },
     /// Word error rate of the embedded STT on sentences voiced by both embedded voices (the TTS
     /// round trip), with each voice's speed. Needs the models (`scripts/setup.sh`).
     Wer,
@@ -134,7 +142,18 @@ impl Bench {
                 tokio::task::spawn_blocking(move || voxide::bench::engines::run(vad_batch))
                     .await??,
             )?,
-            Bench::Tools => json(tokio::task::spawn_blocking(voxide::bench::tools::run).await??)?,
+            Bench::Tools {
+                voices,
+                no_second_listen,
+            } if !voices.is_empty() => json(
+                tokio::task::spawn_blocking(move || {
+                    voxide::bench::tools::run_spoken(&voices, !no_second_listen)
+                })
+                .await??,
+            )?,
+            Bench::Tools { .. } => {
+                json(tokio::task::spawn_blocking(voxide::bench::tools::run).await??)?
+            }
             Bench::Wer => json(tokio::task::spawn_blocking(voxide::bench::wer::run).await??)?,
             Bench::Conversation {
                 turns,

@@ -61,8 +61,10 @@ pub(crate) struct CachedDecoder {
     heads: usize,
 }
 
-/// One transcript's cache: per layer, the self-attention keys and values so far and the
-/// cross-attention keys and values of the audio.
+/// The cache of one transcript or of several of the same length (a beam search's hypotheses,
+/// one row each): per layer, the self-attention keys and values so far, (rows, heads, tokens,
+/// head size), and the cross-attention keys and values of the audio, shared by every row.
+#[derive(Clone)]
 pub(crate) struct DecoderState {
     past: Vec<Option<(Tensor, Tensor)>>,
     audio: Vec<(Tensor, Tensor)>,
@@ -175,6 +177,74 @@ impl CachedDecoder {
         Ok(self.projection.logits(&last))
     }
 
+    /// The rows of `state` that `rows` names, in that order (a row may come more than once): the
+    /// caches of a beam search's next hypotheses, from their parents'.
+    pub(crate) fn select(&self, state: &DecoderState, rows: &[u32]) -> Result<DecoderState> {
+        let ids = Tensor::new(rows, self.token_embedding.device())?;
+        let past = state
+            .past
+            .iter()
+            .map(|kv| {
+                kv.as_ref()
+                    .map(|(k, v)| Ok((k.index_select(&ids, 0)?, v.index_select(&ids, 0)?)))
+                    .transpose()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(DecoderState {
+            past,
+            audio: state.audio.clone(),
+            len: state.len,
+        })
+    }
+
+    /// Runs one next token per row of `state` and returns each row's logits for the token after
+    /// it: every hypothesis of a beam search in one pass, which reads the weights once.
+    pub(crate) fn step_rows(
+        &self,
+        state: &mut DecoderState,
+        tokens: &[u32],
+    ) -> Result<Vec<Vec<f32>>> {
+        let rows = tokens.len();
+        let ids = Tensor::new(tokens, self.token_embedding.device())?;
+        let mut x = self
+            .token_embedding
+            .index_select(&ids, 0)?
+            .broadcast_add(&self.positions.narrow(0, state.len, 1)?)?
+            .unsqueeze(1)?;
+        for (i, block) in self.blocks.iter().enumerate() {
+            let h = block.attn_ln.forward(&x)?;
+            let q = self.heads_of(&block.attn.query.forward(&h)?)?;
+            let k = self.heads_of(&block.attn.key.forward(&h)?)?;
+            let v = self.heads_of(&block.attn.value.forward(&h)?)?;
+            let (k, v) = match &state.past[i] {
+                Some((pk, pv)) => (Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?),
+                None => (k, v),
+            };
+            let attended = self.attend(&q, &k, &v, None)?;
+            state.past[i] = Some((k, v));
+            x = (x + block.attn.out.forward(&attended)?)?;
+
+            // The audio is the same for every row: the rows' queries go in as one sequence of
+            // `rows` positions, (1, heads, rows, head), rather than copying the audio per row.
+            let h = block.cross_ln.forward(&x)?;
+            let q = self
+                .heads_of(&block.cross.query.forward(&h)?)?
+                .transpose(0, 2)?
+                .contiguous()?;
+            let (ak, av) = &state.audio[i];
+            let attended = self
+                .attend(&q, ak, av, None)?
+                .reshape((rows, 1, x.dim(D::Minus1)?))?;
+            x = (x + block.cross.out.forward(&attended)?)?;
+
+            let h = block.mlp_ln.forward(&x)?;
+            x = (&x + block.fc2.forward(&block.fc1.forward(&h)?.gelu()?)?)?;
+        }
+        state.len += 1;
+        let last = self.ln.forward(&x)?.squeeze(1)?.to_vec2()?;
+        Ok(self.projection.logits_rows(&last))
+    }
+
     /// (1, n, size) → (1, heads, n, size / heads).
     fn heads_of(&self, x: &Tensor) -> Result<Tensor> {
         let (b, n, size) = x.dims3()?;
@@ -239,6 +309,31 @@ impl Projection {
         out
     }
 
+    /// Every token's logit for each of the hidden states `xs`, each weight read once for all of
+    /// them (a beam search's hypotheses).
+    fn logits_rows(&self, xs: &[Vec<f32>]) -> Vec<Vec<f32>> {
+        let mut out = vec![vec![0f32; self.tokens]; xs.len()];
+        for (xs, out) in xs.chunks(ROWS_AT_ONCE).zip(out.chunks_mut(ROWS_AT_ONCE)) {
+            #[cfg(target_arch = "x86_64")]
+            if is_x86_feature_detected!("avx2")
+                && is_x86_feature_detected!("fma")
+                && is_x86_feature_detected!("f16c")
+                && self.size.is_multiple_of(8)
+            {
+                #[allow(unsafe_code)]
+                // SAFETY: the CPU has AVX2, FMA and F16C, checked just above.
+                unsafe {
+                    self.logits_rows_avx2(xs, out)
+                };
+                continue;
+            }
+            for (x, out) in xs.iter().zip(out.iter_mut()) {
+                self.logits_plain(x, out);
+            }
+        }
+        out
+    }
+
     fn logits_plain(&self, x: &[f32], out: &mut [f32]) {
         for (row, logit) in self.rows.chunks_exact(self.size).zip(out.iter_mut()) {
             *logit = row.iter().zip(x).map(|(w, x)| w.to_f32() * x).sum();
@@ -274,7 +369,41 @@ impl Projection {
             *logit = _mm_cvtss_f32(_mm_hadd_ps(pair, pair));
         }
     }
+
+    /// [`Projection::logits_avx2`] for up to [`ROWS_AT_ONCE`] states: each eight weights are
+    /// converted once and multiplied into every state's sums.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    #[allow(unsafe_code)]
+    fn logits_rows_avx2(&self, xs: &[Vec<f32>], out: &mut [Vec<f32>]) {
+        use std::arch::x86_64::{
+            __m128i, __m256, _mm_add_ps, _mm_cvtss_f32, _mm_hadd_ps, _mm_loadu_si128,
+            _mm256_castps256_ps128, _mm256_cvtph_ps, _mm256_extractf128_ps, _mm256_fmadd_ps,
+            _mm256_loadu_ps, _mm256_setzero_ps,
+        };
+        let rows = xs.len().min(ROWS_AT_ONCE);
+        for (token, row) in self.rows.chunks_exact(self.size).enumerate() {
+            let mut sums: [__m256; ROWS_AT_ONCE] = [_mm256_setzero_ps(); ROWS_AT_ONCE];
+            for (at, w) in row.chunks_exact(8).enumerate() {
+                // SAFETY: `w` holds eight float16 (16 bytes); an unaligned load.
+                let w = _mm256_cvtph_ps(unsafe { _mm_loadu_si128(w.as_ptr().cast::<__m128i>()) });
+                for (sum, x) in sums.iter_mut().zip(xs).take(rows) {
+                    let x = &x[at * 8..at * 8 + 8];
+                    // SAFETY: `x` holds eight f32 (32 bytes); an unaligned load.
+                    *sum = _mm256_fmadd_ps(w, unsafe { _mm256_loadu_ps(x.as_ptr()) }, *sum);
+                }
+            }
+            for (sum, out) in sums.iter().zip(out.iter_mut()).take(rows) {
+                let half = _mm_add_ps(_mm256_castps256_ps128(*sum), _mm256_extractf128_ps(*sum, 1));
+                let pair = _mm_hadd_ps(half, half);
+                out[token] = _mm_cvtss_f32(_mm_hadd_ps(pair, pair));
+            }
+        }
+    }
 }
+
+/// States [`Projection::logits_rows`] scores in one read of the weights.
+const ROWS_AT_ONCE: usize = 8;
 
 /// (new, total): new token i may see positions up to total - new + i.
 fn causal_mask(new: usize, total: usize, device: &candle_core::Device) -> Result<Tensor> {
@@ -325,6 +454,19 @@ mod tests {
                 (plain - exact).abs() < 1e-3,
                 "token {token}: {plain} vs {exact}"
             );
+        }
+        // Several states at once, more than one read of the weights takes: each its own logits.
+        let xs: Vec<Vec<f32>> = (0..ROWS_AT_ONCE + 3)
+            .map(|r| {
+                (0..size)
+                    .map(|i| ((i * 31 + r * 17) % 13) as f32 / 6.0 - 1.0)
+                    .collect()
+            })
+            .collect();
+        for (x, rows) in xs.iter().zip(projection.logits_rows(&xs)) {
+            for (one, row) in projection.logits(x).iter().zip(&rows) {
+                assert!((one - row).abs() < 1e-4, "{one} vs {row}");
+            }
         }
     }
 }

@@ -18,4 +18,4 @@ pub use fallback::SttFallback;
 pub use segmented::{Segmented, Transcriber};
 pub use service::SttService;
 pub use stream::{EVENT_QUEUE, INPUT_QUEUE, SttEngine, SttEvent, SttInput, SttStream};
-pub use whisper::{PromptedWhisper, SttError, Whisper, WindowPolicy};
+pub use whisper::{PromptedWhisper, Reader, Reading, SttError, Whisper, WindowPolicy};

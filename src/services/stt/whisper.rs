@@ -17,7 +17,7 @@ use candle_transformers::models::whisper::{Config, model::Whisper as WhisperMode
 use serde::Deserialize;
 
 use super::ct2::{self, Ct2Model};
-use super::decoder::CachedDecoder;
+use super::decoder::{CachedDecoder, DecoderState};
 use crate::audio::mel::{self, LogMel};
 use crate::bpe::{Digits, Tokenizer};
 use crate::models::{ModelError, model_path};
@@ -83,6 +83,9 @@ struct SpecialTokens {
     /// Opens the text before the audio (a prompt).
     prev: u32,
 }
+
+/// Hypotheses a second listen's beam search keeps ([`PromptedWhisper::with_reader`]).
+const BEAM: usize = 5;
 
 /// Prompt tokens Whisper reads at most: half its text context, as OpenAI's decoder allows.
 const MAX_PROMPT_TOKENS: usize = 223;
@@ -214,58 +217,177 @@ impl Whisper {
         model.encoder.forward(&mel, true).map_err(err)
     }
 
-    /// The text of `audio_features` as said after `prompt`: greedy, with the suppress lists and
-    /// the repetition stop.
-    fn decode(&self, audio_features: &Tensor, prompt: &[u32]) -> Result<String, SttError> {
-        let err = |e: candle_core::Error| SttError(e.to_string());
+    /// The decoder's opening: the prompt (if any), then the start of a transcript.
+    fn prefix(&self, prompt: &[u32]) -> Vec<u32> {
         let mut prefix = Vec::with_capacity(prompt.len() + 3);
         if !prompt.is_empty() {
             prefix.push(self.special.prev);
             prefix.extend_from_slice(prompt);
         }
         prefix.extend([self.special.sot, self.special.no_timestamps]);
-        let mut tokens: Vec<u32> = prefix.clone();
-        let vocab = self.decoder.vocab();
-        let mut mask = vec![0f32; vocab];
+        prefix
+    }
+
+    /// The text of `audio_features` as said after `prompt`, greedy, with the suppress lists and
+    /// the repetition stop.
+    fn decode(&self, audio_features: &Tensor, prompt: &[u32]) -> Result<String, SttError> {
+        let err = |e: candle_core::Error| SttError(e.to_string());
+        let prefix = self.prefix(prompt);
+        let state = self.decoder.start(audio_features).map_err(err)?;
+        let limit = MAX_TOKENS.min(self.decoder.max_tokens().saturating_sub(prefix.len()));
+        let tokens = self.greedy(state, prefix, limit).map_err(err)?;
+        Ok(self.text(&tokens))
+    }
+
+    /// The readings of `audio_features` a beam search of [`BEAM`] ends with, likeliest first
+    /// (by mean log-probability per token).
+    fn hypotheses(&self, audio_features: &Tensor, prompt: &[u32]) -> Result<Vec<String>, SttError> {
+        let err = |e: candle_core::Error| SttError(e.to_string());
+        let prefix = self.prefix(prompt);
+        let state = self.decoder.start(audio_features).map_err(err)?;
+        let limit = MAX_TOKENS.min(self.decoder.max_tokens().saturating_sub(prefix.len()));
+        let ended = self.beam_search(state, prefix, limit).map_err(err)?;
+        Ok(ended.iter().map(|tokens| self.text(tokens)).collect())
+    }
+
+    fn text(&self, tokens: &[u32]) -> String {
+        without_repeated_sentences(self.tokens.decode(tokens).trim())
+    }
+
+    /// Which tokens may come: 0 for the allowed, minus infinity for the suppressed and every
+    /// special token past the end of text (timestamps are never wanted here).
+    fn mask(&self) -> Vec<f32> {
+        let mut mask = vec![0f32; self.decoder.vocab()];
         for &id in &self.suppress {
             if let Some(m) = mask.get_mut(id as usize) {
                 *m = f32::NEG_INFINITY;
             }
         }
-        // Timestamps and other special tokens are never wanted without timestamps mode.
         for m in mask.iter_mut().skip(self.special.eot as usize + 1) {
             *m = f32::NEG_INFINITY;
         }
-        let mut state = self.decoder.start(audio_features).map_err(err)?;
-        let limit = MAX_TOKENS.min(self.decoder.max_tokens().saturating_sub(prefix.len()));
-        let mut input = prefix.clone();
-        for step in 0..limit {
-            let mut logits = self.decoder.step(&mut state, &input).map_err(err)?;
-            for (l, m) in logits.iter_mut().zip(&mask) {
-                *l += m;
-            }
-            if step == 0 {
-                for &id in &self.suppress_begin {
-                    if let Some(l) = logits.get_mut(id as usize) {
-                        *l = f32::NEG_INFINITY;
-                    }
+        mask
+    }
+
+    /// Applies `mask` to `logits` and, at the first step, the begin-suppress list.
+    fn restrict(&self, logits: &mut [f32], mask: &[f32], first: bool) {
+        for (l, m) in logits.iter_mut().zip(mask) {
+            *l += m;
+        }
+        if first {
+            for &id in &self.suppress_begin {
+                if let Some(l) = logits.get_mut(id as usize) {
+                    *l = f32::NEG_INFINITY;
                 }
             }
+        }
+    }
+
+    /// The likeliest token at each step, until the end of text.
+    fn greedy(
+        &self,
+        mut state: DecoderState,
+        prefix: Vec<u32>,
+        limit: usize,
+    ) -> candle_core::Result<Vec<u32>> {
+        let mask = self.mask();
+        let mut tokens = Vec::new();
+        let mut logits = self.decoder.step(&mut state, &prefix)?;
+        for step in 0..limit {
+            self.restrict(&mut logits, &mask, step == 0);
             let next = argmax(&logits);
             if next == self.special.eot {
                 break;
             }
             tokens.push(next);
-            input = vec![next];
-            if let Some(copy) = repeated_tail(&tokens[prefix.len()..]) {
+            if let Some(copy) = repeated_tail(&tokens) {
                 tokens.truncate(tokens.len() - copy);
                 break;
             }
+            logits = self.decoder.step(&mut state, &[next])?;
         }
-        let text = self.tokens.decode(&tokens[prefix.len()..]);
-        Ok(without_repeated_sentences(text.trim()))
+        Ok(tokens)
+    }
+
+    /// Beam search as OpenAI's decoder does it: [`BEAM`] hypotheses, each extended by its
+    /// `BEAM + 1` likeliest tokens, the best [`BEAM`] kept, until [`BEAM`] have ended. Returns
+    /// the ended ones by mean log-probability per token, highest first. The hypotheses run as
+    /// the rows of one decoder pass.
+    fn beam_search(
+        &self,
+        mut state: DecoderState,
+        prefix: Vec<u32>,
+        limit: usize,
+    ) -> candle_core::Result<Vec<Vec<u32>>> {
+        let mask = self.mask();
+        // (tokens, summed log-probability), one per row of `state` and of `logits`.
+        let mut beams: Vec<(Vec<u32>, f32)> = vec![(Vec::new(), 0.0)];
+        let mut logits = vec![self.decoder.step(&mut state, &prefix)?];
+        let mut ended: Vec<(Vec<u32>, f32)> = Vec::new();
+        for step in 0..limit {
+            let mut candidates = Vec::new();
+            for (row, ((_, score), row_logits)) in beams.iter().zip(&mut logits).enumerate() {
+                self.restrict(row_logits, &mask, step == 0);
+                for (token, logprob) in top_log_probs(row_logits, BEAM + 1) {
+                    candidates.push((score + logprob, row, token));
+                }
+            }
+            candidates.sort_by(|a, b| b.0.total_cmp(&a.0));
+            // (tokens, score) of the next hypotheses, their parents' rows, their last tokens.
+            let mut next = Vec::with_capacity(BEAM);
+            let (mut parents, mut last) = (Vec::new(), Vec::new());
+            for (score, row, token) in candidates {
+                let tokens = &beams[row].0;
+                if token == self.special.eot {
+                    ended.push((tokens.clone(), score));
+                    continue;
+                }
+                let mut tokens = tokens.clone();
+                tokens.push(token);
+                if let Some(copy) = repeated_tail(&tokens) {
+                    tokens.truncate(tokens.len() - copy);
+                    ended.push((tokens, score));
+                    continue;
+                }
+                next.push((tokens, score));
+                parents.push(row as u32);
+                last.push(token);
+                if next.len() == BEAM {
+                    break;
+                }
+            }
+            if ended.len() >= BEAM || next.is_empty() || step + 1 == limit {
+                beams = next;
+                break;
+            }
+            state = self.decoder.select(&state, &parents)?;
+            logits = self.decoder.step_rows(&mut state, &last)?;
+            beams = next;
+        }
+        if ended.is_empty() {
+            ended = beams;
+        }
+        let mean = |(tokens, score): &(Vec<u32>, f32)| score / tokens.len().max(1) as f32;
+        ended.sort_by(|a, b| mean(b).total_cmp(&mean(a)));
+        Ok(ended.into_iter().map(|(tokens, _)| tokens).collect())
     }
 }
+
+/// What a bot makes of a transcript, for Whisper's second listen
+/// ([`PromptedWhisper::with_reader`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reading {
+    /// A request the bot can act on as it stands ("Cancel my timer").
+    Request,
+    /// The words of a request the bot cannot make out ("Console my timer", "How much is 4 B
+    /// minus 18?"): worth a second listen.
+    Garbled,
+    /// Anything else: talk.
+    Talk,
+}
+
+/// Reads a transcript as a bot would ([`Reading`]).
+pub type Reader = Arc<dyn Fn(&str) -> Reading + Send + Sync>;
 
 /// Whisper told which words to expect ([`Whisper::prompt`]): names and terms it should spell
 /// its way. Shared weights; the prompt is this bot's.
@@ -273,11 +395,17 @@ impl Whisper {
 /// A prompt leaks: on unclear speech Whisper may write the prompt's own words ("What is the
 /// time?" for a question it could not make out). A transcript made only of the prompt's words
 /// is decoded again without it, so the prompt never puts words in the user's mouth.
+///
+/// With a [`Reader`], a transcript that reads as a garbled request gets a second listen: a beam
+/// search without the prompt, whose likeliest reading that makes a request the bot can act on
+/// replaces it. Greedy decoding is right for most turns and about twice as fast, so only the
+/// turns the beam can help pay for it.
 pub struct PromptedWhisper {
     whisper: Arc<Whisper>,
     prompt: Vec<u32>,
     /// The prompt's words, as [`plain_words`] writes them.
     words: String,
+    reader: Option<Reader>,
 }
 
 impl PromptedWhisper {
@@ -288,18 +416,44 @@ impl PromptedWhisper {
             whisper,
             prompt,
             words: plain_words(words),
+            reader: None,
         }
+    }
+
+    /// Listens again, with a beam search, where `reader` finds a garbled request.
+    pub fn with_reader(mut self, reader: Reader) -> Self {
+        self.reader = Some(reader);
+        self
     }
 
     /// Transcribes `audio` after the prompt.
     pub fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
         let features = self.whisper.encode(audio)?;
-        let text = self.whisper.decode(&features, &self.prompt)?;
+        let mut text = self.whisper.decode(&features, &self.prompt)?;
         if !self.prompt.is_empty() && echoes(&self.words, &text) {
             tracing::debug!(%text, "the transcript only repeats the prompt: decoding without it");
-            return self.whisper.decode(&features, &[]);
+            text = self.whisper.decode(&features, &[])?;
         }
-        Ok(text)
+        let Some(reader) = &self.reader else {
+            return Ok(text);
+        };
+        if reader(&text) != Reading::Garbled {
+            return Ok(text);
+        }
+        // Without the prompt: its words may have leaked into the first reading ("Multiply 5."
+        // for "My name is Anna."), and a beam that leans on them would make that a request.
+        let heard = self
+            .whisper
+            .hypotheses(&features, &[])?
+            .into_iter()
+            .find(|h| reader(h) == Reading::Request);
+        match heard {
+            Some(heard) => {
+                tracing::debug!(greedy = %text, %heard, "a second listen made out the request");
+                Ok(heard)
+            }
+            None => Ok(text),
+        }
     }
 }
 
@@ -377,6 +531,24 @@ fn argmax(values: &[f32]) -> u32 {
         .enumerate()
         .max_by(|a, b| a.1.total_cmp(b.1))
         .map_or(0, |(i, _)| i as u32)
+}
+
+/// The `n` likeliest tokens of `logits` with their log-probabilities, likeliest first.
+fn top_log_probs(logits: &[f32], n: usize) -> Vec<(u32, f32)> {
+    let max = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let log_sum = max + logits.iter().map(|l| (l - max).exp()).sum::<f32>().ln();
+    let mut top: Vec<(u32, f32)> = Vec::with_capacity(n + 1);
+    for (i, &l) in logits.iter().enumerate() {
+        if top.len() < n || l > top[top.len() - 1].1 {
+            let at = top.partition_point(|&(_, t)| t >= l);
+            top.insert(at, (i as u32, l));
+            top.truncate(n);
+        }
+    }
+    top.into_iter()
+        .filter(|(_, l)| l.is_finite())
+        .map(|(i, l)| (i, l - log_sum))
+        .collect()
 }
 
 /// A decoding loop: the last `len >= 3` tokens repeat the `len` before them (Whisper's typical
@@ -649,6 +821,59 @@ mod tests {
             tokens.push(next);
             input = vec![next];
         }
+    }
+
+    /// A beam search's hypotheses run as rows of one pass: each row's logits are those its own
+    /// tokens give alone. Needs the model (scripts/setup.sh).
+    #[test]
+    fn hypotheses_decoded_together_score_as_each_would_alone() {
+        let whisper = Whisper::load_default().expect("the Whisper model");
+        let audio: Vec<f32> = (0..3 * mel::SAMPLE_RATE as usize)
+            .map(|i| 0.2 * (i as f32 * 0.09).sin())
+            .collect();
+        let features = whisper.encode(&audio).expect("encoder");
+        let prefix = [whisper.special.sot, whisper.special.no_timestamps];
+        // Three hypotheses of two tokens each; the second and third share a parent.
+        let paths: [[u32; 2]; 3] = [[440, 318], [1867, 257], [1867, 340]];
+        let mut together = whisper.decoder.start(&features).expect("state");
+        whisper
+            .decoder
+            .step(&mut together, &prefix)
+            .expect("prefix");
+        let firsts = [440u32, 1867];
+        together = whisper.decoder.select(&together, &[0, 0]).expect("rows");
+        whisper
+            .decoder
+            .step_rows(&mut together, &firsts)
+            .expect("first tokens");
+        together = whisper.decoder.select(&together, &[0, 1, 1]).expect("rows");
+        let seconds: Vec<u32> = paths.iter().map(|p| p[1]).collect();
+        let rows = whisper
+            .decoder
+            .step_rows(&mut together, &seconds)
+            .expect("second tokens");
+        for (path, row) in paths.iter().zip(&rows) {
+            let mut alone = whisper.decoder.start(&features).expect("state");
+            let mut tokens = prefix.to_vec();
+            tokens.extend(path);
+            let logits = whisper.decoder.step(&mut alone, &tokens).expect("alone");
+            let worst = logits
+                .iter()
+                .zip(row)
+                .map(|(a, b)| (a - b).abs())
+                .fold(0.0f32, f32::max);
+            assert!(worst < 1e-3, "{path:?}: logits differ by {worst}");
+        }
+    }
+
+    #[test]
+    fn the_likeliest_tokens_come_first_with_their_log_probabilities() {
+        let logits = [0.0, 2.0, f32::NEG_INFINITY, 1.0];
+        let top = top_log_probs(&logits, 3);
+        let ids: Vec<u32> = top.iter().map(|(id, _)| *id).collect();
+        assert_eq!(ids, vec![1, 3, 0]);
+        let total: f32 = top.iter().map(|(_, lp)| lp.exp()).sum();
+        assert!((total - 1.0).abs() < 1e-6, "{top:?}");
     }
 
     #[test]

@@ -352,6 +352,8 @@ fn said_by_rule(messages: &[Message], rules: &[ToolWords]) -> Option<String> {
         let (name, arguments) = calls.get(id)?;
         let rule = rules.iter().find(|r| r.name == *name)?;
         match (rule.say)(arguments, outcome) {
+            // Nothing to add to what the other outcomes say.
+            Some(sentence) if sentence.is_empty() => {}
             Some(sentence) => said.push(sentence),
             // A progress report the template leaves unsaid is no news.
             None if matches!(outcome, Outcome::Update(_)) => {}
@@ -560,7 +562,8 @@ mod tests {
     use crate::context::AssistantMessage;
     use crate::context::ToolCall;
     use crate::context::async_tool_messages::{
-        build_final_result_message, build_intermediate_result_message, build_started_message,
+        build_cancelled_message, build_final_result_message, build_intermediate_result_message,
+        build_started_message,
     };
 
     fn rule(name: &str) -> ToolWords {
@@ -639,6 +642,39 @@ mod tests {
         );
         assert_eq!(said_by_rule(&asked, &rules), None, "nothing to say yet");
         assert_eq!(said_by_rule(&[Message::user("hi")], &rules), None);
+    }
+
+    #[test]
+    fn an_outcome_whose_template_adds_nothing_leaves_the_others_to_speak() {
+        let rules = [
+            ToolWords {
+                name: "timer".into(),
+                read: |_| None,
+                say: |arguments, outcome| match outcome {
+                    Outcome::Cancelled => Some(format!("timer {} stopped", arguments["n"])),
+                    _ => None,
+                },
+            },
+            ToolWords {
+                name: "cancel_timer".into(),
+                read: |_| None,
+                say: |_, _| Some(String::new()),
+            },
+        ];
+        let messages = vec![
+            Message::user("a timer"),
+            call("a", "timer"),
+            build_started_message("a"),
+            Message::assistant("started"),
+            Message::user("cancel it"),
+            call("b", "cancel_timer"),
+            build_cancelled_message("a"),
+            Message::tool("b", "\"Cancelled the timer call a.\""),
+        ];
+        assert_eq!(
+            said_by_rule(&messages, &rules).as_deref(),
+            Some("timer 7 stopped")
+        );
     }
 
     #[test]

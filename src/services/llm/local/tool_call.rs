@@ -118,7 +118,7 @@ pub struct ToolWords {
     /// and then the tool is not called.
     pub read: fn(&str) -> Option<Value>,
     /// What to say about an outcome of a call made with these arguments; `None` leaves the
-    /// words to the model.
+    /// words to the model, an empty sentence adds nothing to what the other outcomes say.
     pub say: fn(&Value, Outcome<'_>) -> Option<String>,
 }
 
