@@ -27,6 +27,12 @@ pub trait Transcriber: Send + Sync + 'static {
 
     /// The words in `audio` (16 kHz, [-1, 1]).
     fn transcribe(&self, audio: &[f32]) -> Result<String, SttError>;
+
+    /// The words so far of an utterance still going on, for an interim transcript: as
+    /// [`Transcriber::transcribe`], minus any pains taken over final words.
+    fn transcribe_partial(&self, audio: &[f32]) -> Result<String, SttError> {
+        self.transcribe(audio)
+    }
 }
 
 impl Transcriber for super::Whisper {
@@ -46,6 +52,11 @@ impl Transcriber for super::PromptedWhisper {
 
     fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
         super::PromptedWhisper::transcribe(self, audio)
+    }
+
+    /// Without the second listen: the words of a request half said read as garbled.
+    fn transcribe_partial(&self, audio: &[f32]) -> Result<String, SttError> {
+        super::PromptedWhisper::transcribe_partial(self, audio)
     }
 }
 
@@ -240,7 +251,7 @@ impl Worker {
     async fn handle(&mut self, request: Request) {
         match request {
             Request::Interim(audio) => {
-                if let Some(text) = self.decode(&audio).await {
+                if let Some(text) = self.decode_partial(&audio).await {
                     self.send(SttEvent::Interim(text)).await;
                 }
             }
@@ -272,12 +283,28 @@ impl Worker {
 
     /// The words in `audio`, or `None` after reporting an error.
     async fn decode(&self, audio: &[i16]) -> Option<String> {
+        self.off_runtime(audio, |t, samples| t.transcribe(samples))
+            .await
+    }
+
+    /// The words so far in the `audio` of an utterance still going on.
+    async fn decode_partial(&self, audio: &[i16]) -> Option<String> {
+        self.off_runtime(audio, |t, samples| t.transcribe_partial(samples))
+            .await
+    }
+
+    /// `transcribe` on `audio`, off the async workers; `None` after reporting an error.
+    async fn off_runtime(
+        &self,
+        audio: &[i16],
+        transcribe: fn(&dyn Transcriber, &[f32]) -> Result<String, SttError>,
+    ) -> Option<String> {
         if audio.is_empty() {
             return Some(String::new());
         }
         let transcriber = self.transcriber.clone();
         let samples = crate::audio::wav::to_f32(audio);
-        match tokio::task::spawn_blocking(move || transcriber.transcribe(&samples)).await {
+        match tokio::task::spawn_blocking(move || transcribe(&*transcriber, &samples)).await {
             Ok(Ok(text)) => Some(text),
             Ok(Err(e)) => {
                 self.send(SttEvent::Error(e.to_string())).await;

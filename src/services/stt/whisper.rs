@@ -426,14 +426,29 @@ impl PromptedWhisper {
         self
     }
 
-    /// Transcribes `audio` after the prompt.
+    /// Transcribes `audio` after the prompt, with a second listen to a garbled request.
     pub fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
         let features = self.whisper.encode(audio)?;
-        let mut text = self.whisper.decode(&features, &self.prompt)?;
+        let text = self.first_listen(&features)?;
+        self.second_listen(&features, text)
+    }
+
+    /// Transcribes `audio` after the prompt, greedy alone: for the words so far of an
+    /// utterance still going on, which a request half said would make garbled.
+    pub fn transcribe_partial(&self, audio: &[f32]) -> Result<String, SttError> {
+        self.first_listen(&self.whisper.encode(audio)?)
+    }
+
+    fn first_listen(&self, features: &Tensor) -> Result<String, SttError> {
+        let text = self.whisper.decode(features, &self.prompt)?;
         if !self.prompt.is_empty() && echoes(&self.words, &text) {
             tracing::debug!(%text, "the transcript only repeats the prompt: decoding without it");
-            text = self.whisper.decode(&features, &[])?;
+            return self.whisper.decode(features, &[]);
         }
+        Ok(text)
+    }
+
+    fn second_listen(&self, features: &Tensor, text: String) -> Result<String, SttError> {
         let Some(reader) = &self.reader else {
             return Ok(text);
         };
@@ -444,7 +459,7 @@ impl PromptedWhisper {
         // for "My name is Anna."), and a beam that leans on them would make that a request.
         let heard = self
             .whisper
-            .hypotheses(&features, &[])?
+            .hypotheses(features, &[])?
             .into_iter()
             .find(|h| reader(h) == Reading::Request);
         match heard {
