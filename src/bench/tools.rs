@@ -10,7 +10,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::engines::EnginesBenchError;
-use crate::audio::resample::StreamResampler;
+use super::wer::for_whisper;
 use crate::audio::wav::to_f32;
 use crate::bot::calculator::evaluate;
 use crate::bot::tools::{reader, tool_set};
@@ -163,10 +163,7 @@ pub fn run_spoken(
         let voice = EspeakVoice::new(name).map_err(|e| TtsError::Engine(e.to_string()))?;
         for (text, expect) in SUITE {
             let speech = voice.synthesize(text)?;
-            let mut down = StreamResampler::new(speech.sample_rate, 16_000)?;
-            let mut audio = down.process(&speech.samples);
-            // Flush the resampler with a little silence, as the end of a turn would.
-            audio.extend(down.process(&vec![0; speech.sample_rate as usize / 5]));
+            let audio = for_whisper(&speech)?;
             let started = Instant::now();
             let heard = whisper.transcribe(&to_f32(&audio))?;
             stt_ms.push(started.elapsed().as_secs_f64() * 1e3);

@@ -93,10 +93,7 @@ pub fn run() -> Result<WerReport, EnginesBenchError> {
             tts_ms.push(took * 1e3);
             synth_secs += took;
             audio_secs += speech.samples.len() as f64 / f64::from(speech.sample_rate);
-            let mut down = StreamResampler::new(speech.sample_rate, 16_000)?;
-            let mut audio = down.process(&speech.samples);
-            // Flush the resampler with a little silence, as the end of a turn would.
-            audio.extend(down.process(&vec![0; speech.sample_rate as usize / 5]));
+            let audio = for_whisper(&speech)?;
             let started = Instant::now();
             let heard = whisper.transcribe(&to_f32(&audio))?;
             stt_ms.push(started.elapsed().as_secs_f64() * 1e3);
@@ -159,6 +156,17 @@ pub fn edit_distance(reference: &[String], hypothesis: &[String]) -> usize {
         previous = row;
     }
     previous[hypothesis.len()]
+}
+
+/// `speech` at Whisper's 16 kHz, the resampler flushed with a little silence, as the end of a
+/// turn would.
+pub(super) fn for_whisper(
+    speech: &crate::services::tts::Speech,
+) -> Result<Vec<i16>, crate::audio::resample::ResampleError> {
+    let mut down = StreamResampler::new(speech.sample_rate, 16_000)?;
+    let mut audio = down.process(&speech.samples);
+    audio.extend(down.process(&vec![0; speech.sample_rate as usize / 5]));
+    Ok(audio)
 }
 
 #[cfg(test)]
