@@ -110,6 +110,7 @@ async fn try_listener(engine: &dyn SttEngine) {
     while let Some(event) = stream.events.recv().await {
         match event {
             SttEvent::Interim(text) => println!("[interim] {text}"),
+            SttEvent::Settled(text) => println!("[settled] {text}"),
             SttEvent::Finalized(text) => {
                 println!(
                     "[final after {:.0} ms] {text}",

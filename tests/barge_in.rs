@@ -146,7 +146,7 @@ fn record(seen: &mut Vec<String>, frame: Option<&Frame>, actions: Vec<Action>) {
             Action::Interrupt => seen.push("interruption".to_owned()),
             Action::Answer(text) => seen.push(format!("answer: {text}")),
             // The machines here guess nothing (preemption is off by default).
-            Action::Guess(_) | Action::Judge { .. } => {}
+            Action::Guess { .. } | Action::Judge { .. } => {}
         }
     }
 }

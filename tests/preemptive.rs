@@ -13,7 +13,10 @@ async fn guess(bot: &Bot, words: &str) {
     let mut guess = bot.context.snapshot();
     guess.messages.push(Message::user(words));
     bot.handle
-        .queue_frame(DataFrame::LlmGuess(Box::new(guess)))
+        .queue_frame(DataFrame::LlmGuess {
+            id: 1,
+            context: Box::new(guess),
+        })
         .await
         .expect("queued");
 }
@@ -86,7 +89,7 @@ mod voice {
     use tokio::sync::mpsc;
     use voxide::context::{ContextHandle, LlmContext, Message};
     use voxide::events::EndReason;
-    use voxide::frames::{DataFrame, Frame, FrameBody};
+    use voxide::frames::{DataFrame, Frame, FrameBody, SystemFrame};
     use voxide::pipeline::{
         Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session, SessionHandle,
     };
@@ -167,11 +170,30 @@ mod voice {
         }
     }
 
+    /// Takes note of the frames going upstream out of the pipeline.
+    struct UpstreamEars(mpsc::UnboundedSender<Frame>);
+
+    impl FrameProcessor for UpstreamEars {
+        fn process(
+            &mut self,
+            frame: Frame,
+            direction: Direction,
+            cx: &mut FrameContext<'_>,
+        ) -> Result<(), ProcessorError> {
+            if direction == Direction::Upstream {
+                let _ = self.0.send(frame.clone());
+            }
+            cx.push(frame, direction);
+            Ok(())
+        }
+    }
+
     pub struct SpeakingBot {
         pub handle: SessionHandle,
         session: Session,
         pub context: ContextHandle,
         frames: mpsc::UnboundedReceiver<Frame>,
+        upstream: mpsc::UnboundedReceiver<Frame>,
         pub heard: Heard,
     }
 
@@ -181,7 +203,9 @@ mod voice {
                 "You are a test bot.",
             )]));
             let (tx, frames) = mpsc::unbounded_channel();
+            let (up, upstream) = mpsc::unbounded_channel();
             let pipeline = Pipeline::new()
+                .then(UpstreamEars(up))
                 .then(LlmService::new(engine))
                 .then(TtsService::new(Sentences::shared(Arc::new(voice))))
                 .then(Ears(tx));
@@ -191,6 +215,7 @@ mod voice {
                 session,
                 context,
                 frames,
+                upstream,
                 heard: Heard::default(),
             }
         }
@@ -200,9 +225,22 @@ mod voice {
             let mut guess = self.context.snapshot();
             guess.messages.push(Message::user(words));
             self.handle
-                .queue_frame(DataFrame::LlmGuess(Box::new(guess)))
+                .queue_frame(DataFrame::LlmGuess {
+                    id: 1,
+                    context: Box::new(guess),
+                })
                 .await
                 .expect("queued");
+        }
+
+        /// The number of the next guess whose first words the voice says it has spoken.
+        pub async fn guess_spoken(&mut self) -> u64 {
+            loop {
+                let frame = self.upstream.recv().await.expect("the session runs");
+                if let FrameBody::System(SystemFrame::GuessSpoken(id)) = frame.body {
+                    return id;
+                }
+            }
         }
 
         /// The turn ends with `words`: the LLM runs on the context; waits for its response.
@@ -259,6 +297,11 @@ async fn the_first_sentence_of_a_guessed_answer_is_spoken_ahead_and_played_once_
         voice.said(),
         ["It is noon."],
         "spoken before the turn ended"
+    );
+    assert_eq!(
+        bot.guess_spoken().await,
+        1,
+        "the turn stage hears that the speech is ready"
     );
 
     bot.user_says("What time is it?").await;

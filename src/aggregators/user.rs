@@ -50,12 +50,15 @@ impl FrameProcessor for UserAggregator {
                 }
                 self.run_llm(cx);
             }
-            DataFrame::UserTurnGuess(text) => {
+            DataFrame::UserTurnGuess { id, text } => {
                 // What the context will be if the turn ends with these words, as `UserTurn`
                 // would make it.
                 let mut guess = self.context.snapshot();
                 guess.messages.push(Message::user(text.trim()));
-                cx.push_downstream(DataFrame::LlmGuess(Box::new(guess)));
+                cx.push_downstream(DataFrame::LlmGuess {
+                    id: *id,
+                    context: Box::new(guess),
+                });
             }
             DataFrame::LlmMessagesAppend { messages, run_llm } => {
                 self.context

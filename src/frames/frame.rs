@@ -122,9 +122,9 @@ impl Frame {
                 | DataFrame::LlmText(_)
                 | DataFrame::TtsText(_)
                 | DataFrame::LlmContext(_)
-                | DataFrame::UserTurnGuess(_)
-                | DataFrame::LlmGuess(_)
-                | DataFrame::TtsGuess(_)
+                | DataFrame::UserTurnGuess { .. }
+                | DataFrame::LlmGuess { .. }
+                | DataFrame::TtsGuess { .. }
                 | DataFrame::LlmMessagesAppend { .. }
                 | DataFrame::LlmMessagesUpdate { .. }
                 | DataFrame::LlmSetTools(_)
@@ -236,8 +236,18 @@ pub enum SystemFrame {
     /// follows if it lasts the stop delay. Each stop has one of these before it, marking where
     /// the speech ended.
     VadSilenceStarted,
+    /// The VAD heard speech again after a [`SystemFrame::VadSilenceStarted`], before its stop
+    /// delay ran out: the silence was a pause inside the speech.
+    VadSpeechResumed,
     /// The VAD heard speech stop (confirmed after its stop delay).
     VadUserStoppedSpeaking,
+    /// The STT has every word of the speech before the latest first silence, ahead of the
+    /// VAD's stop (a provider finalized early): these words since the last final, which that
+    /// stop's final will repeat. The turn stage may guess the turn with them at once.
+    TranscriptionSettled(String),
+    /// The speech of guess `id`'s first words (preemptive generation) is made and held: pushed
+    /// upstream by the TTS, so the turn stage's hold on a finished turn need not outlast it.
+    GuessSpoken(u64),
     /// The STT owes a final transcript for speech that is ending (sent just before the VAD's
     /// stop); a [`ControlFrame::TranscriptionDone`] follows once it is delivered.
     TranscriptionPending,
@@ -280,7 +290,10 @@ impl SystemFrame {
             SystemFrame::VadSpeechOnset => "vad_speech_onset",
             SystemFrame::VadOnsetFaded => "vad_onset_faded",
             SystemFrame::VadSilenceStarted => "vad_silence_started",
+            SystemFrame::VadSpeechResumed => "vad_speech_resumed",
             SystemFrame::VadUserStoppedSpeaking => "vad_user_stopped_speaking",
+            SystemFrame::TranscriptionSettled(_) => "transcription_settled",
+            SystemFrame::GuessSpoken(_) => "guess_spoken",
             SystemFrame::TranscriptionPending => "transcription_pending",
             SystemFrame::UserStartedSpeaking => "user_started_speaking",
             SystemFrame::UserStoppedSpeaking => "user_stopped_speaking",
@@ -360,15 +373,30 @@ pub enum DataFrame {
     /// The words of a turn that may be over, handed on by the turn stage at a pause whose
     /// words are all in, before the turn has ended: the LLM may start on them (preemptive
     /// generation). Should the turn end with these words, they come again as a `UserTurn`.
-    UserTurnGuess(String),
+    UserTurnGuess {
+        /// The guess's number, which its `LlmGuess` and `TtsGuess` carry on.
+        id: u64,
+        /// The words.
+        text: String,
+    },
     /// Run the LLM on this context.
     LlmContext(ContextHandle),
     /// Start the LLM on what the context will be if the turn ends as guessed, holding its
     /// output: an `LlmContext` with the same messages takes it over, any other throws it away.
-    LlmGuess(Box<LlmContext>),
+    LlmGuess {
+        /// The `UserTurnGuess`'s number.
+        id: u64,
+        /// The context.
+        context: Box<LlmContext>,
+    },
     /// The first words of the answer to an `LlmGuess`, for the TTS to speak ahead with its
     /// audio held: a response whose first words are these plays it, any other throws it away.
-    TtsGuess(String),
+    TtsGuess {
+        /// The `UserTurnGuess`'s number.
+        id: u64,
+        /// The words.
+        text: String,
+    },
     /// Append messages to the context.
     LlmMessagesAppend {
         /// Messages to append.
@@ -404,9 +432,9 @@ impl DataFrame {
             DataFrame::InterimTranscription(_) => "interim_transcription",
             DataFrame::UserTurn(_) => "user_turn",
             DataFrame::LlmContext(_) => "llm_context",
-            DataFrame::UserTurnGuess(_) => "user_turn_guess",
-            DataFrame::LlmGuess(_) => "llm_guess",
-            DataFrame::TtsGuess(_) => "tts_guess",
+            DataFrame::UserTurnGuess { .. } => "user_turn_guess",
+            DataFrame::LlmGuess { .. } => "llm_guess",
+            DataFrame::TtsGuess { .. } => "tts_guess",
             DataFrame::LlmMessagesAppend { .. } => "llm_messages_append",
             DataFrame::LlmMessagesUpdate { .. } => "llm_messages_update",
             DataFrame::LlmSetTools(_) => "llm_set_tools",

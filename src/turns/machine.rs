@@ -28,6 +28,10 @@ pub const TRAILING_WORDS_HOLD: Duration = Duration::from_secs(1);
 /// long to make anyway. Speech heard before it runs out holds the turn until it is known to be
 /// speech or a click.
 pub const FINISHED_TURN_HOLD: Duration = Duration::from_millis(450);
+/// The least of [`FINISHED_TURN_HOLD`]: once the guessed answer's first words are spoken (held,
+/// ready to play), the hold has nothing left to make and ends this long after the VAD's stop.
+/// A pause inside a sentence still gets this much more silence than the stop window.
+pub const FINISHED_TURN_MIN_HOLD: Duration = Duration::from_millis(250);
 /// Silence after the VAD's stop that ends a turn the model called unfinished when its words may
 /// be whole ("Do you know where the station is?", [`Words::Open`]): longer than a pause inside
 /// a sentence, shorter than the wait on words that trail off.
@@ -69,12 +73,21 @@ pub enum Input<'a> {
     Interruption,
     /// The VAD confirmed speech.
     VadStarted,
+    /// The VAD heard the first silence after speech (its stop may follow).
+    SilenceStarted,
+    /// The VAD heard speech again before that silence became a stop.
+    SpeechResumed,
     /// The VAD heard the silence after speech.
     VadStopped,
     /// The STT announced a final it will deliver.
     TranscriptionPending,
     /// The STT delivered an announced final.
     TranscriptionDone,
+    /// The STT has all the words spoken before the first silence, ahead of the stop's final
+    /// (which repeats them): these, since its last final.
+    Settled(&'a str),
+    /// The speech of guess `id`'s first words is made and held.
+    GuessSpoken(u64),
     /// The bot started speaking.
     BotStarted,
     /// The bot stopped speaking.
@@ -110,7 +123,11 @@ impl<'a> Input<'a> {
             FrameBody::System(SystemFrame::VadOnsetFaded) => Self::OnsetFaded,
             FrameBody::System(SystemFrame::Interruption) => Self::Interruption,
             FrameBody::System(SystemFrame::VadUserStartedSpeaking) => Self::VadStarted,
+            FrameBody::System(SystemFrame::VadSilenceStarted) => Self::SilenceStarted,
+            FrameBody::System(SystemFrame::VadSpeechResumed) => Self::SpeechResumed,
             FrameBody::System(SystemFrame::VadUserStoppedSpeaking) => Self::VadStopped,
+            FrameBody::System(SystemFrame::TranscriptionSettled(text)) => Self::Settled(text),
+            FrameBody::System(SystemFrame::GuessSpoken(id)) => Self::GuessSpoken(*id),
             FrameBody::System(SystemFrame::TranscriptionPending) => Self::TranscriptionPending,
             FrameBody::Control(ControlFrame::TranscriptionDone) => Self::TranscriptionDone,
             FrameBody::System(SystemFrame::BotStartedSpeaking) => Self::BotStarted,
@@ -142,8 +159,14 @@ pub enum Action {
     /// but cut off an answer the bot had not started: the LLM works it out again.
     Answer(String),
     /// The turn may be over: its words so far, all in, for the LLM to start on before the
-    /// turn ends (preemptive generation). Given at most once per distinct words.
-    Guess(String),
+    /// turn ends (preemptive generation). Given once per distinct words until the user speaks
+    /// again, numbered for [`Input::GuessSpoken`].
+    Guess {
+        /// The guess's number.
+        id: u64,
+        /// The words.
+        text: String,
+    },
     /// Ask the turn model whether the turn is finished, from its audio; the answer comes back
     /// as [`Input::Verdict`] with this id. A request the machine no longer awaits
     /// ([`TurnMachine::awaits`]) may be skipped.
@@ -227,8 +250,14 @@ pub struct TurnMachine {
     audio: TurnAudio,
     /// Guess the turn's words at each pause ([`Action::Guess`]).
     preemptive: bool,
-    /// The words last guessed in the open turn.
+    /// The words last guessed in the open turn since the user last spoke.
     guessed: Option<String>,
+    /// Guesses made, the last one's number.
+    guesses: u64,
+    /// The last guess's first words are spoken, held to play.
+    guess_spoken: bool,
+    /// The VAD heard the open turn's first silence and no speech since, before its stop.
+    quiet: bool,
     /// The VAD heard what may be the user going on in the open turn's pause: its end waits
     /// until that becomes speech or fades.
     onset_in_pause: bool,
@@ -263,6 +292,9 @@ impl TurnMachine {
             audio: TurnAudio::default(),
             preemptive: false,
             guessed: None,
+            guesses: 0,
+            guess_spoken: false,
+            quiet: false,
             onset_in_pause: false,
             actions: Vec::new(),
         }
@@ -332,8 +364,19 @@ impl TurnMachine {
                 self.forward();
                 self.on_speech_started();
             }
+            Input::SilenceStarted => {
+                self.quiet = self.in_turn && self.vad_speaking;
+                self.forward();
+            }
+            Input::SpeechResumed => {
+                // The LLM and the voice throw away a guess made in the silence.
+                self.quiet = false;
+                self.forget_guess();
+                self.forward();
+            }
             Input::VadStopped => {
                 self.vad_speaking = false;
+                self.quiet = false;
                 self.forward();
                 self.on_pause(now);
             }
@@ -365,6 +408,17 @@ impl TurnMachine {
                 self.on_transcript(text, is_final, now);
                 self.reconsider(now);
                 self.guess();
+            }
+            Input::Settled(text) => {
+                self.forward();
+                self.guess_settled(text);
+            }
+            Input::GuessSpoken(id) => {
+                // Addressed here: it goes no further.
+                if self.guessed.is_some() && id == self.guesses {
+                    self.guess_spoken = true;
+                    self.reconsider(now);
+                }
             }
             Input::Verdict { id, judged } => self.on_verdict(id, judged, now),
             Input::Tick => self.on_tick(now),
@@ -419,10 +473,53 @@ impl TurnMachine {
             && self.owed == 0
             && !self.pending.active
             && !self.turn.text.is_empty();
-        if ready && self.guessed.as_deref() != Some(self.turn.text.as_str()) {
-            self.guessed = Some(self.turn.text.clone());
-            self.actions.push(Action::Guess(self.turn.text.clone()));
+        if ready {
+            self.offer_guess(self.turn.text.clone());
         }
+    }
+
+    /// In the silence before the VAD's stop, once the STT has all the words spoken before it:
+    /// the guess starts there rather than at the stop. Should the user go on, it is dropped.
+    fn guess_settled(&mut self, settled: &str) {
+        let ready = self.preemptive
+            && self.in_turn
+            && self.quiet
+            && self.owed == 0
+            && !self.pending.active
+            && !settled.trim().is_empty();
+        if ready {
+            let mut words = self.turn.text.clone();
+            if !words.is_empty() {
+                words.push(' ');
+            }
+            words.push_str(settled.trim());
+            self.offer_guess(words);
+        }
+    }
+
+    /// Guesses `words`, unless they are the words guessed already.
+    fn offer_guess(&mut self, words: String) {
+        if self.guessed.as_deref() == Some(words.as_str()) {
+            return;
+        }
+        self.guesses += 1;
+        self.guess_spoken = false;
+        self.guessed = Some(words.clone());
+        self.actions.push(Action::Guess {
+            id: self.guesses,
+            text: words,
+        });
+    }
+
+    /// The user spoke again: the LLM and the voice have thrown the guess away.
+    fn forget_guess(&mut self) {
+        self.guessed = None;
+        self.guess_spoken = false;
+    }
+
+    /// The answer to the turn's words as they stand is guessed and its first words spoken.
+    fn answer_ready(&self) -> bool {
+        self.guess_spoken && self.guessed.as_deref() == Some(self.turn.text.as_str())
     }
 
     /// A final transcript's words belong to the turn.
@@ -454,6 +551,9 @@ impl TurnMachine {
     /// The VAD confirmed speech: a turn starts, or the open one goes on past its pause.
     fn on_speech_started(&mut self) {
         let mut held = std::mem::take(&mut self.onset_paused);
+        // The LLM and the voice throw away the guess as the user goes on.
+        self.forget_guess();
+        self.quiet = false;
         self.deadline = None;
         self.by_transcript = false;
         // The pause being judged was not the end.
@@ -734,6 +834,7 @@ impl TurnMachine {
         let words = words.then(|| words::judge(&self.heard()));
         let wait = match (finished, words) {
             (true, Some(Words::Trailing | Words::Open)) => TRAILING_WORDS_HOLD,
+            (true, Some(_)) if self.preemptive && self.answer_ready() => FINISHED_TURN_MIN_HOLD,
             (true, Some(_)) if self.preemptive => FINISHED_TURN_HOLD,
             (true, _) => Duration::ZERO,
             (false, Some(Words::Finished)) => FINISHED_WORDS_WAIT,
@@ -749,7 +850,8 @@ impl TurnMachine {
     }
 
     fn end_turn(&mut self, now: Instant) {
-        self.guessed = None;
+        self.forget_guess();
+        self.quiet = false;
         self.onset_in_pause = false;
         self.paused_at = None;
         self.said = None;
@@ -813,7 +915,7 @@ mod tests {
                 Action::Interrupt => Some("interruption".to_owned()),
                 Action::Judge { id, .. } => Some(format!("judge {id}")),
                 Action::Answer(text) => Some(format!("answer: {text}")),
-                Action::Guess(text) => Some(format!("guess: {text}")),
+                Action::Guess { text, .. } => Some(format!("guess: {text}")),
                 Action::Forward => None,
             })
             .collect()
@@ -1158,6 +1260,109 @@ mod tests {
         assert!(pushed(&m.handle(Input::Tick, pause + FINISHED_TURN_HOLD)).is_empty());
         m.handle(Input::VadStarted, onset + Duration::from_millis(200));
         assert!(m.in_turn(), "one turn");
+    }
+
+    #[test]
+    fn a_finished_turn_ends_once_its_guessed_answer_is_spoken_but_not_before_the_least_hold() {
+        let (mut m, pause, _) = held_turn("Who wrote the play Hamlet?");
+        assert!(
+            pushed(&m.handle(Input::GuessSpoken(1), pause + Duration::from_millis(150))).is_empty()
+        );
+        assert_eq!(m.next_deadline(), Some(pause + FINISHED_TURN_MIN_HOLD));
+        assert_eq!(
+            pushed(&m.handle(Input::Tick, pause + FINISHED_TURN_MIN_HOLD)),
+            [
+                "user_stopped_speaking",
+                "answer: Who wrote the play Hamlet?"
+            ]
+        );
+
+        let (mut m, pause, _) = held_turn("Who wrote the play Hamlet?");
+        assert_eq!(
+            pushed(&m.handle(Input::GuessSpoken(1), pause + Duration::from_millis(350))),
+            [
+                "user_stopped_speaking",
+                "answer: Who wrote the play Hamlet?"
+            ],
+            "an answer ready after the least hold is not held back"
+        );
+    }
+
+    #[test]
+    fn speech_of_another_guess_does_not_shorten_the_hold() {
+        let (mut m, pause, _) = held_turn("Who wrote the play Hamlet?");
+        assert!(
+            pushed(&m.handle(Input::GuessSpoken(2), pause + Duration::from_millis(350))).is_empty()
+        );
+        assert_eq!(m.next_deadline(), Some(pause + FINISHED_TURN_HOLD));
+    }
+
+    #[test]
+    fn words_settled_before_the_stop_start_the_guess_in_the_silence() {
+        let mut m = model_machine();
+        m.set_preemptive(true);
+        let t0 = Instant::now();
+        m.handle(Input::VadStarted, t0);
+        let silence = t0 + Duration::from_secs(1);
+        m.handle(Input::SilenceStarted, silence);
+        let settled = silence + Duration::from_millis(150);
+        assert_eq!(
+            pushed(&m.handle(Input::Settled("What time is it?"), settled)),
+            ["guess: What time is it?"]
+        );
+        // The stop's final repeats the words: nothing new to guess.
+        let pause = silence + Duration::from_millis(200);
+        m.handle(Input::TranscriptionPending, pause);
+        m.handle(Input::VadStopped, pause);
+        m.handle(final_words("What time is it?"), pause);
+        assert!(pushed(&m.handle(Input::TranscriptionDone, pause)).is_empty());
+        assert_eq!(m.next_deadline(), Some(pause + FINISHED_TURN_HOLD));
+        assert_eq!(
+            pushed(&m.handle(Input::GuessSpoken(1), settled + Duration::from_millis(400))),
+            ["user_stopped_speaking", "answer: What time is it?"],
+            "the answer made in the silence plays as soon as it is spoken"
+        );
+    }
+
+    #[test]
+    fn speech_that_resumes_before_the_stop_drops_the_settled_guess() {
+        let mut m = model_machine();
+        m.set_preemptive(true);
+        let t0 = Instant::now();
+        m.handle(Input::VadStarted, t0);
+        let silence = t0 + Duration::from_secs(1);
+        m.handle(Input::SilenceStarted, silence);
+        m.handle(Input::SpeechResumed, silence + Duration::from_millis(100));
+        assert!(
+            pushed(&m.handle(
+                Input::Settled("Book a table"),
+                silence + Duration::from_millis(150)
+            ))
+            .is_empty(),
+            "the user went on: the words are not all in"
+        );
+        let again = silence + Duration::from_secs(1);
+        m.handle(Input::SilenceStarted, again);
+        assert_eq!(
+            pushed(&m.handle(
+                Input::Settled("Book a table for two."),
+                again + Duration::from_millis(150)
+            )),
+            ["guess: Book a table for two."]
+        );
+        m.handle(Input::SpeechResumed, again + Duration::from_millis(180));
+        // Spoken after the user went on: that guess is gone.
+        let pause = again + Duration::from_secs(1);
+        m.handle(Input::TranscriptionPending, pause);
+        m.handle(Input::VadStopped, pause);
+        m.handle(final_words("Book a table for two."), pause);
+        assert_eq!(
+            pushed(&m.handle(Input::TranscriptionDone, pause)),
+            ["guess: Book a table for two."],
+            "guessed again at the stop"
+        );
+        assert!(pushed(&m.handle(Input::GuessSpoken(1), pause)).is_empty());
+        assert_eq!(m.next_deadline(), Some(pause + FINISHED_TURN_HOLD));
     }
 
     #[test]

@@ -260,7 +260,9 @@ impl FrameProcessor for UserTurns {
                 }
                 Action::Push(pushed) => cx.push_downstream(pushed),
                 Action::Answer(text) => cx.push_downstream(DataFrame::UserTurn(text)),
-                Action::Guess(text) => cx.push_downstream(DataFrame::UserTurnGuess(text)),
+                Action::Guess { id, text } => {
+                    cx.push_downstream(DataFrame::UserTurnGuess { id, text });
+                }
                 // Downstream to cut the bot's output, upstream so the stages before this one
                 // hear of it too.
                 Action::Interrupt => cx.push_both_ways(SystemFrame::Interruption),
@@ -310,9 +312,10 @@ async fn drive(shared: Arc<Shared>, pusher: FramePusher) -> Result<(), Processor
             let (frame, direction): (Frame, _) = match action {
                 Action::Push(frame) => (frame.into(), Direction::Downstream),
                 Action::Answer(text) => (DataFrame::UserTurn(text).into(), Direction::Downstream),
-                Action::Guess(text) => {
-                    (DataFrame::UserTurnGuess(text).into(), Direction::Downstream)
-                }
+                Action::Guess { id, text } => (
+                    DataFrame::UserTurnGuess { id, text }.into(),
+                    Direction::Downstream,
+                ),
                 Action::Interrupt => {
                     let _ = pusher
                         .push(SystemFrame::Interruption.into(), Direction::Upstream)

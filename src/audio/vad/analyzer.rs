@@ -78,6 +78,11 @@ pub enum VadError {
 /// `min_volume`, and that wait would add to every start and every barge-in.
 const VOLUME_RELEASE: f32 = 0.2;
 
+/// Loudness under which a window has no sound in it (its RMS under about -80 dBFS, 3 units of
+/// 16-bit audio): digital silence or dither, under all but the quietest microphones' noise
+/// floor, and far under any voice.
+const SOUNDLESS: f32 = 0.3;
+
 /// Seconds of speech between two [`VadEvent::Speaking`] ticks.
 pub const SPEAKING_TICK_SECS: f32 = 0.2;
 
@@ -167,7 +172,11 @@ impl VadAnalyzer {
         } else {
             VOLUME_RELEASE * loudness + (1.0 - VOLUME_RELEASE) * self.volume
         };
-        let speech = confidence >= self.params.confidence && self.volume >= self.params.min_volume;
+        // A window with no sound in it holds no speech, whatever the model's state still says
+        // (Silero's confidence lags the voice's end by two or three windows).
+        let sound = loudness >= SOUNDLESS;
+        let speech =
+            sound && confidence >= self.params.confidence && self.volume >= self.params.min_volume;
         self.step(speech)
     }
 
@@ -251,6 +260,25 @@ fn loudness(window: &[f32]) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_window_without_sound_is_silence_whatever_the_model_says() {
+        let model = SileroVad::shared().expect("the VAD model loads; run scripts/setup.sh");
+        let mut vad = VadAnalyzer::new(model, 16_000, VadParams::default()).expect("16 kHz");
+        let speech: Vec<f32> = (0..512).map(|i| ((i as f32) * 0.3).sin() * 0.1).collect();
+        let mut events = Vec::new();
+        for _ in 0..10 {
+            events.extend(vad.apply(1.0, &speech));
+        }
+        assert_eq!(vad.state(), VadState::Speaking, "{events:?}");
+        // The model is still sure, and the loudness smoothed over windows is still high.
+        assert_eq!(vad.apply(1.0, &[0.0; 512]), None);
+        assert_eq!(vad.state(), VadState::Stopping);
+        let quiet: Vec<f32> = (0..512)
+            .map(|i| ((i as f32) * 1.7).sin() * 0.0003)
+            .collect();
+        assert!(loudness(&quiet) > SOUNDLESS, "a noise floor is sound");
+    }
 
     #[test]
     fn loudness_scale_puts_speech_above_and_hiss_below_the_default_threshold() {

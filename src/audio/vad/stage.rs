@@ -147,6 +147,8 @@ impl Detector {
                 let silent = matches!(a.state(), VadState::Stopping | VadState::Quiet);
                 if before == VadState::Speaking && silent {
                     self.push_frame(SystemFrame::VadSilenceStarted).await;
+                } else if before == VadState::Stopping && a.state() == VadState::Speaking {
+                    self.push_frame(SystemFrame::VadSpeechResumed).await;
                 }
                 if let Some(event) = event {
                     self.push(event).await;

@@ -90,7 +90,12 @@ struct Guess {
 impl Guess {
     /// Starts `engine` on `request`; the answer's first words go to `pusher`'s next processor
     /// as [`DataFrame::TtsGuess`] while the guess is held.
-    fn start(engine: &Arc<dyn LlmEngine>, request: LlmRequest, pusher: FramePusher) -> Self {
+    fn start(
+        engine: &Arc<dyn LlmEngine>,
+        id: u64,
+        request: LlmRequest,
+        pusher: FramePusher,
+    ) -> Self {
         let (tx, events) = mpsc::channel(GUESS_BUFFER);
         let tokens = Arc::new(AtomicU64::new(0));
         let held = Arc::new(AtomicBool::new(true));
@@ -107,7 +112,7 @@ impl Guess {
                         if let Some(end) = first_words_end(words) {
                             let said = words[..end].to_owned();
                             first = None;
-                            speak_ahead(said, &ahead, &pusher).await;
+                            speak_ahead(id, said, &ahead, &pusher).await;
                         }
                     }
                 }
@@ -117,7 +122,7 @@ impl Guess {
             }
             // A one-sentence answer: its first words are all of it.
             if let Some(words) = first.filter(|w| !w.trim().is_empty()) {
-                speak_ahead(words, &ahead, &pusher).await;
+                speak_ahead(id, words, &ahead, &pusher).await;
             }
         });
         Self {
@@ -148,10 +153,13 @@ impl Guess {
 
 /// Sends a guessed answer's first words on to the voice, unless the guess was taken over (the
 /// answer itself then brings them).
-async fn speak_ahead(words: String, held: &AtomicBool, pusher: &FramePusher) {
+async fn speak_ahead(id: u64, text: String, held: &AtomicBool, pusher: &FramePusher) {
     if held.load(Ordering::Relaxed) {
         let _ = pusher
-            .push(DataFrame::TtsGuess(words).into(), Direction::Downstream)
+            .push(
+                DataFrame::TtsGuess { id, text }.into(),
+                Direction::Downstream,
+            )
             .await;
     }
 }
@@ -230,11 +238,11 @@ impl LlmService {
         cx.run(run.run(request, guessed));
     }
 
-    /// Starts the engine on a guess at the next context, replacing any earlier guess.
-    fn start_guess(&mut self, context: LlmContext, cx: &mut FrameContext<'_>) {
+    /// Starts the engine on guess `id` at the next context, replacing any earlier guess.
+    fn start_guess(&mut self, id: u64, context: LlmContext, cx: &mut FrameContext<'_>) {
         self.drop_guess(cx);
         let request = self.request(context);
-        self.guess = Some(Guess::start(&self.engine, request, cx.pusher()));
+        self.guess = Some(Guess::start(&self.engine, id, request, cx.pusher()));
     }
 
     /// Throws the guess away, if there is one.
@@ -294,13 +302,15 @@ impl FrameProcessor for LlmService {
                 }
             }
             // The user goes on: the guess was not the turn.
-            FrameBody::System(SystemFrame::VadUserStartedSpeaking) => self.drop_guess(cx),
+            FrameBody::System(
+                SystemFrame::VadUserStartedSpeaking | SystemFrame::VadSpeechResumed,
+            ) => self.drop_guess(cx),
             FrameBody::Data(DataFrame::LlmContext(handle)) => {
                 self.start_inference(handle.clone(), cx);
                 return Ok(());
             }
-            FrameBody::Data(DataFrame::LlmGuess(context)) => {
-                self.start_guess((**context).clone(), cx);
+            FrameBody::Data(DataFrame::LlmGuess { id, context }) => {
+                self.start_guess(*id, (**context).clone(), cx);
                 return Ok(());
             }
             _ => {}

@@ -5,8 +5,9 @@
 //! so the first syllable is not lost. While the user speaks, the growing utterance is re-decoded
 //! every half second for interim transcripts; at the finalize (the VAD's stop) the whole
 //! utterance is decoded for the final one. Better: at the first silence after speech the
-//! utterance so far is decoded at once, and when that silence becomes the VAD's stop, those words
-//! are the final ones, ready a stop delay sooner; speech that resumes makes a new silence start
+//! utterance so far is decoded at once and its words are settled ([`SttEvent::Settled`]: the turn
+//! may be guessed on them), and when that silence becomes the VAD's stop, those words are the
+//! final ones, ready a stop delay sooner; speech that resumes makes a new silence start
 //! and a new decode. One worker per stream runs the requests in order and skips interim ones that
 //! a newer request made stale.
 
@@ -257,7 +258,8 @@ impl Worker {
             }
             Request::Speculative(id, audio) => {
                 let text = self.decode(&audio).await.unwrap_or_default();
-                self.send(SttEvent::Interim(text.clone())).await;
+                // The final words if the silence becomes the stop: the turn may be guessed now.
+                self.send(SttEvent::Settled(text.clone())).await;
                 self.speculative = Some((id, text));
             }
             Request::Final { audio, speculative } => {

@@ -199,6 +199,14 @@ impl Pump {
         while let Some(event) = events.recv().await {
             match event {
                 SttEvent::Interim(text) => self.transcript(text, false).await,
+                SttEvent::Settled(text) => {
+                    self.transcript(text.clone(), false).await;
+                    self.push(
+                        SystemFrame::TranscriptionSettled(text).into(),
+                        Direction::Downstream,
+                    )
+                    .await;
+                }
                 SttEvent::Finalized(text) => {
                     while let Ok(at) = self.asked.try_recv() {
                         self.pending.push_back(at);

@@ -35,6 +35,10 @@ pub enum SttInput {
 pub enum SttEvent {
     /// Words heard so far; later ones may differ.
     Interim(String),
+    /// The words since the previous answer are all in, ahead of the stop (the engine finalized
+    /// at the first silence): the next [`SttEvent::Finalized`] repeats them, unless more speech
+    /// comes first.
+    Settled(String),
     /// The answer to one [`SttInput::Finalize`]: the words since the previous answer.
     Finalized(String),
     /// A failure the stream lives through (a decode that failed, a provider error).

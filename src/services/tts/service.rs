@@ -80,12 +80,13 @@ impl TtsService {
         }
     }
 
-    /// Speaks a guessed answer's first words ahead, holding the audio.
-    fn speak_ahead(&mut self, text: String, cx: &mut FrameContext<'_>) {
+    /// Speaks guess `id`'s first words ahead, holding the audio.
+    fn speak_ahead(&mut self, id: u64, text: String, cx: &mut FrameContext<'_>) {
         self.ahead = None;
         let context = self.engine.open();
         let (held, events) = mpsc::channel(EVENT_QUEUE);
         cx.spawn(hold(
+            id,
             context.events,
             held,
             Usage {
@@ -215,11 +216,13 @@ impl FrameProcessor for TtsService {
             }
             FrameBody::System(SystemFrame::Interruption) => self.cancel(),
             // The user goes on: the guess was not the turn.
-            FrameBody::System(SystemFrame::VadUserStartedSpeaking) => self.ahead = None,
-            FrameBody::Data(DataFrame::TtsGuess(text)) => {
+            FrameBody::System(
+                SystemFrame::VadUserStartedSpeaking | SystemFrame::VadSpeechResumed,
+            ) => self.ahead = None,
+            FrameBody::Data(DataFrame::TtsGuess { id, text }) => {
                 // Too late once a response is under way: it brings its own words.
                 if !self.responding && self.engine.text_unit() == TextUnit::Sentence {
-                    self.speak_ahead(text.clone(), cx);
+                    self.speak_ahead(*id, text.clone(), cx);
                 }
                 return Ok(());
             }
@@ -445,13 +448,16 @@ fn tts_usage(pusher: &FramePusher, engine: &str, characters: u64) -> Frame {
     SystemFrame::Metrics(vec![usage]).into()
 }
 
-/// Holds the events of a context spoken ahead in `held`, reporting its characters as they come:
-/// they are paid for whether or not the speech is played.
+/// Holds the events of guess `id`'s context spoken ahead in `held`, reporting its characters as
+/// they come (they are paid for whether or not the speech is played) and its first audio
+/// upstream ([`SystemFrame::GuessSpoken`]).
 async fn hold(
+    id: u64,
     mut events: mpsc::Receiver<TtsEvent>,
     held: mpsc::Sender<TtsEvent>,
     usage: Usage,
 ) -> Result<(), ProcessorError> {
+    let mut spoken = false;
     while let Some(event) = events.recv().await {
         if let TtsEvent::Characters(characters) = event {
             if usage.enabled {
@@ -459,6 +465,13 @@ async fn hold(
                 let _ = usage.pusher.push(metrics, Direction::Downstream).await;
             }
             continue;
+        }
+        if matches!(event, TtsEvent::Audio(_)) && !std::mem::replace(&mut spoken, true) {
+            // The turn stage's hold on a finished turn has nothing more to wait for.
+            let _ = usage
+                .pusher
+                .push(SystemFrame::GuessSpoken(id).into(), Direction::Upstream)
+                .await;
         }
         if held.send(event).await.is_err() {
             // Thrown away: dropping the context cancels it.

@@ -252,10 +252,15 @@ impl DeepgramCore {
         if !transcript.is_empty() {
             self.finals.push(transcript);
         }
-        if results.from_finalize
-            && let Some(answer) = self.finalize_answered()
-        {
-            return vec![answer];
+        if results.from_finalize {
+            if let Some(answer) = self.finalize_answered() {
+                return vec![answer];
+            }
+            if self.early == 0 && self.owed.is_empty() && !self.finals.is_empty() {
+                // The early finalizes are all answered before any stop: the words of the
+                // speech before the first silence are all in.
+                return vec![SttEvent::Settled(self.text(""))];
+            }
         }
         if self.finals.is_empty() {
             Vec::new()
@@ -515,7 +520,7 @@ mod tests {
     const FINALIZE: &str = r#"{"type":"Finalize"}"#;
 
     #[test]
-    fn a_first_silence_finalizes_early_and_the_stop_takes_its_words_at_once() {
+    fn a_first_silence_finalizes_early_settles_the_words_and_the_stop_takes_them_at_once() {
         let (mut core, now) = core();
         core.opened(now);
         core.input(SttInput::SpeechStarted, now);
@@ -526,12 +531,36 @@ mod tests {
         let early = core.message(results(0.0, 1.0, "What time is it?", true, true), now);
         assert_eq!(
             early,
-            Ok((vec![], vec![SttEvent::Interim("What time is it?".into())]))
+            Ok((vec![], vec![SttEvent::Settled("What time is it?".into())]))
         );
         // The stop window was silence: no second finalize, the words are the stop's now.
         let (sent, said) = core.input(SttInput::Finalize, now);
         assert_eq!(sent, vec![]);
         assert_eq!(said, vec![SttEvent::Finalized("What time is it?".into())]);
+    }
+
+    #[test]
+    fn words_settle_only_once_every_early_finalize_is_answered() {
+        let (mut core, now) = core();
+        core.opened(now);
+        core.input(SttInput::SpeechStarted, now);
+        core.input(SttInput::Audio(vec![0; 16_000]), now);
+        core.input(SttInput::SilenceStarted, now);
+        core.input(SttInput::Audio(vec![0; 16_000]), now);
+        core.input(SttInput::SilenceStarted, now);
+        let first = core
+            .message(results(0.0, 1.0, "Book a table", true, true), now)
+            .expect("valid")
+            .1;
+        assert_eq!(first, vec![SttEvent::Interim("Book a table".into())]);
+        let second = core
+            .message(results(1.0, 1.0, "for two.", true, true), now)
+            .expect("valid")
+            .1;
+        assert_eq!(
+            second,
+            vec![SttEvent::Settled("Book a table for two.".into())]
+        );
     }
 
     #[test]
