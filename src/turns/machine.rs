@@ -24,9 +24,9 @@ pub const TRAILING_WORDS_HOLD: Duration = Duration::from_secs(1);
 /// Silence after the VAD's stop that ends a turn both the model and its words call finished,
 /// when the answer is guessed ahead ([`Action::Guess`]): the answer is being worked out
 /// meanwhile, so a user who was only pausing mid-sentence (300–700 ms, the VAD's 200 ms stop
-/// window before it) can go on without being cut off, at no cost to an answer that takes this
-/// long to make anyway. Speech heard before it runs out holds the turn until it is known to be
-/// speech or a click.
+/// window before it) can go on without being cut off. It lasts no longer than the answer takes
+/// to make ([`FINISHED_TURN_MIN_HOLD`]), so it costs the caller nothing. Speech heard before it
+/// runs out holds the turn until it is known to be speech or a click.
 pub const FINISHED_TURN_HOLD: Duration = Duration::from_millis(450);
 /// The least of [`FINISHED_TURN_HOLD`]: once the guessed answer's first words are spoken (held,
 /// ready to play), the hold has nothing left to make and ends this long after the VAD's stop.

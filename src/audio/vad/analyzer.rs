@@ -173,7 +173,7 @@ impl VadAnalyzer {
             VOLUME_RELEASE * loudness + (1.0 - VOLUME_RELEASE) * self.volume
         };
         // A window with no sound in it holds no speech, whatever the model's state still says
-        // (Silero's confidence lags the voice's end by two or three windows).
+        // (Silero's confidence can lag the voice's end by two windows).
         let sound = loudness >= SOUNDLESS;
         let speech =
             sound && confidence >= self.params.confidence && self.volume >= self.params.min_volume;
