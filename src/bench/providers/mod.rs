@@ -226,6 +226,10 @@ pub enum ProvidersError {
     /// An engine could not be set up.
     #[error(transparent)]
     Llm(#[from] LlmError),
+    /// Answers came, but no turn of theirs could be timed on one leg: the stand-ins' log and
+    /// the bench name the turns differently.
+    #[error("no answer could be timed {0}")]
+    Untimed(&'static str),
 }
 
 /// What a transport and its VAD would send for one spoken question: the VAD hears half a
@@ -343,6 +347,19 @@ pub async fn run_providers(options: ProvidersOptions) -> Result<ProvidersReport,
     for leg in &mut legs {
         leg.sort_by(f64::total_cmp);
     }
+    const LEGS: [&str; 5] = [
+        "from the final to the LLM request",
+        "from the question to the LLM request",
+        "from the first token to the first text",
+        "from the first token to the TTS request",
+        "from the first audio to the transport",
+    ];
+    // With no answer at all the report says so (`failed`); with answers, every leg has times.
+    if !legs[4].is_empty()
+        && let Some(i) = legs.iter().position(Vec::is_empty)
+    {
+        return Err(ProvidersError::Untimed(LEGS[i]));
+    }
     let [final_to_llm, request, first_token, to_tts, to_transport] = legs;
     Ok(ProvidersReport {
         protocol: options.protocol,
@@ -363,4 +380,24 @@ pub async fn run_providers(options: ProvidersOptions) -> Result<ProvidersReport,
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn every_leg_of_every_answer_is_timed() {
+        let report = run_providers(ProvidersOptions {
+            sessions: 2,
+            turns: 2,
+            provider_delay: Duration::from_millis(20),
+            protocol: Protocol::Openai,
+        })
+        .await
+        .expect("the bench runs and times every leg");
+        assert_eq!((report.answers, report.failed), (4, 0));
+        assert!(report.final_to_llm_request_ms.max > 0.0);
+        assert!(report.first_token_to_tts_request_ms.max > 0.0);
+    }
 }

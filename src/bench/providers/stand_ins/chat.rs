@@ -21,13 +21,14 @@ pub const TOOL: &str = "lookup_order";
 /// How long the tool takes to answer.
 pub const TOOL_DELAY: Duration = Duration::from_millis(300);
 
-/// The marker of a question: the last user text of the request.
+/// The marker of a question: the last user text of the request, without the full stop the
+/// Deepgram stand-in's final puts after the turn's name.
 fn marker(body: &Value) -> String {
     let last = body["messages"]
         .as_array()
         .and_then(|m| m.iter().rev().find(|m| m["role"] == "user"))
         .map(|m| &m["content"]);
-    match last {
+    let text = match last {
         Some(Value::String(text)) => text.clone(),
         Some(Value::Array(blocks)) => blocks
             .iter()
@@ -35,7 +36,8 @@ fn marker(body: &Value) -> String {
             .collect::<Vec<_>>()
             .join(" "),
         _ => String::new(),
-    }
+    };
+    text.trim().trim_end_matches('.').to_owned()
 }
 
 /// The stream of one answer: the first event holds the first token; the rest follow at once.
