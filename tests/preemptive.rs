@@ -155,7 +155,8 @@ mod voice {
         pub responses: usize,
     }
 
-    struct Ears(mpsc::UnboundedSender<Frame>);
+    /// Takes note of the frames passing it in one direction.
+    struct Ears(mpsc::UnboundedSender<Frame>, Direction);
 
     impl FrameProcessor for Ears {
         fn process(
@@ -164,23 +165,7 @@ mod voice {
             direction: Direction,
             cx: &mut FrameContext<'_>,
         ) -> Result<(), ProcessorError> {
-            let _ = self.0.send(frame.clone());
-            cx.push(frame, direction);
-            Ok(())
-        }
-    }
-
-    /// Takes note of the frames going upstream out of the pipeline.
-    struct UpstreamEars(mpsc::UnboundedSender<Frame>);
-
-    impl FrameProcessor for UpstreamEars {
-        fn process(
-            &mut self,
-            frame: Frame,
-            direction: Direction,
-            cx: &mut FrameContext<'_>,
-        ) -> Result<(), ProcessorError> {
-            if direction == Direction::Upstream {
+            if direction == self.1 {
                 let _ = self.0.send(frame.clone());
             }
             cx.push(frame, direction);
@@ -205,10 +190,10 @@ mod voice {
             let (tx, frames) = mpsc::unbounded_channel();
             let (up, upstream) = mpsc::unbounded_channel();
             let pipeline = Pipeline::new()
-                .then(UpstreamEars(up))
+                .then(Ears(up, Direction::Upstream))
                 .then(LlmService::new(engine))
                 .then(TtsService::new(Sentences::shared(Arc::new(voice))))
-                .then(Ears(tx));
+                .then(Ears(tx, Direction::Downstream));
             let session = Session::builder(pipeline).idle_timeout(None).spawn();
             Self {
                 handle: session.handle(),
