@@ -21,6 +21,7 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{get, post};
+use axum::serve::ListenerExt;
 use serde::Serialize;
 use tokio::sync::watch;
 
@@ -558,7 +559,7 @@ pub async fn serve_with(
         let _ = stop_tx.send(true);
     };
     let server = axum::serve(
-        listener,
+        listener.tap_io(without_nagle),
         router(app).into_make_service_with_connect_info::<SocketAddr>(),
     )
     .with_graceful_shutdown(async move {
@@ -570,6 +571,15 @@ pub async fn serve_with(
     }
     own.shutdown().await;
     Ok(())
+}
+
+/// Turns Nagle's algorithm off on an accepted connection: a caller's small messages (a
+/// WebSocket frame of audio, an RTVI event) leave at once rather than wait, up to the peer's
+/// delayed ACK (40 ms), behind data not yet acknowledged.
+pub(crate) fn without_nagle(tcp: &mut tokio::net::TcpStream) {
+    if let Err(e) = tcp.set_nodelay(true) {
+        tracing::debug!(error = %e, "TCP_NODELAY not set on a connection");
+    }
 }
 
 /// The node's own tasks, which end with the server: the scheduling-lag probe, the agent check

@@ -266,9 +266,11 @@ async fn connect(request: ConnectRequest, policy: &ReconnectPolicy) -> Result<So
     // of 128 KiB, a session's small provider messages cost more in memset than in parsing.
     // Larger messages take a few reads of 16 KiB.
     let config = tungstenite::protocol::WebSocketConfig::default().read_buffer_size(READ_BUFFER);
+    // Without Nagle: a small message (a `Finalize`, a line of text to speak) that follows audio
+    // still unacknowledged would otherwise wait for the provider's delayed ACK, up to 40 ms.
     let connected = tokio::time::timeout(
         policy.connect_timeout,
-        tokio_tungstenite::connect_async_with_config(request, Some(config), false),
+        tokio_tungstenite::connect_async_with_config(request, Some(config), true),
     )
     .await
     .map_err(|_| WsError::Passing("connecting timed out".into()))?;
@@ -401,5 +403,28 @@ mod tests {
             connect_request("not a url", &[]),
             Err(WsError::Permanent(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_provider_socket_sends_small_messages_at_once() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let addr = listener.local_addr().expect("address");
+        let provider = tokio::spawn(async move {
+            let (tcp, _) = listener.accept().await.expect("accept");
+            tokio_tungstenite::accept_async(tcp)
+                .await
+                .expect("handshake")
+        });
+        let request = connect_request(&format!("ws://{addr}/v1/listen"), &[]).expect("request");
+        let socket = connect(request, &ReconnectPolicy::default())
+            .await
+            .expect("connected");
+        let _provider = provider.await.expect("provider");
+        let MaybeTlsStream::Plain(tcp) = socket.get_ref() else {
+            panic!("a ws:// socket is plain TCP");
+        };
+        assert!(tcp.nodelay().expect("TCP_NODELAY"), "Nagle is off");
     }
 }

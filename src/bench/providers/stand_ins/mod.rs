@@ -29,6 +29,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::serve::ListenerExt;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -122,7 +123,7 @@ impl StandIns {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let server = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
+            let _ = axum::serve(listener.tap_io(crate::server::without_nagle), app).await;
         });
         Ok((stand_ins, addr, server))
     }
