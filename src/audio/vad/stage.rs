@@ -154,6 +154,9 @@ impl Detector {
                     self.push(event).await;
                 }
             }
+            if a.soundless_stop() {
+                self.push_frame(SystemFrame::VadSilenceStarted).await;
+            }
         }
         Ok(())
     }
