@@ -9,6 +9,7 @@ pub mod output;
 pub mod pace;
 pub mod rtvi;
 pub mod signalling;
+pub mod talkspurt;
 pub mod webrtc;
 pub mod websocket;
 

@@ -12,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use rtc::interceptor::Registry;
-use rtc::media::Sample;
 use rtc::media_stream::MediaStreamTrack;
 use rtc::peer_connection::configuration::RTCConfigurationBuilder;
 use rtc::peer_connection::configuration::interceptor_registry::register_default_interceptors;
@@ -24,7 +23,7 @@ use rtc::rtp_transceiver::rtp_sender::{
     RTCRtpCodec, RTCRtpCodecParameters, RTCRtpCodingParameters, RTCRtpEncodingParameters,
     RtpCodecKind,
 };
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinSet;
 use webrtc::data_channel::{DataChannel, DataChannelEvent};
 use webrtc::media_stream::track_local::TrackLocal;
@@ -36,6 +35,7 @@ use webrtc::peer_connection::{
 };
 
 use super::output::AudioSink;
+use super::talkspurt::Talkspurts;
 
 /// Opus's clock, and the rate the bot's audio is encoded from.
 pub const OPUS_RATE: u32 = 48_000;
@@ -195,6 +195,8 @@ impl Peer {
 #[derive(Clone, Default)]
 pub struct TrackSink {
     queue: Arc<Mutex<VecDeque<i16>>>,
+    /// Wakes the pacer of a quiet track when audio comes.
+    queued: Arc<Notify>,
 }
 
 impl TrackSink {
@@ -217,6 +219,7 @@ impl AudioSink for TrackSink {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .extend(samples);
+        self.queued.notify_one();
     }
 
     fn clear(&mut self) {
@@ -393,7 +396,7 @@ pub async fn connect(
     let encoder = opus::Encoder::new(OPUS_RATE, opus::Channels::Mono, opus::Application::Voip)
         .map_err(|e| WebRtcError::Opus(e.to_string()))?;
     let pacer = Pacer {
-        queue: sink.queue.clone(),
+        sink: sink.clone(),
         encoder,
         track,
         ssrc,
@@ -530,9 +533,10 @@ fn udp_port(options: &PeerOptions) -> Result<u16, WebRtcError> {
     )))
 }
 
-/// Sends the bot's voice, 20 ms of Opus at a time on the clock (silence while it is quiet).
+/// Sends the bot's voice as talkspurts: 20 ms of Opus at a time while it speaks, nothing while
+/// it is quiet ([`Talkspurts`]).
 struct Pacer {
-    queue: Arc<Mutex<VecDeque<i16>>>,
+    sink: TrackSink,
     encoder: opus::Encoder,
     track: Arc<TrackLocalStaticSample>,
     ssrc: u32,
@@ -542,35 +546,46 @@ struct Pacer {
 impl Pacer {
     /// Runs until the session stops listening (`unheard` closes) or the track closes.
     async fn run(mut self, unheard: mpsc::Sender<PeerEvent>) {
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let random = random_u32();
+        let mut spurts = Talkspurts::new(random as u16, random.rotate_left(11));
         let mut packet = vec![0u8; 1500];
         loop {
-            tick.tick().await;
-            if unheard.is_closed() {
-                break;
+            match spurts.due() {
+                Some(due) => tokio::select! {
+                    () = tokio::time::sleep_until(due.into()) => {}
+                    () = unheard.closed() => break,
+                },
+                None => tokio::select! {
+                    () = self.sink.queued.notified() => {}
+                    () = unheard.closed() => break,
+                },
             }
-            let frame: Vec<i16> = {
-                let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let (header, frame) = {
+                let mut queue = self.sink.queue.lock().unwrap_or_else(|p| p.into_inner());
+                let Some(header) = spurts.poll(Instant::now(), !queue.is_empty()) else {
+                    continue;
+                };
                 let take = FRAME.min(queue.len());
                 let mut frame: Vec<i16> = queue.drain(..take).collect();
                 frame.resize(FRAME, 0);
-                frame
+                (header, frame)
             };
             let Ok(n) = self.encoder.encode(&frame, &mut packet) else {
                 continue;
             };
-            let sample = Sample {
-                data: Bytes::copy_from_slice(&packet[..n]),
-                duration: Duration::from_millis(20),
-                ..Sample::new(Instant::now())
+            let rtp = rtc::rtp::Packet {
+                header: rtc::rtp::Header {
+                    version: 2,
+                    marker: header.marker,
+                    payload_type: self.payload_type,
+                    sequence_number: header.sequence_number,
+                    timestamp: header.timestamp,
+                    ssrc: self.ssrc,
+                    ..Default::default()
+                },
+                payload: Bytes::copy_from_slice(&packet[..n]),
             };
-            if let Err(e) = self
-                .track
-                .sample_writer(self.ssrc, self.payload_type)
-                .write_sample(&sample)
-                .await
-            {
+            if let Err(e) = self.track.write_rtp(rtp).await {
                 tracing::debug!(error = %e, "the bot's audio track closed");
                 break;
             }
