@@ -179,7 +179,7 @@ pub(super) async fn chat(State(stand_ins): State<StandIns>, body: Bytes) -> Resp
     };
     let (tx, mut rx) = mpsc::channel::<Result<Bytes, Infallible>>(4);
     tokio::spawn(async move {
-        tokio::time::sleep_until(arrived + delay).await;
+        super::until(arrived + delay).await;
         stand_ins.note(Instant::now(), key, |log| &mut log.first_token_sent);
         let _ = tx.send(Ok(Bytes::from(first))).await;
         let _ = tx.send(Ok(Bytes::from(rest))).await;

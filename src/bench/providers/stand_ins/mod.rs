@@ -185,6 +185,18 @@ async fn stats(State(stand_ins): State<StandIns>) -> Json<Stats> {
     Json(stand_ins.stats())
 }
 
+/// Waits until `at`, to within a few microseconds: tokio's timer wakes on whole milliseconds, up
+/// to one late, which would add a millisecond to each delay the bot is measured against. It
+/// sleeps to the millisecond before, then yields until the time.
+async fn until(at: Instant) {
+    if let Some(before) = at.checked_sub(Duration::from_millis(1)) {
+        tokio::time::sleep_until(before).await;
+    }
+    while Instant::now() < at {
+        tokio::task::yield_now().await;
+    }
+}
+
 fn turn(session: &str, question: usize) -> String {
     format!("session {session} question {question}")
 }

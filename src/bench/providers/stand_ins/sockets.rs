@@ -59,7 +59,7 @@ fn writer(
     use futures_util::SinkExt;
     tokio::spawn(async move {
         while let Some((at, noted, text)) = outgoing.recv().await {
-            tokio::time::sleep_until(at).await;
+            super::until(at).await;
             if sink.send(Message::Text(text.into())).await.is_err() {
                 return;
             }
