@@ -84,9 +84,8 @@ const VOLUME_RELEASE: f32 = 0.2;
 const SOUNDLESS: f32 = 0.3;
 
 /// Soundless 10 ms pieces in a row that end speech at once (its first silence), without waiting
-/// for the model's window to fill. One is enough: a voice never falls to digital silence
-/// inside a word, and a first silence only starts work that speech resuming cancels.
-const SOUNDLESS_PIECES: usize = 1;
+/// for the model's window to fill: 20 ms, one frame of most transports.
+const SOUNDLESS_PIECES: usize = 2;
 
 /// Seconds of speech between two [`VadEvent::Speaking`] ticks.
 pub const SPEAKING_TICK_SECS: f32 = 0.2;
@@ -357,18 +356,15 @@ mod tests {
     }
 
     #[test]
-    fn ten_soundless_milliseconds_are_the_first_silence_before_the_window_is_whole() {
+    fn twenty_soundless_milliseconds_are_the_first_silence_before_the_window_is_whole() {
         let mut vad = speaking();
         // The voice ends 100 samples into the next window; the rest of what comes is soundless.
         let mut audio = tone(100, 3000.0);
-        audio.extend([0; 60 + 80]);
+        audio.extend([0; 220]);
         assert!(vad.windows(&audio).is_empty());
-        assert!(
-            !vad.soundless_stop(),
-            "the piece the voice ended in has sound, the next is not whole"
-        );
-        assert!(vad.windows(&[0; 80]).is_empty());
-        assert!(vad.soundless_stop(), "a whole soundless piece");
+        assert!(!vad.soundless_stop(), "10 ms of silence is not enough");
+        assert!(vad.windows(&[0; 160]).is_empty());
+        assert!(vad.soundless_stop(), "20 ms is");
         assert_eq!(vad.state(), VadState::Stopping);
         // The window the voice ended in is the stop's first silent one: no resumption, and the
         // stop comes as many windows later as it would have without the early first silence.
@@ -389,9 +385,9 @@ mod tests {
     #[test]
     fn a_voice_that_goes_on_after_an_early_first_silence_resumes_the_speech() {
         let mut vad = speaking();
-        vad.windows(&[0; 160]);
+        vad.windows(&[0; 320]);
         assert!(vad.soundless_stop());
-        let windows = vad.windows(&tone(352, 3000.0));
+        let windows = vad.windows(&tone(192, 3000.0));
         assert_eq!(windows.len(), 1);
         assert_eq!(vad.apply(1.0, &windows[0]), None);
         assert_eq!(vad.state(), VadState::Speaking);
