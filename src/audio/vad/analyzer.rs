@@ -83,10 +83,6 @@ const VOLUME_RELEASE: f32 = 0.2;
 /// floor, and far under any voice.
 const SOUNDLESS: f32 = 0.3;
 
-/// Soundless 10 ms pieces in a row that end speech at once (its first silence), without waiting
-/// for the model's window to fill: 20 ms, one frame of most transports.
-const SOUNDLESS_PIECES: usize = 2;
-
 /// Seconds of speech between two [`VadEvent::Speaking`] ticks.
 pub const SPEAKING_TICK_SECS: f32 = 0.2;
 
@@ -106,12 +102,6 @@ pub struct VadAnalyzer {
     /// Speaking windows since the start or the last tick.
     since_tick: u32,
     volume: f32,
-    /// 10 ms at the model's rate.
-    piece: usize,
-    /// The samples of the 10 ms piece being filled, and the sum of their squares.
-    piece_fill: (usize, f32),
-    /// Samples of soundless pieces in a row, up to the last whole piece.
-    soundless_run: usize,
 }
 
 impl VadAnalyzer {
@@ -140,9 +130,6 @@ impl VadAnalyzer {
             since_tick: 0,
             params,
             volume: 0.0,
-            piece: model_rate as usize / 100,
-            piece_fill: (0, 0.0),
-            soundless_run: 0,
         })
     }
 
@@ -158,7 +145,6 @@ impl VadAnalyzer {
             let confidence = self.model.probability(&mut self.model_state, &window)?;
             events.extend(self.apply(confidence, &window));
         }
-        self.soundless_stop();
         Ok(events)
     }
 
@@ -167,10 +153,8 @@ impl VadAnalyzer {
     /// [`apply`](Self::apply) with each window's confidence, in order.
     pub fn windows(&mut self, audio: &[i16]) -> Vec<Vec<f32>> {
         let resampled = self.resampler.process(audio);
-        let start = self.buffer.len();
         self.buffer
             .extend(resampled.iter().map(|&s| f32::from(s) / 32768.0));
-        self.count_soundless(start);
         let windows: Vec<Vec<f32>> = self
             .buffer
             .chunks_exact(self.window)
@@ -180,51 +164,17 @@ impl VadAnalyzer {
         windows
     }
 
-    /// Follows the soundless pieces in the audio from `self.buffer[start..]`.
-    fn count_soundless(&mut self, start: usize) {
-        for &s in &self.buffer[start..] {
-            self.piece_fill.0 += 1;
-            self.piece_fill.1 += s * s;
-            if self.piece_fill.0 == self.piece {
-                let (n, power) = std::mem::take(&mut self.piece_fill);
-                if level(power / n as f32) < SOUNDLESS {
-                    self.soundless_run += n;
-                } else {
-                    self.soundless_run = 0;
-                }
-            }
-        }
-    }
-
-    /// Ends speech at its first silence when the audio since has had no sound in it for
-    /// [`SOUNDLESS_PIECES`], before the model's window is whole; true if it did. The window
-    /// then counts as the stop's first silent one if its end is soundless too (see
-    /// [`apply`](Self::apply)), so the stop itself comes no sooner than the windows say.
-    pub fn soundless_stop(&mut self) -> bool {
-        if self.state != VadState::Speaking || self.soundless_run < SOUNDLESS_PIECES * self.piece {
-            return false;
-        }
-        self.state = VadState::Stopping;
-        self.count = 0;
-        true
-    }
-
     /// Advances the state machine by one window whose speech confidence is `confidence`.
     pub fn apply(&mut self, confidence: f32, window: &[f32]) -> Option<VadEvent> {
-        let level = loudness(window);
-        self.volume = if level >= self.volume {
-            level
+        let loudness = loudness(window);
+        self.volume = if loudness >= self.volume {
+            loudness
         } else {
-            VOLUME_RELEASE * level + (1.0 - VOLUME_RELEASE) * self.volume
+            VOLUME_RELEASE * loudness + (1.0 - VOLUME_RELEASE) * self.volume
         };
         // A window with no sound in it holds no speech, whatever the model's state still says
-        // (Silero's confidence can lag the voice's end by two windows); nor does one whose end
-        // has had none for [`SOUNDLESS_PIECES`]: the voice ended in it.
-        let tail = &window[window.len().saturating_sub(SOUNDLESS_PIECES * self.piece)..];
-        let sound = level >= SOUNDLESS
-            && !tail
-                .chunks(self.piece.max(1))
-                .all(|p| loudness(p) < SOUNDLESS);
+        // (Silero's confidence can lag the voice's end by two windows).
+        let sound = loudness >= SOUNDLESS;
         let speech =
             sound && confidence >= self.params.confidence && self.volume >= self.params.min_volume;
         self.step(speech)
@@ -250,8 +200,6 @@ impl VadAnalyzer {
         self.state = VadState::Quiet;
         self.count = 0;
         self.buffer.clear();
-        self.piece_fill = (0, 0.0);
-        self.soundless_run = 0;
         self.model_state.reset();
         event
     }
@@ -304,11 +252,7 @@ impl VadAnalyzer {
 /// Loudness from 0 (-20 dB) to 1 (+80 dB), in dB of the window's RMS in 16-bit units: the scale
 /// pipecat's thresholds are written for, without the K-weighting (close enough for speech).
 fn loudness(window: &[f32]) -> f32 {
-    level(window.iter().map(|s| s * s).sum::<f32>() / window.len().max(1) as f32)
-}
-
-/// [`loudness`] of audio whose mean square is `power`.
-fn level(power: f32) -> f32 {
+    let power = window.iter().map(|s| s * s).sum::<f32>() / window.len().max(1) as f32;
     let db = 10.0 * (power * 32768.0 * 32768.0).max(1e-10).log10() - 0.691;
     ((db + 20.0) / 100.0).clamp(0.0, 1.0)
 }
@@ -334,72 +278,6 @@ mod tests {
             .map(|i| ((i as f32) * 1.7).sin() * 0.0003)
             .collect();
         assert!(loudness(&quiet) > SOUNDLESS, "a noise floor is sound");
-    }
-
-    /// An analyzer at 16 kHz that has been speaking for ten windows of a loud tone, each judged
-    /// by the model with full confidence.
-    fn speaking() -> VadAnalyzer {
-        let model = SileroVad::shared().expect("the VAD model loads; run scripts/setup.sh");
-        let mut vad = VadAnalyzer::new(model, 16_000, VadParams::default()).expect("16 kHz");
-        for window in vad.windows(&tone(512 * 10, 3000.0)) {
-            vad.apply(1.0, &window);
-        }
-        assert_eq!(vad.state(), VadState::Speaking);
-        vad
-    }
-
-    fn tone(samples: usize, amplitude: f32) -> Vec<i16> {
-        (0..samples)
-            .map(|i| ((i as f32) * 0.3).sin() * amplitude)
-            .map(|s| s as i16)
-            .collect()
-    }
-
-    #[test]
-    fn twenty_soundless_milliseconds_are_the_first_silence_before_the_window_is_whole() {
-        let mut vad = speaking();
-        // The voice ends 100 samples into the next window; the rest of what comes is soundless.
-        let mut audio = tone(100, 3000.0);
-        audio.extend([0; 220]);
-        assert!(vad.windows(&audio).is_empty());
-        assert!(!vad.soundless_stop(), "10 ms of silence is not enough");
-        assert!(vad.windows(&[0; 160]).is_empty());
-        assert!(vad.soundless_stop(), "20 ms is");
-        assert_eq!(vad.state(), VadState::Stopping);
-        // The window the voice ended in is the stop's first silent one: no resumption, and the
-        // stop comes as many windows later as it would have without the early first silence.
-        let windows = vad.windows(&[0; 512 * 6]);
-        let events: Vec<_> = windows.iter().map(|w| vad.apply(1.0, w)).collect();
-        let stop_windows = 6; // 0.2 s of 32 ms windows, rounded
-        assert_eq!(
-            events[stop_windows - 1],
-            Some(VadEvent::Stopped),
-            "{events:?}"
-        );
-        assert!(
-            events[..stop_windows - 1].iter().all(Option::is_none),
-            "{events:?}"
-        );
-    }
-
-    #[test]
-    fn a_voice_that_goes_on_after_an_early_first_silence_resumes_the_speech() {
-        let mut vad = speaking();
-        vad.windows(&[0; 320]);
-        assert!(vad.soundless_stop());
-        let windows = vad.windows(&tone(192, 3000.0));
-        assert_eq!(windows.len(), 1);
-        assert_eq!(vad.apply(1.0, &windows[0]), None);
-        assert_eq!(vad.state(), VadState::Speaking);
-    }
-
-    #[test]
-    fn a_noise_floor_never_ends_speech_before_the_model_does() {
-        let mut vad = speaking();
-        // About -73 dBFS: quiet, but sound.
-        vad.windows(&tone(480, 10.0));
-        assert!(!vad.soundless_stop());
-        assert_eq!(vad.state(), VadState::Speaking);
     }
 
     #[test]

@@ -154,9 +154,6 @@ impl Detector {
                     self.push(event).await;
                 }
             }
-            if a.soundless_stop() {
-                self.push_frame(SystemFrame::VadSilenceStarted).await;
-            }
         }
         Ok(())
     }
