@@ -13,13 +13,15 @@
 use std::time::{Duration, Instant};
 
 /// One packet's length.
-pub const FRAME_TIME: Duration = Duration::from_millis(20);
-/// Samples of one packet at Opus's 48 kHz RTP clock.
-const FRAME_SAMPLES: u32 = 960;
+const FRAME_TIME: Duration = Duration::from_millis(20);
+/// Opus's RTP clock.
+const RTP_RATE: u32 = 48_000;
+/// Samples of one packet at that clock.
+const FRAME_SAMPLES: u32 = RTP_RATE / 50;
 /// Quiet frames sent at the end of a talkspurt before the sending stops: the decoder's overlap
 /// fades out on silence rather than on loss concealment, and a pause between two sentences
 /// shorter than this stays inside one talkspurt.
-pub const TAIL_FRAMES: u32 = 5;
+const TAIL_FRAMES: u32 = 5;
 /// How far behind the talkspurt's start the later packets' clock runs. The output stage writes
 /// the audio 20 ms at a time from the moment the first piece came; half a frame later, each
 /// piece is always in the queue when its packet is taken, however the two timers' wakes fall.
@@ -72,7 +74,7 @@ impl Talkspurts {
             None => {
                 if let Some(end) = self.last_end {
                     let gap = now.saturating_duration_since(end).as_secs_f64();
-                    let samples = (gap * f64::from(FRAME_SAMPLES) * 50.0).round() as u64;
+                    let samples = (gap * f64::from(RTP_RATE)).round() as u64;
                     self.timestamp = self.timestamp.wrapping_add(samples as u32);
                 }
                 self.talking = Some((now + FRAME_TIME + TICK_OFFSET, 0));
