@@ -5,6 +5,13 @@ use voxide::audio::vad::SileroVad;
 use voxide::audio::wav;
 
 const HELLO: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+/// "…a frog and a toad?" in espeak-ng's voice `en-gb-x-gbclan+m3` (the end of a held-out
+/// question), after 0.3 s of digital silence: the closures of its stop consonants are digital
+/// silence too.
+const FROG_AND_TOAD: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/assets/test/frog_and_toad_16k.wav"
+);
 
 /// Speech probabilities of every 512-sample window of `samples` at 16 kHz.
 fn vad_probabilities(samples: &[i16]) -> Vec<f32> {
@@ -350,6 +357,59 @@ fn the_vad_confirms_speech_after_start_secs_of_it_with_no_wait_for_the_loudness(
         VadAnalyzer::new(SileroVad::shared().expect("model"), 16_000, params).expect("analyzer");
     let faint: Vec<f32> = loud.iter().map(|s| s * 0.001).collect();
     assert!((0..40).all(|_| analyzer.apply(0.99, &faint).is_none()));
+}
+
+#[test]
+fn a_word_after_digital_silence_inside_speech_stays_in_the_utterance() {
+    use voxide::audio::vad::{QuickChange, VadAnalyzer, VadEvent, VadParams, VadState};
+    let audio = wav::read(FROG_AND_TOAD).expect("test audio").to_mono();
+    let model = SileroVad::shared().expect("model");
+    let mut state = model.new_state(16_000);
+    let mut vad = VadAnalyzer::new(model.clone(), 16_000, VadParams::default()).expect("vad");
+    // As the VAD stage runs it: 20 ms chunks, the model on each whole window, then the pieces'
+    // verdict. Each moment the VAD went silent (a first silence) or back to speech, in ms.
+    let mut silences = Vec::new();
+    let mut resumed = 0;
+    let mut events = Vec::new();
+    for (i, chunk) in audio.chunks(320).enumerate() {
+        let end_ms = (i + 1) * 20;
+        for window in vad.windows(chunk) {
+            let confidence = model.probability(&mut state, &window).expect("model");
+            let before = vad.state();
+            events.extend(vad.apply(confidence, &window));
+            match (before, vad.state()) {
+                (VadState::Speaking, VadState::Stopping | VadState::Quiet) => {
+                    silences.push(end_ms);
+                }
+                (VadState::Stopping, VadState::Speaking) => resumed += 1,
+                _ => {}
+            }
+        }
+        match vad.between_windows() {
+            Some(QuickChange::SilenceStarted) => silences.push(end_ms),
+            Some(QuickChange::SpeechResumed) => resumed += 1,
+            None => {}
+        }
+    }
+    events.retain(|e| matches!(e, VadEvent::Started | VadEvent::Stopped));
+    assert_eq!(events, [VadEvent::Started, VadEvent::Stopped]);
+    // The last 10 ms with a voice in it (over -50 dBFS).
+    let voice_end_ms = audio
+        .chunks(160)
+        .rposition(|piece| {
+            let power = piece.iter().map(|&s| f64::from(s).powi(2)).sum::<f64>() / 160.0;
+            power.sqrt() > 100.0
+        })
+        .map(|i| (i + 1) * 10)
+        .expect("a voice");
+    assert!(silences.len() >= 2, "the closures: {silences:?}");
+    assert_eq!(resumed, silences.len() - 1, "{silences:?}");
+    // The first silence the STT decodes up to is after "toad", not in the closure before it.
+    let last = silences[silences.len() - 1];
+    assert!(
+        (voice_end_ms..voice_end_ms + 40).contains(&last),
+        "voice ended at {voice_end_ms} ms, the last first silence came at {last} ms: {silences:?}"
+    );
 }
 
 #[test]

@@ -3,6 +3,11 @@
 //! A window counts as speech when the model's confidence and the smoothed loudness both pass
 //! their thresholds. Speech must last `start_secs` to start a turn and silence `stop_secs` to end
 //! one, so a click does not start a turn and a breath does not end it.
+//!
+//! Between windows, the loudness of each 10 ms piece can move the machine sooner
+//! ([`VadAnalyzer::between_windows`]): a piece with no sound in it ends speech (its first
+//! silence) without waiting for the window to fill, and a piece with a voice's loudness after
+//! such a silence takes it back.
 
 use std::sync::Arc;
 
@@ -62,6 +67,16 @@ pub enum VadEvent {
     Stopped,
 }
 
+/// A change [`VadAnalyzer::between_windows`] saw in the loudness of 10 ms pieces, before the
+/// model's window was whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QuickChange {
+    /// Speaking, then a piece with no sound in it: the first silence (`Stopping`).
+    SilenceStarted,
+    /// That silence was inside the speech: a piece with a voice's loudness came (`Speaking`).
+    SpeechResumed,
+}
+
 /// Why analysis failed.
 #[derive(Debug, thiserror::Error)]
 pub enum VadError {
@@ -102,6 +117,17 @@ pub struct VadAnalyzer {
     /// Speaking windows since the start or the last tick.
     since_tick: u32,
     volume: f32,
+    /// 10 ms at the model's rate.
+    piece: usize,
+    /// The samples of the 10 ms piece being filled, and the sum of their squares.
+    piece_fill: (usize, f32),
+    /// Whether the last whole piece had no sound in it.
+    soundless_piece: bool,
+    /// Whole pieces so far with a voice's loudness (`min_volume`) in them.
+    loud_pieces: u64,
+    /// While `Stopping` for audio with no sound in it: `loud_pieces` then. A louder piece since
+    /// undoes that stop.
+    soundless_stop: Option<u64>,
 }
 
 impl VadAnalyzer {
@@ -130,6 +156,11 @@ impl VadAnalyzer {
             since_tick: 0,
             params,
             volume: 0.0,
+            piece: model_rate as usize / 100,
+            piece_fill: (0, 0.0),
+            soundless_piece: false,
+            loud_pieces: 0,
+            soundless_stop: None,
         })
     }
 
@@ -138,13 +169,15 @@ impl VadAnalyzer {
         self.state
     }
 
-    /// Feeds audio; returns the changes it saw, in order.
+    /// Feeds audio; returns the changes it saw, in order. The quick changes between windows
+    /// ([`between_windows`](Self::between_windows)) move the state but are not returned.
     pub fn analyze(&mut self, audio: &[i16]) -> Result<Vec<VadEvent>, VadError> {
         let mut events = Vec::new();
         for window in self.windows(audio) {
             let confidence = self.model.probability(&mut self.model_state, &window)?;
             events.extend(self.apply(confidence, &window));
         }
+        self.between_windows();
         Ok(events)
     }
 
@@ -153,8 +186,10 @@ impl VadAnalyzer {
     /// [`apply`](Self::apply) with each window's confidence, in order.
     pub fn windows(&mut self, audio: &[i16]) -> Vec<Vec<f32>> {
         let resampled = self.resampler.process(audio);
+        let start = self.buffer.len();
         self.buffer
             .extend(resampled.iter().map(|&s| f32::from(s) / 32768.0));
+        self.follow_pieces(start);
         let windows: Vec<Vec<f32>> = self
             .buffer
             .chunks_exact(self.window)
@@ -164,20 +199,79 @@ impl VadAnalyzer {
         windows
     }
 
+    /// Follows the loudness of the 10 ms pieces in `self.buffer[start..]`.
+    fn follow_pieces(&mut self, start: usize) {
+        for &s in &self.buffer[start..] {
+            self.piece_fill.0 += 1;
+            self.piece_fill.1 += s * s;
+            if self.piece_fill.0 == self.piece {
+                let (n, power) = std::mem::take(&mut self.piece_fill);
+                let level = level(power / n as f32);
+                self.soundless_piece = level < SOUNDLESS;
+                if level >= self.params.min_volume {
+                    self.loud_pieces += 1;
+                }
+            }
+        }
+    }
+
+    /// What the 10 ms pieces fed since the last call say before the model's window is whole:
+    ///
+    /// - a piece with no sound in it while speaking is the first silence at once
+    ///   ([`QuickChange::SilenceStarted`]). The window then counts as the stop's first silent one
+    ///   if its end is soundless too (see [`apply`](Self::apply)), so the stop itself comes no
+    ///   sooner than the windows say;
+    /// - a piece with a voice's loudness after a silence that had no sound in it undoes that
+    ///   silence ([`QuickChange::SpeechResumed`]): the soundless stretch was inside the speech
+    ///   (a stop consonant's closure in synthetic speech is digital silence), and the words
+    ///   after it belong to the same utterance, whatever the model makes of them.
+    pub fn between_windows(&mut self) -> Option<QuickChange> {
+        match self.state {
+            VadState::Speaking if self.soundless_piece => {
+                self.state = VadState::Stopping;
+                self.count = 0;
+                self.soundless_stop = Some(self.loud_pieces);
+                Some(QuickChange::SilenceStarted)
+            }
+            VadState::Stopping
+                if self
+                    .soundless_stop
+                    .is_some_and(|loud| self.loud_pieces > loud) =>
+            {
+                self.state = VadState::Speaking;
+                self.soundless_stop = None;
+                Some(QuickChange::SpeechResumed)
+            }
+            _ => None,
+        }
+    }
+
     /// Advances the state machine by one window whose speech confidence is `confidence`.
     pub fn apply(&mut self, confidence: f32, window: &[f32]) -> Option<VadEvent> {
-        let loudness = loudness(window);
-        self.volume = if loudness >= self.volume {
-            loudness
+        let level = loudness(window);
+        self.volume = if level >= self.volume {
+            level
         } else {
-            VOLUME_RELEASE * loudness + (1.0 - VOLUME_RELEASE) * self.volume
+            VOLUME_RELEASE * level + (1.0 - VOLUME_RELEASE) * self.volume
         };
         // A window with no sound in it holds no speech, whatever the model's state still says
-        // (Silero's confidence can lag the voice's end by two windows).
-        let sound = loudness >= SOUNDLESS;
+        // (Silero's confidence can lag the voice's end by two windows). Nor, once speaking, does
+        // one whose last 10 ms have none: the voice ended in it. (Before the start, such a
+        // window is only a closure inside the first words, not an onset fading.)
+        let tail = &window[window.len().saturating_sub(self.piece)..];
+        let ending = matches!(self.state, VadState::Speaking | VadState::Stopping);
+        let sound = level >= SOUNDLESS && !(ending && loudness(tail) < SOUNDLESS);
         let speech =
             sound && confidence >= self.params.confidence && self.volume >= self.params.min_volume;
-        self.step(speech)
+        let was_speaking = self.state == VadState::Speaking;
+        let event = self.step(speech);
+        if self.state != VadState::Stopping {
+            self.soundless_stop = None;
+        } else if was_speaking && !sound {
+            // As soundless as a quick first silence, and as undone by a voice coming back.
+            self.soundless_stop = Some(self.loud_pieces);
+        }
+        event
     }
 
     /// The model's rate (the windows' rate).
@@ -200,6 +294,9 @@ impl VadAnalyzer {
         self.state = VadState::Quiet;
         self.count = 0;
         self.buffer.clear();
+        self.piece_fill = (0, 0.0);
+        self.soundless_piece = false;
+        self.soundless_stop = None;
         self.model_state.reset();
         event
     }
@@ -252,7 +349,11 @@ impl VadAnalyzer {
 /// Loudness from 0 (-20 dB) to 1 (+80 dB), in dB of the window's RMS in 16-bit units: the scale
 /// pipecat's thresholds are written for, without the K-weighting (close enough for speech).
 fn loudness(window: &[f32]) -> f32 {
-    let power = window.iter().map(|s| s * s).sum::<f32>() / window.len().max(1) as f32;
+    level(window.iter().map(|s| s * s).sum::<f32>() / window.len().max(1) as f32)
+}
+
+/// [`loudness`] of audio whose mean square is `power`.
+fn level(power: f32) -> f32 {
     let db = 10.0 * (power * 32768.0 * 32768.0).max(1e-10).log10() - 0.691;
     ((db + 20.0) / 100.0).clamp(0.0, 1.0)
 }
@@ -278,6 +379,135 @@ mod tests {
             .map(|i| ((i as f32) * 1.7).sin() * 0.0003)
             .collect();
         assert!(loudness(&quiet) > SOUNDLESS, "a noise floor is sound");
+    }
+
+    /// An analyzer at 16 kHz that has been speaking for ten windows of a loud tone, each judged
+    /// by the model with full confidence.
+    fn speaking() -> VadAnalyzer {
+        let model = SileroVad::shared().expect("the VAD model loads; run scripts/setup.sh");
+        let mut vad = VadAnalyzer::new(model, 16_000, VadParams::default()).expect("16 kHz");
+        for window in vad.windows(&tone(512 * 10, 3000.0)) {
+            vad.apply(1.0, &window);
+        }
+        assert_eq!(vad.state(), VadState::Speaking);
+        vad
+    }
+
+    fn tone(samples: usize, amplitude: f32) -> Vec<i16> {
+        (0..samples)
+            .map(|i| ((i as f32) * 0.3).sin() * amplitude)
+            .map(|s| s as i16)
+            .collect()
+    }
+
+    #[test]
+    fn ten_soundless_milliseconds_are_the_first_silence_before_the_window_is_whole() {
+        let mut vad = speaking();
+        // The voice ends 100 samples into the next window; the rest of what comes is soundless.
+        let mut audio = tone(100, 3000.0);
+        audio.extend([0; 60 + 80]);
+        assert!(vad.windows(&audio).is_empty());
+        assert_eq!(
+            vad.between_windows(),
+            None,
+            "the piece the voice ended in has sound, the next is not whole"
+        );
+        assert!(vad.windows(&[0; 80]).is_empty());
+        assert_eq!(
+            vad.between_windows(),
+            Some(QuickChange::SilenceStarted),
+            "a whole soundless piece"
+        );
+        assert_eq!(vad.state(), VadState::Stopping);
+        // The window the voice ended in is the stop's first silent one: no resumption, and the
+        // stop comes as many windows later as it would have without the quick first silence.
+        let windows = vad.windows(&[0; 512 * 6]);
+        let events: Vec<_> = windows.iter().map(|w| vad.apply(1.0, w)).collect();
+        assert_eq!(vad.between_windows(), None);
+        let stop_windows = 6; // 0.2 s of 32 ms windows, rounded
+        assert_eq!(
+            events[stop_windows - 1],
+            Some(VadEvent::Stopped),
+            "{events:?}"
+        );
+        assert!(
+            events[..stop_windows - 1].iter().all(Option::is_none),
+            "{events:?}"
+        );
+    }
+
+    #[test]
+    fn a_voice_after_a_soundless_first_silence_resumes_the_speech_whatever_the_model_says() {
+        let mut vad = speaking();
+        // A stop consonant's closure in synthetic speech, then the word goes on.
+        vad.windows(&[0; 160]);
+        assert_eq!(vad.between_windows(), Some(QuickChange::SilenceStarted));
+        assert!(vad.windows(&tone(160, 3000.0)).is_empty());
+        assert_eq!(vad.between_windows(), Some(QuickChange::SpeechResumed));
+        assert_eq!(vad.state(), VadState::Speaking);
+        // The model, still unsure of the short word, does not end the speech at once.
+        let windows = vad.windows(&tone(192, 3000.0));
+        assert_eq!(windows.len(), 1);
+        assert_eq!(vad.apply(0.1, &windows[0]), None);
+        assert_eq!(vad.state(), VadState::Stopping);
+        assert_eq!(
+            vad.between_windows(),
+            None,
+            "a silence the model heard is undone by the model alone"
+        );
+    }
+
+    #[test]
+    fn a_window_ending_in_no_sound_is_a_silence_that_a_voice_undoes() {
+        let mut vad = speaking();
+        // The closure falls at the window's end, and the next chunk starts the next window.
+        let mut audio = tone(512 - 160, 3000.0);
+        audio.extend([0; 160]);
+        audio.extend(tone(160, 3000.0));
+        let windows = vad.windows(&audio);
+        assert_eq!(windows.len(), 1);
+        assert_eq!(vad.apply(1.0, &windows[0]), None);
+        assert_eq!(vad.state(), VadState::Stopping);
+        vad.windows(&tone(160, 3000.0));
+        assert_eq!(vad.between_windows(), Some(QuickChange::SpeechResumed));
+    }
+
+    #[test]
+    fn a_window_ending_in_no_sound_before_the_start_does_not_fade_the_onset() {
+        let model = SileroVad::shared().expect("the VAD model loads; run scripts/setup.sh");
+        let mut vad = VadAnalyzer::new(model, 16_000, VadParams::default()).expect("16 kHz");
+        let mut closing = tone(512 - 160, 3000.0);
+        closing.extend([0; 160]);
+        let mut events = Vec::new();
+        for window in vad.windows(&tone(512, 3000.0)) {
+            events.extend(vad.apply(1.0, &window));
+        }
+        for window in vad.windows(&closing) {
+            events.extend(vad.apply(1.0, &window));
+        }
+        assert_eq!(events, [VadEvent::Onset]);
+        assert_eq!(vad.state(), VadState::Starting);
+    }
+
+    #[test]
+    fn sound_under_a_voices_loudness_does_not_undo_a_soundless_first_silence() {
+        let mut vad = speaking();
+        vad.windows(&[0; 160]);
+        assert_eq!(vad.between_windows(), Some(QuickChange::SilenceStarted));
+        // About -73 dBFS: a noise floor, not a voice; the stop comes on time.
+        let windows = vad.windows(&tone(512 * 6 - 160, 10.0));
+        assert_eq!(vad.between_windows(), None);
+        let events: Vec<_> = windows.iter().map(|w| vad.apply(0.0, w)).collect();
+        assert_eq!(events.last(), Some(&Some(VadEvent::Stopped)), "{events:?}");
+    }
+
+    #[test]
+    fn a_noise_floor_never_ends_speech_before_the_model_does() {
+        let mut vad = speaking();
+        // About -73 dBFS: quiet, but sound.
+        vad.windows(&tone(480, 10.0));
+        assert_eq!(vad.between_windows(), None);
+        assert_eq!(vad.state(), VadState::Speaking);
     }
 
     #[test]

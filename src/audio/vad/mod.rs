@@ -8,7 +8,9 @@ mod kernel;
 pub mod silero;
 mod stage;
 
-pub use analyzer::{SPEAKING_TICK_SECS, VadAnalyzer, VadError, VadEvent, VadParams, VadState};
+pub use analyzer::{
+    QuickChange, SPEAKING_TICK_SECS, VadAnalyzer, VadError, VadEvent, VadParams, VadState,
+};
 pub use batcher::VadBatcher;
 pub use silero::{SileroState, SileroVad};
 pub use stage::VadStage;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use tokio::sync::mpsc;
 
-use super::analyzer::{VadAnalyzer, VadEvent, VadParams, VadState};
+use super::analyzer::{QuickChange, VadAnalyzer, VadEvent, VadParams, VadState};
 use super::batcher::VadBatcher;
 use crate::frames::{AudioFrame, Frame, FrameBody, SystemFrame};
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
@@ -153,6 +153,15 @@ impl Detector {
                 if let Some(event) = event {
                     self.push(event).await;
                 }
+            }
+            match a.between_windows() {
+                Some(QuickChange::SilenceStarted) => {
+                    self.push_frame(SystemFrame::VadSilenceStarted).await;
+                }
+                Some(QuickChange::SpeechResumed) => {
+                    self.push_frame(SystemFrame::VadSpeechResumed).await;
+                }
+                None => {}
             }
         }
         Ok(())
