@@ -125,8 +125,8 @@ pub struct VadAnalyzer {
     soundless_piece: bool,
     /// Whole pieces so far with a voice's loudness (`min_volume`) in them.
     loud_pieces: u64,
-    /// While `Stopping` for audio with no sound in it: `loud_pieces` then. A louder piece since
-    /// undoes that stop.
+    /// While `Stopping` for audio with no sound in it: `loud_pieces` then. A piece at a voice's
+    /// loudness since undoes that silence.
     soundless_stop: Option<u64>,
 }
 
@@ -206,7 +206,7 @@ impl VadAnalyzer {
             self.piece_fill.1 += s * s;
             if self.piece_fill.0 == self.piece {
                 let (n, power) = std::mem::take(&mut self.piece_fill);
-                let level = level(power / n as f32);
+                let level = loudness_of_power(power / n as f32);
                 self.soundless_piece = level < SOUNDLESS;
                 if level >= self.params.min_volume {
                     self.loud_pieces += 1;
@@ -349,11 +349,11 @@ impl VadAnalyzer {
 /// Loudness from 0 (-20 dB) to 1 (+80 dB), in dB of the window's RMS in 16-bit units: the scale
 /// pipecat's thresholds are written for, without the K-weighting (close enough for speech).
 fn loudness(window: &[f32]) -> f32 {
-    level(window.iter().map(|s| s * s).sum::<f32>() / window.len().max(1) as f32)
+    loudness_of_power(window.iter().map(|s| s * s).sum::<f32>() / window.len().max(1) as f32)
 }
 
 /// [`loudness`] of audio whose mean square is `power`.
-fn level(power: f32) -> f32 {
+fn loudness_of_power(power: f32) -> f32 {
     let db = 10.0 * (power * 32768.0 * 32768.0).max(1e-10).log10() - 0.691;
     ((db + 20.0) / 100.0).clamp(0.0, 1.0)
 }
