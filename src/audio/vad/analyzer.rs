@@ -219,8 +219,8 @@ impl VadAnalyzer {
     ///
     /// - a piece with no sound in it while speaking is the first silence at once
     ///   ([`QuickChange::SilenceStarted`]). The window then counts as the stop's first silent one
-    ///   if its end is soundless too (see [`apply`](Self::apply)), so the stop itself comes no
-    ///   sooner than the windows say;
+    ///   if its end is soundless too (see [`apply`](Self::apply)): the stop comes up to one
+    ///   window sooner than when that window counted as speech;
     /// - a piece with a voice's loudness after a silence that had no sound in it undoes that
     ///   silence ([`QuickChange::SpeechResumed`]): the soundless stretch was inside the speech
     ///   (a stop consonant's closure in synthetic speech is digital silence), and the words
