@@ -420,7 +420,7 @@ mod tests {
         );
         assert_eq!(vad.state(), VadState::Stopping);
         // The window the voice ended in is the stop's first silent one: no resumption, and the
-        // stop comes as many windows later as it would have without the quick first silence.
+        // stop comes `stop_windows` windows after the quick first silence.
         let windows = vad.windows(&[0; 512 * 6]);
         let events: Vec<_> = windows.iter().map(|w| vad.apply(1.0, w)).collect();
         assert_eq!(vad.between_windows(), None);
