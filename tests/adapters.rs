@@ -74,7 +74,8 @@ fn async_texts(ctx: &LlmContext) -> (String, String, String) {
 #[test]
 fn openai_gets_the_context_as_it_is_without_other_providers_messages() {
     let ctx = conversation();
-    let body = openai::request(&ctx.messages, &ctx.tools, ctx.tool_choice.as_ref());
+    let body = openai::request(&ctx.messages, &ctx.tools, ctx.tool_choice.as_ref())
+        .expect("a valid request");
     let expected: Vec<Value> = ctx
         .messages
         .iter()
@@ -103,7 +104,8 @@ fn openai_gets_the_context_as_it_is_without_other_providers_messages() {
 fn anthropic_splits_the_system_prompt_uses_blocks_and_merges_roles() {
     let ctx = conversation();
     let (started, partial, fin) = async_texts(&ctx);
-    let body = anthropic::request(&ctx.messages, &ctx.tools, ctx.tool_choice.as_ref());
+    let body = anthropic::request(&ctx.messages, &ctx.tools, ctx.tool_choice.as_ref())
+        .expect("a valid request");
     assert_eq!(body["system"], "You are helpful.");
     assert_eq!(
         body["messages"],
@@ -145,7 +147,8 @@ fn gemini_gets_parts_function_calls_and_named_function_responses() {
     let ctx = conversation();
     let (started, partial, fin) = async_texts(&ctx);
     let started: Value = serde_json::from_str(&started).expect("started is JSON");
-    let body = gemini::request(&ctx.messages, &ctx.tools, ctx.tool_choice.as_ref());
+    let body = gemini::request(&ctx.messages, &ctx.tools, ctx.tool_choice.as_ref())
+        .expect("a valid request");
     assert_eq!(
         body["systemInstruction"],
         json!({"parts": [{"text": "You are helpful."}]})
@@ -297,7 +300,8 @@ fn tool_choice_maps_per_provider() {
         tool_choice: Some(choice),
         ..conversation()
     };
-    let body = gemini::request(&ctx.messages, &ctx.tools, ctx.tool_choice.as_ref());
+    let body = gemini::request(&ctx.messages, &ctx.tools, ctx.tool_choice.as_ref())
+        .expect("a valid request");
     assert_eq!(
         body["toolConfig"],
         json!({"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["get_weather"]}})
@@ -354,4 +358,107 @@ fn calls_of_one_reply_are_grouped_and_calls_of_later_replies_are_not() {
         roles(json!(gemini::contents(&sequential))),
         ["user", "model", "user", "model", "user"]
     );
+}
+
+#[test]
+fn a_context_ending_on_the_bot_is_an_error_for_anthropic_and_gemini_not_a_prefill() {
+    use voxide::context::adapters::ContextError;
+    let tools = ToolsSchema::default();
+    let messages = vec![
+        Message::system("Be brief."),
+        Message::user("Hi"),
+        Message::assistant("Hello."),
+    ];
+    assert_eq!(
+        anthropic::request(&messages, &tools, None),
+        Err(ContextError::EndsOnAssistant {
+            provider: "Anthropic"
+        })
+    );
+    assert_eq!(
+        gemini::request(&messages, &tools, None),
+        Err(ContextError::EndsOnAssistant { provider: "Gemini" })
+    );
+    // OpenAI continues the bot's words: valid there.
+    assert!(openai::request(&messages, &tools, None).is_ok());
+}
+
+#[test]
+fn instructions_alone_are_the_turn_a_bot_that_speaks_first_answers() {
+    let tools = ToolsSchema::default();
+    let messages = vec![
+        Message::system("You are a receptionist."),
+        Message::system("Greet the caller."),
+    ];
+    let body = anthropic::request(&messages, &tools, None).expect("valid");
+    assert_eq!(body["system"], "You are a receptionist.");
+    assert_eq!(
+        body["messages"],
+        json!([{"role": "user", "content": [{"type": "text", "text": "Greet the caller."}]}])
+    );
+    let body = gemini::request(&messages[1..], &tools, None).expect("valid");
+    assert!(body.get("systemInstruction").is_none());
+    assert_eq!(
+        body["contents"],
+        json!([{"role": "user", "parts": [{"text": "Greet the caller."}]}])
+    );
+}
+
+#[test]
+fn a_result_without_its_call_or_a_call_without_its_result_is_an_error_before_anything_is_sent() {
+    use voxide::context::adapters::ContextError;
+    let tools = ToolsSchema::default();
+    let orphan = vec![Message::user("Hi"), Message::tool("a", "1")];
+    let unanswered = vec![
+        Message::user("Hi"),
+        call("a", "get_current_time", json!({})),
+        Message::user("Well?"),
+    ];
+    for (messages, error) in [
+        (&orphan, ContextError::ResultWithoutCall { id: "a".into() }),
+        (
+            &unanswered,
+            ContextError::CallWithoutResult { id: "a".into() },
+        ),
+    ] {
+        assert_eq!(openai::request(messages, &tools, None), Err(error.clone()));
+        assert_eq!(
+            anthropic::request(messages, &tools, None),
+            Err(error.clone())
+        );
+        assert_eq!(gemini::request(messages, &tools, None), Err(error));
+    }
+}
+
+#[test]
+fn anthropic_thinking_goes_back_verbatim_before_the_words_and_calls_it_led_to() {
+    use voxide::context::AssistantMessage;
+    let thinking = json!({"type": "thinking", "thinking": "Need the clock.", "signature": "EqQB"});
+    let messages = vec![
+        Message::user("What time is it?"),
+        Message::Assistant(AssistantMessage {
+            content: Some(Some(voxide::context::Content::Text("Let me check.".into()))),
+            tool_calls: Some(vec![ToolCall::function(
+                "a",
+                "get_current_time",
+                &json!({}),
+            )]),
+            ..AssistantMessage::default()
+        }),
+        Message::tool("a", "noon"),
+        Message::ProviderSpecific(anthropic::thinking_message("a", vec![thinking.clone()])),
+    ];
+    let body = anthropic::request(&messages, &ToolsSchema::default(), None).expect("valid");
+    assert_eq!(
+        body["messages"][1]["content"],
+        json!([
+            thinking,
+            {"type": "text", "text": "Let me check."},
+            {"type": "tool_use", "id": "a", "name": "get_current_time", "input": {}}
+        ])
+    );
+    assert_eq!(body["messages"].as_array().map(Vec::len), Some(3));
+    // Other providers never see it.
+    let body = openai::request(&messages, &ToolsSchema::default(), None).expect("valid");
+    assert_eq!(body["messages"].as_array().map(Vec::len), Some(3));
 }

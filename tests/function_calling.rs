@@ -795,7 +795,7 @@ async fn responses_carry_usage_cost_and_stop_reason_and_the_context_reports_them
         (metas[2].provider.as_str(), metas[2].model.as_str()),
         ("test", "scripted")
     );
-    // The text before the call precedes the call in the context.
+    // The text before the call precedes the call, in one message, as the model wrote it.
     let roles: Vec<_> = messages.iter().map(Message::role).collect();
     assert_eq!(
         roles,
@@ -803,13 +803,25 @@ async fn responses_carry_usage_cost_and_stop_reason_and_the_context_reports_them
             "system",
             "user",
             "assistant",
-            "assistant",
             "tool",
             "assistant",
             "user",
             "assistant"
         ]
     );
+    let Message::Assistant(first) = &messages[2] else {
+        panic!("an assistant message: {messages:?}");
+    };
+    assert_eq!(
+        first
+            .content
+            .clone()
+            .flatten()
+            .map(|c| c.joined_text())
+            .as_deref(),
+        Some("Let me check.")
+    );
+    assert_eq!(first.tool_calls.as_ref().map(Vec::len), Some(1));
 
     assert_eq!(report.turns.len(), 2);
     assert_eq!(report.turns[0].responses, 2);

@@ -337,11 +337,37 @@ mod anthropic {
 
     /// Two `tool_use` blocks in one reply, their input streamed in pieces.
     pub fn two_calls() -> String {
+        calls_after(None)
+    }
+
+    /// A text block, then the two `tool_use` blocks, as Claude often answers.
+    pub fn text_then_two_calls(text: &str) -> String {
+        calls_after(Some(text))
+    }
+
+    fn calls_after(text: Option<&str>) -> String {
         let mut events = vec![start()];
+        let first = usize::from(text.is_some());
+        if let Some(text) = text {
+            events.extend([
+                (
+                    Some("content_block_start"),
+                    json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+                ),
+                (
+                    Some("content_block_delta"),
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": text}}),
+                ),
+                (
+                    Some("content_block_stop"),
+                    json!({"type": "content_block_stop", "index": 0}),
+                ),
+            ]);
+        }
         for (index, id, name, pieces) in [
-            (0, "toolu_time", "get_current_time", vec![""]),
+            (first, "toolu_time", "get_current_time", vec![""]),
             (
-                1,
+                first + 1,
                 "toolu_calc",
                 "calculate",
                 vec!["{\"expression\": ", "\"17*23\"}"],
@@ -929,6 +955,7 @@ mod whole_bot {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn openai_two_tools_in_one_reply_both_results_in_one_follow_up() {
         let first = sse(&[
+            json!({"choices": [{"delta": {"role": "assistant", "content": "Let me check."}}]}),
             json!({"choices": [{"delta": {"tool_calls": [
                 {"index": 0, "id": "call_time", "type": "function", "function": {"name": "get_current_time", "arguments": "{}"}},
                 {"index": 1, "id": "call_calc", "type": "function", "function": {"name": "calculate", "arguments": "{\"expression\": \"17*23\"}"}}
@@ -966,7 +993,21 @@ mod whole_bot {
         )
         .await;
         check(&summary);
+        assert_eq!(stand_in.refusals(), Vec::<String>::new());
         let follow_up = the_follow_up(&stand_in.posts(), |m| m["role"] == "tool");
+        // The words and the first call in one message, each call's result right after it.
+        let n = follow_up.len();
+        let roles: Vec<&str> = follow_up[n - 4..]
+            .iter()
+            .map(|m| m["role"].as_str().expect("role"))
+            .collect();
+        assert_eq!(
+            roles,
+            ["assistant", "tool", "assistant", "tool"],
+            "{follow_up:#?}"
+        );
+        assert_eq!(follow_up[n - 4]["content"], "Let me check.");
+        assert_eq!(follow_up[n - 4]["tool_calls"][0]["id"], "call_time");
         let results: Vec<&Value> = follow_up.iter().filter(|m| m["role"] == "tool").collect();
         assert_eq!(results.len(), 2, "{follow_up:?}");
         assert_eq!(results[0]["tool_call_id"], "call_time");
@@ -983,7 +1024,10 @@ mod whole_bot {
     async fn anthropic_two_tool_uses_in_one_reply_both_results_in_one_user_turn() {
         let last = anthropic::text_answer("It is noon, and seventeen times twenty-three is 391.");
         let lost = anthropic::text_answer("Sorry?");
-        let first = anthropic::two_calls();
+        // Words, then the calls, as Claude often answers: the words stay before the calls and
+        // the follow-up ends on the results (Claude 4.6 refuses one that ends on the assistant,
+        // and so does the stand-in).
+        let first = anthropic::text_then_two_calls("Let me check.");
         let reply = Reply::With(Arc::new(move |body: &Value| {
             let messages = body["messages"].as_array().cloned().unwrap_or_default();
             let blocks = |kind: &str| -> Vec<Value> {
@@ -1018,17 +1062,30 @@ mod whole_bot {
                 .as_array()
                 .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"))
         });
-        // The calls in one assistant turn, both results in the one user turn after it.
+        assert_eq!(stand_in.refusals(), Vec::<String>::new());
+        // The words and calls in one assistant turn, both results in the one user turn after
+        // it, and nothing after them.
         let n = follow_up.len();
         assert_eq!(follow_up[n - 2]["role"], "assistant");
-        let uses: Vec<&str> = follow_up[n - 2]["content"]
+        let blocks: Vec<String> = follow_up[n - 2]["content"]
             .as_array()
             .expect("blocks")
             .iter()
-            .filter(|b| b["type"] == "tool_use")
-            .map(|b| b["id"].as_str().expect("id"))
+            .map(|b| match b["type"].as_str() {
+                Some("tool_use") => format!("tool_use {}", b["id"].as_str().expect("id")),
+                Some("text") => format!("text {}", b["text"].as_str().expect("text")),
+                other => format!("{other:?}"),
+            })
             .collect();
-        assert_eq!(uses, ["toolu_time", "toolu_calc"], "{follow_up:#?}");
+        assert_eq!(
+            blocks,
+            [
+                "text Let me check.",
+                "tool_use toolu_time",
+                "tool_use toolu_calc"
+            ],
+            "{follow_up:#?}"
+        );
         assert_eq!(follow_up[n - 1]["role"], "user");
         let results: Vec<&Value> = follow_up[n - 1]["content"]
             .as_array()

@@ -14,8 +14,8 @@ use crate::context::{
     ToolCall, ToolMessage,
 };
 use crate::frames::{
-    ControlFrame, DataFrame, Frame, FrameBody, FunctionCallResult, LlmResponseSummary, ResultKind,
-    SystemFrame, WordTiming,
+    ControlFrame, DataFrame, Frame, FrameBody, FunctionCallResult, LlmResponseSummary,
+    OnContextUpdated, ResultKind, SystemFrame, WordTiming,
 };
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
 use crate::services::llm::IN_PROGRESS;
@@ -28,6 +28,12 @@ use crate::services::llm::IN_PROGRESS;
 /// Behind a TTS and an output, it records what the listener heard: the TTS's sentences as their
 /// audio plays, and on an interruption only the words whose audio had (mostly) played. Without
 /// a TTS it records the LLM's text.
+///
+/// The context keeps the model's order. A response that calls tools is one assistant message
+/// with the words said before the calls, then the calls: words whose audio plays after the call
+/// was announced (the voice is still speaking them) join that message, not a new one behind
+/// the results. Async-tool messages that come while a response is under way wait for its end,
+/// so they follow the bot's words and the next request ends on them, never on the assistant.
 pub struct AssistantAggregator {
     context: ContextHandle,
     /// Text of the current response not yet written to the context.
@@ -48,6 +54,11 @@ pub struct AssistantAggregator {
     unsettled: HashMap<u64, usize>,
     /// Batches of this response made only of async calls: the model answers once it ends.
     async_only: HashSet<u64>,
+    /// The id of the current response's first tool call: its message carries the response's
+    /// words.
+    response_call: Option<String>,
+    /// Async-tool messages that came during the current response, for after it.
+    held: Vec<(Message, Option<OnContextUpdated>)>,
 }
 
 impl AssistantAggregator {
@@ -66,6 +77,8 @@ impl AssistantAggregator {
             run_pending: false,
             unsettled: HashMap::new(),
             async_only: HashSet::new(),
+            response_call: None,
+            held: Vec::new(),
         }
     }
 
@@ -98,13 +111,35 @@ impl AssistantAggregator {
         }
     }
 
-    /// Writes the pending text as an assistant message.
+    /// Writes the pending text: into the message of the response's calls when it has some,
+    /// else as an assistant message of its own.
     fn commit_text(&mut self) {
         self.finish_playing();
         let text = std::mem::take(&mut self.text);
         let text = text.trim();
-        if !text.is_empty() {
-            self.context.lock().messages.push(Message::assistant(text));
+        if text.is_empty() {
+            return;
+        }
+        let mut context = self.context.lock();
+        let calls_message = self.response_call.as_ref().and_then(|id| {
+            context.messages.iter_mut().rev().find_map(|m| match m {
+                Message::Assistant(a) if a.tool_calls.iter().flatten().any(|c| &c.id == id) => {
+                    Some(a)
+                }
+                _ => None,
+            })
+        });
+        match calls_message {
+            Some(message) => {
+                let said = match message.content.take().flatten() {
+                    Some(before) if !before.joined_text().trim().is_empty() => {
+                        format!("{} {text}", before.joined_text().trim_end())
+                    }
+                    _ => text.to_owned(),
+                };
+                message.content = Some(Some(Content::Text(said)));
+            }
+            None => context.messages.push(Message::assistant(text)),
         }
     }
 
@@ -161,6 +196,7 @@ impl AssistantAggregator {
             ContentBlock::ToolCall(call) => Some(call.id.clone()),
             _ => None,
         });
+        self.response_call = None;
         let mut context = self.context.lock();
         let target = context.messages.iter_mut().rev().find_map(|m| match m {
             Message::Assistant(a) => {
@@ -180,6 +216,26 @@ impl AssistantAggregator {
             .extend(provider_messages.into_iter().map(Message::ProviderSpecific));
     }
 
+    /// Writes the async-tool messages held back during the response, after its words.
+    fn release_held(&mut self) {
+        let held = std::mem::take(&mut self.held);
+        if held.is_empty() {
+            return;
+        }
+        let callbacks: Vec<OnContextUpdated> = {
+            let mut context = self.context.lock();
+            held.into_iter()
+                .filter_map(|(message, callback)| {
+                    context.messages.push(message);
+                    callback
+                })
+                .collect()
+        };
+        for callback in callbacks {
+            callback.call();
+        }
+    }
+
     fn request_run(&mut self, cx: &mut FrameContext<'_>) {
         self.run_pending = true;
         self.maybe_run(cx);
@@ -193,15 +249,24 @@ impl AssistantAggregator {
     }
 
     fn on_in_progress(&mut self, call: &crate::frames::FunctionCallInProgress) {
-        // What the model said before calling comes first in the context, as it did in the stream.
-        self.commit_text();
         let tool_call =
             ToolCall::function(&call.tool_call_id, &call.function_name, &call.arguments);
+        // What the model said before calling comes first, in the same message, as it did in
+        // the stream. Words still to be heard join it as they play (`commit_text`).
+        let mut said = None;
         if self.in_response {
             self.blocks.push(ContentBlock::ToolCall(tool_call.clone()));
+            if self.response_call.is_none() {
+                self.response_call = Some(call.tool_call_id.clone());
+                let text = std::mem::take(&mut self.text);
+                said = Some(text.trim().to_owned()).filter(|t| !t.is_empty());
+            }
+        } else {
+            self.commit_text();
         }
         let mut context = self.context.lock();
         context.messages.push(Message::Assistant(AssistantMessage {
+            content: said.map(|text| Some(Content::Text(text))),
             tool_calls: Some(vec![tool_call]),
             ..AssistantMessage::default()
         }));
@@ -280,8 +345,13 @@ impl AssistantAggregator {
                 build_intermediate_result_message(&result.tool_call_id, result.result.as_ref())
             }
         };
+        let callback = result.properties.on_context_updated.clone();
+        if self.in_response {
+            self.held.push((message, callback));
+            return;
+        }
         self.context.lock().messages.push(message);
-        if let Some(callback) = &result.properties.on_context_updated {
+        if let Some(callback) = callback {
             callback.call();
         }
     }
@@ -326,6 +396,7 @@ impl AssistantAggregator {
             self.finish_response(true);
         }
         self.in_response = false;
+        self.release_held();
     }
 
     /// The voice started a sentence: with word timings, what is heard of it can be told.
@@ -341,6 +412,8 @@ impl AssistantAggregator {
     }
 
     fn response_started(&mut self) {
+        self.release_held();
+        self.response_call = None;
         self.in_response = true;
         self.playing = None;
         self.text.clear();
@@ -391,6 +464,7 @@ impl FrameProcessor for AssistantAggregator {
             FrameBody::Control(ControlFrame::LlmFullResponseEnd) => {
                 self.in_response = false;
                 self.finish_response(false);
+                self.release_held();
                 if !self.async_only.is_empty() {
                     self.async_only.clear();
                     self.run_pending = true;

@@ -1,6 +1,8 @@
 //! A local stand-in for a streamed HTTP LLM API (OpenAI-compatible, Anthropic, Gemini): it
 //! answers every POST with the next scripted reply, byte for byte as the provider sends it, and
-//! records what it was asked and over which connection.
+//! records what it was asked and over which connection. It is as strict as the real APIs: a
+//! request that breaks their rules (`voxide::bench::providers::stand_ins::strict`) is answered
+//! 400 in the provider's own error shape, and recorded in `refused`.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -12,6 +14,7 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use serde_json::Value;
+use voxide::bench::providers::stand_ins::strict;
 
 /// What the stand-in answers.
 #[derive(Clone)]
@@ -43,6 +46,10 @@ pub struct StandIn {
     replies: Arc<Mutex<Vec<Reply>>>,
     posts: Arc<Mutex<usize>>,
     pub seen: Arc<Mutex<Vec<Seen>>>,
+    /// Why each refused request was refused.
+    pub refused: Arc<Mutex<Vec<String>>>,
+    /// The thinking blocks sent so far, by the call they led to.
+    thinking: Arc<Mutex<strict::Thinking>>,
 }
 
 impl StandIn {
@@ -53,6 +60,11 @@ impl StandIn {
             .filter(|s| s.method == Method::POST)
             .cloned()
             .collect()
+    }
+
+    /// Why requests were refused, in order.
+    pub fn refusals(&self) -> Vec<String> {
+        self.refused.lock().expect("lock").clone()
     }
 
     /// Every request, in order.
@@ -93,6 +105,7 @@ async fn answer(
     body: Bytes,
 ) -> Response {
     let json: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let uri_path = uri.path().to_owned();
     stand_in.seen.lock().expect("lock").push(Seen {
         method: method.clone(),
         uri,
@@ -103,19 +116,31 @@ async fn answer(
     if method != Method::POST {
         return StatusCode::METHOD_NOT_ALLOWED.into_response();
     }
+    if let Some(api) = strict::Api::of_path(uri_path.as_str()) {
+        let thinking = stand_in.thinking.lock().expect("lock").clone();
+        if let Err(why) = strict::check(api, &json, &thinking) {
+            stand_in.refused.lock().expect("lock").push(why.clone());
+            return api.refusal(&why);
+        }
+    }
     let reply = {
         let mut posts = stand_in.posts.lock().expect("lock");
         *posts += 1;
         let replies = stand_in.replies.lock().expect("lock");
         replies[(*posts - 1).min(replies.len() - 1)].clone()
     };
-    respond(reply, &json)
+    respond(reply, &json, &stand_in)
 }
 
-fn respond(reply: Reply, request: &Value) -> Response {
+fn respond(reply: Reply, request: &Value, stand_in: &StandIn) -> Response {
     let sse = [("content-type", "text/event-stream")];
     match reply {
         Reply::Stream(text, piece) => {
+            stand_in
+                .thinking
+                .lock()
+                .expect("lock")
+                .extend(strict::thinking_in(&text));
             let pieces: Vec<Result<Bytes, Infallible>> = text
                 .into_bytes()
                 .chunks(piece)
@@ -137,7 +162,7 @@ fn respond(reply: Reply, request: &Value) -> Response {
             )
                 .into_response()
         }
-        Reply::With(choose) => respond(choose(request), request),
+        Reply::With(choose) => respond(choose(request), request, stand_in),
     }
 }
 

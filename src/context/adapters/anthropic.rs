@@ -1,30 +1,46 @@
 //! Anthropic messages: instructions in `system`, tool calls as `tool_use` blocks, results as
 //! `tool_result` blocks in user turns, and consecutive messages of one role merged into one.
+//!
+//! The request is checked before it goes: roles alternate, every `tool_use` is answered in the
+//! next user turn, and the conversation ends on a user turn. Claude 4.6 and later refuse a
+//! request that ends on the assistant ("This model does not support assistant message prefill.
+//! The conversation must end with a user message."), so a context that does is an error here,
+//! not a 400 there. A reply's thinking blocks go back verbatim, signature and all, before the
+//! `tool_use` they led to ("Replay them unchanged when tools are used").
+
+use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
 use super::{
-    arguments_object, data_url, grouped_calls, leading_instructions, provider_specific, push_merged,
+    ContextError, arguments_object, check_turns, data_url, grouped_calls, leading_instructions,
+    provider_specific, push_merged,
 };
 use crate::context::{
     AdapterKind, Content, ContentPart, KnownPart, Message, ToolChoice, ToolsSchema,
 };
 
-/// The `system`, `messages`, `tools` and `tool_choice` of a messages request.
+/// The `system`, `messages`, `tools` and `tool_choice` of a messages request, or why the
+/// context cannot be one.
 pub fn request(
     messages: &[Message],
     tools: &ToolsSchema,
     tool_choice: Option<&ToolChoice>,
-) -> Value {
-    let (system, skip) = leading_instructions(messages);
+) -> Result<Value, ContextError> {
+    let (mut system, mut skip) = leading_instructions(messages);
+    if skip == messages.len() && skip > 0 {
+        // Only instructions (a bot that speaks first): the last of them is the user turn the
+        // model answers, as the API needs one.
+        skip -= 1;
+        system = leading_instructions(&messages[..skip]).0;
+    }
+    let turns = self::messages(&messages[skip..]);
+    check(&turns)?;
     let mut body = Map::new();
     if let Some(system) = system {
         body.insert("system".into(), Value::String(system));
     }
-    body.insert(
-        "messages".into(),
-        Value::Array(self::messages(&messages[skip..])),
-    );
+    body.insert("messages".into(), Value::Array(turns));
     let tools = self::tools(tools);
     if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
@@ -32,16 +48,36 @@ pub fn request(
             body.insert("tool_choice".into(), self::tool_choice(choice));
         }
     }
-    Value::Object(body)
+    Ok(Value::Object(body))
+}
+
+/// The rules of the Messages API that a request breaks with a 400 (see the module's notes).
+fn check(turns: &[Value]) -> Result<(), ContextError> {
+    let turns: Vec<(String, Vec<Value>)> = turns
+        .iter()
+        .map(|t| {
+            let role = t["role"].as_str().unwrap_or_default().to_owned();
+            (role, t["content"].as_array().cloned().unwrap_or_default())
+        })
+        .collect();
+    fn call(block: &Value) -> Option<&str> {
+        (block["type"] == "tool_use").then(|| block["id"].as_str())?
+    }
+    fn result(block: &Value) -> Option<&str> {
+        (block["type"] == "tool_result").then(|| block["tool_use_id"].as_str())?
+    }
+    check_turns("Anthropic", &turns, "assistant", call, result)
 }
 
 /// The conversation as alternating user/assistant messages of content blocks. System and
 /// developer messages inside the conversation become user text.
 pub fn messages(messages: &[Message]) -> Vec<Value> {
+    let messages = &grouped_calls(messages)[..];
+    let thinking = thinking_blocks(messages);
     let mut merged: Vec<(String, Vec<Value>)> = Vec::new();
-    for message in &grouped_calls(messages) {
+    for message in messages {
         if let Some(own) = provider_specific(message, AdapterKind::Anthropic) {
-            if let Some(own) = own {
+            if let Some(own) = own.filter(|own| !is_thinking(own)) {
                 let role = own.get("role").and_then(Value::as_str).unwrap_or("user");
                 push_merged(&mut merged, role, content_blocks(own.get("content")));
             }
@@ -51,12 +87,21 @@ pub fn messages(messages: &[Message]) -> Vec<Value> {
             Message::System(m) | Message::Developer(m) => ("user", blocks(&m.content)),
             Message::User(m) => ("user", blocks(&m.content)),
             Message::Assistant(m) => {
-                let mut out = m
-                    .content
-                    .as_ref()
-                    .and_then(Option::as_ref)
-                    .map(blocks)
-                    .unwrap_or_default();
+                // The reasoning that led to the calls comes first, as the model wrote it.
+                let mut out: Vec<Value> = m
+                    .tool_calls
+                    .iter()
+                    .flatten()
+                    .filter_map(|c| thinking.get(c.id.as_str()))
+                    .flat_map(|blocks| blocks.iter().cloned())
+                    .collect();
+                out.extend(
+                    m.content
+                        .as_ref()
+                        .and_then(Option::as_ref)
+                        .map(blocks)
+                        .unwrap_or_default(),
+                );
                 for call in m.tool_calls.iter().flatten() {
                     out.push(json!({
                         "type": "tool_use",
@@ -85,6 +130,38 @@ pub fn messages(messages: &[Message]) -> Vec<Value> {
             // Results must lead a user turn, before any text the user added.
             content.sort_by_key(|b| b.get("type").and_then(Value::as_str) != Some("tool_result"));
             json!({"role": role, "content": content})
+        })
+        .collect()
+}
+
+/// An Anthropic-only context message that carries a reply's thinking blocks, bookmarked by the
+/// first call they led to: `{"type": "thinking", "blocks": [...], "bookmark": {"function_call":
+/// ID}}`.
+pub fn thinking_message(tool_call_id: &str, blocks: Vec<Value>) -> crate::context::ProviderMessage {
+    crate::context::ProviderMessage {
+        llm: AdapterKind::Anthropic.as_str().to_owned(),
+        message: json!({
+            "type": "thinking",
+            "blocks": blocks,
+            "bookmark": {"function_call": tool_call_id},
+        }),
+    }
+}
+
+fn is_thinking(message: &Value) -> bool {
+    message.get("type").and_then(Value::as_str) == Some("thinking")
+}
+
+/// Each call's thinking blocks, by the id of the call they led to.
+fn thinking_blocks(messages: &[Message]) -> HashMap<&str, &[Value]> {
+    messages
+        .iter()
+        .filter_map(|m| provider_specific(m, AdapterKind::Anthropic).flatten())
+        .filter(|own| is_thinking(own))
+        .filter_map(|own| {
+            let id = own.pointer("/bookmark/function_call")?.as_str()?;
+            let blocks = own.get("blocks")?.as_array()?;
+            Some((id, blocks.as_slice()))
         })
         .collect()
 }

@@ -1,24 +1,39 @@
 //! Google Gemini: `contents` of `user` and `model` turns made of parts, tool calls as
 //! `functionCall` parts, results as `functionResponse` parts, instructions in `systemInstruction`.
+//!
+//! The request is checked before it goes: turns alternate, every `functionCall` is answered by
+//! a `functionResponse` in the next turn ("the number of function response parts must equal the
+//! number of function call parts of the function call turn"), and the conversation ends on a
+//! user turn, as Anthropic's does: a model turn last would be answered as a continuation of the
+//! bot's own words.
 
 use std::collections::HashMap;
 
 use serde_json::{Map, Value, json};
 
 use super::{
-    arguments_object, data_url, grouped_calls, leading_instructions, provider_specific, push_merged,
+    ContextError, arguments_object, check_turns, data_url, grouped_calls, leading_instructions,
+    provider_specific, push_merged,
 };
 use crate::context::{
     AdapterKind, Content, ContentPart, FunctionSchema, KnownPart, Message, ToolChoice, ToolsSchema,
 };
 
-/// The `systemInstruction`, `contents`, `tools` and `toolConfig` of a generateContent request.
+/// The `systemInstruction`, `contents`, `tools` and `toolConfig` of a generateContent request,
+/// or why the context cannot be one.
 pub fn request(
     messages: &[Message],
     tools: &ToolsSchema,
     tool_choice: Option<&ToolChoice>,
-) -> Value {
-    let (system, skip) = leading_instructions(messages);
+) -> Result<Value, ContextError> {
+    let (mut system, mut skip) = leading_instructions(messages);
+    if skip == messages.len() && skip > 0 {
+        // Only instructions (a bot that speaks first): the last of them is the user turn.
+        skip -= 1;
+        system = leading_instructions(&messages[..skip]).0;
+    }
+    let contents = contents(&messages[skip..]);
+    check(&contents)?;
     let mut body = Map::new();
     if let Some(system) = system {
         body.insert(
@@ -26,7 +41,7 @@ pub fn request(
             json!({"parts": [{"text": system}]}),
         );
     }
-    body.insert("contents".into(), Value::Array(contents(&messages[skip..])));
+    body.insert("contents".into(), Value::Array(contents));
     let tools = self::tools(tools);
     if !tools.is_empty() {
         body.insert("tools".into(), Value::Array(tools));
@@ -34,7 +49,25 @@ pub fn request(
             body.insert("toolConfig".into(), tool_config(choice));
         }
     }
-    Value::Object(body)
+    Ok(Value::Object(body))
+}
+
+/// The rules of `generateContent` that a request breaks (see the module's notes).
+fn check(contents: &[Value]) -> Result<(), ContextError> {
+    let turns: Vec<(String, Vec<Value>)> = contents
+        .iter()
+        .map(|t| {
+            let role = t["role"].as_str().unwrap_or_default().to_owned();
+            (role, t["parts"].as_array().cloned().unwrap_or_default())
+        })
+        .collect();
+    check_turns(
+        "Gemini",
+        &turns,
+        "model",
+        |p| p.pointer("/functionCall/id").and_then(Value::as_str),
+        |p| p.pointer("/functionResponse/id").and_then(Value::as_str),
+    )
 }
 
 /// The conversation as `{role, parts}` turns, consecutive turns of one role merged.

@@ -120,3 +120,78 @@ fn push_merged(out: &mut Vec<(String, Vec<Value>)>, role: &str, blocks: Vec<Valu
         _ => out.push((role.to_owned(), blocks)),
     }
 }
+
+/// Why a context cannot go to a provider as it is: found before anything is sent.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ContextError {
+    /// The conversation has nothing in it to answer.
+    #[error("the conversation is empty: {provider} needs at least one user turn")]
+    Empty {
+        /// The provider the request was for.
+        provider: &'static str,
+    },
+    /// The last turn is the bot's own: a prefill, which Claude 4.6 and later refuse (400
+    /// "This model does not support assistant message prefill").
+    #[error(
+        "the conversation ends on the bot's own words: {provider} answers a user turn \
+         (tool results count as one), not an assistant prefill"
+    )]
+    EndsOnAssistant {
+        /// The provider the request was for.
+        provider: &'static str,
+    },
+    /// A tool result whose call is not in the assistant turn right before it.
+    #[error("the result of tool call {id} does not follow the turn that made the call")]
+    ResultWithoutCall {
+        /// The call's id.
+        id: String,
+    },
+    /// A tool call with no result in the turn right after it.
+    #[error("tool call {id} has no result in the turn after it")]
+    CallWithoutResult {
+        /// The call's id.
+        id: String,
+    },
+}
+
+/// Checks alternating `(role, blocks)` turns of the providers that take the conversation as
+/// user and assistant turns (Anthropic: "roles must alternate", every `tool_use` answered by a
+/// `tool_result` in the next user turn, which must end the request on Claude 4.6 and later;
+/// Gemini: `functionCall` parts answered by `functionResponse` parts in the next turn).
+/// `assistant` names the bot's role, `calls` and `results` read a turn's call and result ids.
+fn check_turns(
+    provider: &'static str,
+    turns: &[(String, Vec<Value>)],
+    assistant: &str,
+    calls: fn(&Value) -> Option<&str>,
+    results: fn(&Value) -> Option<&str>,
+) -> Result<(), ContextError> {
+    let Some((last, _)) = turns.last() else {
+        return Err(ContextError::Empty { provider });
+    };
+    if last == assistant {
+        return Err(ContextError::EndsOnAssistant { provider });
+    }
+    let ids = |blocks: &[Value], read: fn(&Value) -> Option<&str>| -> Vec<String> {
+        blocks
+            .iter()
+            .filter_map(|b| read(b).map(str::to_owned))
+            .collect()
+    };
+    let mut asked: Vec<String> = Vec::new();
+    for (role, blocks) in turns {
+        let answered = ids(blocks, results);
+        if let Some(id) = answered.iter().find(|id| !asked.contains(id)) {
+            return Err(ContextError::ResultWithoutCall { id: id.clone() });
+        }
+        if let Some(id) = asked.iter().find(|id| !answered.contains(id)) {
+            return Err(ContextError::CallWithoutResult { id: id.clone() });
+        }
+        asked = if role == assistant {
+            ids(blocks, calls)
+        } else {
+            Vec::new()
+        };
+    }
+    Ok(())
+}

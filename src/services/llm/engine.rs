@@ -80,6 +80,9 @@ pub enum LlmError {
     /// The provider's answer could not be understood.
     #[error("the LLM's answer could not be parsed: {0}")]
     Protocol(String),
+    /// The context breaks a rule of the provider's API: found before anything was sent.
+    #[error("the context cannot be sent: {0}")]
+    Context(#[from] crate::context::adapters::ContextError),
 }
 
 /// Something that completes conversations: a local model or a provider's API.

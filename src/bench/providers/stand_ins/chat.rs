@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use super::super::Protocol;
 use super::StandIns;
 use super::audit::Fault;
+use super::strict::{self, Api};
 
 /// The tool the OpenAI stream calls once a conversation when it is offered.
 pub const TOOL: &str = "lookup_order";
@@ -153,6 +154,15 @@ pub(super) async fn chat(State(stand_ins): State<StandIns>, body: Bytes) -> Resp
         return refusal;
     }
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let api = match stand_ins.protocol {
+        Protocol::Openai => Api::OpenAi,
+        Protocol::Anthropic => Api::Anthropic,
+    };
+    // The stand-in's replies have no thinking blocks to be sent back.
+    if let Err(refusal) = strict::check(api, &request, &strict::Thinking::new()) {
+        tracing::warn!(%refusal, "the chat stand-in refused a request as the real API would");
+        return api.refusal(&refusal);
+    }
     let key = marker(&request);
     stand_ins.note(arrived, key.clone(), |log| &mut log.request_arrived);
     let messages = request["messages"].as_array().cloned().unwrap_or_default();

@@ -13,12 +13,14 @@
 //! Every turn is named `session N question T` on all three, so the legs line up across them.
 //! With [`Faults`] they also fail on purpose (sockets dropped, first tokens late, requests and
 //! upgrades refused), and `GET /stand-in/stats` tells what failed and whether the bot made up for
-//! it: each final answered once, each finished tool result delivered ([`audit`]).
+//! it: each final answered once, each finished tool result delivered ([`audit`]). The chat
+//! stream refuses, as the real APIs do, a request that breaks their rules ([`strict`]).
 //! `cargo run --release --example stand_in_providers` serves them for a whole bot.
 
 pub mod audit;
 mod chat;
 mod sockets;
+pub mod strict;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};

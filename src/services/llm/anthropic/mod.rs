@@ -9,6 +9,7 @@
 
 pub(crate) mod wire;
 
+use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -102,20 +103,20 @@ impl AnthropicLlm {
         Ok(Self { settings, endpoint })
     }
 
-    /// The request body for `request`.
-    pub fn body(&self, request: &LlmRequest) -> Value {
+    /// The request body for `request`, or why the context cannot be sent.
+    pub fn body(&self, request: &LlmRequest) -> Result<Value, LlmError> {
         let mut body = anthropic::request(
             &request.messages,
             &request.tools,
             request.tool_choice.as_ref(),
-        );
+        )?;
         body["model"] = json!(self.settings.model);
         body["max_tokens"] = json!(self.settings.max_tokens);
         body["stream"] = json!(true);
         if let Some(t) = self.settings.temperature {
             body["temperature"] = json!(t);
         }
-        body
+        Ok(body)
     }
 }
 
@@ -129,8 +130,10 @@ impl LlmEngine for AnthropicLlm {
     }
 
     fn generate(&self, request: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
-        self.endpoint
-            .stream(self.body(&request), wire::Decoder::new)
+        match self.body(&request) {
+            Ok(body) => self.endpoint.stream(body, wire::Decoder::new),
+            Err(error) => futures_util::stream::iter([Err(error)]).boxed(),
+        }
     }
 
     fn warm(&self) -> BoxFuture<'static, ()> {

@@ -8,9 +8,10 @@
 use std::collections::HashMap;
 
 use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::context::StopReason;
+use crate::context::adapters::anthropic::thinking_message;
 use crate::frames::TokenUsage;
 use crate::services::llm::http::Decode;
 use crate::services::llm::sse::SseEvent;
@@ -79,6 +80,12 @@ pub enum Block {
     Thinking {
         #[serde(default)]
         thinking: String,
+        #[serde(default)]
+        signature: String,
+    },
+    RedactedThinking {
+        #[serde(default)]
+        data: String,
     },
     #[serde(other)]
     Other,
@@ -96,6 +103,8 @@ pub enum Delta {
     },
     #[serde(rename = "thinking_delta")]
     Thinking { thinking: String },
+    #[serde(rename = "signature_delta")]
+    Signature { signature: String },
     #[serde(other)]
     Other,
 }
@@ -127,6 +136,10 @@ struct OpenCall {
 #[derive(Debug, Default)]
 pub struct Decoder {
     calls: HashMap<usize, OpenCall>,
+    /// Thinking blocks being read, by index: the API wants them back verbatim with the calls.
+    open_thinking: HashMap<usize, Value>,
+    /// Finished thinking blocks not yet tied to a call.
+    thinking: Vec<Value>,
     usage: TokenUsage,
     has_usage: bool,
     produced: bool,
@@ -156,11 +169,26 @@ impl Decoder {
                 content_block,
             } => match content_block {
                 Block::Text { text } => self.text(text, &mut out),
-                Block::Thinking { thinking } if !thinking.is_empty() => {
-                    out.push(LlmEvent::Thinking(thinking))
+                Block::Thinking {
+                    thinking,
+                    signature,
+                } => {
+                    let block =
+                        json!({"type": "thinking", "thinking": thinking, "signature": signature});
+                    self.open_thinking.insert(index, block);
+                    if !thinking.is_empty() {
+                        out.push(LlmEvent::Thinking(thinking))
+                    }
                 }
+                Block::RedactedThinking { data } => self
+                    .thinking
+                    .push(json!({"type": "redacted_thinking", "data": data})),
                 Block::ToolUse { id, name, input } => {
                     self.produced = true;
+                    if !self.thinking.is_empty() {
+                        let blocks = std::mem::take(&mut self.thinking);
+                        out.push(LlmEvent::ProviderMessage(thinking_message(&id, blocks)));
+                    }
                     self.calls.insert(
                         index,
                         OpenCall {
@@ -171,12 +199,22 @@ impl Decoder {
                         },
                     );
                 }
-                Block::Thinking { .. } | Block::Other => {}
+                Block::Other => {}
             },
             Event::ContentBlockDelta { index, delta } => match delta {
                 Delta::Text { text } => self.text(text, &mut out),
-                Delta::Thinking { thinking } if !thinking.is_empty() => {
-                    out.push(LlmEvent::Thinking(thinking))
+                Delta::Thinking { thinking } => {
+                    if let Some(block) = self.open_thinking.get_mut(&index) {
+                        append(&mut block["thinking"], &thinking);
+                    }
+                    if !thinking.is_empty() {
+                        out.push(LlmEvent::Thinking(thinking))
+                    }
+                }
+                Delta::Signature { signature } => {
+                    if let Some(block) = self.open_thinking.get_mut(&index) {
+                        append(&mut block["signature"], &signature);
+                    }
                 }
                 Delta::InputJson { partial_json } => match self.calls.get_mut(&index) {
                     Some(call) => call.json.push_str(&partial_json),
@@ -186,11 +224,14 @@ impl Decoder {
                         )));
                     }
                 },
-                Delta::Thinking { .. } | Delta::Other => {}
+                Delta::Other => {}
             },
             Event::ContentBlockStop { index } => {
                 if let Some(call) = self.calls.remove(&index) {
                     out.push(finished(call));
+                }
+                if let Some(block) = self.open_thinking.remove(&index) {
+                    self.thinking.push(block);
                 }
             }
             Event::MessageDelta { delta, usage } => {
@@ -301,6 +342,13 @@ fn stop_reason(reason: &str) -> StopReason {
     }
 }
 
+/// Appends a delta to a block's string field.
+fn append(field: &mut Value, delta: &str) {
+    if let Value::String(text) = field {
+        text.push_str(delta);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -394,6 +442,46 @@ mod tests {
         ]);
         assert_eq!(events[0], LlmEvent::Thinking("Greet back.".into()));
         assert_eq!(events[1], LlmEvent::Text("Hello.".into()));
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e, LlmEvent::ProviderMessage(_))),
+            "no call, nothing to replay: {events:?}"
+        );
+    }
+
+    #[test]
+    fn thinking_before_a_call_is_kept_verbatim_for_the_follow_up() {
+        let events = run(&[
+            START,
+            r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"Need "}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"the clock."}}"#,
+            r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"EqQB"}}"#,
+            r#"{"type":"content_block_stop","index":0}"#,
+            r#"{"type":"content_block_start","index":1,"content_block":{"type":"redacted_thinking","data":"c2VjcmV0"}}"#,
+            r#"{"type":"content_block_stop","index":1}"#,
+            r#"{"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"toolu_a","name":"get_current_time","input":{}}}"#,
+            r#"{"type":"content_block_stop","index":2}"#,
+            r#"{"type":"message_delta","delta":{"stop_reason":"tool_use"},"usage":{"output_tokens":60}}"#,
+            r#"{"type":"message_stop"}"#,
+        ]);
+        let kept: Vec<_> = events
+            .iter()
+            .filter_map(|e| match e {
+                LlmEvent::ProviderMessage(m) => Some(m),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(kept.len(), 1, "{events:?}");
+        assert_eq!(kept[0].llm, "anthropic");
+        assert_eq!(
+            kept[0].message,
+            json!({"type": "thinking", "blocks": [
+                {"type": "thinking", "thinking": "Need the clock.", "signature": "EqQB"},
+                {"type": "redacted_thinking", "data": "c2VjcmV0"}
+            ], "bookmark": {"function_call": "toolu_a"}})
+        );
     }
 
     #[test]

@@ -9,6 +9,7 @@ pub(crate) mod wire;
 
 pub use wire::thought_signature;
 
+use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
@@ -97,13 +98,13 @@ impl GeminiLlm {
         Ok(Self { settings, endpoint })
     }
 
-    /// The request body for `request`.
-    pub fn body(&self, request: &LlmRequest) -> Value {
+    /// The request body for `request`, or why the context cannot be sent.
+    pub fn body(&self, request: &LlmRequest) -> Result<Value, LlmError> {
         let mut body = gemini::request(
             &request.messages,
             &request.tools,
             request.tool_choice.as_ref(),
-        );
+        )?;
         let mut config = serde_json::Map::new();
         if let Some(max) = self.settings.max_tokens {
             config.insert("maxOutputTokens".into(), json!(max));
@@ -121,7 +122,7 @@ impl GeminiLlm {
         if !config.is_empty() {
             body["generationConfig"] = Value::Object(config);
         }
-        body
+        Ok(body)
     }
 }
 
@@ -135,8 +136,10 @@ impl LlmEngine for GeminiLlm {
     }
 
     fn generate(&self, request: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
-        self.endpoint
-            .stream(self.body(&request), wire::Decoder::new)
+        match self.body(&request) {
+            Ok(body) => self.endpoint.stream(body, wire::Decoder::new),
+            Err(error) => futures_util::stream::iter([Err(error)]).boxed(),
+        }
     }
 
     fn warm(&self) -> BoxFuture<'static, ()> {

@@ -6,6 +6,7 @@
 
 pub(crate) mod wire;
 
+use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::BoxStream;
 use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderValue};
@@ -87,13 +88,13 @@ impl OpenAiLlm {
         Ok(Self { settings, endpoint })
     }
 
-    /// The request body for `request`.
-    pub fn body(&self, request: &LlmRequest) -> Value {
+    /// The request body for `request`, or why the context cannot be sent.
+    pub fn body(&self, request: &LlmRequest) -> Result<Value, LlmError> {
         let mut body = openai::request(
             &request.messages,
             &request.tools,
             request.tool_choice.as_ref(),
-        );
+        )?;
         body["model"] = json!(self.settings.model);
         body["stream"] = json!(true);
         body["stream_options"] = json!({"include_usage": true});
@@ -109,7 +110,7 @@ impl OpenAiLlm {
         if let Some(t) = self.settings.temperature {
             body["temperature"] = json!(t);
         }
-        body
+        Ok(body)
     }
 }
 
@@ -123,8 +124,10 @@ impl LlmEngine for OpenAiLlm {
     }
 
     fn generate(&self, request: LlmRequest) -> BoxStream<'static, Result<LlmEvent, LlmError>> {
-        self.endpoint
-            .stream(self.body(&request), wire::Assembler::new)
+        match self.body(&request) {
+            Ok(body) => self.endpoint.stream(body, wire::Assembler::new),
+            Err(error) => futures_util::stream::iter([Err(error)]).boxed(),
+        }
     }
 
     fn warm(&self) -> BoxFuture<'static, ()> {
