@@ -73,7 +73,8 @@ start_node() {
   OPENAI_API_KEY=local OPENAI_BASE_URL="http://127.0.0.1:$STAND_IN_PORT/v1" \
   RUST_LOG="${RUST_LOG:-warn,voxide::server=info}" \
     "$BIN" serve --host "127.0.0.1$n" --port "$PORT" --node-id "n$n" --peers "$PEERS" \
-      --agent-port "$AGENT_PORT" --auth-token "$TOKEN" --trust-forwarded-for \
+      --agent-port "$AGENT_PORT" --auth-token "$TOKEN" --cluster-secret "cluster-$TOKEN" \
+      --trust-forwarded-for \
       --sessions-per-minute-per-ip 100000 --max-sessions 24 --drain-timeout-secs 120 \
       --stt deepgram --llm openai --tts cartesia --turn silence \
       >>"$OUT/n$n.log" 2>&1 &

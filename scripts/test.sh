@@ -17,6 +17,9 @@ cargo test --doc --locked
 echo "test: deployment files"
 scripts/deploy_check.sh
 
+echo "test: the security probes against a live server (scripts/security.sh)"
+scripts/security.sh
+
 echo "test: three nodes behind HAProxy (scripts/cluster.sh, small)"
 scripts/cluster.sh --sessions 6
 

@@ -204,7 +204,7 @@ async fn two_nodes() -> Server {
             node_id: "n1".parse().expect("a node id"),
             peers: Peers {
                 known,
-                template: None,
+                ..Peers::default()
             },
             ..ServeOptions::new(([127, 0, 0, 1], 0).into(), Vec::new())
         },
@@ -260,14 +260,16 @@ async fn a_request_for_another_nodes_connection_is_answered_by_that_node() {
             .unwrap_or_default()
             .contains("n2.0000")
     );
-    // A session another node's /start began: its offer goes there (which is still loading).
+    // A session another node's /start began: its offer goes there, which knows no such
+    // start.
     let offer = r#"{"sdp": "v=0", "type": "offer"}"#;
     let request = json_request("POST", "/sessions/n2.0000/api/offer", offer);
     let (status, node, body) = answering_node(&n1, request).await;
     assert_eq!(node, "n2");
     assert_eq!(
         (status, code(&body)),
-        (StatusCode::SERVICE_UNAVAILABLE, "not_ready")
+        (StatusCode::NOT_FOUND, "not_found"),
+        "{body}"
     );
     // Its own: answered here.
     let trickle = r#"{"pc_id": "n1.0000", "candidates": []}"#;
@@ -565,10 +567,224 @@ async fn a_session_started_before_a_drain_still_gets_its_offer_taken() {
         (StatusCode::BAD_REQUEST, "bad_request"),
         "past admission, to the SDP: {body}"
     );
+    // Each start's id takes one offer; an id no start minted takes none.
+    let (status, _, body) = send(&server, json_request("POST", &promised, offer)).await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
     let unknown = "/sessions/test.0000/api/offer";
     let (status, _, body) = send(&server, json_request("POST", unknown, offer)).await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
+    // And no new start while draining.
+    let (status, _, body) = send(&server, json_request("POST", "/start", "")).await;
     assert_eq!(
         (status, code(&body)),
         (StatusCode::SERVICE_UNAVAILABLE, "draining")
     );
+}
+
+/// A listener that counts the connections it gets, for the probes that must reach nothing.
+async fn tripwire() -> (std::net::SocketAddr, Arc<std::sync::atomic::AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let addr = listener.local_addr().expect("an address");
+    let hits = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = hits.clone();
+    tokio::spawn(async move {
+        while let Ok((_stream, _)) = listener.accept().await {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    });
+    (addr, hits)
+}
+
+#[tokio::test]
+async fn a_pc_id_naming_an_address_is_refused_before_any_request() {
+    let (listener, hits) = tripwire().await;
+    let server = Server::new(
+        ServeOptions {
+            node_id: "n1".parse().expect("a node id"),
+            peers: Peers {
+                template: Some("http://{node}.voxide-nodes:7860".into()),
+                ..Peers::default()
+            },
+            ..ServeOptions::new(([127, 0, 0, 1], 0).into(), Vec::new())
+        },
+        Arc::new(NoBots),
+    );
+    server.set_ready();
+    let port = listener.port();
+    for pc_id in [
+        format!("localhost:{port}/leak?x=.y"),
+        format!("[::1]:{port}/leak?x=.y"),
+        format!("localhost:{port}#.y"),
+    ] {
+        let trickle = json!({"pc_id": pc_id, "candidates": []}).to_string();
+        let (status, _, body) = send(&server, json_request("PATCH", "/api/offer", &trickle)).await;
+        assert_eq!(
+            (status, code(&body)),
+            (StatusCode::BAD_REQUEST, "bad_request"),
+            "{pc_id}: {body}"
+        );
+        let path = format!("/sessions/{}/api/offer", pc_id.replace('/', "%2F"));
+        let offer = r#"{"sdp": "v=0", "type": "offer"}"#;
+        let (status, _, _) = send(&server, json_request("POST", &path, offer)).await;
+        assert!(status.is_client_error(), "{path}: {status}");
+    }
+    tokio::task::yield_now().await;
+    assert_eq!(hits.load(std::sync::atomic::Ordering::SeqCst), 0);
+}
+
+#[tokio::test]
+async fn a_forged_forwarded_header_is_refused_and_counted_like_any_clients_request() {
+    for secret in [None, Some("cluster-s3cret".to_owned())] {
+        let server = Server::new(
+            ServeOptions {
+                node_id: "test".parse().expect("a node id"),
+                access: AccessOptions {
+                    sessions_per_minute: 2,
+                    trust_forwarded_for: true,
+                    ..AccessOptions::default()
+                },
+                peers: Peers {
+                    secret: secret.clone(),
+                    ..Peers::default()
+                },
+                ..ServeOptions::new(([127, 0, 0, 1], 0).into(), Vec::new())
+            },
+            Arc::new(NoBots),
+        );
+        server.set_ready();
+        let mut statuses = Vec::new();
+        for _ in 0..6 {
+            let forged = with_header(
+                json_request("POST", "/start", ""),
+                "x-voxide-forwarded-by",
+                "n2",
+            );
+            let forged = with_header(forged, "x-voxide-signature", "t=1,v1=00");
+            let forged = with_header(forged, "x-forwarded-for", "203.0.113.7");
+            statuses.push(send(&server, forged).await.0.as_u16());
+        }
+        let expected = match secret {
+            // No secret: the claim is not believed, and the request counts like any other.
+            None => [200, 200, 429, 429, 429, 429],
+            // A secret: a false claim is refused, and still counted.
+            Some(_) => [401, 401, 429, 429, 429, 429],
+        };
+        assert_eq!(statuses, expected, "secret: {secret:?}");
+    }
+}
+
+#[tokio::test]
+async fn an_offer_for_a_session_no_start_minted_counts_against_the_limit() {
+    let server = guarded_server(AccessOptions {
+        sessions_per_minute: 2,
+        trust_forwarded_for: true,
+        ..AccessOptions::default()
+    });
+    let offer = r#"{"sdp": "v=0", "type": "offer"}"#;
+    let mut statuses = Vec::new();
+    for n in 0..4 {
+        let path = format!("/sessions/test.{n:04}/api/offer");
+        let request = with_header(
+            json_request("POST", &path, offer),
+            "x-forwarded-for",
+            "203.0.113.7",
+        );
+        statuses.push(send(&server, request).await.0.as_u16());
+    }
+    assert_eq!(statuses, [404, 404, 429, 429]);
+}
+
+#[tokio::test]
+async fn start_keeps_at_most_16_kb_for_its_session() {
+    let server = server(4);
+    server.set_ready();
+    let big = json!({"body": {"notes": "x".repeat(20 * 1024)}}).to_string();
+    let (status, _, body) = send(&server, json_request("POST", "/start", &big)).await;
+    assert_eq!(
+        (status, code(&body)),
+        (StatusCode::PAYLOAD_TOO_LARGE, "too_large")
+    );
+    let fits = json!({"body": {"notes": "x".repeat(15 * 1024)}}).to_string();
+    assert_eq!(
+        send(&server, json_request("POST", "/start", &fits)).await.0,
+        StatusCode::OK
+    );
+}
+
+#[tokio::test]
+async fn nodes_that_share_a_secret_forward_to_each_other_and_others_are_refused() {
+    let secret = Some("cluster-s3cret".to_owned());
+    let with_secret = Peers {
+        secret: secret.clone(),
+        ..Peers::default()
+    };
+    let (_n2, n2) = node_on_a_socket("n2", with_secret.clone()).await;
+    let node = |peers: Peers| {
+        Server::new(
+            ServeOptions {
+                node_id: "n1".parse().expect("a node id"),
+                peers,
+                ..ServeOptions::new(([127, 0, 0, 1], 0).into(), Vec::new())
+            },
+            Arc::new(NoBots),
+        )
+    };
+    let known = Peers::parse_list(&format!("n2=http://{n2}")).expect("a peer list");
+    let trickle = r#"{"pc_id": "n2.0000", "candidates": []}"#;
+    // Signed: n2 takes it as forwarded and answers for its connection.
+    let n1 = node(Peers {
+        known: known.clone(),
+        secret,
+        ..Peers::default()
+    });
+    n1.set_ready();
+    let (status, node_name, body) =
+        answering_node(&n1, json_request("PATCH", "/api/offer", trickle)).await;
+    assert_eq!(
+        (status, node_name.as_str(), code(&body)),
+        (StatusCode::NOT_FOUND, "n2", "not_found"),
+        "{body}"
+    );
+    // A node without the secret: its claim is refused.
+    let stranger = node(Peers {
+        known,
+        ..Peers::default()
+    });
+    stranger.set_ready();
+    let forwarded = with_header(
+        json_request("PATCH", "/api/offer", trickle),
+        "x-voxide-forwarded-by",
+        "n1",
+    );
+    let response = reqwest_free_send(n2, forwarded).await;
+    assert_eq!(response, 401);
+}
+
+/// Sends `request` to a node on a socket; its status.
+async fn reqwest_free_send(addr: std::net::SocketAddr, request: Request<Body>) -> u16 {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let (parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, 1 << 20).await.expect("a body");
+    let mut head = format!(
+        "{} {} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        parts.method,
+        parts.uri,
+        body.len()
+    );
+    for (name, value) in &parts.headers {
+        head.push_str(&format!("{name}: {}\r\n", value.to_str().expect("ASCII")));
+    }
+    head.push_str("\r\n");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    stream.write_all(head.as_bytes()).await.expect("write");
+    stream.write_all(&body).await.expect("write");
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.expect("read");
+    answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }

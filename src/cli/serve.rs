@@ -41,6 +41,11 @@ pub struct ServeArgs {
     /// `http://{node}.voxide-nodes:7860`.
     #[arg(long, env = "VOXIDE_PEER_URL", value_name = "URL")]
     peer_url: Option<String>,
+    /// A secret every node of the cluster shares: forwarded requests carry an HMAC made with
+    /// it, and a request that claims to be forwarded without a valid one is refused (401) and
+    /// counted against its address's session limit. Without it, no claim is believed.
+    #[arg(long, env = "VOXIDE_CLUSTER_SECRET", hide_env_values = true)]
+    cluster_secret: Option<String>,
     /// Answer HAProxy's agent check on this port (same host): `ready up N%` with the node's free
     /// capacity, `drain` while it drains.
     #[arg(long, env = "VOXIDE_AGENT_PORT")]
@@ -129,7 +134,17 @@ impl ServeArgs {
                 None => Default::default(),
             },
             template: self.peer_url.clone().or(server.peer_url.clone()),
+            secret: self.cluster_secret.clone().filter(|s| !s.is_empty()),
         };
+        if let Some(template) = &peers.template {
+            Peers::check_template(template).map_err(|e| anyhow::anyhow!(e))?;
+        }
+        if (!peers.known.is_empty() || peers.template.is_some()) && peers.secret.is_none() {
+            eprintln!(
+                "voxide serve: warning: peers without --cluster-secret (VOXIDE_CLUSTER_SECRET): \
+                 requests other nodes forward count against their address's session limit"
+            );
+        }
         let agent_addr = match self.agent_port.or(server.agent_port) {
             Some(port) => Some(socket_addr(&host, port)?),
             None => None,
@@ -169,6 +184,12 @@ impl ServeArgs {
                 },
             )
         };
+        if !addr.ip().is_loopback() && options.access.auth_token.is_none() {
+            eprintln!(
+                "voxide serve: warning: listening on {addr} without --auth-token \
+                 (VOXIDE_AUTH_TOKEN): anyone who reaches this address can open sessions"
+            );
+        }
         eprintln!(
             "voxide serve: http://{addr}/ as node {} (models load in the background; /readyz says when)",
             options.node_id

@@ -15,8 +15,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 
-use super::cluster::FORWARDED_HEADER;
-use super::{ApiError, App};
+use super::cluster::{FORWARDED_HEADER, Forwarded, SIGNATURE_HEADER, signed, unix_now};
+use super::{ApiError, App, MAX_BODY_BYTES};
 
 /// How the server decides who may use it.
 #[derive(Debug, Clone, Default)]
@@ -160,7 +160,7 @@ pub fn twilio_signature(auth_token: &str, url: &str) -> String {
 }
 
 /// Compares two secrets in time that depends only on their lengths.
-fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+pub(super) fn same_secret(given: &[u8], expected: &[u8]) -> bool {
     given.len() == expected.len()
         && given
             .iter()
@@ -176,11 +176,62 @@ fn guarded(path: &str) -> bool {
         || path.starts_with("/admin/")
 }
 
-/// Requests that open a session (a `/start`'s offer follows its start and is not counted
-/// again).
-fn opens_session(method: &Method, path: &str) -> bool {
-    matches!(path, "/start" | "/ws" | "/ws/twilio")
-        || (method == Method::POST && path == "/api/offer")
+/// Requests that open a session. The offer of a session a `/start` on this node began was
+/// counted with its start; any other offer to `/sessions/{id}` counts.
+fn opens_session(method: &Method, path: &str, started_here: impl Fn(&str) -> bool) -> bool {
+    if matches!(path, "/start" | "/ws" | "/ws/twilio") {
+        return true;
+    }
+    if method != Method::POST {
+        return false;
+    }
+    if path == "/api/offer" {
+        return true;
+    }
+    match path
+        .strip_prefix("/sessions/")
+        .and_then(|rest| rest.strip_suffix("/api/offer"))
+    {
+        Some(id) => !started_here(id),
+        None => false,
+    }
+}
+
+/// Whether `request` comes from a node of the cluster: it says so, and its signature over
+/// method, path, body and time checks out with the cluster's secret. Without a secret no claim
+/// can be checked, and none is believed. The request comes back with its body whole; a claim
+/// that is not believed loses its header, so nothing after trusts it.
+async fn from_a_peer(app: &App, request: Request) -> Result<(Request, Option<bool>), ApiError> {
+    if !request.headers().contains_key(FORWARDED_HEADER) {
+        return Ok((request, None));
+    }
+    let Some(secret) = app.cluster.secret() else {
+        let mut request = request;
+        request.headers_mut().remove(FORWARDED_HEADER);
+        return Ok((request, None));
+    };
+    let (mut parts, body) = request.into_parts();
+    let body = axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|e| ApiError::TooLarge(format!("the request body is too large: {e}")))?;
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or(parts.uri.path(), |p| p.as_str());
+    let proven = parts
+        .headers
+        .get(SIGNATURE_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|h| signed(secret, h, parts.method.as_str(), path, &body, unix_now()));
+    if proven {
+        parts.extensions.insert(Forwarded);
+    } else {
+        parts.headers.remove(FORWARDED_HEADER);
+    }
+    Ok((
+        Request::from_parts(parts, axum::body::Body::from(body)),
+        Some(proven),
+    ))
 }
 
 /// Middleware: the token (or Twilio's signature) on guarded routes, and the per-address limit
@@ -201,10 +252,13 @@ pub(crate) async fn guard(
             return Err(ApiError::Unauthorized);
         }
     }
-    // A forwarded request was counted where it came in.
-    let first_hop = !request.headers().contains_key(FORWARDED_HEADER);
+    let (request, claim) = from_a_peer(&app, request).await?;
+    let path = request.uri().path();
+    // A forwarded request was counted where it came in; a false claim is counted here.
+    let first_hop = claim != Some(true);
+    let started_here = |id: &str| app.lock_starts().contains(id);
     if first_hop
-        && opens_session(request.method(), path)
+        && opens_session(request.method(), path, started_here)
         && let Some(ip) = app.access.client(&request)
     {
         let allowed = app
@@ -217,6 +271,13 @@ pub(crate) async fn guard(
             app.metrics.session_rejected();
             return Err(ApiError::RateLimited(ip.to_string()));
         }
+    }
+    if claim == Some(false) {
+        tracing::warn!(
+            path,
+            "a request claimed to be forwarded by a node without a valid signature: refused"
+        );
+        return Err(ApiError::Unauthorized);
     }
     Ok(next.run(request).await)
 }

@@ -47,31 +47,66 @@ pub(crate) struct OfferRequest {
 
 /// How long what a `/start` asked for waits for its offer.
 const START_TTL: std::time::Duration = std::time::Duration::from_secs(300);
-/// `/start`s waiting for their offers at most; the oldest goes first.
+/// The largest `/start` body kept for its offer.
+pub(crate) const MAX_START_BODY: usize = 16 * 1024;
+/// `/start`s waiting for their offers at most, and the bytes of what they asked for in all;
+/// past either, the oldest goes first.
 const MAX_STARTS: usize = 10_000;
+const MAX_STARTS_BYTES: usize = 8 * 1024 * 1024;
 
-/// Each `/start`'s session, by id, with what it asked for (its `body`), until its offer comes.
+/// Each `/start`'s session, by id, with what it asked for (its `body`), until its offer comes:
+/// the first offer takes it, and it is gone.
 #[derive(Default)]
-pub(crate) struct Starts(HashMap<String, (Instant, Value)>);
+pub(crate) struct Starts {
+    waiting: HashMap<String, Started>,
+    bytes: usize,
+}
+
+struct Started {
+    at: Instant,
+    body: Value,
+    bytes: usize,
+}
 
 impl Starts {
-    fn insert(&mut self, id: String, body: Value, now: Instant) {
-        self.0
-            .retain(|_, (at, _)| now.duration_since(*at) < START_TTL);
-        if self.0.len() >= MAX_STARTS
+    fn insert(&mut self, id: String, body: Value, bytes: usize, now: Instant) {
+        self.waiting
+            .retain(|_, s| now.duration_since(s.at) < START_TTL);
+        self.bytes = self.waiting.values().map(|s| s.bytes).sum();
+        while (self.waiting.len() >= MAX_STARTS || self.bytes + bytes > MAX_STARTS_BYTES)
             && let Some(oldest) = self
-                .0
+                .waiting
                 .iter()
-                .min_by_key(|(_, (at, _))| *at)
+                .min_by_key(|(_, s)| s.at)
                 .map(|(k, _)| k.clone())
         {
-            self.0.remove(&oldest);
+            self.remove(&oldest);
         }
-        self.0.insert(id, (now, body));
+        self.bytes += bytes;
+        self.waiting.insert(
+            id,
+            Started {
+                at: now,
+                body,
+                bytes,
+            },
+        );
     }
 
-    fn get(&self, id: &str) -> Option<Value> {
-        self.0.get(id).map(|(_, body)| body.clone())
+    /// What the start asked for, taken by its offer.
+    fn take(&mut self, id: &str) -> Option<Value> {
+        self.remove(id)
+    }
+
+    fn remove(&mut self, id: &str) -> Option<Value> {
+        let started = self.waiting.remove(id)?;
+        self.bytes -= started.bytes;
+        Some(started.body)
+    }
+
+    /// Whether a `/start` here began session `id`, and its offer has not come yet.
+    pub(crate) fn contains(&self, id: &str) -> bool {
+        self.waiting.contains_key(id)
     }
 }
 
@@ -178,7 +213,14 @@ async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<St
     let pc_id = app.cluster.mint();
     let started = session_id
         .as_deref()
-        .and_then(|id| app.lock_starts().get(id));
+        .and_then(|id| app.lock_starts().take(id));
+    if let (Some(id), None) = (&session_id, &started) {
+        // Only a session a `/start` of this node began, once: an id no start minted would
+        // reach the tools as the session's.
+        return Err(ApiError::NotFound(format!(
+            "no session {id:.80} waits for an offer here (each /start's id takes one offer)"
+        )));
+    }
     let promised = started.is_some();
     let info = SessionInfo {
         id: session_id.unwrap_or_else(|| pc_id.clone()),
@@ -491,6 +533,15 @@ pub(crate) async fn start(
     State(app): State<Arc<App>>,
     body: Bytes,
 ) -> Result<Json<Value>, ApiError> {
+    if app.lifecycle.is_draining() {
+        return Err(ApiError::Draining);
+    }
+    if body.len() > MAX_START_BODY {
+        return Err(ApiError::TooLarge(format!(
+            "the /start body is {} bytes; at most {MAX_START_BODY} are kept for the session",
+            body.len()
+        )));
+    }
     let request: StartRequest = if body.iter().all(u8::is_ascii_whitespace) {
         StartRequest::default()
     } else {
@@ -503,7 +554,8 @@ pub(crate) async fn start(
     }
     let id = app.cluster.mint();
     // Kept even without a body: the session's offer is then admitted during a drain.
-    app.lock_starts().insert(id.clone(), data, Instant::now());
+    app.lock_starts()
+        .insert(id.clone(), data, body.len(), Instant::now());
     let servers: Vec<Value> = app
         .options
         .ice_servers
