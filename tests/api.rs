@@ -491,6 +491,37 @@ async fn a_twilio_stream_may_prove_itself_by_its_signature_instead() {
 }
 
 #[tokio::test]
+async fn a_twilio_token_alone_still_requires_twilios_signature() {
+    let server = guarded_server(AccessOptions {
+        twilio_auth_token: Some("twilio-token".into()),
+        public_url: Some("wss://voice.example.com".into()),
+        ..AccessOptions::default()
+    });
+    assert_eq!(
+        send(&server, get("/ws/twilio")).await.0,
+        StatusCode::UNAUTHORIZED,
+        "unsigned"
+    );
+    // Signed over the URL with its standard port, as some of Twilio's requests are.
+    let signature = voxide::server::access::twilio_signature(
+        "twilio-token",
+        "wss://voice.example.com:443/ws/twilio",
+    );
+    let signed = with_header(get("/ws/twilio"), "x-twilio-signature", &signature);
+    assert_eq!(
+        send(&server, signed).await.0,
+        StatusCode::BAD_REQUEST,
+        "past the guard"
+    );
+    // The other routes stay as open as the server's own token leaves them.
+    assert_eq!(
+        send(&server, get("/ws")).await.0,
+        StatusCode::BAD_REQUEST,
+        "past the guard"
+    );
+}
+
+#[tokio::test]
 async fn browsers_on_an_allowed_origin_get_cors_and_others_do_not() {
     let server = guarded_server(AccessOptions {
         cors_origins: vec!["https://app.example.com".into()],

@@ -273,6 +273,18 @@ impl McpServer {
     }
 }
 
+/// What a stdio server's process sees: `PATH` and `HOME` from voxide's environment, then what
+/// the bot file lists for it; never the rest (provider keys, tokens).
+fn child_environment(
+    parent: impl Iterator<Item = (String, String)>,
+    listed: &[(String, String)],
+) -> Vec<(String, String)> {
+    parent
+        .filter(|(k, _)| k == "PATH" || k == "HOME")
+        .chain(listed.iter().cloned())
+        .collect()
+}
+
 /// Connects to the server: spawns it (stdio) or opens its endpoint (HTTP), and initialises.
 async fn connect(
     spec: &Spec,
@@ -282,7 +294,10 @@ async fn connect(
     match &spec.transport {
         Transport::Stdio { command, args, env } => {
             let mut cmd = tokio::process::Command::new(command);
-            cmd.args(args).envs(env.iter().cloned()).kill_on_drop(true);
+            cmd.args(args)
+                .env_clear()
+                .envs(child_environment(std::env::vars(), env))
+                .kill_on_drop(true);
             let (transport, stderr) = TokioChildProcess::builder(cmd)
                 .stderr(std::process::Stdio::piped())
                 .spawn()
@@ -611,6 +626,21 @@ fn tool_result(result: CallToolResult) -> Value {
 mod tests {
     use super::*;
     use rmcp::model::NumberOrString;
+
+    #[test]
+    fn a_stdio_server_sees_path_home_and_its_own_env_never_voxides_secrets() {
+        let parent = [
+            ("PATH", "/usr/bin"),
+            ("HOME", "/home/v"),
+            ("OPENAI_API_KEY", "sk-secret"),
+            ("VOXIDE_AUTH_TOKEN", "t0ken"),
+        ]
+        .map(|(k, v)| (k.to_owned(), v.to_owned()));
+        let listed = vec![("WEATHER_KEY".to_owned(), "w".to_owned())];
+        let seen = child_environment(parent.into_iter(), &listed);
+        let names: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(names, ["PATH", "HOME", "WEATHER_KEY"]);
+    }
 
     fn step(token: i64, progress: f64) -> ProgressNotificationParam {
         ProgressNotificationParam::new(ProgressToken(NumberOrString::Number(token)), progress)

@@ -55,16 +55,21 @@ impl Access {
     }
 
     /// Whether `request` may go on, as far as tokens go.
+    /// With a Twilio token set, a media stream needs Twilio's signature (or the bearer token,
+    /// where there is one): a Twilio token alone never leaves `/ws/twilio` open.
     fn authorized(&self, parts: &RequestView<'_>) -> bool {
-        let Some(token) = &self.options.auth_token else {
-            return true;
+        let twilio_stream = match &self.options.twilio_auth_token {
+            Some(twilio) if parts.path == "/ws/twilio" => {
+                if self.signed_by_twilio(twilio, parts) {
+                    return true;
+                }
+                true
+            }
+            _ => false,
         };
-        if parts.path == "/ws/twilio"
-            && let Some(twilio) = &self.options.twilio_auth_token
-            && self.signed_by_twilio(twilio, parts)
-        {
-            return true;
-        }
+        let Some(token) = &self.options.auth_token else {
+            return !twilio_stream;
+        };
         let bearer = parts
             .headers
             .get(header::AUTHORIZATION)
@@ -117,10 +122,13 @@ impl Access {
             Some(q) => format!("{base}{}?{q}", parts.path),
             None => format!("{base}{}", parts.path),
         };
-        same_secret(
-            twilio_signature(auth_token, &url).as_bytes(),
-            signature.trim().as_bytes(),
-        )
+        // Twilio's own helpers accept the URL with and without its standard port.
+        with_and_without_port(&url).iter().any(|url| {
+            same_secret(
+                twilio_signature(auth_token, url).as_bytes(),
+                signature.trim().as_bytes(),
+            )
+        })
     }
 
     /// The client's address: the connection's, or the proxy's word for it.
@@ -147,6 +155,32 @@ struct RequestView<'a> {
     path: &'a str,
     query: Option<&'a str>,
     headers: &'a HeaderMap,
+}
+
+/// `url` as written, and with its scheme's standard port taken out or put in.
+fn with_and_without_port(url: &str) -> Vec<String> {
+    let mut out = vec![url.to_owned()];
+    let Ok(parsed) = reqwest::Url::parse(url) else {
+        return out;
+    };
+    let standard = match parsed.scheme() {
+        "wss" | "https" => 443,
+        "ws" | "http" => 80,
+        _ => return out,
+    };
+    let Some(host) = parsed.host_str() else {
+        return out;
+    };
+    let (scheme, rest) = url.split_once("://").unwrap_or((parsed.scheme(), url));
+    let after_host = rest.find(['/', '?']).map_or("", |i| &rest[i..]);
+    let with_port = format!("{scheme}://{host}:{standard}{after_host}");
+    let without = format!("{scheme}://{host}{after_host}");
+    for candidate in [with_port, without] {
+        if !out.contains(&candidate) {
+            out.push(candidate);
+        }
+    }
+    out
 }
 
 /// `X-Twilio-Signature` for a request to `url` with no form parameters.
@@ -408,6 +442,24 @@ mod tests {
         assert!(!same_secret(b"s3cret", b"s3creT"));
         assert!(!same_secret(b"s3cret", b"s3cret!"));
         assert!(!same_secret(b"", b"x"));
+    }
+
+    #[test]
+    fn a_twilio_url_is_also_tried_with_and_without_its_standard_port() {
+        assert_eq!(
+            with_and_without_port("wss://voice.example.com/ws/twilio?bot=a"),
+            [
+                "wss://voice.example.com/ws/twilio?bot=a",
+                "wss://voice.example.com:443/ws/twilio?bot=a",
+            ]
+        );
+        assert_eq!(
+            with_and_without_port("wss://voice.example.com:443/ws/twilio"),
+            [
+                "wss://voice.example.com:443/ws/twilio",
+                "wss://voice.example.com/ws/twilio",
+            ]
+        );
     }
 
     #[test]

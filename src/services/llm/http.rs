@@ -197,6 +197,13 @@ async fn run<D: Decode>(
     }
 }
 
+/// A `retry-after` in seconds, clamped before it becomes a duration (`1e20` would overflow one).
+fn retry_after(value: &str) -> Option<Duration> {
+    let secs = value.trim().parse::<f64>().ok()?;
+    (secs.is_finite() && secs >= 0.0)
+        .then(|| Duration::from_secs_f64(secs.min(MAX_RETRY_AFTER.as_secs_f64())))
+}
+
 /// Sends the request once; returns the streaming response.
 async fn send(client: &reqwest::Client, call: &Call) -> Result<reqwest::Response, Attempt> {
     let response = client
@@ -217,9 +224,7 @@ async fn send(client: &reqwest::Client, call: &Call) -> Result<reqwest::Response
         .headers()
         .get(reqwest::header::RETRY_AFTER)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|s| s.is_finite() && *s >= 0.0)
-        .map(|s| Duration::from_secs_f64(s).min(MAX_RETRY_AFTER));
+        .and_then(retry_after);
     let text = response.text().await.unwrap_or_default();
     let message = format!("HTTP {status}: {}", clip(&text));
     // 429 (rate limits), 5xx and Anthropic's 529 (overloaded) pass; the rest is the request's
@@ -325,4 +330,19 @@ async fn first_events<D: Decode>(
 /// The start of a provider's error text, enough to say what went wrong.
 pub(crate) fn clip(text: &str) -> String {
     text.chars().take(300).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_huge_or_odd_retry_after_is_clamped_or_ignored_never_a_panic() {
+        assert_eq!(retry_after("1e20"), Some(MAX_RETRY_AFTER));
+        assert_eq!(retry_after("1.5"), Some(Duration::from_millis(1500)));
+        assert_eq!(retry_after(" 0 "), Some(Duration::ZERO));
+        for odd in ["-1", "NaN", "inf", "Wed, 21 Oct 2015 07:28:00 GMT", ""] {
+            assert_eq!(retry_after(odd), None, "{odd}");
+        }
+    }
 }
