@@ -138,9 +138,18 @@ impl FaultState {
 
 /// Each final the STT stand-in wrote and the answers the LLM stand-in began for it; each tool
 /// call it asked for, the results the tool stand-in finished, and those that reached the model.
+///
+/// Requests are told apart: an answer ends on the user's words; a guess is an answer to fewer of
+/// a turn's words than a later request of the session asks about (the user went on, and the
+/// bot threw its early answer away: it is not counted as an answer); a follow-up ends on a tool
+/// result or an async tool's message.
 #[derive(Debug, Default)]
 pub struct Ledger {
     answers: HashMap<String, usize>,
+    /// By session, the turns the session's latest answer named.
+    latest: HashMap<String, Vec<String>>,
+    guesses: usize,
+    follow_ups: usize,
     tool_calls: usize,
     tools_finished: HashSet<String>,
     tools_delivered: HashSet<String>,
@@ -157,6 +166,11 @@ pub struct LedgerCounts {
     pub lost: usize,
     /// Finals answered more than once.
     pub answered_twice: usize,
+    /// Answers begun on fewer of a turn's words than the session then asked about whole:
+    /// guesses the bot threw away.
+    pub guesses_thrown_away: usize,
+    /// Requests that end on a tool result or an async tool's message.
+    pub follow_ups: usize,
     /// Tool calls the model asked for.
     pub tool_calls: usize,
     /// Tool results the tool finished.
@@ -174,11 +188,33 @@ impl Ledger {
     }
 
     /// The LLM began answering a request whose last message is the user's `text`: every turn it
-    /// names is answered once more (a user turn may hold several finals).
+    /// names is answered once more (a user turn may hold several finals). When the session's
+    /// previous answer named only some of these turns, that was a guess the bot threw away.
     pub fn answered(&mut self, text: &str) {
-        for turn in turns_named(text) {
-            *self.answers.entry(turn).or_default() += 1;
+        let turns = turns_named(text);
+        let Some(session) = turns.first().map(|t| session_of(t).to_owned()) else {
+            return;
+        };
+        if let Some(previous) = self.latest.get(&session)
+            && previous.len() < turns.len()
+            && previous.iter().all(|t| turns.contains(t))
+        {
+            for turn in previous {
+                if let Some(n) = self.answers.get_mut(turn) {
+                    *n = n.saturating_sub(1);
+                }
+            }
+            self.guesses += 1;
         }
+        for turn in &turns {
+            *self.answers.entry(turn.clone()).or_default() += 1;
+        }
+        self.latest.insert(session, turns);
+    }
+
+    /// The LLM was asked to go on after a tool result or an async tool's message.
+    pub fn followed_up(&mut self) {
+        self.follow_ups += 1;
     }
 
     /// The model was asked to call the tool.
@@ -218,6 +254,8 @@ impl Ledger {
             answered_once: once,
             lost,
             answered_twice: self.answers.len() - once - lost,
+            guesses_thrown_away: self.guesses,
+            follow_ups: self.follow_ups,
             tool_calls: self.tool_calls,
             tools_finished: self.tools_finished.len(),
             tools_delivered: self.tools_delivered.len(),
@@ -227,6 +265,11 @@ impl Ledger {
                 .count(),
         }
     }
+}
+
+/// `session S` of `session S question Q`.
+fn session_of(turn: &str) -> &str {
+    turn.split(" question ").next().unwrap_or(turn)
 }
 
 /// The turns (`session S question Q`, each final a sentence of its own) a text names.
@@ -269,6 +312,30 @@ mod tests {
             ),
             (3, 1, 1, 1)
         );
+    }
+
+    #[test]
+    fn a_guess_at_fewer_words_the_session_then_asks_about_whole_is_not_an_answer() {
+        let mut ledger = Ledger::default();
+        for turn in ["session 1 question 0", "session 1 question 1"] {
+            ledger.final_written(turn);
+        }
+        // "Hello there." guessed at the pause, then the whole turn.
+        ledger.answered("session 1 question 0.");
+        ledger.answered("session 1 question 0. session 1 question 1.");
+        let counts = ledger.counts();
+        assert_eq!(
+            (
+                counts.answered_once,
+                counts.answered_twice,
+                counts.guesses_thrown_away
+            ),
+            (2, 0, 1)
+        );
+        // The same words asked again are answered twice: nothing said they were a guess.
+        ledger.answered("session 1 question 0. session 1 question 1.");
+        let counts = ledger.counts();
+        assert_eq!((counts.answered_once, counts.answered_twice), (0, 2));
     }
 
     #[test]

@@ -173,6 +173,8 @@ pub(super) async fn chat(State(stand_ins): State<StandIns>, body: Bytes) -> Resp
         let last = messages.last();
         if !late && last.is_some_and(|m| m["role"] == "user") {
             ledger.answered(&key);
+        } else if !late && last.is_some_and(|m| m["role"] == "tool" || m["role"] == "developer") {
+            ledger.followed_up();
         }
         if calls_tool(stand_ins.protocol, &request, &messages) {
             ledger.tool_called();
