@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use serde_json::{Map, Value, json};
 
 use super::{
-    ContextError, arguments_object, check_turns, data_url, grouped_calls, leading_instructions,
-    provider_specific, push_merged,
+    ContextError, arguments_object, check_turns, data_url, grouped_calls,
+    instructions_and_conversation, provider_specific, push_merged,
 };
 use crate::context::{
     AdapterKind, Content, ContentPart, KnownPart, Message, ToolChoice, ToolsSchema,
@@ -27,13 +27,7 @@ pub fn request(
     tools: &ToolsSchema,
     tool_choice: Option<&ToolChoice>,
 ) -> Result<Value, ContextError> {
-    let (mut system, mut skip) = leading_instructions(messages);
-    if skip == messages.len() && skip > 0 {
-        // Only instructions (a bot that speaks first): the last of them is the user turn the
-        // model answers, as the API needs one.
-        skip -= 1;
-        system = leading_instructions(&messages[..skip]).0;
-    }
+    let (system, skip) = instructions_and_conversation(messages);
     let turns = self::messages(&messages[skip..]);
     check(&turns)?;
     let mut body = Map::new();
@@ -53,20 +47,13 @@ pub fn request(
 
 /// The rules of the Messages API that a request breaks with a 400 (see the module's notes).
 fn check(turns: &[Value]) -> Result<(), ContextError> {
-    let turns: Vec<(String, Vec<Value>)> = turns
-        .iter()
-        .map(|t| {
-            let role = t["role"].as_str().unwrap_or_default().to_owned();
-            (role, t["content"].as_array().cloned().unwrap_or_default())
-        })
-        .collect();
     fn call(block: &Value) -> Option<&str> {
         (block["type"] == "tool_use").then(|| block["id"].as_str())?
     }
     fn result(block: &Value) -> Option<&str> {
         (block["type"] == "tool_result").then(|| block["tool_use_id"].as_str())?
     }
-    check_turns("Anthropic", &turns, "assistant", call, result)
+    check_turns("Anthropic", turns, "content", "assistant", call, result)
 }
 
 /// The conversation as alternating user/assistant messages of content blocks. System and

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use serde_json::{Map, Value, json};
 
 use super::{
-    ContextError, arguments_object, check_turns, data_url, grouped_calls, leading_instructions,
-    provider_specific, push_merged,
+    ContextError, arguments_object, check_turns, data_url, grouped_calls,
+    instructions_and_conversation, provider_specific, push_merged,
 };
 use crate::context::{
     AdapterKind, Content, ContentPart, FunctionSchema, KnownPart, Message, ToolChoice, ToolsSchema,
@@ -26,12 +26,7 @@ pub fn request(
     tools: &ToolsSchema,
     tool_choice: Option<&ToolChoice>,
 ) -> Result<Value, ContextError> {
-    let (mut system, mut skip) = leading_instructions(messages);
-    if skip == messages.len() && skip > 0 {
-        // Only instructions (a bot that speaks first): the last of them is the user turn.
-        skip -= 1;
-        system = leading_instructions(&messages[..skip]).0;
-    }
+    let (system, skip) = instructions_and_conversation(messages);
     let contents = contents(&messages[skip..]);
     check(&contents)?;
     let mut body = Map::new();
@@ -54,16 +49,10 @@ pub fn request(
 
 /// The rules of `generateContent` that a request breaks (see the module's notes).
 fn check(contents: &[Value]) -> Result<(), ContextError> {
-    let turns: Vec<(String, Vec<Value>)> = contents
-        .iter()
-        .map(|t| {
-            let role = t["role"].as_str().unwrap_or_default().to_owned();
-            (role, t["parts"].as_array().cloned().unwrap_or_default())
-        })
-        .collect();
     check_turns(
         "Gemini",
-        &turns,
+        contents,
+        "parts",
         "model",
         |p| p.pointer("/functionCall/id").and_then(Value::as_str),
         |p| p.pointer("/functionResponse/id").and_then(Value::as_str),

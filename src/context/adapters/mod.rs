@@ -87,6 +87,18 @@ fn arguments_object(arguments: &str) -> Value {
     }
 }
 
+/// The instructions and where the conversation starts, for the providers that take instructions
+/// apart and need a user turn to answer: a context of instructions alone (a bot that speaks
+/// first) keeps its last one in the conversation, as the user turn.
+fn instructions_and_conversation(messages: &[Message]) -> (Option<String>, usize) {
+    let (system, skip) = leading_instructions(messages);
+    if skip == messages.len() && skip > 0 {
+        (leading_instructions(&messages[..skip - 1]).0, skip - 1)
+    } else {
+        (system, skip)
+    }
+}
+
 /// The leading system and developer messages, joined: the providers that take instructions apart
 /// from the conversation get these; later ones stay in the conversation.
 fn leading_instructions(messages: &[Message]) -> (Option<String>, usize) {
@@ -159,17 +171,26 @@ pub enum ContextError {
 /// `tool_result` in the next user turn, which must end the request on Claude 4.6 and later;
 /// Gemini: `functionCall` parts answered by `functionResponse` parts in the next turn).
 /// `assistant` names the bot's role, `calls` and `results` read a turn's call and result ids.
+/// `turns` are the request's turns, each a `role` and its pieces under `pieces`.
 fn check_turns(
     provider: &'static str,
-    turns: &[(String, Vec<Value>)],
+    turns: &[Value],
+    pieces: &str,
     assistant: &str,
     calls: fn(&Value) -> Option<&str>,
     results: fn(&Value) -> Option<&str>,
 ) -> Result<(), ContextError> {
+    let turns: Vec<(&str, &[Value])> = turns
+        .iter()
+        .map(|t| {
+            let role = t["role"].as_str().unwrap_or_default();
+            (role, t[pieces].as_array().map_or(&[][..], Vec::as_slice))
+        })
+        .collect();
     let Some((last, _)) = turns.last() else {
         return Err(ContextError::Empty { provider });
     };
-    if last == assistant {
+    if *last == assistant {
         return Err(ContextError::EndsOnAssistant { provider });
     }
     let ids = |blocks: &[Value], read: fn(&Value) -> Option<&str>| -> Vec<String> {
