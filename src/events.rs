@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::sync::broadcast;
 
 use serde_json::Value;
@@ -176,6 +176,125 @@ pub enum Event {
     },
 }
 
+/// How much of a function call clients are told (pipecat's function-call report levels). What
+/// a tool is asked and what it answers may be private to the deployment; `name` is the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReportLevel {
+    /// No event for a function call.
+    Disabled,
+    /// The call's id only.
+    None,
+    /// Its id and the function's name.
+    #[default]
+    Name,
+    /// Its name, its arguments and its result.
+    Full,
+}
+
+/// What a client is told in place of an error's detail (which stays in the server's log).
+const ERROR_IN_THE_LOG: &str = "see the server's log for the detail";
+
+impl Event {
+    /// This event as a client may see it: function calls at `level`; errors, fallbacks and
+    /// fatal endings without their detail, which may carry a backend's error body or an
+    /// internal URL. `None`: the client is told nothing.
+    pub fn for_client(&self, level: ReportLevel) -> Option<Event> {
+        let name = |name: &String| match level {
+            ReportLevel::Name | ReportLevel::Full => name.clone(),
+            ReportLevel::None | ReportLevel::Disabled => String::new(),
+        };
+        let full = level == ReportLevel::Full;
+        let tool_call = matches!(
+            self,
+            Event::ToolCallStarted { .. }
+                | Event::ToolCallIntermediate { .. }
+                | Event::ToolCallResult { .. }
+                | Event::ToolCallCancelled { .. }
+        );
+        if tool_call && level == ReportLevel::Disabled {
+            return None;
+        }
+        let hidden = || ERROR_IN_THE_LOG.to_owned();
+        Some(match self {
+            Event::ToolCallStarted {
+                name: n,
+                tool_call_id,
+                arguments,
+            } => Event::ToolCallStarted {
+                name: name(n),
+                tool_call_id: tool_call_id.clone(),
+                arguments: if full { arguments.clone() } else { Value::Null },
+            },
+            Event::ToolCallIntermediate {
+                name: n,
+                tool_call_id,
+                result,
+            } => Event::ToolCallIntermediate {
+                name: name(n),
+                tool_call_id: tool_call_id.clone(),
+                result: result.clone().filter(|_| full),
+            },
+            Event::ToolCallResult {
+                name: n,
+                tool_call_id,
+                result,
+            } => Event::ToolCallResult {
+                name: name(n),
+                tool_call_id: tool_call_id.clone(),
+                result: result.clone().filter(|_| full),
+            },
+            Event::ToolCallCancelled {
+                name: n,
+                tool_call_id,
+                reason,
+            } => Event::ToolCallCancelled {
+                name: name(n),
+                tool_call_id: tool_call_id.clone(),
+                reason: reason.clone(),
+            },
+            Event::Error {
+                fatal, processor, ..
+            } => Event::Error {
+                message: match processor {
+                    Some(processor) => format!("{processor} failed: {ERROR_IN_THE_LOG}"),
+                    None => format!("an error: {ERROR_IN_THE_LOG}"),
+                },
+                fatal: *fatal,
+                processor: processor.clone(),
+            },
+            Event::SessionEnded {
+                reason: EndReason::FatalError(_),
+            } => Event::SessionEnded {
+                reason: EndReason::FatalError(hidden()),
+            },
+            Event::LlmFallback { from, to, .. } => Event::LlmFallback {
+                from: from.clone(),
+                to: to.clone(),
+                reason: hidden(),
+            },
+            Event::SttFallback { from, to, .. } => Event::SttFallback {
+                from: from.clone(),
+                to: to.clone(),
+                reason: hidden(),
+            },
+            Event::TtsFallback { from, to, .. } => Event::TtsFallback {
+                from: from.clone(),
+                to: to.clone(),
+                reason: hidden(),
+            },
+            Event::LlmReconnecting {
+                attempt, delay_ms, ..
+            } => Event::LlmReconnecting {
+                attempt: *attempt,
+                delay_ms: *delay_ms,
+                reason: hidden(),
+            },
+            other => other.clone(),
+        })
+    }
+}
+
 /// Why a session finished.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "kind", content = "detail", rename_all = "snake_case")]
@@ -246,6 +365,62 @@ fn as_millis<S: serde::Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn clients_see_a_tool_calls_name_by_default_and_its_arguments_and_result_only_at_full() {
+        let started = Event::ToolCallStarted {
+            name: "lookup_order".into(),
+            tool_call_id: "call_1".into(),
+            arguments: serde_json::json!({"order": "1234"}),
+        };
+        let result = Event::ToolCallResult {
+            name: "lookup_order".into(),
+            tool_call_id: "call_1".into(),
+            result: Some(serde_json::json!({"address": "12 Private Lane"})),
+        };
+        let seen = |event: &Event, level| event.for_client(level);
+        assert_eq!(
+            seen(&started, ReportLevel::default()),
+            Some(Event::ToolCallStarted {
+                name: "lookup_order".into(),
+                tool_call_id: "call_1".into(),
+                arguments: Value::Null
+            })
+        );
+        assert_eq!(
+            seen(&result, ReportLevel::None),
+            Some(Event::ToolCallResult {
+                name: String::new(),
+                tool_call_id: "call_1".into(),
+                result: None
+            })
+        );
+        assert_eq!(seen(&result, ReportLevel::Full), Some(result.clone()));
+        assert_eq!(seen(&started, ReportLevel::Disabled), None);
+    }
+
+    #[test]
+    fn a_backends_error_body_and_urls_never_reach_a_client() {
+        let detail = "LLM request failed: 500 from http://10.0.0.7:8080/v1/chat: {\"error\":\"db password wrong\"}";
+        let error = Event::Error {
+            message: detail.into(),
+            fatal: true,
+            processor: Some("LlmService".into()),
+        };
+        let ended = Event::SessionEnded {
+            reason: EndReason::FatalError(detail.into()),
+        };
+        let fallback = Event::LlmFallback {
+            from: "openai".into(),
+            to: "local".into(),
+            reason: detail.into(),
+        };
+        for event in [error, ended, fallback] {
+            let seen = serde_json::to_string(&event.for_client(ReportLevel::Full)).expect("json");
+            assert!(!seen.contains("10.0.0.7") && !seen.contains("password"), "{seen}");
+            assert!(seen.contains("server's log"), "{seen}");
+        }
+    }
 
     #[test]
     fn events_serialise_as_flat_json_lines() {

@@ -140,4 +140,29 @@ mod whole_bot {
         let (status, _) = common::get(server.addr, "/readyz").await;
         assert_eq!(status, 200);
     }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn typed_text_faster_than_a_person_or_longer_than_a_page_is_dropped_with_a_reason() {
+        use voxide::transports::pace::{MAX_TYPED_CHARS, TYPED_BURST};
+        let server = start(1).await;
+        let url = format!("ws://{}/ws?sample_rate=16000", server.addr);
+        let (socket, _) = tokio_tungstenite::connect_async(&url)
+            .await
+            .expect("upgrade");
+        let (mut tx, rx) = socket.split();
+        let typed = |text: &str| Message::text(serde_json::json!({"type": "text", "text": text}).to_string());
+        tx.send(typed(&"a".repeat(MAX_TYPED_CHARS + 1))).await.expect("send");
+        for _ in 0..TYPED_BURST + 3 {
+            tx.send(typed("What time is it?")).await.expect("send");
+        }
+        let (events, closed) = listen(rx, Duration::from_secs(5), "never").await;
+        assert!(!closed, "the session goes on");
+        let errors: Vec<&str> = events
+            .iter()
+            .filter(|e| e["type"] == "error")
+            .filter_map(|e| e["message"].as_str())
+            .collect();
+        assert_eq!(errors.iter().filter(|e| e.starts_with("text_too_long")).count(), 1, "{errors:?}");
+        assert_eq!(errors.iter().filter(|e| e.starts_with("text_too_fast")).count(), 3, "{errors:?}");
+    }
 }

@@ -33,6 +33,7 @@ impl BotFactory for Silent {
             context: ContextHandle::new(LlmContext::default()),
             params: StartParams::default(),
             resources: AppResources::default(),
+            report_level: Default::default(),
         })
     }
 }

@@ -170,13 +170,12 @@ async fn a_twilio_media_stream_gets_mulaw_answers() {
     ))
     .await
     .expect("send");
-    tx.send(send(json!({
+    let start_message = json!({
         "event": "start", "sequenceNumber": "1", "streamSid": "MZtest",
         "start": {"streamSid": "MZtest", "accountSid": "AC1", "callSid": "CA1", "tracks": ["inbound"],
                   "customParameters": {}, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}
-    })))
-    .await
-    .expect("send");
+    });
+    tx.send(send(start_message.clone())).await.expect("send");
 
     let reader = tokio::spawn(async move {
         let mut loud = 0usize;
@@ -226,6 +225,21 @@ async fn a_twilio_media_stream_gets_mulaw_answers() {
             json!({"event": "stop", "streamSid": "MZtest", "stop": {}}),
         ))
         .await;
+
+    // The same call again (a replayed handshake): refused with a reason, and closed.
+    let (socket, _) = tokio_tungstenite::connect_async(&url)
+        .await
+        .expect("upgrade");
+    let (mut tx, mut rx) = socket.split();
+    tx.send(send(start_message)).await.expect("send");
+    let mut refused = None;
+    while let Ok(Some(Ok(message))) = tokio::time::timeout(Duration::from_secs(30), rx.next()).await {
+        if let Message::Text(text) = message {
+            refused = Some(text.to_string());
+        }
+    }
+    let refused = refused.expect("a reason before the close");
+    assert!(refused.contains("opened already"), "{refused}");
 }
 
 /// What the bot says first to a WebSocket client at `path`: its `bot_text`s until it stops

@@ -1,6 +1,6 @@
 //! The user side: transcripts in, user messages and LLM runs out.
 
-use crate::context::{ContextHandle, Message};
+use crate::context::{ContextHandle, DEFAULT_MAX_CONTEXT_TOKENS, Message};
 use crate::frames::{DataFrame, Frame, FrameBody};
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
 
@@ -9,18 +9,40 @@ use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
 /// are in, and whether a turn without words still asks for an answer, is the turn machine's to
 /// say ([`crate::turns::TurnMachine`]); transcripts pass on for UIs and observers.
 ///
-/// Messages and tools from the app (appended, replaced, run) land here too.
+/// Messages and tools from the app (appended, replaced, run) land here too. Before each LLM
+/// run the conversation is held to its token budget ([`LlmContext::trim`]): a long call, or a
+/// client typing for an hour, cannot grow it without end.
+///
+/// [`LlmContext::trim`]: crate::context::LlmContext::trim
 pub struct UserAggregator {
     context: ContextHandle,
+    max_tokens: usize,
 }
 
 impl UserAggregator {
-    /// An aggregator writing to `context`.
+    /// An aggregator writing to `context`, within [`DEFAULT_MAX_CONTEXT_TOKENS`].
     pub fn new(context: ContextHandle) -> Self {
-        Self { context }
+        Self {
+            context,
+            max_tokens: DEFAULT_MAX_CONTEXT_TOKENS,
+        }
+    }
+
+    /// The conversation's budget, in estimated tokens.
+    pub fn with_max_tokens(mut self, max_tokens: usize) -> Self {
+        self.max_tokens = max_tokens;
+        self
     }
 
     fn run_llm(&self, cx: &mut FrameContext<'_>) {
+        let dropped = self.context.lock().trim(self.max_tokens);
+        if dropped > 0 {
+            tracing::debug!(
+                dropped,
+                max_tokens = self.max_tokens,
+                "the conversation's oldest turns left it"
+            );
+        }
         cx.push_downstream(DataFrame::LlmContext(self.context.clone()));
     }
 }

@@ -17,7 +17,8 @@ use crate::audio::echo::{EchoGuard, EchoGuardParams, EchoReference, EchoTap};
 use crate::audio::turn::SmartTurn;
 use crate::audio::vad::{VadBatcher, VadParams, VadStage};
 pub use crate::config::Builtin;
-use crate::context::{ContextHandle, LlmContext, Message};
+use crate::context::{ContextHandle, DEFAULT_MAX_CONTEXT_TOKENS, LlmContext, Message};
+use crate::events::ReportLevel;
 use crate::frames::{ControlFrame, DataFrame, Frame, FrameBody, StartParams, SystemFrame};
 use crate::models::ModelError;
 use crate::pipeline::{
@@ -265,6 +266,10 @@ pub struct BotOptions {
     pub voice: Voice,
     /// Tokens one reply may have at most.
     pub max_tokens: usize,
+    /// Tokens the conversation may hold (estimated) before its oldest turns are dropped.
+    pub max_context_tokens: usize,
+    /// What clients are told of a function call.
+    pub function_call_report_level: ReportLevel,
     /// The system instruction.
     pub instructions: String,
     /// What the bot says as the session starts.
@@ -319,6 +324,8 @@ impl Default for BotOptions {
             preemptive: true,
             voice: Voice::Piper,
             max_tokens: 60,
+            max_context_tokens: DEFAULT_MAX_CONTEXT_TOKENS,
+            function_call_report_level: ReportLevel::default(),
             instructions: INSTRUCTIONS.to_owned(),
             greeting: None,
             builtin: Builtin::ALL.to_vec(),
@@ -475,6 +482,8 @@ pub struct Bot {
     pub params: StartParams,
     /// What its tools get: the [`SessionInfo`].
     pub resources: AppResources,
+    /// What its clients are told of a function call.
+    pub report_level: ReportLevel,
 }
 
 impl Bot {
@@ -563,7 +572,7 @@ pub fn build<S: AudioSink>(
                 .with_speech_end_offset(Duration::from_secs_f32(options.vad.stop_secs)),
         )
         .then(UserTurns::with_barge_in(stop, options.barge_in).preemptive(options.preemptive))
-        .then(UserAggregator::new(context.clone()))
+        .then(UserAggregator::new(context.clone()).with_max_tokens(options.max_context_tokens))
         .then(llm);
     // Only a bot that greets has the stage: every frame crosses each one.
     if let Some(greeting) = &options.greeting {
@@ -578,6 +587,7 @@ pub fn build<S: AudioSink>(
         context,
         params: options.start_params(),
         resources: AppResources::default(),
+        report_level: options.function_call_report_level,
     })
 }
 
@@ -651,6 +661,7 @@ fn realtime<P: RealtimeProtocol, S: AudioSink>(
         context,
         params: options.start_params(),
         resources: AppResources::default(),
+        report_level: options.function_call_report_level,
     }
 }
 

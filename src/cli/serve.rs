@@ -62,6 +62,10 @@ pub struct ServeArgs {
     /// needs no --auth-token.
     #[arg(long, env = "TWILIO_AUTH_TOKEN", hide_env_values = true)]
     twilio_auth_token: Option<String>,
+    /// The Twilio account (`AC…`) whose calls this server takes: a media stream whose `start`
+    /// names another account is closed.
+    #[arg(long, env = "TWILIO_ACCOUNT_SID")]
+    twilio_account_sid: Option<String>,
     /// The server's URL as Twilio calls it (`wss://voice.example.com`), to check its
     /// signature; without it, the request's Host and X-Forwarded-Proto.
     #[arg(long, env = "VOXIDE_PUBLIC_URL")]
@@ -156,6 +160,7 @@ impl ServeArgs {
         let access = AccessOptions {
             auth_token: self.auth_token.clone().filter(|t| !t.is_empty()),
             twilio_auth_token: self.twilio_auth_token.clone().filter(|t| !t.is_empty()),
+            twilio_account_sid: self.twilio_account_sid.clone().filter(|s| !s.is_empty()),
             public_url: self.public_url.clone(),
             cors_origins: self.cors_origins.clone(),
             sessions_per_minute: self.sessions_per_minute_per_ip.unwrap_or(120),

@@ -125,6 +125,8 @@ pub struct ServerConfig {
 /// greeting = "Hello, this is the front desk. How can I help?"
 /// llm = "openai,local"
 /// builtin = ["clock"]                  # the built-in tools kept: clock, calculator, timer
+/// function_call_report_level = "name" # what clients see of a tool call: disabled, none, name, full
+/// max_context_tokens = 24000           # the oldest turns leave past this
 ///
 /// [[tool]]
 /// name = "lookup_order"
@@ -169,6 +171,12 @@ pub struct BotConfig {
     pub preemptive: Option<bool>,
     /// Tokens one reply may have at most.
     pub max_tokens: Option<usize>,
+    /// Tokens the conversation may hold (estimated, four characters a token) before its oldest
+    /// turns are dropped; the instruction stays, and a tool call leaves with its results.
+    pub max_context_tokens: Option<usize>,
+    /// What clients are told of a function call: `disabled`, `none` (its id), `name` (the
+    /// default) or `full` (its arguments and result too).
+    pub function_call_report_level: Option<crate::events::ReportLevel>,
     /// See `--interrupt-min-words`.
     pub interrupt_min_words: Option<usize>,
     /// See `--resume-after-secs`.
@@ -322,6 +330,10 @@ impl BotConfig {
             turn_words: self.turn_words.or(lower.turn_words),
             preemptive: self.preemptive.or(lower.preemptive),
             max_tokens: self.max_tokens.or(lower.max_tokens),
+            max_context_tokens: self.max_context_tokens.or(lower.max_context_tokens),
+            function_call_report_level: self
+                .function_call_report_level
+                .or(lower.function_call_report_level),
             interrupt_min_words: self.interrupt_min_words.or(lower.interrupt_min_words),
             resume_after_secs: self.resume_after_secs.or(lower.resume_after_secs),
             pause_at_onset: self.pause_at_onset.or(lower.pause_at_onset),

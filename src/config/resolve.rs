@@ -48,6 +48,14 @@ impl BotConfig {
         if !(1..=2048).contains(&max_tokens) {
             return Err(invalid("max tokens must be between 1 and 2048"));
         }
+        let max_context_tokens = self
+            .max_context_tokens
+            .unwrap_or(defaults.max_context_tokens);
+        if !(1_000..=2_000_000).contains(&max_context_tokens) {
+            return Err(invalid(
+                "max context tokens must be between 1000 and 2000000",
+            ));
+        }
         let barge_in = self.barge_in(defaults.barge_in)?;
         if self
             .llm_temperature
@@ -92,6 +100,8 @@ impl BotConfig {
             turn_words: self.turn_words.unwrap_or(defaults.turn_words),
             preemptive: self.preemptive.unwrap_or(defaults.preemptive),
             max_tokens,
+            max_context_tokens,
+            function_call_report_level: self.function_call_report_level.unwrap_or_default(),
             barge_in,
             instructions: self.instructions()?.unwrap_or(defaults.instructions),
             greeting: self.greeting.clone(),

@@ -22,6 +22,34 @@ pub enum ToolChoice {
     Function(String),
 }
 
+/// Tokens a conversation holds by default (estimated) before its oldest turns leave: a long
+/// call's context stays well inside every supported model's window, and its cost per answer
+/// stops growing.
+pub const DEFAULT_MAX_CONTEXT_TOKENS: usize = 24_000;
+
+/// A message's tokens, estimated from its JSON: four characters a token.
+fn estimated_tokens(message: &Message) -> usize {
+    serde_json::to_string(message).map_or(0, |json| json.len() / 4 + 1)
+}
+
+/// The tool calls a message is about: those it makes, answers, reports on or bookmarks.
+fn calls_named(message: &Message) -> Vec<&str> {
+    match message {
+        Message::Assistant(a) => a
+            .tool_calls
+            .iter()
+            .flatten()
+            .map(|call| call.id.as_str())
+            .collect(),
+        Message::Tool(t) => vec![t.tool_call_id.as_str()],
+        Message::ProviderSpecific(p) => p.message["bookmark"]["function_call"]
+            .as_str()
+            .into_iter()
+            .collect(),
+        Message::System(_) | Message::Developer(_) | Message::User(_) => Vec::new(),
+    }
+}
+
 /// Messages, tools and tool choice of one conversation.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct LlmContext {
@@ -40,6 +68,79 @@ impl LlmContext {
             messages,
             ..Self::default()
         }
+    }
+
+    /// Drops the oldest turns (a user message and everything up to the next) while the
+    /// conversation holds more than `max_tokens` (estimated); returns how many messages left.
+    ///
+    /// The instructions before the conversation stay, and so does the latest turn. A tool call
+    /// never leaves without what is about it: its results and async updates leave with it,
+    /// wherever they sit, and a turn whose async call still runs stays, with all after it (its
+    /// result is still to come).
+    pub fn trim(&mut self, max_tokens: usize) -> usize {
+        let tokens: Vec<usize> = self.messages.iter().map(estimated_tokens).collect();
+        let mut total: usize = tokens.iter().sum();
+        if total <= max_tokens {
+            return 0;
+        }
+        let head = self
+            .messages
+            .iter()
+            .take_while(|m| matches!(m, Message::System(_) | Message::Developer(_)))
+            .count();
+        let starts: Vec<usize> = std::iter::once(head)
+            .chain(
+                (head + 1..self.messages.len())
+                    .filter(|&i| matches!(self.messages[i], Message::User(_))),
+            )
+            .collect();
+        let finished: std::collections::HashSet<String> = self
+            .messages
+            .iter()
+            .filter_map(super::async_tool_messages::parse_message)
+            .filter(|p| p.kind == super::async_tool_messages::AsyncToolMessageKind::Final)
+            .map(|p| p.tool_call_id)
+            .collect();
+        let running = |id: &str| {
+            self.messages.iter().any(|m| {
+                super::async_tool_messages::parse_message(m).is_some_and(|p| {
+                    p.kind == super::async_tool_messages::AsyncToolMessageKind::Started
+                        && p.tool_call_id == id
+                })
+            }) && !finished.contains(id)
+        };
+        let mut dropped = vec![false; self.messages.len()];
+        // Every turn but the latest may go, oldest first.
+        for turn in starts.windows(2) {
+            if total <= max_tokens {
+                break;
+            }
+            let range = turn[0]..turn[1];
+            let calls: std::collections::HashSet<&str> = range
+                .clone()
+                .flat_map(|i| calls_named(&self.messages[i]))
+                .collect();
+            if calls.iter().any(|id| running(id)) {
+                break;
+            }
+            for (i, message) in self.messages.iter().enumerate() {
+                let about_a_dropped_call = || {
+                    calls_named(message).iter().any(|id| calls.contains(id))
+                        || super::async_tool_messages::parse_message(message)
+                            .is_some_and(|p| calls.contains(p.tool_call_id.as_str()))
+                };
+                if !dropped[i] && (range.contains(&i) || about_a_dropped_call()) {
+                    dropped[i] = true;
+                    total -= tokens[i];
+                }
+            }
+        }
+        let mut index = 0;
+        self.messages.retain(|_| {
+            index += 1;
+            !dropped[index - 1]
+        });
+        dropped.iter().filter(|d| **d).count()
     }
 
     /// Tokens and dollars per user turn and in total, from the assistant messages' metadata.
@@ -160,5 +261,85 @@ impl ContextHandle {
     /// True when both handles share one context.
     pub fn same(&self, other: &ContextHandle) -> bool {
         Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::async_tool_messages::{
+        build_final_result_message, build_started_message,
+    };
+    use crate::context::{AssistantMessage, ToolCall};
+
+    fn call(id: &str) -> Message {
+        Message::Assistant(AssistantMessage {
+            tool_calls: Some(vec![ToolCall::function(id, "lookup", &serde_json::json!({}))]),
+            ..AssistantMessage::default()
+        })
+    }
+
+    fn roles(context: &LlmContext) -> Vec<String> {
+        context
+            .messages
+            .iter()
+            .map(|m| format!("{}:{}", m.role(), m.text().unwrap_or("-")))
+            .collect()
+    }
+
+    fn said(n: usize) -> String {
+        format!("{n} {}", "words ".repeat(40))
+    }
+
+    #[test]
+    fn the_oldest_turns_leave_past_the_budget_and_the_instructions_and_latest_turn_stay() {
+        let mut context = LlmContext::new(vec![Message::system("Be brief.")]);
+        for n in 0..10 {
+            context.messages.push(Message::user(said(n)));
+            context.messages.push(Message::assistant(said(n)));
+        }
+        let before = context.messages.len();
+        let total: usize = context.messages.iter().map(estimated_tokens).sum();
+        assert_eq!(context.trim(total), 0, "within the budget: nothing leaves");
+        let dropped = context.trim(total / 2);
+        assert_eq!(context.messages.len(), before - dropped);
+        assert!(dropped >= 8 && dropped % 2 == 0, "whole turns: {dropped}");
+        assert!(context.messages.iter().map(estimated_tokens).sum::<usize>() <= total / 2);
+        let kept = roles(&context);
+        assert_eq!(kept[0], "system:Be brief.");
+        assert!(kept[1].starts_with("user:"), "{kept:?}");
+        assert!(kept.last().is_some_and(|m| m.starts_with("assistant:9 ")));
+        context.trim(1);
+        assert_eq!(context.messages.len(), 3, "the instruction and the latest turn");
+    }
+
+    #[test]
+    fn a_tool_call_leaves_with_its_results_and_a_running_async_call_keeps_its_turn() {
+        let mut context = LlmContext::new(vec![Message::system("Be brief.")]);
+        // Turn 1: an async call that finished two turns later.
+        context.messages.push(Message::user(said(1)));
+        context.messages.push(call("a1"));
+        context.messages.push(build_started_message("a1"));
+        context.messages.push(Message::assistant(said(1)));
+        context.messages.push(Message::user(said(2)));
+        context.messages.push(Message::assistant(said(2)));
+        context.messages.push(Message::user(said(3)));
+        context.messages.push(build_final_result_message("a1", Some(&serde_json::json!("done"))));
+        context.messages.push(Message::assistant(said(3)));
+        let dropped = context.trim(1);
+        assert_eq!(dropped, 7, "turns 1 and 2, and turn 1's result sitting in turn 3");
+        assert!(roles(&context)[1].starts_with("user:3"));
+        assert!(context.messages.iter().all(|m| !matches!(m, Message::Developer(_))));
+
+        // A call still running: its turn and all after it stay.
+        let mut context = LlmContext::new(vec![Message::system("Be brief.")]);
+        context.messages.push(Message::user(said(1)));
+        context.messages.push(Message::assistant(said(1)));
+        context.messages.push(Message::user(said(2)));
+        context.messages.push(call("a2"));
+        context.messages.push(build_started_message("a2"));
+        context.messages.push(Message::user(said(3)));
+        assert_eq!(context.trim(1), 2, "only turn 1");
+        assert!(roles(&context)[1].starts_with("user:2"));
     }
 }

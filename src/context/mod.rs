@@ -7,7 +7,9 @@ mod llm_context;
 mod message;
 mod tools;
 
-pub use llm_context::{ContextHandle, LlmContext, ToolChoice, TurnUsage, UsageReport};
+pub use llm_context::{
+    ContextHandle, DEFAULT_MAX_CONTEXT_TOKENS, LlmContext, ToolChoice, TurnUsage, UsageReport,
+};
 pub use message::{
     AssistantMessage, AssistantMeta, Content, ContentBlock, ContentPart, FunctionCall,
     InstructionMessage, KnownPart, Message, ProviderMessage, StopReason, ToolCall, ToolMessage,

@@ -130,12 +130,23 @@ async fn socket(
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
     let (mut sink, stream) = socket.split();
+    // A server takes each call once: every run's calls are new ones, as a carrier's are.
+    let call_sid = || {
+        use crate::transports::webrtc::random_u32;
+        format!(
+            "CA{:08x}{:08x}{:08x}{:08x}",
+            random_u32(),
+            random_u32(),
+            random_u32(),
+            random_u32()
+        )
+    };
     let twilio = (plan.protocol == Protocol::Twilio).then(|| format!("MZloadtest{index}"));
     if let Some(sid) = &twilio {
         let hello = [
             json!({"event": "connected", "protocol": "Call", "version": "1.0.0"}),
             json!({"event": "start", "sequenceNumber": "1", "streamSid": sid,
-                "start": {"streamSid": sid, "accountSid": "ACloadtest", "callSid": format!("CA{index}"),
+                "start": {"streamSid": sid, "accountSid": "ACloadtest", "callSid": call_sid(),
                           "tracks": ["inbound"], "customParameters": {},
                           "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}}),
         ];

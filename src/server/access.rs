@@ -15,6 +15,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 
+use crate::transports::websocket::Call;
+
 use super::cluster::{FORWARDED_HEADER, Forwarded, SIGNATURE_HEADER, signed, unix_now};
 use super::{ApiError, App, MAX_BODY_BYTES};
 
@@ -27,6 +29,9 @@ pub struct AccessOptions {
     /// The Twilio account's auth token: a media stream whose `X-Twilio-Signature` checks out
     /// needs no bearer token.
     pub twilio_auth_token: Option<String>,
+    /// The Twilio account whose calls this server takes: a stream whose `start` names another
+    /// is closed.
+    pub twilio_account_sid: Option<String>,
     /// The server's URL as Twilio calls it (`wss://voice.example.com`), for the signature;
     /// without it, the request's `Host` and `X-Forwarded-Proto` (else `wss`).
     pub public_url: Option<String>,
@@ -43,6 +48,7 @@ pub struct AccessOptions {
 pub(crate) struct Access {
     options: AccessOptions,
     limiter: Mutex<RateLimiter>,
+    calls: Mutex<Calls>,
 }
 
 impl Access {
@@ -51,7 +57,22 @@ impl Access {
         Self {
             options,
             limiter: Mutex::new(limiter),
+            calls: Mutex::new(Calls::default()),
         }
+    }
+
+    /// Takes a telephone call's stream: once per call, and only for the configured account
+    /// (a replayed handshake cannot open a call twice).
+    pub(crate) fn take_call(&self, call: &Call) -> Result<(), CallRefused> {
+        if let Some(account) = &self.options.twilio_account_sid
+            && !same_secret(call.account_sid.as_bytes(), account.as_bytes())
+        {
+            return Err(CallRefused::OtherAccount);
+        }
+        self.calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take(&call.call_sid, Instant::now())
     }
 
     /// Whether `request` may go on, as far as tokens go.
@@ -364,10 +385,66 @@ pub(crate) async fn cors(State(app): State<Arc<App>>, request: Request, next: Ne
     response
 }
 
-/// Addresses tracked at most; past that, the ones with a full allowance are forgotten.
+/// Why a call's stream was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum CallRefused {
+    /// Its `start` names an account other than `--twilio-account-sid`.
+    #[error("this call belongs to another Twilio account")]
+    OtherAccount,
+    /// A stream for this call was opened already.
+    #[error("a stream for this call was opened already")]
+    Taken,
+}
+
+/// Calls remembered at most, and for how long (Twilio ends a call after 4 hours).
+const MAX_CALLS: usize = 100_000;
+const CALL_MEMORY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// The calls whose streams were opened, oldest first.
+#[derive(Default)]
+struct Calls {
+    taken: std::collections::HashSet<String>,
+    order: std::collections::VecDeque<(Instant, String)>,
+}
+
+impl Calls {
+    fn take(&mut self, call_sid: &str, now: Instant) -> Result<(), CallRefused> {
+        while let Some((at, _)) = self.order.front()
+            && (now.saturating_duration_since(*at) > CALL_MEMORY || self.order.len() >= MAX_CALLS)
+        {
+            if let Some((_, old)) = self.order.pop_front() {
+                self.taken.remove(&old);
+            }
+        }
+        if !self.taken.insert(call_sid.to_owned()) {
+            return Err(CallRefused::Taken);
+        }
+        self.order.push_back((now, call_sid.to_owned()));
+        Ok(())
+    }
+}
+
+/// Addresses tracked at most. Past that, the ones with a full allowance are forgotten, and if
+/// that is not enough, the quarter seen longest ago: the table never grows past this, and the
+/// sweep runs once per many new addresses, not once per request.
 const MAX_TRACKED: usize = 10_000;
 
-/// A token bucket per client address: `per_minute` sessions a minute, in bursts of as many.
+/// The key an address is limited under: an IPv4 address (an IPv4-mapped IPv6 one too) on its
+/// own, an IPv6 address by its /64, the block one subscriber is handed.
+fn subscriber(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+                IpAddr::V6(prefix.into())
+            }
+        },
+    }
+}
+
+/// A token bucket per subscriber: `per_minute` sessions a minute, in bursts of as many.
 struct RateLimiter {
     per_minute: u32,
     buckets: HashMap<IpAddr, Bucket>,
@@ -392,15 +469,23 @@ impl RateLimiter {
         if self.per_minute == 0 {
             return true;
         }
+        let key = subscriber(ip);
         let full = f64::from(self.per_minute);
         let refill = |b: &Bucket| {
             let secs = now.saturating_duration_since(b.at).as_secs_f64();
             (b.tokens + secs * full / 60.0).min(full)
         };
-        if self.buckets.len() >= MAX_TRACKED {
+        if self.buckets.len() >= MAX_TRACKED && !self.buckets.contains_key(&key) {
             self.buckets.retain(|_, b| refill(b) < full);
+            if self.buckets.len() > MAX_TRACKED * 3 / 4 {
+                let mut seen: Vec<Instant> = self.buckets.values().map(|b| b.at).collect();
+                let cut = seen.len() / 4;
+                let (_, oldest_kept, _) = seen.select_nth_unstable(cut);
+                let oldest_kept = *oldest_kept;
+                self.buckets.retain(|_, b| b.at >= oldest_kept);
+            }
         }
-        let bucket = self.buckets.entry(ip).or_insert(Bucket {
+        let bucket = self.buckets.entry(key).or_insert(Bucket {
             tokens: full,
             at: now,
         });
@@ -434,6 +519,64 @@ mod tests {
             "a minute / 3"
         );
         assert!(RateLimiter::new(0).allow(a, t0), "0: no limit");
+    }
+
+    #[test]
+    fn addresses_of_one_ipv6_64_share_one_allowance() {
+        let mut limiter = RateLimiter::new(2);
+        let t0 = Instant::now();
+        let a: IpAddr = "2001:db8:1:2::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:ffff:ffff:ffff:ffff".parse().unwrap();
+        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert!(limiter.allow(a, t0) && limiter.allow(b, t0));
+        assert!(!limiter.allow(a, t0), "one /64, one allowance");
+        assert!(limiter.allow(other, t0), "the next /64 has its own");
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        let v4: IpAddr = [10, 0, 0, 1].into();
+        assert!(limiter.allow(mapped, t0) && limiter.allow(v4, t0));
+        assert!(!limiter.allow(v4, t0), "a mapped IPv4 is that IPv4");
+    }
+
+    #[test]
+    fn the_rate_table_stays_bounded_however_many_addresses_come() {
+        let mut limiter = RateLimiter::new(5);
+        let t0 = Instant::now();
+        for i in 0..(3 * MAX_TRACKED as u32) {
+            let ip: IpAddr = std::net::Ipv4Addr::from(0x0a00_0000 + i).into();
+            let at = t0 + Duration::from_millis(u64::from(i));
+            assert!(limiter.allow(ip, at));
+            assert!(limiter.buckets.len() <= MAX_TRACKED);
+        }
+        let last: IpAddr = std::net::Ipv4Addr::from(0x0a00_0000 + 3 * MAX_TRACKED as u32 - 1).into();
+        let now = t0 + Duration::from_millis(3 * MAX_TRACKED as u64);
+        assert!((0..4).all(|_| limiter.allow(last, now)));
+        assert!(!limiter.allow(last, now), "the newest are remembered");
+    }
+
+    #[test]
+    fn a_call_is_taken_once_and_remembered_for_a_day() {
+        let mut calls = Calls::default();
+        let t0 = Instant::now();
+        assert_eq!(calls.take("CA1", t0), Ok(()));
+        assert_eq!(calls.take("CA2", t0), Ok(()));
+        assert_eq!(calls.take("CA1", t0 + Duration::from_secs(3600)), Err(CallRefused::Taken));
+        assert_eq!(calls.take("CA1", t0 + CALL_MEMORY + Duration::from_secs(1)), Ok(()));
+        assert!(!calls.taken.contains("CA2"), "forgotten with its age");
+    }
+
+    #[test]
+    fn a_call_of_another_account_is_refused() {
+        let access = Access::new(AccessOptions {
+            twilio_account_sid: Some("AC1".into()),
+            ..AccessOptions::default()
+        });
+        let call = |account: &str| Call {
+            call_sid: format!("CA-{account}"),
+            account_sid: account.into(),
+        };
+        assert_eq!(access.take_call(&call("AC2")), Err(CallRefused::OtherAccount));
+        assert_eq!(access.take_call(&call("AC1")), Ok(()));
+        assert_eq!(access.take_call(&call("AC1")), Err(CallRefused::Taken));
     }
 
     #[test]

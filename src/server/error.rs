@@ -13,6 +13,8 @@ use crate::transports::webrtc::WebRtcError;
 
 /// Seconds a refused client is told to wait before it tries again.
 const RETRY_AFTER_SECS: u32 = 5;
+/// How often a session may restart or renegotiate its connection once its burst is spent.
+pub(crate) const CHANGE_EVERY_SECS: u32 = 10;
 
 /// An HTTP error.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -45,6 +47,9 @@ pub enum ApiError {
     /// This client opened sessions faster than the per-address limit allows.
     #[error("too many new sessions from {0}; try again shortly")]
     RateLimited(String),
+    /// A session asked for something (a restart, a renegotiation) faster than it may.
+    #[error("{0}; try again shortly")]
+    TooOften(String),
     /// The request is for another node that this one does not know.
     #[error(
         "the session lives on node {node:?}, which this node cannot find (--peers, --peer-url)"
@@ -75,7 +80,7 @@ impl ApiError {
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Full(_) | Self::NotReady | Self::Draining => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
-            Self::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            Self::RateLimited(_) | Self::TooOften(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::UnknownNode { .. } | Self::NodeUnreachable { .. } => StatusCode::BAD_GATEWAY,
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -91,10 +96,24 @@ impl ApiError {
             Self::NotReady => "not_ready",
             Self::Draining => "draining",
             Self::Unauthorized => "unauthorized",
-            Self::RateLimited(_) => "rate_limited",
+            Self::RateLimited(_) | Self::TooOften(_) => "rate_limited",
             Self::UnknownNode { .. } => "unknown_node",
             Self::NodeUnreachable { .. } => "node_unreachable",
             Self::Internal(_) => "internal",
+        }
+    }
+
+    /// The message a client reads: the server's own failures and an unreachable node's
+    /// reason (an internal address, a backend's answer) stay in the log.
+    fn public_message(&self) -> String {
+        match self {
+            Self::Internal(_) => {
+                "the server could not handle this request; its log has the detail".to_owned()
+            }
+            Self::NodeUnreachable { node, .. } => {
+                format!("the session lives on node {node:?}, which did not answer")
+            }
+            other => other.to_string(),
         }
     }
 
@@ -103,6 +122,7 @@ impl ApiError {
     fn retry_after(&self) -> Option<u32> {
         match self {
             Self::Full(_) | Self::NotReady | Self::RateLimited(_) => Some(RETRY_AFTER_SECS),
+            Self::TooOften(_) => Some(CHANGE_EVERY_SECS),
             Self::Draining => Some(1),
             _ => None,
         }
@@ -123,7 +143,7 @@ impl IntoResponse for ApiError {
         if self.status().is_server_error() {
             tracing::warn!(code = self.code(), error = %self, "request failed");
         }
-        let body = json!({"error": {"code": self.code(), "message": self.to_string()}});
+        let body = json!({"error": {"code": self.code(), "message": self.public_message()}});
         let mut response = (self.status(), Json(body)).into_response();
         if let Some(secs) = self.retry_after() {
             response
@@ -158,7 +178,7 @@ impl From<WebSocketUpgradeRejection> for ApiError {
 impl From<WebRtcError> for ApiError {
     fn from(e: WebRtcError) -> Self {
         match e {
-            WebRtcError::Offer(_) => Self::BadRequest(e.to_string()),
+            WebRtcError::Offer(_) | WebRtcError::Candidate(_) => Self::BadRequest(e.to_string()),
             _ => Self::Internal(e.to_string()),
         }
     }

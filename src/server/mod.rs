@@ -9,6 +9,7 @@ mod webrtc;
 mod ws;
 
 pub use ws::{CLIENT_WRITE_TIMEOUT, MAX_WS_MESSAGE};
+pub use webrtc::{CHANGE_BURST, MAX_CANDIDATES_PER_CONNECTION, MAX_CANDIDATES_PER_REQUEST};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -211,6 +212,8 @@ pub(crate) struct App {
     peers: Mutex<HashMap<String, webrtc::PeerHandle>>,
     /// What each `/start` asked for, until its offer comes.
     starts: Mutex<webrtc::Starts>,
+    /// Places for restarted connections being set up: as many as `--max-sessions`.
+    restarting: tokio::sync::Semaphore,
     next_id: AtomicU64,
     /// A session ended (a drain waits on it).
     session_ended: tokio::sync::Notify,
@@ -364,6 +367,7 @@ impl Server {
     pub fn new(options: ServeOptions, bots: Arc<dyn BotFactory>) -> Self {
         let cluster = Cluster::new(options.node_id.clone(), options.peers.clone());
         let access = Access::new(options.access.clone());
+        let max_sessions = options.max_sessions;
         Self {
             app: Arc::new(App {
                 options,
@@ -375,6 +379,7 @@ impl Server {
                 sessions: Mutex::default(),
                 peers: Mutex::default(),
                 starts: Mutex::default(),
+                restarting: tokio::sync::Semaphore::new(max_sessions),
                 next_id: AtomicU64::new(1),
                 session_ended: tokio::sync::Notify::new(),
             }),

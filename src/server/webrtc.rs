@@ -18,10 +18,10 @@ use tokio::sync::mpsc;
 use super::{ApiError, App};
 use crate::bot::SessionInfo;
 use crate::context::Message as ChatMessage;
-use crate::events::{EndReason, Event, SessionEvent};
+use crate::events::{EndReason, Event, ReportLevel, SessionEvent};
 use crate::frames::{AudioFrame, DataFrame, SystemFrame};
 use crate::pipeline::{Session, SessionHandle};
-use crate::transports::pace::{Pace, TooFast};
+use crate::transports::pace::{Allowance, Pace, TextPace, TooFast};
 use crate::transports::rtvi::{self, ClientMessage, Rtvi};
 use crate::transports::signalling::{
     self, AUDIO_RECEIVER, Inbound, Liveness, OfferPlan, Signal, plan_offer,
@@ -44,6 +44,19 @@ pub(crate) struct OfferRequest {
     #[serde(default, rename = "requestData", alias = "request_data")]
     request_data: Option<Value>,
 }
+
+/// Trickled candidates one `PATCH` may carry.
+pub const MAX_CANDIDATES_PER_REQUEST: usize = 32;
+/// Trickled candidates one connection may take in all (a browser gathers a handful per
+/// network interface).
+pub const MAX_CANDIDATES_PER_CONNECTION: usize = 256;
+/// The longest candidate line.
+const MAX_CANDIDATE_BYTES: usize = 1024;
+/// Restarts and renegotiations a session may ask for at once, then one every
+/// [`CHANGE_EVERY`]: a client on a flaky network needs a few; a loop needs none.
+pub const CHANGE_BURST: u32 = 5;
+const CHANGE_EVERY: std::time::Duration =
+    std::time::Duration::from_secs(super::error::CHANGE_EVERY_SECS as u64);
 
 /// How long what a `/start` asked for waits for its offer.
 const START_TTL: std::time::Duration = std::time::Duration::from_secs(300);
@@ -193,9 +206,11 @@ async fn offer_for(app: Arc<App>, request: OfferRequest, session_id: Option<Stri
     .map_err(ApiError::BadRequest)?;
     match (plan, link, request.pc_id.clone()) {
         (OfferPlan::Restart, Some(link), Some(pc_id)) => {
+            link.change(&pc_id)?;
             restart(&app, &link, &pc_id, request.sdp).await
         }
         (OfferPlan::Renegotiate, Some(link), Some(pc_id)) => {
+            link.change(&pc_id)?;
             let sdp = link.peer().renegotiate(request.sdp).await?;
             Ok(answer(sdp, pc_id))
         }
@@ -246,6 +261,7 @@ async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<St
             return Err(e.into());
         }
     };
+    let report_level = bot.report_level;
     let builder = Session::builder(bot.pipeline)
         .params(bot.params)
         .resources(bot.resources);
@@ -254,13 +270,14 @@ async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<St
     admission.attach(session.handle());
 
     let peer = Arc::new(peer);
-    let (restarts, restarted) = mpsc::unbounded_channel();
+    let (restarts, restarted) = mpsc::channel(1);
     app.lock_peers().insert(
         pc_id.clone(),
         Arc::new(Link {
             peer: std::sync::Mutex::new(peer.clone()),
             sink,
             restarts,
+            limits: std::sync::Mutex::new(Limits::new()),
         }),
     );
     let drive = Drive {
@@ -274,6 +291,8 @@ async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<St
         liveness: Liveness::new(),
         muted: false,
         pace: Pace::default(),
+        typed: TextPace::default(),
+        report_level,
     };
     tokio::spawn(async move {
         match drive.run(&session).await {
@@ -308,17 +327,49 @@ fn peer_options(app: &App) -> PeerOptions {
 }
 
 /// `restart_pc`: a new peer connection for a live session. The session, its conversation and
-/// the bot's queued voice carry over; only the connection is replaced.
+/// the bot's queued voice carry over; only the connection is replaced. A connection being set
+/// up takes one of the server's `--max-sessions` restart places until the session has it.
 async fn restart(app: &App, link: &Link, pc_id: &str, sdp: String) -> Answer {
+    let Ok(_place) = app.restarting.try_acquire() else {
+        return Err(ApiError::Full(app.options.max_sessions));
+    };
     let (peer, peer_events, sdp) = connect(sdp, &peer_options(app), &link.sink).await?;
     let peer = Arc::new(peer);
     *link.peer.lock().unwrap_or_else(|p| p.into_inner()) = peer.clone();
-    if link.restarts.send((peer.clone(), peer_events)).is_err() {
+    let handed = link
+        .restarts
+        .send_timeout((peer.clone(), peer_events), RESTART_HANDOVER)
+        .await;
+    if handed.is_err() {
         peer.close().await;
         return Err(ApiError::NotFound(format!("connection {pc_id} has ended")));
     }
+    link.limits
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .candidates = 0;
     tracing::info!(pc_id, "peer connection restarted");
     Ok(answer(sdp, pc_id.to_owned()))
+}
+
+/// How long a restart waits for the session to take its connection.
+const RESTART_HANDOVER: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// What one connection of a session may still ask for.
+struct Limits {
+    /// Candidates its connection took.
+    candidates: usize,
+    /// Restarts and renegotiations.
+    changes: Allowance,
+}
+
+impl Limits {
+    fn new() -> Self {
+        Self {
+            candidates: 0,
+            changes: Allowance::new(CHANGE_BURST, CHANGE_EVERY),
+        }
+    }
 }
 
 /// A replacement connection for a session: the peer and its events.
@@ -331,12 +382,33 @@ pub(crate) struct Link {
     /// The bot's voice: it outlives any one connection.
     sink: TrackSink,
     /// Hands the session's driver a restarted connection.
-    restarts: mpsc::UnboundedSender<Replacement>,
+    restarts: mpsc::Sender<Replacement>,
+    /// What the client may still ask of it.
+    limits: std::sync::Mutex<Limits>,
 }
 
 impl Link {
     fn peer(&self) -> Arc<Peer> {
         self.peer.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Takes one restart or renegotiation from the session's allowance.
+    fn change(&self, pc_id: &str) -> Result<(), ApiError> {
+        let allowed = self
+            .limits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .changes
+            .take(Instant::now());
+        if allowed {
+            Ok(())
+        } else {
+            Err(ApiError::TooOften(format!(
+                "connection {pc_id} was restarted or renegotiated {CHANGE_BURST} times just now; \
+                 one more every {} s",
+                CHANGE_EVERY.as_secs()
+            )))
+        }
     }
 }
 
@@ -362,7 +434,7 @@ struct Drive {
     pc_id: String,
     peer: Arc<Peer>,
     peer_events: mpsc::Receiver<PeerEvent>,
-    restarted: mpsc::UnboundedReceiver<Replacement>,
+    restarted: mpsc::Receiver<Replacement>,
     events: tokio::sync::broadcast::Receiver<SessionEvent>,
     rtvi: Rtvi,
     liveness: Liveness,
@@ -370,6 +442,10 @@ struct Drive {
     muted: bool,
     /// How fast the client's audio comes.
     pace: Pace,
+    /// How fast the user types.
+    typed: TextPace,
+    /// What the client is told of function calls.
+    report_level: ReportLevel,
 }
 
 impl Drive {
@@ -417,7 +493,8 @@ impl Drive {
                             break Ending::SessionEnded;
                         }
                         self.app.metrics.observe(&event.event);
-                        for message in self.rtvi.render(&event.event) {
+                        let seen = event.event.for_client(self.report_level);
+                        for message in seen.iter().flat_map(|event| self.rtvi.render(event)) {
                             self.peer.send(message);
                         }
                     }
@@ -489,6 +566,11 @@ impl Drive {
                 }
                 ClientMessage::Invalid(reply) => self.peer.send(reply),
                 ClientMessage::Text(text) => {
+                    if let Err(refused) = self.typed.take(&text, std::time::Instant::now()) {
+                        tracing::debug!(pc_id = %self.pc_id, %refused, "a typed message dropped");
+                        self.peer.send(rtvi::error(&refused.to_string()));
+                        return None;
+                    }
                     let append = DataFrame::LlmMessagesAppend {
                         messages: vec![ChatMessage::user(text)],
                         run_llm: true,
@@ -507,12 +589,38 @@ pub(crate) async fn candidates(
     request: Result<Json<CandidatesRequest>, JsonRejection>,
 ) -> Result<Json<Value>, ApiError> {
     let Json(request) = request?;
+    if request.candidates.len() > MAX_CANDIDATES_PER_REQUEST {
+        return Err(ApiError::BadRequest(format!(
+            "{} candidates in one request; at most {MAX_CANDIDATES_PER_REQUEST}",
+            request.candidates.len()
+        )));
+    }
+    if let Some(long) = request
+        .candidates
+        .iter()
+        .find(|c| c.candidate.len() > MAX_CANDIDATE_BYTES)
+    {
+        return Err(ApiError::BadRequest(format!(
+            "a candidate of {} bytes; at most {MAX_CANDIDATE_BYTES}",
+            long.candidate.len()
+        )));
+    }
     let Some(link) = app.lock_peers().get(&request.pc_id).cloned() else {
         return Err(ApiError::NotFound(format!(
-            "no connection {}",
+            "no connection {:.80}",
             request.pc_id
         )));
     };
+    {
+        let mut limits = link.limits.lock().unwrap_or_else(|p| p.into_inner());
+        if limits.candidates + request.candidates.len() > MAX_CANDIDATES_PER_CONNECTION {
+            return Err(ApiError::BadRequest(format!(
+                "connection {} has taken {} candidates; at most {MAX_CANDIDATES_PER_CONNECTION}",
+                request.pc_id, limits.candidates
+            )));
+        }
+        limits.candidates += request.candidates.len();
+    }
     let candidates = request
         .candidates
         .into_iter()

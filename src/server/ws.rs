@@ -18,11 +18,11 @@ use serde_json::{Value, json};
 use super::{Admission, ApiError, App};
 use crate::bot::SessionInfo;
 use crate::context::Message as ChatMessage;
-use crate::events::Event;
+use crate::events::{Event, ReportLevel, SessionEvent};
 use crate::frames::{AudioFrame, DataFrame, SystemFrame};
 use crate::pipeline::Session;
 use crate::transports::output::AudioSink;
-use crate::transports::pace::Pace;
+use crate::transports::pace::{Pace, TextPace};
 use crate::transports::websocket::{Framing, Inbound, Outbound, WsMessage};
 
 /// Query parameters of `/ws`.
@@ -152,6 +152,7 @@ async fn run_session(
             return;
         }
     };
+    let report_level = bot.report_level;
     let builder = Session::builder(bot.pipeline)
         .params(bot.params)
         .resources(bot.resources);
@@ -161,7 +162,11 @@ async fn run_session(
     admission.attach(handle.clone());
 
     // Events go to the metrics and to the client.
-    let forward = tokio::spawn(forward_events(app.clone(), events, out_tx.clone()));
+    let forward = tokio::spawn(forward_events(
+        app.clone(),
+        events,
+        (out_tx.clone(), report_level),
+    ));
     // Reader and writer share the framing: Twilio's stream id arrives in, and is needed out.
     let framing = Arc::new(std::sync::Mutex::new(framing));
     let (gone_tx, gone) = oneshot::channel::<()>();
@@ -173,7 +178,7 @@ async fn run_session(
     ));
     // The writer ends first only when the client cannot be written to: gone, or not reading.
     let finish_gracefully = tokio::select! {
-        graceful = read_socket(receiver, &framing, &handle, &out_tx) => graceful,
+        graceful = read_socket(receiver, &framing, (&app, &handle), &out_tx) => graceful,
         _ = gone => false,
     };
     if finish_gracefully {
@@ -191,18 +196,24 @@ async fn run_session(
     let _ = writer.await;
 }
 
-/// The session's events, to the metrics and to the client.
+/// The session's events, to the metrics and, as a client may see them, to the client.
 async fn forward_events(
     app: Arc<App>,
-    mut events: tokio::sync::broadcast::Receiver<crate::events::SessionEvent>,
-    out: mpsc::Sender<Outbound>,
+    mut events: tokio::sync::broadcast::Receiver<SessionEvent>,
+    (out, level): (mpsc::Sender<Outbound>, ReportLevel),
 ) {
     loop {
         match events.recv().await {
             Ok(event) => {
                 app.metrics.observe(&event.event);
                 let ended = matches!(event.event, Event::SessionEnded { .. });
-                let _ = out.send(Outbound::Event(event)).await;
+                if let Some(seen) = event.event.for_client(level) {
+                    let event = SessionEvent {
+                        event: seen,
+                        ..event
+                    };
+                    let _ = out.send(Outbound::Event(event)).await;
+                }
                 if ended {
                     break;
                 }
@@ -255,10 +266,11 @@ async fn write_socket<S>(
 async fn read_socket(
     mut receiver: futures_util::stream::SplitStream<WebSocket>,
     framing: &std::sync::Mutex<Framing>,
-    handle: &crate::pipeline::SessionHandle,
+    (app, handle): (&App, &crate::pipeline::SessionHandle),
     out: &mpsc::Sender<Outbound>,
 ) -> bool {
     let mut pace = Pace::default();
+    let mut typed = TextPace::default();
     while let Some(message) = receiver.next().await {
         let message = match message {
             Ok(Message::Text(text)) => WsMessage::Text(text.to_string()),
@@ -290,12 +302,25 @@ async fn read_socket(
                 handle.queue_frame(SystemFrame::InputAudio(audio)).await
             }
             Ok(Inbound::Text(text)) => {
+                if let Err(refused) = typed.take(&text, Instant::now().into_std()) {
+                    tracing::debug!(%refused, "a typed message dropped");
+                    let _ = out.send(Outbound::Error(refused.to_string())).await;
+                    continue;
+                }
                 let append = DataFrame::LlmMessagesAppend {
                     messages: vec![ChatMessage::user(text)],
                     run_llm: true,
                 };
                 handle.queue_frame(append).await
             }
+            Ok(Inbound::Call(call)) => match app.access.take_call(&call) {
+                Ok(()) => Ok(()),
+                Err(refused) => {
+                    tracing::warn!(call_sid = call.call_sid, %refused, "a call's stream refused");
+                    let _ = out.send(Outbound::Error(refused.to_string())).await;
+                    return false;
+                }
+            },
             Ok(Inbound::Stop) => return true,
             Ok(Inbound::Nothing) => Ok(()),
             Err(e) => {

@@ -1,4 +1,5 @@
-//! How fast a client may send its audio: in real time, with room for a burst after a stall.
+//! How fast a client may send its audio (in real time, with room for a burst after a stall)
+//! and its typed text (a person's typing pace, each message a person's length).
 //!
 //! A token bucket of audio time: it holds [`AUDIO_BURST`] when full, refills at one second a
 //! second, and each frame takes its own length. A client speaking in real time never empties it;
@@ -61,9 +62,108 @@ impl Pace {
     }
 }
 
+/// The longest message a user may type, in characters.
+pub const MAX_TYPED_CHARS: usize = 2_000;
+/// Typed messages a client may send at once; then one every [`TYPED_EVERY`].
+pub const TYPED_BURST: u32 = 5;
+/// How often a typed message is allowed once the burst is spent.
+pub const TYPED_EVERY: Duration = Duration::from_secs(3);
+
+/// Why a typed message was not taken (it is dropped; the session goes on).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum TextRefused {
+    /// Longer than [`MAX_TYPED_CHARS`].
+    #[error("text_too_long: {0} characters; a typed message has at most {MAX_TYPED_CHARS}")]
+    TooLong(usize),
+    /// Faster than a person types.
+    #[error(
+        "text_too_fast: at most {TYPED_BURST} typed messages at once, then one every {} s",
+        TYPED_EVERY.as_secs()
+    )]
+    TooFast,
+}
+
+/// A burst of `burst` uses, then one every `every`: a token bucket on a clock that is passed
+/// in.
+#[derive(Debug, Clone)]
+pub struct Allowance {
+    burst: u32,
+    every: Duration,
+    left: f64,
+    filled: Option<Instant>,
+}
+
+impl Allowance {
+    /// A full allowance.
+    pub fn new(burst: u32, every: Duration) -> Self {
+        Self {
+            burst,
+            every,
+            left: f64::from(burst),
+            filled: None,
+        }
+    }
+
+    /// Takes one use at `now`, if one is left.
+    pub fn take(&mut self, now: Instant) -> bool {
+        if let Some(filled) = self.filled {
+            let earned = now.saturating_duration_since(filled).as_secs_f64()
+                / self.every.as_secs_f64().max(f64::EPSILON);
+            self.left = (self.left + earned).min(f64::from(self.burst));
+        }
+        self.filled = Some(now);
+        if self.left < 1.0 {
+            return false;
+        }
+        self.left -= 1.0;
+        true
+    }
+}
+
+/// One client's typed-text allowance: each message starts an LLM run, so a script cannot
+/// send a thousand a second or a book in one.
+#[derive(Debug, Clone)]
+pub struct TextPace(Allowance);
+
+impl Default for TextPace {
+    fn default() -> Self {
+        Self(Allowance::new(TYPED_BURST, TYPED_EVERY))
+    }
+}
+
+impl TextPace {
+    /// Takes a message of `text` typed at `now`.
+    pub fn take(&mut self, text: &str, now: Instant) -> Result<(), TextRefused> {
+        let chars = text.chars().count();
+        if chars > MAX_TYPED_CHARS {
+            return Err(TextRefused::TooLong(chars));
+        }
+        if self.0.take(now) {
+            Ok(())
+        } else {
+            Err(TextRefused::TooFast)
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typed_text_gets_a_burst_then_a_persons_pace_and_a_persons_length() {
+        let (mut pace, start) = (TextPace::default(), Instant::now());
+        for _ in 0..TYPED_BURST {
+            assert_eq!(pace.take("hello", start), Ok(()));
+        }
+        assert_eq!(pace.take("hello", start), Err(TextRefused::TooFast));
+        assert_eq!(pace.take("hello", start + TYPED_EVERY), Ok(()));
+        assert_eq!(pace.take("hello", start + TYPED_EVERY), Err(TextRefused::TooFast));
+        let book = "a".repeat(MAX_TYPED_CHARS + 1);
+        let later = start + TYPED_EVERY * 10;
+        assert_eq!(pace.take(&book, later), Err(TextRefused::TooLong(MAX_TYPED_CHARS + 1)));
+        assert_eq!(pace.take(&"é".repeat(MAX_TYPED_CHARS), later), Ok(()), "characters, not bytes");
+    }
 
     const FRAME: usize = 320; // 20 ms at 16 kHz
 

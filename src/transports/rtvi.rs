@@ -60,6 +60,27 @@ pub fn too_large(len: usize) -> String {
     )
 }
 
+/// A function call's data as the client may see it ([`Event::for_client`]): its id, its name
+/// where one is told, and each of `fields` that is not null.
+fn tool_call<const N: usize>(name: &str, tool_call_id: &str, fields: [(&str, Value); N]) -> Value {
+    let mut data = serde_json::Map::new();
+    if !name.is_empty() {
+        data.insert("function_name".into(), json!(name));
+    }
+    data.insert("tool_call_id".into(), json!(tool_call_id));
+    for (key, value) in fields {
+        if !value.is_null() {
+            data.insert(key.into(), value);
+        }
+    }
+    Value::Object(data)
+}
+
+/// A non-fatal `error`: something the client sent was not used; the session goes on.
+pub fn error(text: &str) -> String {
+    message("error", None, json!({"error": text, "fatal": false}))
+}
+
 /// A fatal `error`: the server ends the session for this reason.
 pub fn fatal_error(text: &str) -> String {
     message("error", None, json!({"error": text, "fatal": true}))
@@ -169,16 +190,17 @@ impl Rtvi {
                 tool_call_id,
                 arguments,
             } => {
+                let started = if name.is_empty() {
+                    json!({})
+                } else {
+                    json!({"function_name": name})
+                };
                 return vec![
-                    message(
-                        "llm-function-call-started",
-                        None,
-                        json!({"function_name": name}),
-                    ),
+                    message("llm-function-call-started", None, started),
                     message(
                         "llm-function-call-in-progress",
                         None,
-                        json!({"function_name": name, "tool_call_id": tool_call_id, "arguments": arguments}),
+                        tool_call(name, tool_call_id, [("arguments", arguments.clone())]),
                     ),
                 ];
             }
@@ -188,13 +210,20 @@ impl Rtvi {
                 result,
             } => (
                 "llm-function-call-stopped",
-                json!({"function_name": name, "tool_call_id": tool_call_id, "cancelled": false, "result": result}),
+                tool_call(
+                    name,
+                    tool_call_id,
+                    [
+                        ("cancelled", json!(false)),
+                        ("result", result.clone().unwrap_or(Value::Null)),
+                    ],
+                ),
             ),
             Event::ToolCallCancelled {
                 name, tool_call_id, ..
             } => (
                 "llm-function-call-stopped",
-                json!({"function_name": name, "tool_call_id": tool_call_id, "cancelled": true}),
+                tool_call(name, tool_call_id, [("cancelled", json!(true))]),
             ),
             Event::Metrics { data } => match self.metrics(data) {
                 Some(data) => ("metrics", data),

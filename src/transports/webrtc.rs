@@ -60,6 +60,9 @@ pub enum WebRtcError {
     /// Opus could not start.
     #[error("the Opus codec failed: {0}")]
     Opus(String),
+    /// A trickled ICE candidate is not usable.
+    #[error("invalid ICE candidate: {0}")]
+    Candidate(String),
 }
 
 fn rtc_err(e: impl std::fmt::Display) -> WebRtcError {
@@ -178,7 +181,7 @@ impl Peer {
             self.connection
                 .add_ice_candidate(candidate)
                 .await
-                .map_err(rtc_err)?;
+                .map_err(|e| WebRtcError::Candidate(e.to_string()))?;
         }
         Ok(())
     }

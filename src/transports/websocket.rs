@@ -41,10 +41,21 @@ pub enum Inbound {
     },
     /// The user typed this.
     Text(String),
+    /// A telephone call's stream began (Twilio's `start`).
+    Call(Call),
     /// The client is done.
     Stop,
     /// Nothing to do (a keep-alive, a mark, the stream's metadata).
     Nothing,
+}
+
+/// The call a Twilio stream carries, as its `start` names it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Call {
+    /// The call's id (`CA…`).
+    pub call_sid: String,
+    /// The account the call belongs to (`AC…`).
+    pub account_sid: String,
 }
 
 /// What the server sends.
@@ -206,12 +217,31 @@ impl TwilioState {
                         "{encoding} at {rate} Hz (expected audio/x-mulaw at 8000 Hz)"
                     )));
                 }
+                let sid = |key: &str| {
+                    start
+                        .get(key)
+                        .and_then(Value::as_str)
+                        .filter(|sid| {
+                            (2..=64).contains(&sid.len())
+                                && sid.bytes().all(|b| b.is_ascii_alphanumeric())
+                        })
+                        .map(str::to_owned)
+                        .ok_or_else(|| {
+                            FramingError::Malformed(format!(
+                                "start needs \"{key}\": up to 64 letters and digits"
+                            ))
+                        })
+                };
+                let call = Call {
+                    call_sid: sid("callSid")?,
+                    account_sid: sid("accountSid")?,
+                };
                 self.stream_sid = value
                     .get("streamSid")
                     .or_else(|| start.get("streamSid"))
                     .and_then(Value::as_str)
                     .map(str::to_owned);
-                Ok(Inbound::Nothing)
+                Ok(Inbound::Call(call))
             }
             "media" => {
                 let media = &value["media"];
@@ -333,7 +363,13 @@ mod tests {
                       "tracks": ["inbound"], "customParameters": {},
                       "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}
         });
-        assert_eq!(framing.decode(text(start)), Ok(Inbound::Nothing));
+        assert_eq!(
+            framing.decode(text(start)),
+            Ok(Inbound::Call(Call {
+                call_sid: "CA1".into(),
+                account_sid: "AC1".into()
+            }))
+        );
         let payload = STANDARD.encode([0xffu8, 0x7f, 0x80, 0x00]);
         let media = json!({"event": "media", "sequenceNumber": "2", "streamSid": "MZ123",
             "media": {"track": "inbound", "chunk": "1", "timestamp": "5", "payload": payload}});
@@ -377,6 +413,11 @@ mod tests {
         assert!(matches!(
             framing.decode(WsMessage::Text(start.to_string())),
             Err(FramingError::Format(_))
+        ));
+        let unnamed = json!({"event": "start", "start": {"accountSid": "AC1", "callSid": "CA/../x"}});
+        assert!(matches!(
+            framing.decode(WsMessage::Text(unnamed.to_string())),
+            Err(FramingError::Malformed(_))
         ));
         let bad = json!({"event": "media", "media": {"payload": "***"}});
         assert!(matches!(
