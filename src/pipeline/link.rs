@@ -1,6 +1,7 @@
 //! The queues between stages and the handle that pushes frames into them.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -8,25 +9,33 @@ use tokio::time::Instant;
 use super::observer::{FramePushed, Observers};
 use super::processor::Direction;
 use crate::events::{Event, EventSink};
-use crate::frames::{ErrorFrame, Frame, SystemFrame};
+use crate::frames::{ErrorFrame, Frame, FrameBody, SystemFrame};
 
 /// Capacity of each stage's data/control queue. When it is full, the stage pushing into it waits
 /// (backpressure towards the source) while it keeps handling system frames; transports that cannot
 /// wait drop audio and count the drop instead.
 pub const DATA_QUEUE_CAPACITY: usize = 512;
 
+/// User audio frames a session may have waiting in its stages' system queues (4 s of 20 ms
+/// frames). Past this, a stage drops the frame it takes (it would be heard late) and past twice
+/// this a new one is not queued at all; both are counted (`input_audio_backlog` in
+/// `voxide_repeated_warnings_total`). A pipeline slower than real time loses audio, not memory.
+pub const AUDIO_BACKLOG: usize = 200;
+
 /// A frame with the direction it travels in.
 pub(crate) type Item = (Frame, Direction);
 
 /// The sending side of one stage's queues.
 ///
-/// System frames get their own unbounded queue: they are rare, must never wait behind data, and a
-/// bounded queue here could deadlock two stages pushing at each other.
+/// System frames get their own queue: they must never wait behind data, and a bounded queue
+/// here could deadlock two stages pushing at each other. The one system frame that is not rare,
+/// the user's audio, is held to [`AUDIO_BACKLOG`] by a count beside it.
 #[derive(Clone)]
 pub(crate) struct Mailbox {
     pub(crate) name: Arc<str>,
     system: mpsc::UnboundedSender<Item>,
     data: mpsc::Sender<Item>,
+    audio: Arc<AtomicUsize>,
 }
 
 impl Mailbox {
@@ -38,8 +47,63 @@ impl Mailbox {
 
 /// The receiving side of one stage's queues.
 pub(crate) struct Inbox {
-    pub(crate) system: mpsc::UnboundedReceiver<Item>,
+    pub(crate) system: SystemInbox,
     pub(crate) data: mpsc::Receiver<Item>,
+}
+
+/// A stage's system queue, with its count of user audio.
+pub(crate) struct SystemInbox {
+    queue: mpsc::UnboundedReceiver<Item>,
+    audio: Arc<AtomicUsize>,
+}
+
+fn is_input_audio(frame: &Frame) -> bool {
+    matches!(frame.body, FrameBody::System(SystemFrame::InputAudio(_)))
+}
+
+impl Mailbox {
+    /// Queues a system frame; user audio past twice [`AUDIO_BACKLOG`] is dropped and counted.
+    fn send_system(&self, item: Item) -> Result<(), PushError> {
+        let audio = is_input_audio(&item.0);
+        if audio && self.audio.fetch_add(1, Ordering::Relaxed) >= 2 * AUDIO_BACKLOG {
+            self.audio.fetch_sub(1, Ordering::Relaxed);
+            crate::warnings::audio_dropped("input_audio_backlog");
+            return Ok(());
+        }
+        self.system.send(item).map_err(|_| {
+            if audio {
+                self.audio.fetch_sub(1, Ordering::Relaxed);
+            }
+            PushError::Closed
+        })
+    }
+}
+
+impl SystemInbox {
+    /// The next system frame; user audio waiting behind more than [`AUDIO_BACKLOG`] others is
+    /// dropped (and counted) as it is taken. Cancel safe.
+    pub(crate) async fn recv(&mut self) -> Option<Item> {
+        loop {
+            let item = self.queue.recv().await?;
+            if is_input_audio(&item.0) {
+                let behind = self.audio.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
+                if behind >= AUDIO_BACKLOG {
+                    crate::warnings::audio_dropped("input_audio_backlog");
+                    continue;
+                }
+            }
+            return Some(item);
+        }
+    }
+
+    /// Whether no system frame waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.queue.is_empty()
+    }
+
+    fn close(&mut self) {
+        self.queue.close();
+    }
 }
 
 impl Inbox {
@@ -51,7 +115,8 @@ impl Inbox {
 }
 
 /// A stage's queues.
-pub(crate) fn mailbox(name: Arc<str>) -> (Mailbox, Inbox) {
+/// `audio` counts the session's user audio in flight, across all its stages.
+pub(crate) fn mailbox(name: Arc<str>, audio: &Arc<AtomicUsize>) -> (Mailbox, Inbox) {
     let (system_tx, system_rx) = mpsc::unbounded_channel();
     let (data_tx, data_rx) = mpsc::channel(DATA_QUEUE_CAPACITY);
     (
@@ -59,9 +124,13 @@ pub(crate) fn mailbox(name: Arc<str>) -> (Mailbox, Inbox) {
             name,
             system: system_tx,
             data: data_tx,
+            audio: audio.clone(),
         },
         Inbox {
-            system: system_rx,
+            system: SystemInbox {
+                queue: system_rx,
+                audio: audio.clone(),
+            },
             data: data_rx,
         },
     )
@@ -90,6 +159,8 @@ pub(crate) struct Shared {
     pub(crate) started: Instant,
     pub(crate) observers: Observers,
     pub(crate) events: EventSink,
+    /// User audio frames in the stages' queues ([`AUDIO_BACKLOG`]).
+    pub(crate) audio: Arc<AtomicUsize>,
 }
 
 impl Shared {
@@ -98,6 +169,7 @@ impl Shared {
             started: Instant::now(),
             observers,
             events,
+            audio: Arc::default(),
         })
     }
 }
@@ -137,7 +209,7 @@ impl FramePusher {
         self.observe(&frame, direction, target);
         let item = (frame, direction);
         if item.0.is_system() {
-            return target.system.send(item).map_err(|_| PushError::Closed);
+            return target.send_system(item);
         }
         target.data.send(item).await.map_err(|_| PushError::Closed)
     }
@@ -163,7 +235,7 @@ impl FramePusher {
         };
         self.observe(&item.0, item.1, target);
         if item.0.is_system() {
-            if target.system.send(item).is_err() {
+            if target.send_system(item).is_err() {
                 tracing::trace!(stage = %self.name, "neighbour stopped; system frame dropped");
             }
             return TryPush::Sent;
@@ -209,5 +281,42 @@ impl FramePusher {
         for observer in self.shared.observers.iter() {
             observer.on_push(&event);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::frames::AudioFrame;
+
+    fn audio(n: i16) -> Item {
+        let frame = SystemFrame::InputAudio(AudioFrame::new(vec![n; 320], 16_000, 1));
+        (Frame::new(frame), Direction::Downstream)
+    }
+
+    #[tokio::test]
+    async fn a_stage_far_behind_hears_the_newest_audio_and_memory_stays_bounded() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let (mailbox, mut inbox) = mailbox(Arc::from("slow"), &count);
+        for n in 0..(3 * AUDIO_BACKLOG) as i16 {
+            mailbox.send_system(audio(n)).expect("open");
+        }
+        assert_eq!(count.load(Ordering::Relaxed), 2 * AUDIO_BACKLOG, "the rest never queued");
+        mailbox
+            .send_system((Frame::new(SystemFrame::Interruption), Direction::Downstream))
+            .expect("open");
+        drop(mailbox);
+        let mut heard = Vec::new();
+        let mut others = 0;
+        while let Some((frame, _)) = inbox.system.recv().await {
+            match frame.body {
+                FrameBody::System(SystemFrame::InputAudio(a)) => heard.push(a.samples[0]),
+                _ => others += 1,
+            }
+        }
+        assert_eq!(others, 1, "other system frames are never dropped");
+        let newest = (2 * AUDIO_BACKLOG - AUDIO_BACKLOG) as i16..(2 * AUDIO_BACKLOG) as i16;
+        assert_eq!(heard, newest.collect::<Vec<_>>(), "the oldest went");
+        assert_eq!(count.load(Ordering::Relaxed), 0);
     }
 }

@@ -17,7 +17,7 @@ mod session;
 mod stage;
 pub mod testing;
 
-pub use link::{DATA_QUEUE_CAPACITY, FramePusher, PushError};
+pub use link::{AUDIO_BACKLOG, DATA_QUEUE_CAPACITY, FramePusher, PushError};
 pub(crate) use node::panic_text;
 pub use observer::{FramePushed, Observer};
 pub use parallel::ParallelPipeline;

@@ -47,7 +47,7 @@ impl Spawn for ParallelPipeline {
     fn spawn(self: Box<Self>, wiring: Wiring, tasks: &mut JoinSet<()>) {
         let outer = wiring.pusher;
         let merge_name: Arc<str> = Arc::from(format!("{}/merge", outer.name));
-        let (merge_mailbox, merge_inbox) = mailbox(merge_name);
+        let (merge_mailbox, merge_inbox) = mailbox(merge_name, &outer.shared.audio);
         let mut branches = Vec::with_capacity(self.branches.len());
         for (b, branch) in self.branches.into_iter().enumerate() {
             let entries = spawn_line(

@@ -139,8 +139,8 @@ impl SessionBuilder {
         let observers: Observers = observers.into();
         let shared = Shared::new(observers, self.events.clone());
 
-        let (source_mailbox, source_inbox) = mailbox(Arc::from("source"));
-        let (sink_mailbox, sink_inbox) = mailbox(Arc::from("sink"));
+        let (source_mailbox, source_inbox) = mailbox(Arc::from("source"), &shared.audio);
+        let (sink_mailbox, sink_inbox) = mailbox(Arc::from("sink"), &shared.audio);
         let mut tasks = JoinSet::new();
         let entries = spawn_line(
             self.pipeline.into_node_list(),
@@ -249,6 +249,13 @@ impl SessionHandle {
             .push(frame.into(), Direction::Downstream)
             .await
             .map_err(|_| SessionError::Finished)
+    }
+
+    /// User audio frames waiting in the session's stages: a source faster than real time
+    /// (a file read at full speed) waits while it is over half of
+    /// [`AUDIO_BACKLOG`](super::link::AUDIO_BACKLOG), where none is dropped.
+    pub fn audio_in_flight(&self) -> usize {
+        self.source.shared.audio.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Queues several frames in order.

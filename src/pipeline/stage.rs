@@ -122,7 +122,7 @@ pub(crate) fn spawn_line(
         .map(|(i, n)| Arc::from(format!("{name_prefix}{}#{i}", n.name())))
         .collect();
     let (mailboxes, inboxes): (Vec<Mailbox>, Vec<Inbox>) =
-        names.iter().map(|n| mailbox(n.clone())).unzip();
+        names.iter().map(|n| mailbox(n.clone(), &shared.audio)).unzip();
     for (i, ((node, inbox), name)) in nodes.into_iter().zip(inboxes).zip(names).enumerate() {
         let pusher = FramePusher {
             name,

@@ -23,8 +23,8 @@ pub struct Output {
 /// pushed once the end frame has come out of it.
 pub async fn run_processor(stage: impl Stage, frames: Vec<(Frame, Direction)>) -> Output {
     let shared = Shared::new(Arc::from(Vec::new()), EventSink::new());
-    let (up_mailbox, up_inbox) = mailbox(Arc::from("test-source"));
-    let (down_mailbox, down_inbox) = mailbox(Arc::from("test-sink"));
+    let (up_mailbox, up_inbox) = mailbox(Arc::from("test-source"), &shared.audio);
+    let (down_mailbox, down_inbox) = mailbox(Arc::from("test-sink"), &shared.audio);
     let mut tasks = JoinSet::new();
     let entries = spawn_line(
         Pipeline::new().then(stage).into_node_list(),

@@ -10,6 +10,12 @@
 //! final ones, ready a stop delay sooner; speech that resumes makes a new silence start
 //! and a new decode. One worker per stream runs the requests in order and skips interim ones that
 //! a newer request made stale.
+//!
+//! Whisper hears 30 s at most. A turn spoken without a pause longer than that is cut into
+//! windows: when the utterance reaches [`MAX_WINDOW_SECS`], it is cut at the quietest 20 ms of
+//! its last [`CUT_SEARCH_SECS`] (between words, as a rule), the window is decoded at once and its
+//! words open every later transcript of the turn. The utterance held never grows past a window,
+//! and nothing said is lost.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -67,6 +73,13 @@ const PREROLL_SECS: f32 = 0.6;
 /// `stop_secs` (0.2 s by default) without speech, so the end of that span is silence, while the
 /// next speech may begin well before the VAD is sure of it.
 const BEFORE_STOP_SECS: f32 = 0.15;
+/// The longest audio decoded at once: Whisper's 30 s, less room for the pre-roll.
+pub const MAX_WINDOW_SECS: f32 = 28.0;
+/// How far back from a full window the cut looks for a quiet moment.
+const CUT_SEARCH_SECS: f32 = 2.0;
+/// Windows a turn keeps the words of (an hour of speech without a pause); past that, the
+/// oldest go.
+const MAX_WINDOWS: usize = 128;
 /// New audio between two interim transcripts.
 const INTERIM_SECS: f32 = 0.5;
 const RATE: usize = mel::SAMPLE_RATE as usize;
@@ -98,6 +111,7 @@ impl SttEngine for Segmented {
             transcriber: self.0.clone(),
             events: events_tx,
             speculative: None,
+            windows: VecDeque::new(),
         };
         tokio::spawn(worker.run(requests));
         tokio::spawn(Segmenter::new(requests_tx).run(inputs));
@@ -106,6 +120,8 @@ impl SttEngine for Segmented {
 }
 
 enum Request {
+    /// A full window of a long utterance: its words open the utterance's transcripts.
+    Window(Vec<i16>),
     /// The utterance so far, for an interim transcript.
     Interim(Vec<i16>),
     /// The utterance up to the silence that may end it, decoded at once: if that silence
@@ -123,7 +139,7 @@ impl Request {
     /// is pointless once a newer request exists).
     fn wanted_before(&self, newer: &Request) -> bool {
         match (self, newer) {
-            (Request::Final { .. }, _) => true,
+            (Request::Final { .. } | Request::Window(_), _) => true,
             (Request::Speculative(id, _), Request::Final { speculative, .. }) => {
                 *speculative == Some(*id)
             }
@@ -208,6 +224,25 @@ impl Segmenter {
         }
     }
 
+    /// Cuts a full window off the utterance, at its quietest 20 ms near the end, and sends it
+    /// to be decoded.
+    fn cut_window(&mut self) {
+        const FRAME: usize = RATE / 50;
+        let search = (CUT_SEARCH_SECS * RATE as f32) as usize;
+        let from = self.utterance.len().saturating_sub(search);
+        let quietest = self.utterance[from..]
+            .chunks_exact(FRAME)
+            .enumerate()
+            .min_by_key(|(_, frame)| frame.iter().map(|s| i64::from(*s).pow(2)).sum::<i64>())
+            .map_or(self.utterance.len(), |(i, _)| from + i * FRAME + FRAME / 2);
+        let rest = self.utterance.split_off(quietest);
+        let window = std::mem::replace(&mut self.utterance, rest);
+        // A speculative decode covered audio now split in two: the stop decodes afresh.
+        self.speculative = None;
+        self.since_interim = 0;
+        self.send(Request::Window(window));
+    }
+
     fn audio(&mut self, audio: &[i16]) {
         let cap = (PREROLL_SECS * RATE as f32) as usize;
         let excess = (self.preroll.len() + audio.len()).saturating_sub(cap);
@@ -216,6 +251,9 @@ impl Segmenter {
             .extend(&audio[audio.len().saturating_sub(cap)..]);
         if self.speaking {
             self.utterance.extend_from_slice(audio);
+            if self.utterance.len() as f32 >= MAX_WINDOW_SECS * RATE as f32 {
+                self.cut_window();
+            }
             self.since_interim += audio.len();
             if self.since_interim as f32 >= INTERIM_SECS * RATE as f32 {
                 self.since_interim = 0;
@@ -233,6 +271,8 @@ struct Worker {
     events: mpsc::Sender<SttEvent>,
     /// The last speculative decode: its id and words.
     speculative: Option<(u64, String)>,
+    /// The words of the utterance's full windows so far.
+    windows: VecDeque<String>,
 }
 
 impl Worker {
@@ -251,15 +291,23 @@ impl Worker {
 
     async fn handle(&mut self, request: Request) {
         match request {
+            Request::Window(audio) => {
+                let text = self.decode(&audio).await.unwrap_or_default();
+                if self.windows.len() == MAX_WINDOWS {
+                    self.windows.pop_front();
+                }
+                self.windows.push_back(text);
+            }
             Request::Interim(audio) => {
                 if let Some(text) = self.decode_partial(&audio).await {
+                    let text = self.after_windows(&text);
                     self.send(SttEvent::Interim(text)).await;
                 }
             }
             Request::Speculative(id, audio) => {
                 let text = self.decode(&audio).await.unwrap_or_default();
                 // The final words if the silence becomes the stop: the turn may be guessed now.
-                self.send(SttEvent::Settled(text.clone())).await;
+                self.send(SttEvent::Settled(self.after_windows(&text))).await;
                 self.speculative = Some((id, text));
             }
             Request::Final { audio, speculative } => {
@@ -273,10 +321,27 @@ impl Worker {
                     Some(text) => text,
                     None => self.decode(&audio).await.unwrap_or_default(),
                 };
+                let text = self.after_windows(&text);
+                self.windows.clear();
                 // Owed for every finalize, words or not.
                 self.send(SttEvent::Finalized(text)).await;
             }
         }
+    }
+
+    /// The words of the utterance's full windows, then `text`.
+    fn after_windows(&self, text: &str) -> String {
+        if self.windows.is_empty() {
+            return text.to_owned();
+        }
+        self.windows
+            .iter()
+            .map(String::as_str)
+            .chain([text])
+            .map(str::trim)
+            .filter(|words| !words.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ")
     }
 
     async fn send(&self, event: SttEvent) {
@@ -318,5 +383,65 @@ impl Worker {
                 None
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Hears how long each piece of audio is, and where its loud samples are.
+    #[derive(Default)]
+    struct Lengths(Mutex<Vec<usize>>);
+
+    impl Transcriber for Lengths {
+        fn name(&self) -> &str {
+            "lengths"
+        }
+
+        fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
+            self.0.lock().expect("lock").push(audio.len());
+            let loud = audio.iter().filter(|s| s.abs() > 0.1).count();
+            Ok(format!("[{loud}]"))
+        }
+    }
+
+    #[tokio::test]
+    async fn seventy_seconds_without_a_pause_are_heard_whole_in_windows_whisper_can_take() {
+        let heard = Arc::new(Lengths::default());
+        let engine = Segmented::shared(heard.clone());
+        let SttStream { input, mut events } = engine.start();
+        input.send(SttInput::SpeechStarted).await.expect("open");
+        // 70 s of "speech": loud, with a short quiet gap every 1.3 s, as between words.
+        let mut loud = 0usize;
+        for k in 0..3_500usize {
+            let quiet = k % 65 == 64;
+            let frame = vec![if quiet { 0 } else { 10_000i16 }; 320];
+            loud += if quiet { 0 } else { 320 };
+            input.send(SttInput::Audio(frame)).await.expect("open");
+        }
+        input.send(SttInput::SilenceStarted).await.expect("open");
+        input.send(SttInput::Finalize).await.expect("open");
+        let text = loop {
+            match events.recv().await.expect("a final transcript") {
+                SttEvent::Finalized(text) => break text,
+                _ => continue,
+            }
+        };
+        let lengths = heard.0.lock().expect("lock").clone();
+        let longest = lengths.iter().max().copied().unwrap_or_default();
+        assert!(
+            longest as f32 <= 30.0 * RATE as f32,
+            "a decode of {} s",
+            longest as f32 / RATE as f32
+        );
+        let pieces: Vec<usize> = text
+            .split_whitespace()
+            .map(|p| p.trim_matches(['[', ']']).parse().expect("a count"))
+            .collect();
+        assert_eq!(pieces.len(), 3, "two full windows and the rest: {text}");
+        assert_eq!(pieces.iter().sum::<usize>(), loud, "every loud sample heard once: {text}");
     }
 }
