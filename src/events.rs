@@ -251,7 +251,7 @@ impl Event {
             } => Event::ToolCallCancelled {
                 name: name(n),
                 tool_call_id: tool_call_id.clone(),
-                reason: reason.clone(),
+                reason: *reason,
             },
             Event::Error {
                 fatal, processor, ..
@@ -417,7 +417,10 @@ mod tests {
         };
         for event in [error, ended, fallback] {
             let seen = serde_json::to_string(&event.for_client(ReportLevel::Full)).expect("json");
-            assert!(!seen.contains("10.0.0.7") && !seen.contains("password"), "{seen}");
+            assert!(
+                !seen.contains("10.0.0.7") && !seen.contains("password"),
+                "{seen}"
+            );
             assert!(seen.contains("server's log"), "{seen}");
         }
     }

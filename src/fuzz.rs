@@ -33,6 +33,13 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("openai_realtime", openai_realtime),
     ("gemini_live", gemini_live),
     ("config", config),
+    ("peers", peers),
+    ("access", access),
+    ("http_tool_answer", http_tool_answer),
+    ("mcp_results", mcp_results),
+    ("realtime_core", realtime_core),
+    ("calculator", calculator),
+    ("context_trim", context_trim),
 ];
 
 /// The target `name`, if there is one.
@@ -236,4 +243,79 @@ fn config(bytes: &[u8]) {
         bot.instructions_file = None;
         let _ = bot.resolve();
     }
+}
+
+/// The cluster forwarder's inputs: a node id, `--peers`, `--peer-url` and a signature header.
+fn peers(bytes: &[u8]) {
+    crate::server::cluster::fuzz_peers(bytes);
+}
+
+/// A request as the access rules read it: token, query, `X-Forwarded-For`, Twilio's URL.
+fn access(bytes: &[u8]) {
+    crate::server::access::fuzz_request(bytes);
+}
+
+/// An HTTP tool's answer: JSON, NDJSON or server-sent events.
+fn http_tool_answer(bytes: &[u8]) {
+    crate::bot::http_tool::fuzz_answer(bytes);
+}
+
+/// An MCP server's call results and progress.
+fn mcp_results(bytes: &[u8]) {
+    crate::bot::mcp::fuzz_results(bytes);
+}
+
+/// The realtime core's state machine, over either provider (the first byte picks).
+fn realtime_core(bytes: &[u8]) {
+    use crate::services::llm::gemini_live::{GeminiLive, GeminiLiveSettings};
+    use crate::services::llm::openai_realtime::{OpenAiRealtime, OpenAiRealtimeSettings};
+    use crate::services::llm::realtime::fuzz_core;
+    match bytes.split_first() {
+        Some((kind, rest)) if kind % 2 == 0 => fuzz_core(
+            OpenAiRealtime::new(OpenAiRealtimeSettings::new("key")),
+            rest,
+        ),
+        Some((_, rest)) => fuzz_core(GeminiLive::new(GeminiLiveSettings::new("key")), rest),
+        None => {}
+    }
+}
+
+/// The calculator's expressions and the spoken numbers and sums it reads.
+fn calculator(bytes: &[u8]) {
+    use crate::bot::calculator::{evaluate, read_arithmetic, read_number, say_expression};
+    let text = text(bytes);
+    let _ = evaluate(&text);
+    let _ = read_number(&text);
+    if let Some(expression) = read_arithmetic(&text) {
+        let _ = evaluate(&expression);
+    }
+    let _ = say_expression(&text);
+}
+
+/// A conversation (JSON messages) held to a small budget: it never grows, and what is left
+/// still opens with its instructions.
+fn context_trim(bytes: &[u8]) {
+    let Some((budget, rest)) = bytes.split_first() else {
+        return;
+    };
+    let Ok(messages) = serde_json::from_slice::<Vec<crate::context::Message>>(rest) else {
+        return;
+    };
+    let mut context = crate::context::LlmContext::new(messages.clone());
+    let dropped = context.trim(usize::from(*budget) * 4);
+    assert_eq!(context.messages.len() + dropped, messages.len());
+    let leading = |m: &[crate::context::Message]| {
+        m.iter()
+            .take_while(|m| {
+                matches!(
+                    m,
+                    crate::context::Message::System(_) | crate::context::Message::Developer(_)
+                )
+            })
+            .count()
+    };
+    assert_eq!(
+        leading(&context.messages),
+        leading(&messages).min(context.messages.len())
+    );
 }

@@ -18,6 +18,7 @@ pub mod loadtest;
 pub mod models;
 pub mod onnx;
 pub mod pipeline;
+pub mod secret;
 pub mod server;
 pub mod services;
 pub mod transports;

@@ -150,8 +150,12 @@ mod whole_bot {
             .await
             .expect("upgrade");
         let (mut tx, rx) = socket.split();
-        let typed = |text: &str| Message::text(serde_json::json!({"type": "text", "text": text}).to_string());
-        tx.send(typed(&"a".repeat(MAX_TYPED_CHARS + 1))).await.expect("send");
+        let typed = |text: &str| {
+            Message::text(serde_json::json!({"type": "text", "text": text}).to_string())
+        };
+        tx.send(typed(&"a".repeat(MAX_TYPED_CHARS + 1)))
+            .await
+            .expect("send");
         for _ in 0..TYPED_BURST + 3 {
             tx.send(typed("What time is it?")).await.expect("send");
         }
@@ -162,7 +166,21 @@ mod whole_bot {
             .filter(|e| e["type"] == "error")
             .filter_map(|e| e["message"].as_str())
             .collect();
-        assert_eq!(errors.iter().filter(|e| e.starts_with("text_too_long")).count(), 1, "{errors:?}");
-        assert_eq!(errors.iter().filter(|e| e.starts_with("text_too_fast")).count(), 3, "{errors:?}");
+        assert_eq!(
+            errors
+                .iter()
+                .filter(|e| e.starts_with("text_too_long"))
+                .count(),
+            1,
+            "{errors:?}"
+        );
+        assert_eq!(
+            errors
+                .iter()
+                .filter(|e| e.starts_with("text_too_fast"))
+                .count(),
+            3,
+            "{errors:?}"
+        );
     }
 }

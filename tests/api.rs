@@ -667,7 +667,7 @@ async fn a_pc_id_naming_an_address_is_refused_before_any_request() {
 
 #[tokio::test]
 async fn a_forged_forwarded_header_is_refused_and_counted_like_any_clients_request() {
-    for secret in [None, Some("cluster-s3cret".to_owned())] {
+    for secret in [None, Some("cluster-s3cret".into())] {
         let server = Server::new(
             ServeOptions {
                 node_id: "test".parse().expect("a node id"),
@@ -746,7 +746,7 @@ async fn start_keeps_at_most_16_kb_for_its_session() {
 
 #[tokio::test]
 async fn nodes_that_share_a_secret_forward_to_each_other_and_others_are_refused() {
-    let secret = Some("cluster-s3cret".to_owned());
+    let secret = Some(voxide::secret::Secret::new("cluster-s3cret"));
     let with_secret = Peers {
         secret: secret.clone(),
         ..Peers::default()

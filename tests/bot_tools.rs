@@ -258,6 +258,57 @@ async fn server_sent_events_are_an_async_tools_progress_and_the_last_its_result(
 }
 
 #[tokio::test]
+async fn a_redirect_to_another_host_is_not_followed_and_the_tools_headers_stay_home() {
+    let (base, seen) = backend().await;
+    let port = base.rsplit(':').next().expect("a port").to_owned();
+    // The same backend under another host name: a different host to the client.
+    let elsewhere = format!("http://localhost:{port}/lookup");
+    let app = axum::Router::new()
+        .route(
+            "/moved",
+            post(|| async { axum::response::Redirect::temporary("/lookup") }),
+        )
+        .route(
+            "/away",
+            post(move || async move { axum::response::Redirect::temporary(&elsewhere) }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let redirector = listener.local_addr().expect("addr");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    // The redirector's "/moved" stays on its own host (which has no /lookup: a 404 there), and
+    // its "/away" points at another host: refused before anything is sent.
+    let engine = ScriptedLlm::new(vec![
+        vec![
+            call("r1", "away", json!({})),
+            call("r2", "moved", json!({})),
+        ],
+        vec![say("Done.")],
+    ]);
+    let mut llm = LlmService::new(engine);
+    for (name, path) in [("away", "/away"), ("moved", "/moved")] {
+        http_tool(
+            &format!("http://{redirector}"),
+            &format!("name = \"{name}\"\nurl = \"{path}\"\nheaders = {{ X-Api-Key = \"k3y\" }}"),
+        )
+        .register(llm.functions());
+    }
+    let mut bot = Bot::start(llm);
+    bot.run_llm().await;
+    bot.responses(2).await;
+    let (messages, _) = bot.stop().await;
+    let away = tool_answer(&messages, "r1")["error"].to_string();
+    assert!(away.contains("another host"), "{away}");
+    let moved = tool_answer(&messages, "r2")["error"].to_string();
+    assert!(moved.contains("404"), "followed on its own host: {moved}");
+    assert!(
+        seen.requests.lock().expect("lock").is_empty(),
+        "the other host saw no request, so no key"
+    );
+}
+
+#[tokio::test]
 async fn a_500_a_timeout_and_a_garbled_answer_are_failures_the_model_can_speak_about() {
     let (base, _) = backend().await;
     let engine = ScriptedLlm::new(vec![

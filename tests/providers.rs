@@ -1731,7 +1731,7 @@ mod openai_speech {
         let addr = super::serve(app).await;
         let engine = OpenAiSpeech::new(OpenAiSpeechSettings {
             base_url: format!("http://{addr}/v1"),
-            api_key: Some(key.to_owned()),
+            api_key: Some(key.into()),
             model: "gpt-4o-mini-tts".into(),
             voice: "alloy".into(),
             first_chunk_timeout: std::time::Duration::from_secs(5),

@@ -233,7 +233,8 @@ async fn a_twilio_media_stream_gets_mulaw_answers() {
     let (mut tx, mut rx) = socket.split();
     tx.send(send(start_message)).await.expect("send");
     let mut refused = None;
-    while let Ok(Some(Ok(message))) = tokio::time::timeout(Duration::from_secs(30), rx.next()).await {
+    while let Ok(Some(Ok(message))) = tokio::time::timeout(Duration::from_secs(30), rx.next()).await
+    {
         if let Message::Text(text) = message {
             refused = Some(text.to_string());
         }

@@ -401,20 +401,43 @@ async fn a_webrtc_client_hears_the_bot_answer() {
     assert_eq!(request(addr, "PATCH", "/api/offer", &patch).await.0, 200);
     // A candidate that cannot be used is the client's error, and so are too many at once.
     let candidate = |line: String| json!({"candidate": line, "sdp_mid": "0", "sdp_mline_index": 0});
-    let bad = json!({"pc_id": client.pc_id, "candidates": [candidate("candidate:nonsense".into())]});
-    assert_eq!(request(addr, "PATCH", "/api/offer", &bad.to_string()).await.0, 400);
+    let bad =
+        json!({"pc_id": client.pc_id, "candidates": [candidate("candidate:nonsense".into())]});
+    assert_eq!(
+        request(addr, "PATCH", "/api/offer", &bad.to_string())
+            .await
+            .0,
+        400
+    );
     let many: Vec<Value> = (0..33)
-        .map(|i| candidate(format!("candidate:{i} 1 udp 2130706431 127.0.0.1 {} typ host", 20_000 + i)))
+        .map(|i| {
+            candidate(format!(
+                "candidate:{i} 1 udp 2130706431 127.0.0.1 {} typ host",
+                20_000 + i
+            ))
+        })
         .collect();
     let many = json!({"pc_id": client.pc_id, "candidates": many});
-    assert_eq!(request(addr, "PATCH", "/api/offer", &many.to_string()).await.0, 400);
+    assert_eq!(
+        request(addr, "PATCH", "/api/offer", &many.to_string())
+            .await
+            .0,
+        400
+    );
     // Restarts past the session's burst are refused until its allowance refills.
     let restart = json!({"sdp": "v=0", "type": "offer", "pc_id": client.pc_id, "restart_pc": true});
     let mut statuses = Vec::new();
     for _ in 0..=voxide::server::CHANGE_BURST {
-        statuses.push(request(addr, "POST", "/api/offer", &restart.to_string()).await.0);
+        statuses.push(
+            request(addr, "POST", "/api/offer", &restart.to_string())
+                .await
+                .0,
+        );
     }
-    assert!(statuses[..statuses.len() - 1].iter().all(|s| *s == 400), "{statuses:?}");
+    assert!(
+        statuses[..statuses.len() - 1].iter().all(|s| *s == 400),
+        "{statuses:?}"
+    );
     assert_eq!(statuses.last(), Some(&429), "{statuses:?}");
     let _ = client.pc.close().await;
 }

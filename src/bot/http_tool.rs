@@ -96,11 +96,7 @@ impl HttpTool {
             Some(secs) if secs > 0.0 && secs <= 86_400.0 => Duration::from_secs_f64(secs),
             Some(_) => return Err(format!("{what}: timeout_secs must be between 0 and a day")),
         };
-        // A no-op once installed.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .build()
-            .map_err(|e| format!("{what}: cannot build the HTTP client: {e}"))?;
+        let client = client(&what)?;
         Ok(Self(Arc::new(Spec {
             schema,
             url,
@@ -134,7 +130,47 @@ impl HttpTool {
     }
 }
 
-/// `headers` with `${NAME}` expanded, as a header map.
+/// Redirects a tool's request may follow.
+const MAX_REDIRECTS: usize = 5;
+
+/// The HTTP client of a bot's tools (HTTP tools, MCP servers over HTTP). Their requests carry
+/// the bot file's headers (keys, tokens), so a redirect is followed only to the same host and
+/// port, never from https to http, and at most [`MAX_REDIRECTS`] times.
+pub(crate) fn client(what: &str) -> Result<reqwest::Client, String> {
+    // A no-op once installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let policy = reqwest::redirect::Policy::custom(|attempt| {
+        let Some(first) = attempt.previous().first() else {
+            return attempt.follow();
+        };
+        let next = attempt.url();
+        let why = if attempt.previous().len() > MAX_REDIRECTS {
+            Some(format!("more than {MAX_REDIRECTS} redirects"))
+        } else if first.scheme() == "https" && next.scheme() != "https" {
+            Some(format!("a redirect from https to {}", next.scheme()))
+        } else if first.host_str() != next.host_str()
+            || first.port_or_known_default() != next.port_or_known_default()
+        {
+            Some(format!(
+                "a redirect to another host ({}): the tool's headers go only to its own",
+                next.host_str().unwrap_or_default()
+            ))
+        } else {
+            None
+        };
+        match why {
+            Some(why) => attempt.error(why),
+            None => attempt.follow(),
+        }
+    });
+    reqwest::Client::builder()
+        .redirect(policy)
+        .build()
+        .map_err(|e| format!("{what}: cannot build the HTTP client: {e}"))
+}
+
+/// `headers` with `${NAME}` expanded, as a header map; their values are marked sensitive, so
+/// `Debug` never shows them.
 pub(crate) fn header_map(
     headers: &std::collections::BTreeMap<String, String>,
     what: &str,
@@ -144,8 +180,9 @@ pub(crate) fn header_map(
         let value = expand_env(value, &format!("{what}'s header {name}"))?;
         let name = HeaderName::from_bytes(name.as_bytes())
             .map_err(|_| format!("{what}: {name:?} is not a header name"))?;
-        let value = HeaderValue::from_str(&value)
+        let mut value = HeaderValue::from_str(&value)
             .map_err(|_| format!("{what}: the header {name} has a value no header can hold"))?;
+        value.set_sensitive(true);
         map.insert(name, value);
     }
     Ok(map)
@@ -164,23 +201,27 @@ async fn call(spec: Arc<Spec>, params: FunctionCallParams) {
             spec.timeout.as_secs_f64()
         ),
     };
-    tracing::warn!(tool = %spec.schema.name, error = %failure, "HTTP tool failed");
+    // The model reads the failure; the backend's URL stays in the log.
+    tracing::warn!(tool = %spec.schema.name, url = %spec.url, error = %failure, "HTTP tool failed");
     callback.done(json!({ "error": failure }));
 }
 
 /// Sends the request and delivers what comes back; an error says why there is no result.
 async fn exchange(spec: &Spec, params: &FunctionCallParams) -> Result<(), String> {
-    let response = request(spec, params)
-        .send()
-        .await
-        .map_err(|e| format!("the request to {} failed: {}", spec.url, without_url(&e)))?;
+    let response = request(spec, params).send().await.map_err(|e| {
+        format!(
+            "the request to {} failed: {}",
+            backend(spec),
+            without_url(&e)
+        )
+    })?;
     let status = response.status();
     if status.as_u16() >= 400 {
         let body = response.text().await.unwrap_or_default();
         let body: String = body.chars().take(ERROR_BODY_CHARS).collect();
         return Err(format!(
             "{} answered HTTP {status}: {}",
-            spec.url,
+            backend(spec),
             body.trim()
         ));
     }
@@ -201,7 +242,7 @@ async fn exchange(spec: &Spec, params: &FunctionCallParams) -> Result<(), String
                 json!({ "ok": true })
             } else {
                 serde_json::from_slice(&body)
-                    .map_err(|e| format!("{} answered with invalid JSON: {e}", spec.url))?
+                    .map_err(|e| format!("{} answered with invalid JSON: {e}", backend(spec)))?
             };
             params.result_callback.done(result);
             return Ok(());
@@ -212,13 +253,18 @@ async fn exchange(spec: &Spec, params: &FunctionCallParams) -> Result<(), String
     while let Some(piece) = body.next().await {
         let piece = piece.map_err(|e| broke_off(spec, &e))?;
         for item in splitter.push(&piece)? {
-            results.push(&item, spec.url.as_str())?;
+            results.push(&item, &backend(spec))?;
         }
     }
     for item in splitter.finish()? {
-        results.push(&item, spec.url.as_str())?;
+        results.push(&item, &backend(spec))?;
     }
-    results.finish(spec.url.as_str())
+    results.finish(&backend(spec))
+}
+
+/// How failures name the backend to the model (never by its URL, which may be internal).
+fn backend(spec: &Spec) -> String {
+    format!("the backend of {}", spec.schema.name)
 }
 
 /// The call's request: the arguments in the body (or the query), with who is calling.
@@ -252,7 +298,11 @@ fn request(spec: &Spec, params: &FunctionCallParams) -> reqwest::RequestBuilder 
 }
 
 fn broke_off(spec: &Spec, e: &reqwest::Error) -> String {
-    format!("the answer from {} broke off: {}", spec.url, without_url(e))
+    format!(
+        "the answer from {} broke off: {}",
+        backend(spec),
+        without_url(e)
+    )
 }
 
 /// A reqwest error's text without the URL it repeats.
@@ -284,6 +334,26 @@ fn query(arguments: &Value) -> Vec<(String, String)> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// For [`crate::fuzz`]: a backend's answer, as one JSON body and streamed as lines and as
+/// events (in chunks split at `0xff`), each item read as JSON.
+pub(crate) fn fuzz_answer(bytes: &[u8]) {
+    let _ = serde_json::from_slice::<Value>(bytes);
+    for framing in [Framing::Lines, Framing::Events] {
+        let mut splitter = Splitter::new(framing);
+        let mut items = Vec::new();
+        for chunk in bytes.split(|b| *b == 0xff) {
+            match splitter.push(chunk) {
+                Ok(more) => items.extend(more),
+                Err(_) => break,
+            }
+        }
+        items.extend(splitter.finish().unwrap_or_default());
+        for item in items {
+            let _ = serde_json::from_str::<Value>(&item);
+        }
+    }
 }
 
 /// How a streamed answer is cut into results.
@@ -370,9 +440,10 @@ impl Streamed {
         }
     }
 
-    fn push(&mut self, item: &str, url: &str) -> Result<(), String> {
-        let value: Value = serde_json::from_str(item)
-            .map_err(|e| format!("{url} streamed a value that is not JSON ({e}): {item:.80}"))?;
+    fn push(&mut self, item: &str, backend: &str) -> Result<(), String> {
+        let value: Value = serde_json::from_str(item).map_err(|e| {
+            format!("{backend} streamed a value that is not JSON ({e}): {item:.80}")
+        })?;
         if let Some(before) = self.held.replace(value)
             && self.asynchronous
         {
@@ -388,10 +459,10 @@ impl Streamed {
         Ok(())
     }
 
-    fn finish(self, url: &str) -> Result<(), String> {
+    fn finish(self, backend: &str) -> Result<(), String> {
         let last = self
             .held
-            .ok_or_else(|| format!("the stream from {url} ended with no result"))?;
+            .ok_or_else(|| format!("the stream from {backend} ended with no result"))?;
         self.callback.done(last);
         Ok(())
     }

@@ -33,6 +33,7 @@ use super::http_tool::header_map;
 use crate::config::McpConfig;
 use crate::config::resolve::expand_env;
 use crate::context::FunctionSchema;
+use crate::secret::Secret;
 use crate::services::llm::{
     FunctionCallParams, FunctionOptions, FunctionRegistry, ResultProperties,
 };
@@ -85,7 +86,7 @@ enum Transport {
     Stdio {
         command: String,
         args: Vec<String>,
-        env: Vec<(String, String)>,
+        env: Vec<(String, Secret)>,
     },
     Http {
         url: String,
@@ -108,7 +109,10 @@ impl McpServer {
                 env: config
                     .env
                     .iter()
-                    .map(|(k, v)| Ok((k.clone(), expand_env(v, &format!("{what}'s env {k}"))?)))
+                    .map(|(k, v)| {
+                        let value = expand_env(v, &format!("{what}'s env {k}"))?;
+                        Ok((k.clone(), Secret::new(value)))
+                    })
                     .collect::<Result<_, String>>()?,
             },
             (None, Some(url)) => {
@@ -277,11 +281,15 @@ impl McpServer {
 /// the bot file lists for it; never the rest (provider keys, tokens).
 fn child_environment(
     parent: impl Iterator<Item = (String, String)>,
-    listed: &[(String, String)],
+    listed: &[(String, Secret)],
 ) -> Vec<(String, String)> {
     parent
         .filter(|(k, _)| k == "PATH" || k == "HOME")
-        .chain(listed.iter().cloned())
+        .chain(
+            listed
+                .iter()
+                .map(|(k, v)| (k.clone(), v.expose().to_owned())),
+        )
         .collect()
 }
 
@@ -315,8 +323,9 @@ async fn connect(
             let _ = rustls::crypto::ring::default_provider().install_default();
             let config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                 .custom_headers(headers.clone());
+            let client = super::http_tool::client(&format!("mcp server at {url}"))?;
             handler
-                .serve(StreamableHttpClientTransport::from_config(config))
+                .serve(StreamableHttpClientTransport::with_client(client, config))
                 .await
                 .map_err(|e| format!("it did not initialise at {url}: {e}"))
         }
@@ -601,6 +610,17 @@ impl Drop for Pending {
     }
 }
 
+/// For [`crate::fuzz`]: a server's answer to a call, and a progress notification, read as
+/// the bot reads them.
+pub(crate) fn fuzz_results(bytes: &[u8]) {
+    if let Ok(result) = serde_json::from_slice::<CallToolResult>(bytes) {
+        let _ = tool_result(result);
+    }
+    if let Ok(step) = serde_json::from_slice::<rmcp::model::ProgressNotificationParam>(bytes) {
+        let _ = json!({"progress": step.progress, "total": step.total, "message": step.message});
+    }
+}
+
 /// A tool's answer as the model reads it: its structured content, else its text (JSON when it
 /// is JSON); an error result as `{"error": …}`.
 fn tool_result(result: CallToolResult) -> Value {
@@ -636,7 +656,7 @@ mod tests {
             ("VOXIDE_AUTH_TOKEN", "t0ken"),
         ]
         .map(|(k, v)| (k.to_owned(), v.to_owned()));
-        let listed = vec![("WEATHER_KEY".to_owned(), "w".to_owned())];
+        let listed = vec![("WEATHER_KEY".to_owned(), Secret::new("w"))];
         let seen = child_environment(parent.into_iter(), &listed);
         let names: Vec<&str> = seen.iter().map(|(k, _)| k.as_str()).collect();
         assert_eq!(names, ["PATH", "HOME", "WEATHER_KEY"]);

@@ -89,7 +89,7 @@ async fn local(
 ) -> Result<()> {
     use anyhow::Context;
     use voxide::events::{EndReason, Event};
-    use voxide::frames::{AudioFrame, SystemFrame};
+    use voxide::frames::AudioFrame;
     use voxide::transports::OutputOptions;
     use voxide::transports::file::EventLog;
 
@@ -127,8 +127,7 @@ async fn local(
             }
             chunk = audio.microphone.chunks.recv() => {
                 let Some(chunk) = chunk else { break None };
-                let frame = SystemFrame::InputAudio(AudioFrame::new(chunk, rate, 1));
-                if handle.queue_frame(frame).await.is_err() {
+                if handle.queue_live_audio(AudioFrame::new(chunk, rate, 1)).await.is_err() {
                     break None;
                 }
             }

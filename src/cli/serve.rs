@@ -138,7 +138,7 @@ impl ServeArgs {
                 None => Default::default(),
             },
             template: self.peer_url.clone().or(server.peer_url.clone()),
-            secret: self.cluster_secret.clone().filter(|s| !s.is_empty()),
+            secret: secret(&self.cluster_secret),
         };
         if let Some(template) = &peers.template {
             Peers::check_template(template).map_err(|e| anyhow::anyhow!(e))?;
@@ -158,8 +158,8 @@ impl ServeArgs {
             None => None,
         };
         let access = AccessOptions {
-            auth_token: self.auth_token.clone().filter(|t| !t.is_empty()),
-            twilio_auth_token: self.twilio_auth_token.clone().filter(|t| !t.is_empty()),
+            auth_token: secret(&self.auth_token),
+            twilio_auth_token: secret(&self.twilio_auth_token),
             twilio_account_sid: self.twilio_account_sid.clone().filter(|s| !s.is_empty()),
             public_url: self.public_url.clone(),
             cors_origins: self.cors_origins.clone(),
@@ -278,4 +278,11 @@ impl RunArgs {
         println!("{}", serde_json::to_string(&summary)?);
         Ok(())
     }
+}
+
+/// A flag's secret, where it is set and not blank.
+fn secret(flag: &Option<String>) -> Option<voxide::secret::Secret> {
+    flag.as_deref()
+        .map(voxide::secret::Secret::new)
+        .filter(|s| !s.is_blank())
 }

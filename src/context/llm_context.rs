@@ -129,7 +129,7 @@ impl LlmContext {
                         || super::async_tool_messages::parse_message(message)
                             .is_some_and(|p| calls.contains(p.tool_call_id.as_str()))
                 };
-                if !dropped[i] && (range.contains(&i) || about_a_dropped_call()) {
+                if i >= head && !dropped[i] && (range.contains(&i) || about_a_dropped_call()) {
                     dropped[i] = true;
                     total -= tokens[i];
                 }
@@ -267,14 +267,16 @@ impl ContextHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::context::async_tool_messages::{
-        build_final_result_message, build_started_message,
-    };
+    use crate::context::async_tool_messages::{build_final_result_message, build_started_message};
     use crate::context::{AssistantMessage, ToolCall};
 
     fn call(id: &str) -> Message {
         Message::Assistant(AssistantMessage {
-            tool_calls: Some(vec![ToolCall::function(id, "lookup", &serde_json::json!({}))]),
+            tool_calls: Some(vec![ToolCall::function(
+                id,
+                "lookup",
+                &serde_json::json!({}),
+            )]),
             ..AssistantMessage::default()
         })
     }
@@ -303,14 +305,21 @@ mod tests {
         assert_eq!(context.trim(total), 0, "within the budget: nothing leaves");
         let dropped = context.trim(total / 2);
         assert_eq!(context.messages.len(), before - dropped);
-        assert!(dropped >= 8 && dropped % 2 == 0, "whole turns: {dropped}");
+        assert!(
+            dropped >= 8 && dropped.is_multiple_of(2),
+            "whole turns: {dropped}"
+        );
         assert!(context.messages.iter().map(estimated_tokens).sum::<usize>() <= total / 2);
         let kept = roles(&context);
         assert_eq!(kept[0], "system:Be brief.");
         assert!(kept[1].starts_with("user:"), "{kept:?}");
         assert!(kept.last().is_some_and(|m| m.starts_with("assistant:9 ")));
         context.trim(1);
-        assert_eq!(context.messages.len(), 3, "the instruction and the latest turn");
+        assert_eq!(
+            context.messages.len(),
+            3,
+            "the instruction and the latest turn"
+        );
     }
 
     #[test]
@@ -324,12 +333,23 @@ mod tests {
         context.messages.push(Message::user(said(2)));
         context.messages.push(Message::assistant(said(2)));
         context.messages.push(Message::user(said(3)));
-        context.messages.push(build_final_result_message("a1", Some(&serde_json::json!("done"))));
+        context.messages.push(build_final_result_message(
+            "a1",
+            Some(&serde_json::json!("done")),
+        ));
         context.messages.push(Message::assistant(said(3)));
         let dropped = context.trim(1);
-        assert_eq!(dropped, 7, "turns 1 and 2, and turn 1's result sitting in turn 3");
+        assert_eq!(
+            dropped, 7,
+            "turns 1 and 2, and turn 1's result sitting in turn 3"
+        );
         assert!(roles(&context)[1].starts_with("user:3"));
-        assert!(context.messages.iter().all(|m| !matches!(m, Message::Developer(_))));
+        assert!(
+            context
+                .messages
+                .iter()
+                .all(|m| !matches!(m, Message::Developer(_)))
+        );
 
         // A call still running: its turn and all after it stay.
         let mut context = LlmContext::new(vec![Message::system("Be brief.")]);

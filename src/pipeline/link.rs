@@ -301,7 +301,11 @@ mod tests {
         for n in 0..(3 * AUDIO_BACKLOG) as i16 {
             mailbox.send_system(audio(n)).expect("open");
         }
-        assert_eq!(count.load(Ordering::Relaxed), 2 * AUDIO_BACKLOG, "the rest never queued");
+        assert_eq!(
+            count.load(Ordering::Relaxed),
+            2 * AUDIO_BACKLOG,
+            "the rest never queued"
+        );
         mailbox
             .send_system((Frame::new(SystemFrame::Interruption), Direction::Downstream))
             .expect("open");

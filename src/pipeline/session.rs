@@ -8,15 +8,15 @@ use tokio::sync::{broadcast, mpsc, watch};
 use tokio::task::JoinSet;
 use tokio::time::{Instant, sleep_until};
 
-use super::link::{FramePusher, Inbox, Item, Shared, mailbox};
+use super::link::{AUDIO_BACKLOG, FramePusher, Inbox, Item, Shared, mailbox};
 use super::observer::{FramePushed, Observer, Observers};
 use super::processor::Direction;
 use super::resources::AppResources;
 use super::stage::{Pipeline, Stage, spawn_line};
 use crate::events::{EndReason, Event, EventSink, SessionEvent};
 use crate::frames::{
-    ControlFrame, DataFrame, EndFrame, ErrorFrame, Frame, FrameBody, FrameId, ResultKind,
-    StartFrame, StartParams, SystemFrame,
+    AudioFrame, ControlFrame, DataFrame, EndFrame, ErrorFrame, Frame, FrameBody, FrameId,
+    ResultKind, StartFrame, StartParams, SystemFrame,
 };
 
 /// Default time without user or bot activity before the idle timeout fires.
@@ -243,19 +243,37 @@ enum Control {
 }
 
 impl SessionHandle {
-    /// Queues `frame` at the start of the pipeline, waiting while its first queue is full.
+    /// Queues `frame` at the start of the pipeline, waiting while its first queue is full, or
+    /// (for user audio) while more than half of [`AUDIO_BACKLOG`] frames of it are in flight: a
+    /// source faster than real time (a file, a test) loses nothing. A live source queues its
+    /// audio with [`SessionHandle::queue_live_audio`] instead.
     pub async fn queue_frame(&self, frame: impl Into<Frame>) -> Result<(), SessionError> {
+        let frame = frame.into();
+        if matches!(frame.body, FrameBody::System(SystemFrame::InputAudio(_))) {
+            while self.audio_in_flight() > AUDIO_BACKLOG / 2 {
+                tokio::task::yield_now().await;
+            }
+        }
         self.source
-            .push(frame.into(), Direction::Downstream)
+            .push(frame, Direction::Downstream)
             .await
             .map_err(|_| SessionError::Finished)
     }
 
-    /// User audio frames waiting in the session's stages: a source faster than real time
-    /// (a file read at full speed) waits while it is over half of
-    /// [`AUDIO_BACKLOG`](super::link::AUDIO_BACKLOG), where none is dropped.
-    pub fn audio_in_flight(&self) -> usize {
-        self.source.shared.audio.load(std::sync::atomic::Ordering::Relaxed)
+    /// Queues the user's audio from a live source (a call, a microphone) without waiting: a
+    /// pipeline that falls [`AUDIO_BACKLOG`] frames behind drops the oldest, and counts them.
+    pub async fn queue_live_audio(&self, audio: AudioFrame) -> Result<(), SessionError> {
+        self.source
+            .push(SystemFrame::InputAudio(audio).into(), Direction::Downstream)
+            .await
+            .map_err(|_| SessionError::Finished)
+    }
+
+    fn audio_in_flight(&self) -> usize {
+        self.source
+            .shared
+            .audio
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Queues several frames in order.

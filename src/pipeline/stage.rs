@@ -121,8 +121,10 @@ pub(crate) fn spawn_line(
         .enumerate()
         .map(|(i, n)| Arc::from(format!("{name_prefix}{}#{i}", n.name())))
         .collect();
-    let (mailboxes, inboxes): (Vec<Mailbox>, Vec<Inbox>) =
-        names.iter().map(|n| mailbox(n.clone(), &shared.audio)).unzip();
+    let (mailboxes, inboxes): (Vec<Mailbox>, Vec<Inbox>) = names
+        .iter()
+        .map(|n| mailbox(n.clone(), &shared.audio))
+        .unzip();
     for (i, ((node, inbox), name)) in nodes.into_iter().zip(inboxes).zip(names).enumerate() {
         let pusher = FramePusher {
             name,

@@ -15,6 +15,7 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 
+use crate::secret::Secret;
 use crate::transports::websocket::Call;
 
 use super::cluster::{FORWARDED_HEADER, Forwarded, SIGNATURE_HEADER, signed, unix_now};
@@ -25,10 +26,10 @@ use super::{ApiError, App, MAX_BODY_BYTES};
 pub struct AccessOptions {
     /// The token every guarded request carries: `Authorization: Bearer <token>`, or
     /// `?token=<token>` where a header cannot be set (a browser's WebSocket).
-    pub auth_token: Option<String>,
+    pub auth_token: Option<Secret>,
     /// The Twilio account's auth token: a media stream whose `X-Twilio-Signature` checks out
     /// needs no bearer token.
-    pub twilio_auth_token: Option<String>,
+    pub twilio_auth_token: Option<Secret>,
     /// The Twilio account whose calls this server takes: a stream whose `start` names another
     /// is closed.
     pub twilio_account_sid: Option<String>,
@@ -81,7 +82,7 @@ impl Access {
     fn authorized(&self, parts: &RequestView<'_>) -> bool {
         let twilio_stream = match &self.options.twilio_auth_token {
             Some(twilio) if parts.path == "/ws/twilio" => {
-                if self.signed_by_twilio(twilio, parts) {
+                if self.signed_by_twilio(twilio.expose(), parts) {
                     return true;
                 }
                 true
@@ -102,7 +103,7 @@ impl Access {
         [bearer, query]
             .into_iter()
             .flatten()
-            .any(|given| same_secret(given.trim().as_bytes(), token.as_bytes()))
+            .any(|given| same_secret(given.trim().as_bytes(), token.expose().as_bytes()))
     }
 
     /// Twilio signs the URL it called with the account's auth token (HMAC-SHA1, base64); a
@@ -168,6 +169,52 @@ impl Access {
             .extensions()
             .get::<ConnectInfo<SocketAddr>>()
             .map(|ConnectInfo(addr)| addr.ip())
+    }
+}
+
+/// For [`crate::fuzz`]: a request's path, query and header lines (`name: value`), split at
+/// `0xff`, read by the access rules: the token, Twilio's signature over the rebuilt URL, the
+/// client's address from `X-Forwarded-For`.
+pub(crate) fn fuzz_request(bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    let mut parts = text.split('\u{fffd}').flat_map(|p| p.split('\n'));
+    let path = parts.next().unwrap_or_default();
+    let query = parts.next().filter(|q| !q.is_empty());
+    let mut headers = HeaderMap::new();
+    for line in parts.take(32) {
+        if let Some((name, value)) = line.split_once(':')
+            && let (Ok(name), Ok(value)) = (
+                axum::http::HeaderName::from_bytes(name.trim().as_bytes()),
+                HeaderValue::from_str(value.trim()),
+            )
+        {
+            headers.append(name, value);
+        }
+    }
+    let access = Access::new(AccessOptions {
+        auth_token: Some("s3cret".into()),
+        twilio_auth_token: Some("twilio".into()),
+        trust_forwarded_for: true,
+        sessions_per_minute: 2,
+        ..AccessOptions::default()
+    });
+    let view = RequestView {
+        path,
+        query,
+        headers: &headers,
+    };
+    let _ = access.authorized(&view);
+    let _ = guarded(path);
+    let _ = opens_session(&Method::POST, path, |_| false);
+    let _ = with_and_without_port(&format!("wss://{path}"));
+    let mut request = Request::new(axum::body::Body::empty());
+    *request.headers_mut() = headers;
+    if let Some(ip) = access.client(&request) {
+        let _ = access.take_call(&Call {
+            call_sid: ip.to_string(),
+            account_sid: "AC1".into(),
+        });
+        let _ = subscriber(ip);
     }
 }
 
@@ -525,13 +572,15 @@ mod tests {
     fn addresses_of_one_ipv6_64_share_one_allowance() {
         let mut limiter = RateLimiter::new(2);
         let t0 = Instant::now();
-        let a: IpAddr = "2001:db8:1:2::1".parse().unwrap();
-        let b: IpAddr = "2001:db8:1:2:ffff:ffff:ffff:ffff".parse().unwrap();
-        let other: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        let a: IpAddr = "2001:db8:1:2::1".parse().expect("an address");
+        let b: IpAddr = "2001:db8:1:2:ffff:ffff:ffff:ffff"
+            .parse()
+            .expect("an address");
+        let other: IpAddr = "2001:db8:1:3::1".parse().expect("an address");
         assert!(limiter.allow(a, t0) && limiter.allow(b, t0));
         assert!(!limiter.allow(a, t0), "one /64, one allowance");
         assert!(limiter.allow(other, t0), "the next /64 has its own");
-        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().expect("an address");
         let v4: IpAddr = [10, 0, 0, 1].into();
         assert!(limiter.allow(mapped, t0) && limiter.allow(v4, t0));
         assert!(!limiter.allow(v4, t0), "a mapped IPv4 is that IPv4");
@@ -547,7 +596,8 @@ mod tests {
             assert!(limiter.allow(ip, at));
             assert!(limiter.buckets.len() <= MAX_TRACKED);
         }
-        let last: IpAddr = std::net::Ipv4Addr::from(0x0a00_0000 + 3 * MAX_TRACKED as u32 - 1).into();
+        let last: IpAddr =
+            std::net::Ipv4Addr::from(0x0a00_0000 + 3 * MAX_TRACKED as u32 - 1).into();
         let now = t0 + Duration::from_millis(3 * MAX_TRACKED as u64);
         assert!((0..4).all(|_| limiter.allow(last, now)));
         assert!(!limiter.allow(last, now), "the newest are remembered");
@@ -559,8 +609,14 @@ mod tests {
         let t0 = Instant::now();
         assert_eq!(calls.take("CA1", t0), Ok(()));
         assert_eq!(calls.take("CA2", t0), Ok(()));
-        assert_eq!(calls.take("CA1", t0 + Duration::from_secs(3600)), Err(CallRefused::Taken));
-        assert_eq!(calls.take("CA1", t0 + CALL_MEMORY + Duration::from_secs(1)), Ok(()));
+        assert_eq!(
+            calls.take("CA1", t0 + Duration::from_secs(3600)),
+            Err(CallRefused::Taken)
+        );
+        assert_eq!(
+            calls.take("CA1", t0 + CALL_MEMORY + Duration::from_secs(1)),
+            Ok(())
+        );
         assert!(!calls.taken.contains("CA2"), "forgotten with its age");
     }
 
@@ -574,7 +630,10 @@ mod tests {
             call_sid: format!("CA-{account}"),
             account_sid: account.into(),
         };
-        assert_eq!(access.take_call(&call("AC2")), Err(CallRefused::OtherAccount));
+        assert_eq!(
+            access.take_call(&call("AC2")),
+            Err(CallRefused::OtherAccount)
+        );
         assert_eq!(access.take_call(&call("AC1")), Ok(()));
         assert_eq!(access.take_call(&call("AC1")), Err(CallRefused::Taken));
     }

@@ -27,6 +27,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::{ApiError, App, MAX_BODY_BYTES};
+use crate::secret::Secret;
 use crate::transports::webrtc::random_u32;
 
 /// The header every answer carries: the node that answered (for a forwarded request, the
@@ -94,7 +95,7 @@ impl fmt::Display for NodeId {
 }
 
 /// Where the other nodes answer, and how they prove they are nodes of the cluster.
-#[derive(Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Peers {
     /// By node id, each node's base URL (`http://10.0.0.7:7860`).
     pub known: HashMap<String, String>,
@@ -103,17 +104,7 @@ pub struct Peers {
     pub template: Option<String>,
     /// The secret the nodes share: forwarded requests are signed with it, and a request that
     /// claims to be forwarded is trusted only with a valid signature.
-    pub secret: Option<String>,
-}
-
-impl fmt::Debug for Peers {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Peers")
-            .field("known", &self.known)
-            .field("template", &self.template)
-            .field("secret", &self.secret.as_ref().map(|_| "<set>"))
-            .finish()
-    }
+    pub secret: Option<Secret>,
 }
 
 impl Peers {
@@ -172,6 +163,29 @@ impl Peers {
         let host = parsed.host_str()?;
         (host.split('.').next() == Some(label)).then(|| url.trim_end_matches('/').to_owned())
     }
+}
+
+/// For [`crate::fuzz`]: a node id, a peer list, a URL template and a signature header from
+/// the outside, split at `0xff`, read as the forwarder reads them.
+pub(crate) fn fuzz_peers(bytes: &[u8]) {
+    let text = String::from_utf8_lossy(bytes);
+    let mut parts = text.split('\u{fffd}');
+    let id = parts.next().unwrap_or_default();
+    let list = parts.next().unwrap_or_default();
+    let template = parts.next().unwrap_or_default();
+    let header = parts.next().unwrap_or_default();
+    let _ = Peers::parse_list(list);
+    let node = id.parse::<NodeId>();
+    if Peers::check_template(template).is_ok()
+        && let Ok(node) = &node
+    {
+        let peers = Peers {
+            template: Some(template.to_owned()),
+            ..Peers::default()
+        };
+        let _ = peers.url(node);
+    }
+    let _ = signed("secret", header, "POST", id, list.as_bytes(), 1_800_000_000);
 }
 
 /// `t=<time>,v1=<hex HMAC-SHA256(secret, "METHOD\nPATH\nhex(SHA-256(body))\nTIME")>`.
@@ -247,7 +261,7 @@ impl Cluster {
 
     /// The secret forwarded requests are signed with, if the cluster has one.
     pub(crate) fn secret(&self) -> Option<&str> {
-        self.peers.secret.as_deref()
+        self.peers.secret.as_ref().map(Secret::expose)
     }
 
     /// A new id this node owns: `<node>.<uuid v4>`.

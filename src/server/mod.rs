@@ -8,8 +8,8 @@ mod metrics;
 mod webrtc;
 mod ws;
 
-pub use ws::{CLIENT_WRITE_TIMEOUT, MAX_WS_MESSAGE};
 pub use webrtc::{CHANGE_BURST, MAX_CANDIDATES_PER_CONNECTION, MAX_CANDIDATES_PER_REQUEST};
+pub use ws::{CLIENT_WRITE_TIMEOUT, MAX_WS_MESSAGE};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;

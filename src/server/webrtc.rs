@@ -19,7 +19,7 @@ use super::{ApiError, App};
 use crate::bot::SessionInfo;
 use crate::context::Message as ChatMessage;
 use crate::events::{EndReason, Event, ReportLevel, SessionEvent};
-use crate::frames::{AudioFrame, DataFrame, SystemFrame};
+use crate::frames::{AudioFrame, DataFrame};
 use crate::pipeline::{Session, SessionHandle};
 use crate::transports::pace::{Allowance, Pace, TextPace, TooFast};
 use crate::transports::rtvi::{self, ClientMessage, Rtvi};
@@ -474,7 +474,7 @@ impl Drive {
                             samples.fill(0);
                         }
                         let audio = AudioFrame::new(samples, INPUT_RATE, 1);
-                        if handle.queue_frame(SystemFrame::InputAudio(audio)).await.is_err() {
+                        if handle.queue_live_audio(audio).await.is_err() {
                             break Ending::SessionEnded;
                         }
                     }

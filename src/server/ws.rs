@@ -19,7 +19,7 @@ use super::{Admission, ApiError, App};
 use crate::bot::SessionInfo;
 use crate::context::Message as ChatMessage;
 use crate::events::{Event, ReportLevel, SessionEvent};
-use crate::frames::{AudioFrame, DataFrame, SystemFrame};
+use crate::frames::{AudioFrame, DataFrame};
 use crate::pipeline::Session;
 use crate::transports::output::AudioSink;
 use crate::transports::pace::{Pace, TextPace};
@@ -299,7 +299,7 @@ async fn read_socket(
                     return false;
                 }
                 let audio = AudioFrame::new(samples, sample_rate, 1);
-                handle.queue_frame(SystemFrame::InputAudio(audio)).await
+                handle.queue_live_audio(audio).await
             }
             Ok(Inbound::Text(text)) => {
                 if let Err(refused) = typed.take(&text, Instant::now().into_std()) {

@@ -27,10 +27,13 @@ pub(crate) fn url_from_env(variable: &str) -> Option<String> {
 
 /// OpenAI's base URL and key from `OPENAI_BASE_URL` and `OPENAI_API_KEY`, for `flag`: a key is
 /// required for OpenAI's own API; a server at another base URL (Ollama, speaches) may need none.
-pub(crate) fn openai_from_env(flag: &str) -> Result<(String, Option<String>), String> {
+pub(crate) fn openai_from_env(
+    flag: &str,
+) -> Result<(String, Option<crate::secret::Secret>), String> {
     let api_key = std::env::var("OPENAI_API_KEY")
         .ok()
-        .filter(|k| !k.is_empty());
+        .filter(|k| !k.is_empty())
+        .map(crate::secret::Secret::new);
     let base_url = url_from_env("OPENAI_BASE_URL").unwrap_or_else(|| OPENAI_BASE_URL.to_owned());
     if api_key.is_none() && base_url == OPENAI_BASE_URL {
         return Err(format!(

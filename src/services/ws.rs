@@ -151,7 +151,11 @@ pub trait WsCore: Send + 'static {
 pub fn connect_request(url: &str, headers: &[(&str, &str)]) -> Result<ConnectRequest, WsError> {
     let mut request = url
         .into_client_request()
-        .map_err(|e| WsError::Permanent(format!("bad URL {url}: {e}")))?;
+        // The query may hold a key: the error names the URL without it.
+        .map_err(|e| {
+            let without_query = url.split('?').next().unwrap_or_default();
+            WsError::Permanent(format!("bad URL {without_query}: {e}"))
+        })?;
     for (name, value) in headers {
         let value = value
             .parse()

@@ -386,10 +386,6 @@ async fn feed(
         };
         if options.fast {
             tokio::task::yield_now().await;
-            // As fast as the pipeline takes it, never so fast that its backlog drops audio.
-            while handle.audio_in_flight() > crate::pipeline::AUDIO_BACKLOG / 2 {
-                tokio::task::yield_now().await;
-            }
         } else {
             tick.tick().await;
         }

@@ -158,11 +158,21 @@ mod tests {
         }
         assert_eq!(pace.take("hello", start), Err(TextRefused::TooFast));
         assert_eq!(pace.take("hello", start + TYPED_EVERY), Ok(()));
-        assert_eq!(pace.take("hello", start + TYPED_EVERY), Err(TextRefused::TooFast));
+        assert_eq!(
+            pace.take("hello", start + TYPED_EVERY),
+            Err(TextRefused::TooFast)
+        );
         let book = "a".repeat(MAX_TYPED_CHARS + 1);
         let later = start + TYPED_EVERY * 10;
-        assert_eq!(pace.take(&book, later), Err(TextRefused::TooLong(MAX_TYPED_CHARS + 1)));
-        assert_eq!(pace.take(&"é".repeat(MAX_TYPED_CHARS), later), Ok(()), "characters, not bytes");
+        assert_eq!(
+            pace.take(&book, later),
+            Err(TextRefused::TooLong(MAX_TYPED_CHARS + 1))
+        );
+        assert_eq!(
+            pace.take(&"é".repeat(MAX_TYPED_CHARS), later),
+            Ok(()),
+            "characters, not bytes"
+        );
     }
 
     const FRAME: usize = 320; // 20 ms at 16 kHz

@@ -414,7 +414,8 @@ mod tests {
             framing.decode(WsMessage::Text(start.to_string())),
             Err(FramingError::Format(_))
         ));
-        let unnamed = json!({"event": "start", "start": {"accountSid": "AC1", "callSid": "CA/../x"}});
+        let unnamed =
+            json!({"event": "start", "start": {"accountSid": "AC1", "callSid": "CA/../x"}});
         assert!(matches!(
             framing.decode(WsMessage::Text(unnamed.to_string())),
             Err(FramingError::Malformed(_))

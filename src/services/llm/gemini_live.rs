@@ -25,10 +25,10 @@ pub const INPUT_RATE: u32 = 16_000;
 pub const OUTPUT_RATE: u32 = 24_000;
 
 /// Settings of a Gemini Live session.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct GeminiLiveSettings {
     /// The API key.
-    pub api_key: String,
+    pub api_key: crate::secret::Secret,
     /// The WebSocket URL (a test double may stand in).
     pub url: String,
     /// The model.
@@ -40,24 +40,11 @@ pub struct GeminiLiveSettings {
     pub server_turns: bool,
 }
 
-// The key stays out of logs.
-impl std::fmt::Debug for GeminiLiveSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GeminiLiveSettings")
-            .field("api_key", &"<redacted>")
-            .field("url", &self.url)
-            .field("model", &self.model)
-            .field("voice", &self.voice)
-            .field("server_turns", &self.server_turns)
-            .finish()
-    }
-}
-
 impl GeminiLiveSettings {
     /// Settings with `api_key` and the defaults.
     pub fn new(api_key: impl Into<String>) -> Self {
         Self {
-            api_key: api_key.into(),
+            api_key: crate::secret::Secret::new(api_key),
             url: DEFAULT_URL.to_owned(),
             model: DEFAULT_MODEL.to_owned(),
             voice: DEFAULT_VOICE.to_owned(),
@@ -227,7 +214,7 @@ impl RealtimeProtocol for GeminiLive {
 
     fn request(&self) -> Result<ConnectRequest, RealtimeError> {
         connect_request(
-            &with_query(&self.settings.url, "key", &self.settings.api_key),
+            &with_query(&self.settings.url, "key", self.settings.api_key.expose()),
             &[],
         )
     }

@@ -35,10 +35,10 @@ pub enum TurnDetection {
 }
 
 /// Settings of an OpenAI Realtime session.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct OpenAiRealtimeSettings {
     /// The API key.
-    pub api_key: String,
+    pub api_key: crate::secret::Secret,
     /// The WebSocket URL without the model (a compatible server or a test double may stand in).
     pub url: String,
     /// The model.
@@ -51,25 +51,11 @@ pub struct OpenAiRealtimeSettings {
     pub transcription_model: Option<String>,
 }
 
-// The key stays out of logs.
-impl std::fmt::Debug for OpenAiRealtimeSettings {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OpenAiRealtimeSettings")
-            .field("api_key", &"<redacted>")
-            .field("url", &self.url)
-            .field("model", &self.model)
-            .field("voice", &self.voice)
-            .field("turn_detection", &self.turn_detection)
-            .field("transcription_model", &self.transcription_model)
-            .finish()
-    }
-}
-
 impl OpenAiRealtimeSettings {
     /// Settings with `api_key` and the defaults.
     pub fn new(api_key: impl Into<String>) -> Self {
         Self {
-            api_key: api_key.into(),
+            api_key: crate::secret::Secret::new(api_key),
             url: DEFAULT_URL.to_owned(),
             model: DEFAULT_MODEL.to_owned(),
             voice: DEFAULT_VOICE.to_owned(),
@@ -135,7 +121,7 @@ impl RealtimeProtocol for OpenAiRealtime {
 
     fn request(&self) -> Result<ConnectRequest, RealtimeError> {
         let url = with_query(&self.settings.url, "model", &self.settings.model);
-        let auth = format!("Bearer {}", self.settings.api_key);
+        let auth = format!("Bearer {}", self.settings.api_key.expose());
         connect_request(&url, &[("authorization", &auth)])
     }
 

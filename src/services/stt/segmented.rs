@@ -307,7 +307,8 @@ impl Worker {
             Request::Speculative(id, audio) => {
                 let text = self.decode(&audio).await.unwrap_or_default();
                 // The final words if the silence becomes the stop: the turn may be guessed now.
-                self.send(SttEvent::Settled(self.after_windows(&text))).await;
+                self.send(SttEvent::Settled(self.after_windows(&text)))
+                    .await;
                 self.speculative = Some((id, text));
             }
             Request::Final { audio, speculative } => {
@@ -442,6 +443,10 @@ mod tests {
             .map(|p| p.trim_matches(['[', ']']).parse().expect("a count"))
             .collect();
         assert_eq!(pieces.len(), 3, "two full windows and the rest: {text}");
-        assert_eq!(pieces.iter().sum::<usize>(), loud, "every loud sample heard once: {text}");
+        assert_eq!(
+            pieces.iter().sum::<usize>(),
+            loud,
+            "every loud sample heard once: {text}"
+        );
     }
 }

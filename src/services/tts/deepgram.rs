@@ -34,7 +34,7 @@ pub struct AuraSettings {
     /// Scheme and host; `/v1/speak` is appended.
     pub url: String,
     /// Sent as `Authorization: Token …`.
-    pub api_key: String,
+    pub api_key: crate::secret::Secret,
     /// The voice model.
     pub model: String,
     /// Reconnection.
@@ -46,7 +46,7 @@ impl AuraSettings {
     pub fn new(api_key: impl Into<String>) -> Self {
         Self {
             url: DEFAULT_URL.to_owned(),
-            api_key: api_key.into(),
+            api_key: crate::secret::Secret::new(api_key),
             model: DEFAULT_MODEL.to_owned(),
             reconnect: ReconnectPolicy::default(),
         }
@@ -225,7 +225,7 @@ impl WsCore for AuraCore {
             self.settings.url.trim_end_matches('/'),
             self.settings.model
         );
-        let auth = format!("Token {}", self.settings.api_key);
+        let auth = format!("Token {}", self.settings.api_key.expose());
         ws::connect_request(&url, &[("Authorization", &auth)])
     }
 

@@ -32,7 +32,7 @@ pub struct OpenAiSpeechSettings {
     /// Up to and including `/v1`: `{base_url}/audio/speech` is called.
     pub base_url: String,
     /// Sent as a bearer token; none for servers that need no key.
-    pub api_key: Option<String>,
+    pub api_key: Option<crate::secret::Secret>,
     /// The model.
     pub model: String,
     /// The voice.
@@ -170,7 +170,7 @@ impl Speaker {
         });
         let mut request = self.client.post(&url).json(&body);
         if let Some(key) = &self.settings.api_key {
-            request = request.bearer_auth(key);
+            request = request.bearer_auth(key.expose());
         }
         let response = tokio::time::timeout(self.settings.first_chunk_timeout, request.send())
             .await

@@ -34,7 +34,7 @@ pub struct AnthropicSettings {
     /// Scheme and host: `{base_url}/v1/messages` is called.
     pub base_url: String,
     /// Sent as `x-api-key`.
-    pub api_key: String,
+    pub api_key: crate::secret::Secret,
     /// The model.
     pub model: String,
     /// The reply's token limit.
@@ -50,7 +50,7 @@ impl AnthropicSettings {
     pub fn new(api_key: impl Into<String>) -> Self {
         Self {
             base_url: DEFAULT_BASE_URL.to_owned(),
-            api_key: api_key.into(),
+            api_key: crate::secret::Secret::new(api_key),
             model: DEFAULT_MODEL.to_owned(),
             max_tokens: DEFAULT_MAX_TOKENS,
             temperature: None,
@@ -91,7 +91,7 @@ impl AnthropicLlm {
         } else {
             format!("{base}/v1/messages")
         };
-        let key = HeaderValue::from_str(&settings.api_key)
+        let key = HeaderValue::from_str(settings.api_key.expose())
             .map_err(|_| LlmError::Setup("ANTHROPIC_API_KEY is not a valid header".into()))?;
         let mut headers = HeaderMap::new();
         headers.insert(HeaderName::from_static("x-api-key"), key);

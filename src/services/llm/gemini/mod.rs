@@ -30,7 +30,7 @@ pub struct GeminiSettings {
     /// Scheme and host: `{base_url}/v1beta/models/…` is called.
     pub base_url: String,
     /// Sent as `x-goog-api-key`.
-    pub api_key: String,
+    pub api_key: crate::secret::Secret,
     /// The model.
     pub model: String,
     /// `maxOutputTokens`; the API's default when `None`.
@@ -49,7 +49,7 @@ impl GeminiSettings {
     pub fn new(api_key: impl Into<String>) -> Self {
         Self {
             base_url: DEFAULT_BASE_URL.to_owned(),
-            api_key: api_key.into(),
+            api_key: crate::secret::Secret::new(api_key),
             model: DEFAULT_MODEL.to_owned(),
             max_tokens: None,
             temperature: None,
@@ -90,7 +90,7 @@ impl GeminiLlm {
             "{base}/v1beta/models/{}:streamGenerateContent?alt=sse",
             settings.model
         );
-        let key = HeaderValue::from_str(&settings.api_key)
+        let key = HeaderValue::from_str(settings.api_key.expose())
             .map_err(|_| LlmError::Setup("GEMINI_API_KEY is not a valid header".into()))?;
         let mut headers = HeaderMap::new();
         headers.insert(HeaderName::from_static("x-goog-api-key"), key);

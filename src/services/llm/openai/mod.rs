@@ -27,7 +27,7 @@ pub struct OpenAiSettings {
     /// Up to and including `/v1`: `{base_url}/chat/completions` is called.
     pub base_url: String,
     /// Sent as a bearer token; none for servers that need no key (Ollama).
-    pub api_key: Option<String>,
+    pub api_key: Option<crate::secret::Secret>,
     /// The model.
     pub model: String,
     /// `max_completion_tokens` (OpenAI) and `max_tokens` (the servers that copy it).
@@ -80,7 +80,7 @@ impl OpenAiLlm {
         );
         let mut headers = HeaderMap::new();
         if let Some(key) = &settings.api_key {
-            let value = HeaderValue::from_str(&format!("Bearer {key}"))
+            let value = HeaderValue::from_str(&format!("Bearer {}", key.expose()))
                 .map_err(|_| LlmError::Setup("OPENAI_API_KEY is not a valid header".into()))?;
             headers.insert(AUTHORIZATION, value);
         }

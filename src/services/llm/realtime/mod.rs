@@ -428,6 +428,62 @@ impl Pump {
     }
 }
 
+/// For [`crate::fuzz`]: the core's state machine over `protocol`, driven by `bytes`: each
+/// message's first byte picks a command from the service (audio, a delivery, an interruption,
+/// the user's turn) or a provider message (text, or binary), the clock moving on as it goes.
+pub(crate) fn fuzz_core(protocol: impl RealtimeProtocol, bytes: &[u8]) {
+    use crate::services::ws::{Message as WsMessage, WsCore};
+    let context = ContextHandle::new(crate::context::LlmContext::new(vec![
+        crate::context::Message::system("Be brief."),
+    ]));
+    let setup = Box::new(|| SessionSetup {
+        messages: vec![crate::context::Message::system("Be brief.")],
+        tools: crate::context::ToolsSchema::default(),
+        tool_choice: None,
+        async_functions: vec!["lookup".into()],
+    });
+    let mut core = core::RealtimeCore::new(
+        protocol,
+        RealtimeOptions::default(),
+        context,
+        StartParams::default(),
+        setup,
+    );
+    let mut now = std::time::Instant::now();
+    let _ = core.opened(now);
+    for message in bytes.split(|b| *b == 0xff) {
+        let Some((kind, rest)) = message.split_first() else {
+            continue;
+        };
+        now += std::time::Duration::from_millis(u64::from(*kind) * 7);
+        let command = match kind % 8 {
+            0 => Some(core::Command::Audio(
+                rest.chunks_exact(2)
+                    .map(|b| i16::from_le_bytes([b[0], b[1]]))
+                    .collect(),
+            )),
+            1 => Some(core::Command::Deliver),
+            2 => Some(core::Command::Interrupt),
+            3 => Some(core::Command::UserStarted),
+            4 => Some(core::Command::UserStopped),
+            _ => None,
+        };
+        if let Some(command) = command {
+            let _ = core.input(command, now);
+            continue;
+        }
+        let message = if kind % 8 == 5 {
+            WsMessage::Binary(rest.to_vec().into())
+        } else {
+            WsMessage::Text(String::from_utf8_lossy(rest).into_owned().into())
+        };
+        if core.message(message, now).is_err() {
+            let _ = core.opened(now);
+        }
+        let _ = core.tick(now);
+    }
+}
+
 /// A connect request for `url` with extra headers.
 pub fn connect_request(
     url: &str,
@@ -437,10 +493,19 @@ pub fn connect_request(
         .map_err(|e| RealtimeError::Config(e.to_string()))
 }
 
-/// `url` with `name=value` added to its query.
+/// `url` with `name=value` added to its query, the value percent-encoded (a key with `&`, `#`
+/// or `=` in it stays one parameter).
 pub fn with_query(url: &str, name: &str, value: &str) -> String {
     let separator = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{separator}{name}={value}")
+    let mut encoded = String::with_capacity(value.len());
+    for byte in value.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            encoded.push(char::from(byte));
+        } else {
+            encoded.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    format!("{url}{separator}{name}={encoded}")
 }
 
 /// 16-bit little-endian PCM as base64, as both providers carry audio in JSON.
@@ -475,6 +540,11 @@ mod tests {
         );
         assert!(pcm_from_base64("%%").is_err());
         assert_eq!(with_query("ws://h/x?a=1", "key", "k"), "ws://h/x?a=1&key=k");
+        assert_eq!(
+            with_query("ws://h/x", "key", "a&b=c#d é"),
+            "ws://h/x?key=a%26b%3Dc%23d%20%C3%A9",
+            "a key is one parameter, whatever it holds"
+        );
         assert_eq!(with_query("ws://h/x", "model", "m"), "ws://h/x?model=m");
     }
 }

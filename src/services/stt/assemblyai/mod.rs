@@ -38,7 +38,7 @@ pub struct AssemblyAiSettings {
     /// Scheme and host (`ws://127.0.0.1:9000` for a local server); `/v3/ws` is appended.
     pub url: String,
     /// Sent as `Authorization`.
-    pub api_key: String,
+    pub api_key: crate::secret::Secret,
     /// The speech model.
     pub model: String,
     /// A socket that sends nothing back for this long, while a turn is open and audio goes to
@@ -55,7 +55,7 @@ impl AssemblyAiSettings {
     pub fn new(api_key: impl Into<String>) -> Self {
         Self {
             url: DEFAULT_URL.to_owned(),
-            api_key: api_key.into(),
+            api_key: crate::secret::Secret::new(api_key),
             model: DEFAULT_MODEL.to_owned(),
             liveness_timeout: Duration::from_secs(10),
             finalize_timeout: Duration::from_secs(2),
@@ -346,7 +346,7 @@ impl WsCore for AssemblyAiCore {
     fn request(&self) -> Result<ConnectRequest, WsError> {
         ws::connect_request(
             &self.settings.socket_url(),
-            &[("Authorization", &self.settings.api_key)],
+            &[("Authorization", self.settings.api_key.expose())],
         )
     }
 

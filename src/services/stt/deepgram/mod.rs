@@ -34,7 +34,7 @@ pub struct DeepgramSettings {
     /// Scheme and host (`ws://127.0.0.1:9000` for a local server); `/v1/listen` is appended.
     pub url: String,
     /// Sent as `Authorization: Token …`.
-    pub api_key: String,
+    pub api_key: crate::secret::Secret,
     /// The model.
     pub model: String,
     /// The language.
@@ -52,7 +52,7 @@ impl DeepgramSettings {
     pub fn new(api_key: impl Into<String>) -> Self {
         Self {
             url: DEFAULT_URL.to_owned(),
-            api_key: api_key.into(),
+            api_key: crate::secret::Secret::new(api_key),
             model: DEFAULT_MODEL.to_owned(),
             language: "en".to_owned(),
             liveness_timeout: Duration::from_secs(10),
@@ -275,7 +275,7 @@ impl WsCore for DeepgramCore {
     type Output = SttEvent;
 
     fn request(&self) -> Result<ConnectRequest, WsError> {
-        let auth = format!("Token {}", self.settings.api_key);
+        let auth = format!("Token {}", self.settings.api_key.expose());
         ws::connect_request(&self.settings.listen_url(), &[("Authorization", &auth)])
     }
 

@@ -35,7 +35,7 @@ pub struct OpenAiSttSettings {
     /// Up to and including `/v1` (`http` or `ws`, with or without TLS): `/realtime` is appended.
     pub base_url: String,
     /// Sent as a bearer token; none for servers that need no key.
-    pub api_key: Option<String>,
+    pub api_key: Option<crate::secret::Secret>,
     /// The transcription model.
     pub model: String,
     /// The language.
@@ -51,7 +51,7 @@ impl OpenAiSttSettings {
     pub fn new(base_url: impl Into<String>, api_key: Option<String>) -> Self {
         Self {
             base_url: base_url.into(),
-            api_key,
+            api_key: api_key.map(crate::secret::Secret::new),
             model: DEFAULT_MODEL.to_owned(),
             language: "en".to_owned(),
             finalize_timeout: Duration::from_secs(5),
@@ -63,7 +63,10 @@ impl OpenAiSttSettings {
     pub fn from_env() -> Result<Self, WsError> {
         let (base_url, api_key) =
             crate::services::openai_from_env("--stt openai").map_err(WsError::Permanent)?;
-        Ok(Self::new(base_url, api_key))
+        Ok(Self {
+            api_key,
+            ..Self::new(base_url, None)
+        })
     }
 
     /// The socket's URL. No `model` in the query: on OpenAI's API it picks a conversation
@@ -349,7 +352,7 @@ impl WsCore for OpenAiSttCore {
             .settings
             .api_key
             .as_ref()
-            .map(|k| format!("Bearer {k}"));
+            .map(|k| format!("Bearer {}", k.expose()));
         let headers: Vec<(&str, &str)> = auth
             .as_deref()
             .map(|a| ("Authorization", a))

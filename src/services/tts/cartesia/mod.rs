@@ -42,7 +42,7 @@ pub struct CartesiaSettings {
     /// Scheme and host; `/tts/websocket` is appended.
     pub url: String,
     /// Sent as `X-API-Key`.
-    pub api_key: String,
+    pub api_key: crate::secret::Secret,
     /// The model.
     pub model: String,
     /// The voice's id.
@@ -58,7 +58,7 @@ impl CartesiaSettings {
     pub fn new(api_key: impl Into<String>) -> Self {
         Self {
             url: DEFAULT_URL.to_owned(),
-            api_key: api_key.into(),
+            api_key: crate::secret::Secret::new(api_key),
             model: DEFAULT_MODEL.to_owned(),
             voice: DEFAULT_VOICE.to_owned(),
             language: "en".to_owned(),
@@ -249,7 +249,7 @@ impl WsCore for CartesiaCore {
         ws::connect_request(
             &url,
             &[
-                ("X-API-Key", &self.settings.api_key),
+                ("X-API-Key", self.settings.api_key.expose()),
                 ("Cartesia-Version", API_VERSION),
             ],
         )

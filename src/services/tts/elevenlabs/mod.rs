@@ -48,7 +48,7 @@ pub struct ElevenLabsSettings {
     /// Scheme and host; the documented path is appended.
     pub url: String,
     /// Sent as `xi-api-key`.
-    pub api_key: String,
+    pub api_key: crate::secret::Secret,
     /// The model.
     pub model: String,
     /// The voice's id.
@@ -62,7 +62,7 @@ impl ElevenLabsSettings {
     pub fn new(api_key: impl Into<String>) -> Self {
         Self {
             url: DEFAULT_URL.to_owned(),
-            api_key: api_key.into(),
+            api_key: crate::secret::Secret::new(api_key),
             model: DEFAULT_MODEL.to_owned(),
             voice: DEFAULT_VOICE.to_owned(),
             reconnect: ReconnectPolicy::default(),
@@ -352,7 +352,7 @@ impl WsCore for ElevenLabsCore {
     fn request(&self) -> Result<ConnectRequest, WsError> {
         ws::connect_request(
             &self.settings.socket_url(),
-            &[("xi-api-key", &self.settings.api_key)],
+            &[("xi-api-key", self.settings.api_key.expose())],
         )
     }
 
