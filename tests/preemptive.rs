@@ -47,7 +47,27 @@ async fn a_wrong_guess_is_thrown_away_and_the_turn_answered_afresh() {
     guess(&bot, "What time is it").await;
     bot.user_says("What time is it in Paris?", 1).await;
     assert_eq!(engine.runs(), 2);
-    let (messages, _) = bot.stop().await;
+    let (messages, _, events) = bot.stop_with_events().await;
+    // The guess is counted as one, with what it cost: its prompt and its answer's pieces.
+    let wasted: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            voxide::events::Event::Metrics { data } => Some(data),
+            _ => None,
+        })
+        .flatten()
+        .filter_map(|m| match m {
+            voxide::frames::MetricsData::Preemption {
+                used: false,
+                wasted,
+                ..
+            } => Some(*wasted),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(wasted.len(), 1, "{events:?}");
+    let usage = wasted[0].expect("what it cost").usage;
+    assert!(usage.input > 10, "the prompt was sent, and billed: {usage:?}");
     assert_eq!(last_answer(&messages).as_deref(), Some("In Paris."));
     assert!(
         messages

@@ -1,5 +1,14 @@
 use serde::{Deserialize, Serialize};
 
+/// What a guessed answer that was thrown away cost.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct WastedGuess {
+    /// Its tokens, prompt and answer.
+    pub usage: TokenUsage,
+    /// Its dollars, where the model's price is known.
+    pub cost_usd: Option<f64>,
+}
+
 /// One measurement carried by a metrics frame.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -69,6 +78,10 @@ pub enum MetricsData {
         used: bool,
         /// Tokens (text pieces) it had generated when it was taken over or thrown away.
         tokens: u64,
+        /// A guess thrown away: what it cost all the same (the provider's count where its
+        /// answer had come to its end; else the prompt estimated at four characters a token
+        /// and the pieces generated), and its dollars where the model's price is known.
+        wasted: Option<WastedGuess>,
     },
     /// End of user speech to the end of their turn: how long the turn detection waited, a part
     /// of `VoiceToVoice` a slow turn detector cannot hide in.

@@ -20,4 +20,4 @@ pub use frame::{
     FunctionCallResultProperties, LlmResponseSummary, OnContextUpdated, ResultKind, StartFrame,
     StartParams, SystemFrame, Transcription, TtsText, WordTiming,
 };
-pub use metrics::{MetricsData, TokenUsage};
+pub use metrics::{MetricsData, TokenUsage, WastedGuess};

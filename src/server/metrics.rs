@@ -27,8 +27,9 @@ pub struct Metrics {
     /// Preemptive generations taken over, and thrown away.
     preemptions_used: AtomicU64,
     preemptions_wasted: AtomicU64,
-    /// Tokens the thrown-away ones had made.
+    /// Tokens the thrown-away ones cost (prompt and answer), and their dollars in millionths.
     preemption_wasted_tokens: AtomicU64,
+    preemption_wasted_micro_usd: AtomicU64,
     voice_to_voice: Mutex<Sum>,
     turn_wait: Mutex<Sum>,
     ttfb: Mutex<BTreeMap<String, Sum>>,
@@ -120,10 +121,18 @@ impl Metrics {
                         MetricsData::Preemption { used: true, .. } => {
                             self.preemptions_used.fetch_add(1, Ordering::Relaxed);
                         }
-                        MetricsData::Preemption { tokens, .. } => {
+                        MetricsData::Preemption { tokens, wasted, .. } => {
                             self.preemptions_wasted.fetch_add(1, Ordering::Relaxed);
+                            let (billed, cost) = match wasted {
+                                Some(guess) => {
+                                    (guess.usage.total(), guess.cost_usd.unwrap_or_default())
+                                }
+                                None => (*tokens, 0.0),
+                            };
                             self.preemption_wasted_tokens
-                                .fetch_add(*tokens, Ordering::Relaxed);
+                                .fetch_add(billed, Ordering::Relaxed);
+                            self.preemption_wasted_micro_usd
+                                .fetch_add((cost * 1e6).round() as u64, Ordering::Relaxed);
                         }
                         MetricsData::Ttfb {
                             processor, seconds, ..
@@ -215,7 +224,7 @@ impl Metrics {
             ),
             (
                 "voxide_preemptive_wasted_tokens_total",
-                "Tokens of answers started before the turn ended and thrown away.",
+                "Tokens (prompt and answer) of answers started before the turn ended and thrown away.",
                 "counter",
                 load(&self.preemption_wasted_tokens),
             ),
@@ -223,6 +232,12 @@ impl Metrics {
         for (name, help, kind, value) in singles {
             out.single(name, help, kind, value);
         }
+        out.single(
+            "voxide_preemptive_wasted_usd_total",
+            "Dollars of answers started before the turn ended and thrown away (models with a known price).",
+            "counter",
+            load(&self.preemption_wasted_micro_usd) as f64 / 1e6,
+        );
         out.single(
             "voxide_runtime_scheduling_lag_seconds",
             "How late the runtime last woke a task that slept.",
@@ -360,6 +375,14 @@ mod tests {
                     processor: "LlmService#4".into(),
                     used: false,
                     tokens: 7,
+                    wasted: Some(crate::frames::WastedGuess {
+                        usage: crate::frames::TokenUsage {
+                            input: 1_000,
+                            output: 7,
+                            ..Default::default()
+                        },
+                        cost_usd: Some(0.0025),
+                    }),
                 },
             ],
         });
@@ -384,7 +407,8 @@ mod tests {
         assert!(text.contains("voxide_ttfb_seconds_sum{service=\"LlmService\"} 0.25\n"));
         assert!(text.contains("voxide_interruptions_total 1\n"));
         assert!(text.contains("voxide_preemptive_generations_total{outcome=\"wasted\"} 1\n"));
-        assert!(text.contains("voxide_preemptive_wasted_tokens_total 7\n"));
+        assert!(text.contains("voxide_preemptive_wasted_tokens_total 1007\n"));
+        assert!(text.contains("voxide_preemptive_wasted_usd_total 0.0025\n"));
         assert!(text.contains("voxide_sessions_ended_total{reason=\"client_gone\"} 1\n"));
         metrics.session_ended();
         assert!(

@@ -17,7 +17,7 @@ use crate::context::{Content, ContextHandle, LlmContext, Message, StopReason};
 use crate::events::Event;
 use crate::frames::{
     ControlFrame, DataFrame, Frame, FrameBody, FunctionCallRequest, LlmResponseSummary,
-    MetricsData, StartParams, SystemFrame, TokenUsage,
+    MetricsData, StartParams, SystemFrame, TokenUsage, WastedGuess,
 };
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
 use crate::services::tts::first_words_end;
@@ -172,6 +172,16 @@ impl Drop for Guess {
     }
 }
 
+/// A request's prompt in tokens, estimated from its JSON at four characters a token.
+fn estimated_tokens(request: &LlmRequest) -> u64 {
+    let messages: usize = request
+        .messages
+        .iter()
+        .map(|m| serde_json::to_string(m).map_or(0, |json| json.len()))
+        .sum();
+    (messages / 4) as u64
+}
+
 /// An engine's answer as the service reads it.
 type EventStream = BoxStream<'static, Result<LlmEvent, LlmError>>;
 
@@ -220,11 +230,11 @@ impl LlmService {
         let request = self.request(handle.snapshot());
         let guessed = match self.guess.take() {
             Some(guess) if guess.request == request => {
-                self.report_guess(true, guess.tokens(), cx);
+                self.report_guess(true, guess.tokens(), None, cx);
                 Some(guess.into_stream())
             }
             Some(guess) => {
-                self.report_guess(false, guess.tokens(), cx);
+                self.throw_away(guess, cx);
                 None
             }
             None => None,
@@ -248,17 +258,44 @@ impl LlmService {
     /// Throws the guess away, if there is one.
     fn drop_guess(&mut self, cx: &mut FrameContext<'_>) {
         if let Some(guess) = self.guess.take() {
-            self.report_guess(false, guess.tokens(), cx);
+            self.throw_away(guess, cx);
         }
     }
 
-    fn report_guess(&self, used: bool, tokens: u64, cx: &mut FrameContext<'_>) {
-        tracing::debug!(used, tokens, "preemptive generation");
-        if self.params.enable_metrics {
+    /// Reports a guess that is thrown away, with what it cost all the same.
+    fn throw_away(&self, mut guess: Guess, cx: &mut FrameContext<'_>) {
+        let tokens = guess.tokens();
+        let mut usage = None;
+        while let Ok(event) = guess.events.try_recv() {
+            if let Ok(LlmEvent::Usage(counted)) = event {
+                usage = Some(counted);
+            }
+        }
+        let usage = usage.unwrap_or_else(|| TokenUsage {
+            input: estimated_tokens(&guess.request),
+            output: tokens,
+            ..TokenUsage::default()
+        });
+        let cost_usd = self.tools.prices().cost(self.engine.model(), &usage);
+        self.report_guess(false, tokens, Some(WastedGuess { usage, cost_usd }), cx);
+    }
+
+    fn report_guess(
+        &self,
+        used: bool,
+        tokens: u64,
+        wasted: Option<WastedGuess>,
+        cx: &mut FrameContext<'_>,
+    ) {
+        tracing::debug!(used, tokens, ?wasted, "preemptive generation");
+        // A guess thrown away cost tokens: the usage metrics report it too.
+        let usage = wasted.is_some() && self.params.enable_usage_metrics;
+        if self.params.enable_metrics || usage {
             cx.push_downstream(SystemFrame::Metrics(vec![MetricsData::Preemption {
                 processor: cx.pusher().name().to_owned(),
                 used,
                 tokens,
+                wasted,
             }]));
         }
     }

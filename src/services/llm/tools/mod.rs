@@ -60,6 +60,11 @@ pub(crate) struct ToolRunner {
 }
 
 impl ToolRunner {
+    /// The prices the service's responses are accounted at.
+    pub(crate) fn prices(&self) -> &super::pricing::PriceTable {
+        &self.options.prices
+    }
+
     pub(crate) fn new(options: LlmServiceOptions) -> Self {
         Self {
             registry: Arc::new(FunctionRegistry::default()),
