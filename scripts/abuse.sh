@@ -11,7 +11,11 @@
 # abused phase within 25 % of the calm one's), every flooding or oversized client closed with a
 # reason, the loop rate-limited.
 #
-#   scripts/abuse.sh [--sessions C] [--seconds S] [--fast N] [--deaf N] [--big N] [--churn N] [--release] [--out DIR]
+# With --embedded the server runs the embedded defaults (Whisper, Smart Turn, SmolLM2, Piper)
+# instead of the stand-ins: the abusers then compete with the models for the CPU, and a
+# slowdown of the callers shows in their v2v.
+#
+#   scripts/abuse.sh [--sessions C] [--seconds S] [--fast N] [--deaf N] [--big N] [--churn N] [--embedded] [--release] [--out DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,6 +23,7 @@ SESSIONS=10
 SECONDS_EACH=60
 FAST=2 DEAF=2 BIG=1 CHURN=1
 PROFILE=debug
+EMBEDDED=0
 OUT=target/abuse
 while (($#)); do
   case "$1" in
@@ -28,9 +33,10 @@ while (($#)); do
     --deaf) DEAF="$2"; shift 2 ;;
     --big) BIG="$2"; shift 2 ;;
     --churn) CHURN="$2"; shift 2 ;;
+    --embedded) EMBEDDED=1; shift ;;
     --release) PROFILE=release; shift ;;
     --out) OUT="$2"; shift 2 ;;
-    *) echo "usage: scripts/abuse.sh [--sessions C] [--seconds S] [--fast N] [--deaf N] [--big N] [--churn N] [--release] [--out DIR]" >&2; exit 2 ;;
+    *) echo "usage: scripts/abuse.sh [--sessions C] [--seconds S] [--fast N] [--deaf N] [--big N] [--churn N] [--embedded] [--release] [--out DIR]" >&2; exit 2 ;;
   esac
 done
 
@@ -51,14 +57,19 @@ cleanup() {
 }
 trap cleanup EXIT
 
-"target/$PROFILE/examples/stand_in_providers" --port "$STAND_IN_PORT" >"$OUT/stand_ins.log" 2>&1 &
-pids+=($!)
-DEEPGRAM_API_KEY=local DEEPGRAM_URL="ws://127.0.0.1:$STAND_IN_PORT" \
-CARTESIA_API_KEY=local CARTESIA_URL="ws://127.0.0.1:$STAND_IN_PORT" \
-OPENAI_API_KEY=local OPENAI_BASE_URL="http://127.0.0.1:$STAND_IN_PORT/v1" \
-  "$BIN" serve --port "$PORT" --node-id abuse --max-sessions $((SESSIONS * 2 + FAST + DEAF + BIG + CHURN + 4)) \
-    --trust-forwarded-for --stt deepgram --llm openai --tts cartesia --turn silence \
-    >"$OUT/server.log" 2>&1 &
+services=()
+if ((EMBEDDED)); then
+  scripts/setup.sh >/dev/null
+else
+  "target/$PROFILE/examples/stand_in_providers" --port "$STAND_IN_PORT" >"$OUT/stand_ins.log" 2>&1 &
+  pids+=($!)
+  export DEEPGRAM_API_KEY=local DEEPGRAM_URL="ws://127.0.0.1:$STAND_IN_PORT"
+  export CARTESIA_API_KEY=local CARTESIA_URL="ws://127.0.0.1:$STAND_IN_PORT"
+  export OPENAI_API_KEY=local OPENAI_BASE_URL="http://127.0.0.1:$STAND_IN_PORT/v1"
+  services=(--stt deepgram --llm openai --tts cartesia)
+fi
+"$BIN" serve --port "$PORT" --node-id abuse --max-sessions $((SESSIONS * 2 + FAST + DEAF + BIG + CHURN + 4)) \
+  --trust-forwarded-for "${services[@]}" >"$OUT/server.log" 2>&1 &
 server=$!
 pids+=($server)
 for _ in $(seq 1 600); do

@@ -68,7 +68,7 @@ DEEPGRAM_API_KEY=local DEEPGRAM_URL="ws://127.0.0.1:$STAND_IN_PORT" \
 CARTESIA_API_KEY=local CARTESIA_URL="ws://127.0.0.1:$STAND_IN_PORT" \
 OPENAI_API_KEY=local OPENAI_BASE_URL="http://127.0.0.1:$STAND_IN_PORT/v1" \
   "$BIN" serve --bot "$OUT/soak.toml" --port "$PORT" --node-id soak --max-sessions $((CONCURRENCY * 2)) \
-    --sessions-per-minute-per-ip 0 --stt deepgram --llm openai --tts cartesia --turn silence \
+    --sessions-per-minute-per-ip 0 --stt deepgram --llm openai --tts cartesia \
     >"$OUT/server.log" 2>&1 &
 server=$!
 pids+=($server)

@@ -23,6 +23,9 @@ scripts/security.sh
 echo "test: three nodes behind HAProxy (scripts/cluster.sh, small)"
 scripts/cluster.sh --sessions 6
 
+echo "test: a 2-minute soak on the stand-ins, its goals enforced (scripts/soak.sh)"
+scripts/soak.sh --minutes 2 --concurrency 6
+
 # Last, so its summary is the closing line.
 echo "test: unit, behaviour and example tests"
 if command -v cargo-nextest >/dev/null 2>&1; then
