@@ -6,8 +6,8 @@
 # dropped, first tokens late, requests and upgrades refused).
 #
 # Prints one JSON line: the RSS slope per hour after warm-up, descriptors and threads at the
-# start and the end, sessions started/completed/failed, v2v p95 in the first and the last 10 % of
-# the run and its drift, the faults struck, each final answered once / lost / twice, and tool
+# start and the end, sessions started/completed/failed, v2v p95 of the first and the last 10 % of
+# the sessions and its drift, the faults struck, each final answered once / lost / twice, and tool
 # results finished / delivered / dropped. Exits 1 if a goal is missed (RSS within ±5 % after
 # warm-up, nothing leaked, no failed session, p95 drift within 10 %, no turn lost or answered
 # twice, no tool result dropped).
@@ -154,15 +154,21 @@ rss = [(s["t"], s["rss_mb"]) for s in warm]
 mean_rss = sum(v for _, v in rss) / len(rss) if rss else 0.0
 spread = max((abs(v - mean_rss) / mean_rss for _, v in rss), default=0.0) if mean_rss else 0.0
 
-v2v = sorted((float(t["speech_end_ms"]), float(t["v2v_ms"])) for t in turns if t["v2v_ms"])
+# The drift compares the first 10 % of the sessions with the last 10 %, each window whole
+# sessions, so both hold the same mix of turns (a session's first turn, with its tool call,
+# takes a model round trip more than the others).
 def p95(values):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(0.95 * (len(values) - 1))))] if values else None
-if v2v:
-    first_end = v2v[0][0] + (v2v[-1][0] - v2v[0][0]) * 0.1
-    last_start = v2v[-1][0] - (v2v[-1][0] - v2v[0][0]) * 0.1
-    first = p95([v for at, v in v2v if at <= first_end])
-    last = p95([v for at, v in v2v if at >= last_start])
+by_session = {}
+for t in turns:
+    if t["v2v_ms"]:
+        by_session.setdefault(t["session"], []).append((float(t["speech_end_ms"]), float(t["v2v_ms"])))
+sessions_in_order = sorted(by_session.values(), key=lambda ts: min(at for at, _ in ts))
+if sessions_in_order:
+    tenth = max(1, len(sessions_in_order) // 10)
+    first = p95([v for s in sessions_in_order[:tenth] for _, v in s])
+    last = p95([v for s in sessions_in_order[-tenth:] for _, v in s])
 else:
     first = last = None
 drift = (last - first) / first if first and last else None
@@ -178,7 +184,7 @@ result = {
             "pooled_provider_sockets_at_end": idle_after["provider_sockets"]},
     "threads": {"start": idle_before["threads"], "end": idle_after["threads"]},
     "active_at_end": idle_after["active"],
-    "v2v_p95_ms": {"first_10pct": first, "last_10pct": last, "drift": drift},
+    "v2v_p95_ms": {"first_10pct_of_sessions": first, "last_10pct_of_sessions": last, "drift": drift},
     "faults": stand_ins["faults"],
     "finals": {k: ledger[k] for k in ("finals", "answered_once", "lost", "answered_twice",
                                       "guesses_thrown_away", "follow_ups")},

@@ -197,3 +197,31 @@ fn check_says_a_bot_file_is_fine_or_names_the_key_and_the_file() {
         "{stderr}"
     );
 }
+
+#[test]
+fn serve_on_a_public_address_without_a_token_says_so_and_names_the_flag() {
+    use std::io::{BufRead, BufReader};
+    let mut child = voxide()
+        .args(["serve", "--host", "0.0.0.0", "--port", "0", "--voice", "espeak"])
+        .env_remove("VOXIDE_AUTH_TOKEN")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .expect("voxide serve starts");
+    let stderr = child.stderr.take().expect("stderr");
+    let mut warned = None;
+    for line in BufReader::new(stderr).lines().take(20) {
+        let line = line.expect("a line");
+        if line.contains("without --auth-token") {
+            warned = Some(line);
+            break;
+        }
+        if line.contains("voxide serve: http://") {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let warned = warned.expect("a warning before it serves");
+    assert!(warned.contains("VOXIDE_AUTH_TOKEN"), "{warned}");
+}
