@@ -819,3 +819,74 @@ async fn reqwest_free_send(addr: std::net::SocketAddr, request: Request<Body>) -
         .and_then(|s| s.parse().ok())
         .unwrap_or(0)
 }
+
+/// Counts the bots asked for; builds none (a session that got this far ends at once).
+#[derive(Default)]
+struct CountedBots(std::sync::atomic::AtomicUsize);
+
+impl BotFactory for CountedBots {
+    fn preload(&self) -> Result<(), BotError> {
+        Ok(())
+    }
+
+    fn find(&self, _: &str) -> Result<(), BotError> {
+        Ok(())
+    }
+
+    fn build(&self, _: &SessionInfo, _: u32, _: Box<dyn AudioSink>) -> Result<Bot, BotError> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err(BotError::Config("no bot in this test".into()))
+    }
+}
+
+#[tokio::test]
+async fn a_websocket_client_that_leaves_at_once_or_breaks_the_limits_costs_no_bot() {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let bots = Arc::new(CountedBots::default());
+    let server = Server::new(
+        ServeOptions {
+            node_id: "test".parse().expect("a node id"),
+            ..ServeOptions::new(([127, 0, 0, 1], 0).into(), Vec::new())
+        },
+        bots.clone(),
+    );
+    server.set_ready();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let addr = listener.local_addr().expect("an address");
+    let router = server.router();
+    tokio::spawn(async move {
+        axum::serve(
+            listener,
+            router.into_make_service_with_connect_info::<std::net::SocketAddr>(),
+        )
+        .await
+    });
+    let url = format!("ws://{addr}/ws");
+    // Opened and dropped at once, as a loop of them would.
+    for _ in 0..5 {
+        let (socket, _) = tokio_tungstenite::connect_async(&url)
+            .await
+            .expect("upgrade");
+        drop(socket);
+    }
+    // A first message over the limit.
+    let (mut socket, _) = tokio_tungstenite::connect_async(&url)
+        .await
+        .expect("upgrade");
+    let huge = "a".repeat(voxide::server::MAX_WS_MESSAGE + 1);
+    let _ = socket.send(Message::text(huge)).await;
+    while let Some(Ok(_)) = socket.next().await {}
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let built = || bots.0.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(built(), 0, "no bot for clients that never stayed");
+    // A client that stays quiet gets its bot (for a greeting) a moment after it connects.
+    let (mut quiet, _) = tokio_tungstenite::connect_async(&url)
+        .await
+        .expect("upgrade");
+    let said = tokio::time::timeout(Duration::from_secs(5), quiet.next()).await;
+    assert!(matches!(said, Ok(Some(Ok(Message::Text(_))))), "{said:?}");
+    assert_eq!(built(), 1);
+}

@@ -67,7 +67,10 @@ async fn a_wrong_guess_is_thrown_away_and_the_turn_answered_afresh() {
         .collect();
     assert_eq!(wasted.len(), 1, "{events:?}");
     let usage = wasted[0].expect("what it cost").usage;
-    assert!(usage.input > 10, "the prompt was sent, and billed: {usage:?}");
+    assert!(
+        usage.input > 10,
+        "the prompt was sent, and billed: {usage:?}"
+    );
     assert_eq!(last_answer(&messages).as_deref(), Some("In Paris."));
     assert!(
         messages

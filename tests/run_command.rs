@@ -202,7 +202,9 @@ fn check_says_a_bot_file_is_fine_or_names_the_key_and_the_file() {
 fn serve_on_a_public_address_without_a_token_says_so_and_names_the_flag() {
     use std::io::{BufRead, BufReader};
     let mut child = voxide()
-        .args(["serve", "--host", "0.0.0.0", "--port", "0", "--voice", "espeak"])
+        .args([
+            "serve", "--host", "0.0.0.0", "--port", "0", "--voice", "espeak",
+        ])
         .env_remove("VOXIDE_AUTH_TOKEN")
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())

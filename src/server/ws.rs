@@ -96,6 +96,10 @@ pub(crate) async fn twilio(
     }))
 }
 
+/// How long a quiet client waits for its bot: one that speaks first gets it at its first
+/// message; one that waits (for a greeting) gets it after this.
+const BUILD_AFTER: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// Largest WebSocket message a client may send (a second of 48 kHz audio is under 100 KB).
 pub const MAX_WS_MESSAGE: usize = 1 << 20;
 
@@ -136,7 +140,18 @@ async fn run_session(
     out_rate: u32,
     (info, admission): (SessionInfo, Admission),
 ) {
-    let (mut sender, receiver) = socket.split();
+    let (mut sender, mut receiver) = socket.split();
+    // The bot is built once the client has said something, or has stayed a moment: a client
+    // that leaves at once, or whose first message breaks the limits, costs no bot.
+    let first = match tokio::time::timeout(BUILD_AFTER, receiver.next()).await {
+        Ok(Some(Ok(Message::Close(_))) | Some(Err(_)) | None) => {
+            tracing::debug!("the client left before its bot was built");
+            return;
+        }
+        Ok(Some(Ok(message))) => Some(message),
+        Err(_) => None,
+    };
+    let receiver = futures_util::stream::iter(first.map(Ok)).chain(receiver);
     let (out_tx, out_rx) = mpsc::channel::<Outbound>(crate::audio::AUDIO_QUEUE);
     let bot = match app
         .bots
@@ -264,7 +279,7 @@ async fn write_socket<S>(
 /// Reads the client's messages into the session until it leaves; whether it asked the bot to
 /// finish first (`stop`).
 async fn read_socket(
-    mut receiver: futures_util::stream::SplitStream<WebSocket>,
+    mut receiver: impl futures_util::Stream<Item = Result<Message, axum::Error>> + Unpin,
     framing: &std::sync::Mutex<Framing>,
     (app, handle): (&App, &crate::pipeline::SessionHandle),
     out: &mpsc::Sender<Outbound>,

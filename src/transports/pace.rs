@@ -204,7 +204,10 @@ mod tests {
             .find_map(|(k, taken)| taken.err().map(|e| (k, e)));
         let (k, error) = refused.expect("refused");
         assert!(k * 2 < 200, "refused only after {} ms", k * 2);
-        assert!(error.audio > 1.0 && error.audio < 1.5 && error.wall < 0.2, "{error}");
+        assert!(
+            error.audio > 1.0 && error.audio < 1.5 && error.wall < 0.2,
+            "{error}"
+        );
         assert!(error.to_string().starts_with("audio_too_fast"));
     }
 

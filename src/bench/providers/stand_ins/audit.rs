@@ -153,7 +153,11 @@ pub struct Ledger {
     tool_calls: usize,
     tools_finished: HashSet<String>,
     tools_delivered: HashSet<String>,
+    twice_examples: Vec<String>,
 }
+
+/// Texts kept to show what was answered twice.
+const MAX_EXAMPLES: usize = 5;
 
 /// The ledger, summed.
 #[derive(Debug, Clone, Serialize)]
@@ -179,6 +183,8 @@ pub struct LedgerCounts {
     pub tools_delivered: usize,
     /// Finished and never delivered.
     pub tools_dropped: usize,
+    /// A few of the texts that answered a final a second time, as the model was asked them.
+    pub twice_examples: Vec<String>,
 }
 
 impl Ledger {
@@ -207,7 +213,11 @@ impl Ledger {
             self.guesses += 1;
         }
         for turn in &turns {
-            *self.answers.entry(turn.clone()).or_default() += 1;
+            let n = self.answers.entry(turn.clone()).or_default();
+            *n += 1;
+            if *n == 2 && self.twice_examples.len() < MAX_EXAMPLES {
+                self.twice_examples.push(text.to_owned());
+            }
         }
         self.latest.insert(session, turns);
     }
@@ -263,6 +273,7 @@ impl Ledger {
                 .tools_finished
                 .difference(&self.tools_delivered)
                 .count(),
+            twice_examples: self.twice_examples.clone(),
         }
     }
 }
