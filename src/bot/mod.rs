@@ -51,7 +51,7 @@ use crate::services::tts::{
     EspeakVoice, PiperVoice, Sentences, TtsEngine, TtsFallback, TtsService,
 };
 use crate::transports::{AudioOutput, AudioSink, OutputOptions};
-use crate::turns::{BargeIn, MuteStrategy, TurnStop, UserMute, UserTurns};
+use crate::turns::{BargeIn, IdleParams, MuteStrategy, TurnStop, UserIdle, UserMute, UserTurns};
 pub use http_tool::HttpTool;
 pub use mcp::McpServer;
 
@@ -274,6 +274,8 @@ pub struct BotOptions {
     pub instructions: String,
     /// What the bot says as the session starts.
     pub greeting: Option<String>,
+    /// What the bot does when the user goes quiet.
+    pub idle: Option<IdleParams>,
     /// The built-in tools it keeps.
     pub builtin: Vec<Builtin>,
     /// Its own HTTP tools.
@@ -328,6 +330,7 @@ impl Default for BotOptions {
             function_call_report_level: ReportLevel::default(),
             instructions: INSTRUCTIONS.to_owned(),
             greeting: None,
+            idle: None,
             builtin: Builtin::ALL.to_vec(),
             http_tools: Vec::new(),
             mcp: Vec::new(),
@@ -577,6 +580,9 @@ pub fn build<S: AudioSink>(
     // Only a bot that greets has the stage: every frame crosses each one.
     if let Some(greeting) = &options.greeting {
         pipeline = pipeline.then(Greeting(Some(greeting.clone())));
+    }
+    if let Some(idle) = &options.idle {
+        pipeline = pipeline.then(UserIdle::new(idle.clone()));
     }
     let pipeline = pipeline
         .then(TtsService::new(voice))

@@ -117,6 +117,19 @@ pub struct ServerConfig {
 /// One layer of a bot's settings: the config file's `[bot]` table, a bot file (the same keys at
 /// its top level), or the flags. Every key is optional; a layer names what it changes.
 ///
+/// `[idle]` in a bot file: what the bot does when the user goes quiet.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdleConfig {
+    /// Quiet, after the bot or the user last spoke, before the bot speaks up.
+    pub after_secs: f64,
+    /// What it says each time, in turn.
+    #[serde(default)]
+    pub check_ins: Vec<String>,
+    /// What it says once the check-ins are spent, before it ends the session.
+    pub goodbye: Option<String>,
+}
+
 /// A bot file:
 ///
 /// ```toml
@@ -127,6 +140,11 @@ pub struct ServerConfig {
 /// builtin = ["clock"]                  # the built-in tools kept: clock, calculator, timer
 /// function_call_report_level = "name" # what clients see of a tool call: disabled, none, name, full
 /// max_context_tokens = 24000           # the oldest turns leave past this
+///
+/// [idle]                               # when the user goes quiet after the bot has spoken
+/// after_secs = 10
+/// check_ins = ["Are you still there?"] # said in turn; the user speaking starts them over
+/// goodbye = "I'll let you go. Goodbye!" # then the session ends
 ///
 /// [[tool]]
 /// name = "lookup_order"
@@ -159,6 +177,8 @@ pub struct BotConfig {
     pub instructions_file: Option<PathBuf>,
     /// What the bot says first, as the session starts (spoken by the TTS; a text LLM only).
     pub greeting: Option<String>,
+    /// What the bot does when the user goes quiet: `[idle]`.
+    pub idle: Option<IdleConfig>,
     /// `piper` or `espeak`.
     pub voice: Option<Voice>,
     /// `smart` or `silence`.
@@ -324,6 +344,7 @@ impl BotConfig {
             instructions,
             instructions_file,
             greeting: self.greeting.or(lower.greeting),
+            idle: self.idle.or(lower.idle),
             voice: self.voice.or(lower.voice),
             turn: self.turn.or(lower.turn),
             turn_timeout_secs: self.turn_timeout_secs.or(lower.turn_timeout_secs),
@@ -541,6 +562,9 @@ input = 1.0
     fn resolving_checks_values_and_names_what_is_wrong() {
         let error = |text: &str| layer(text).resolve().expect_err(text).to_string();
         assert!(error("max_tokens = 0").contains("max tokens"));
+        assert!(error("max_context_tokens = 10").contains("max context tokens"));
+        assert!(error("[idle]\nafter_secs = 0.5").contains("idle.after_secs"));
+        assert!(error("[idle]\nafter_secs = 5\ncheck_ins = [\"\"]").contains("idle.check_ins"));
         assert!(error("llm = \"local,local\"").contains("twice"));
         assert!(error("tts = \"piper,espeak\"").contains("one embedded voice"));
         assert!(error("stt = \"nobody\"").contains("whisper"));

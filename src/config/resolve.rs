@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::{BotConfig, Builtin, ConfigError};
+use super::{BotConfig, Builtin, ConfigError, IdleConfig};
 use crate::bot::http_tool::HttpTool;
 use crate::bot::mcp::McpServer;
 use crate::bot::{BotOptions, LlmChoice, SttChoice, TextLlm, TtsChoice, Voice};
@@ -21,7 +21,7 @@ use crate::services::tts::cartesia::CartesiaSettings;
 use crate::services::tts::deepgram::AuraSettings;
 use crate::services::tts::elevenlabs::ElevenLabsSettings;
 use crate::services::tts::openai::OpenAiSpeechSettings;
-use crate::turns::BargeIn;
+use crate::turns::{BargeIn, IdleParams};
 
 fn invalid(message: impl Into<String>) -> ConfigError {
     ConfigError::Value(message.into())
@@ -30,6 +30,34 @@ fn invalid(message: impl Into<String>) -> ConfigError {
 /// A provider's settings could not be read from the environment (a key missing).
 fn setup(e: impl std::fmt::Display) -> ConfigError {
     invalid(e.to_string())
+}
+
+/// What the bot says when the user goes quiet and has not come back.
+const IDLE_GOODBYE: &str = "It seems you have stepped away. I'll end the call now. Goodbye!";
+
+/// `[idle]`, checked.
+fn idle_params(idle: &IdleConfig) -> Result<IdleParams, ConfigError> {
+    if !(idle.after_secs >= 1.0 && idle.after_secs <= 600.0) {
+        return Err(invalid("idle.after_secs must be between 1 and 600"));
+    }
+    let line_ok = |line: &String| !line.trim().is_empty() && line.chars().count() <= 500;
+    if idle.check_ins.len() > 10 || !idle.check_ins.iter().all(line_ok) {
+        return Err(invalid(
+            "idle.check_ins: at most 10 lines, each of 1 to 500 characters",
+        ));
+    }
+    let goodbye = idle
+        .goodbye
+        .clone()
+        .unwrap_or_else(|| IDLE_GOODBYE.to_owned());
+    if !line_ok(&goodbye) {
+        return Err(invalid("idle.goodbye must be 1 to 500 characters"));
+    }
+    Ok(IdleParams {
+        after: Duration::from_secs_f64(idle.after_secs),
+        check_ins: idle.check_ins.clone(),
+        goodbye,
+    })
 }
 
 impl BotConfig {
@@ -90,6 +118,15 @@ impl BotConfig {
                 "a greeting is spoken by the TTS: it needs a text LLM, not a realtime one",
             ));
         }
+        let idle = match &self.idle {
+            None => None,
+            Some(_) if !matches!(llm, LlmChoice::Text(_)) => {
+                return Err(invalid(
+                    "idle check-ins are spoken by the TTS: they need a text LLM, not a realtime one",
+                ));
+            }
+            Some(idle) => Some(idle_params(idle)?),
+        };
         let (http_tools, mcp) = self.own_tools()?;
         let options = BotOptions {
             name: self.name.clone(),
@@ -105,6 +142,7 @@ impl BotConfig {
             barge_in,
             instructions: self.instructions()?.unwrap_or(defaults.instructions),
             greeting: self.greeting.clone(),
+            idle,
             prices: self
                 .prices
                 .iter()

@@ -16,11 +16,11 @@ use crate::frames::{ErrorFrame, Frame, FrameBody, SystemFrame};
 /// wait drop audio and count the drop instead.
 pub const DATA_QUEUE_CAPACITY: usize = 512;
 
-/// User audio frames a session may have waiting in its stages' system queues (4 s of 20 ms
+/// User audio frames a session may have waiting in its stages' system queues (10 s of 20 ms
 /// frames). Past this, a stage drops the frame it takes (it would be heard late) and past twice
 /// this a new one is not queued at all; both are counted (`input_audio_backlog` in
 /// `voxide_repeated_warnings_total`). A pipeline slower than real time loses audio, not memory.
-pub const AUDIO_BACKLOG: usize = 200;
+pub const AUDIO_BACKLOG: usize = 500;
 
 /// A frame with the direction it travels in.
 pub(crate) type Item = (Frame, Direction);

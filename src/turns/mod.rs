@@ -28,10 +28,12 @@
 //! asks, and wakes it at its one deadline.
 
 mod audio;
+pub mod idle;
 pub mod machine;
 mod mute;
 pub mod words;
 
+pub use idle::{IdleParams, UserIdle};
 pub use machine::TurnMachine;
 pub use mute::{MuteStrategy, UserMute};
 
