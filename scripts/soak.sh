@@ -186,8 +186,8 @@ result = {
     "active_at_end": idle_after["active"],
     "v2v_p95_ms": {"first_10pct_of_sessions": first, "last_10pct_of_sessions": last, "drift": drift},
     "faults": stand_ins["faults"],
-    "finals": {k: ledger[k] for k in ("finals", "answered_once", "lost", "answered_twice",
-                                      "guesses_thrown_away", "follow_ups", "twice_examples")},
+    "finals": {k: ledger.get(k) for k in ("finals", "answered_once", "lost", "answered_twice",
+                                          "guesses_thrown_away", "follow_ups", "twice_examples")},
     "tool_results": {"calls": ledger["tool_calls"], "finished": ledger["tools_finished"],
                      "delivered": ledger["tools_delivered"], "dropped": ledger["tools_dropped"]},
 }
