@@ -578,12 +578,21 @@ pub async fn serve_with(
     Ok(())
 }
 
-/// Turns Nagle's algorithm off on an accepted connection: a caller's small messages (a
+/// What the kernel may hold for a client that has not read it: a few seconds of the bot's voice
+/// (24 kHz PCM is 48 KB a second; the kernel doubles the figure asked for). A client that reads
+/// nothing fills it within an answer or two, and its writer's timeout then closes it, rather
+/// than after minutes of the kernel's own autotuned buffer.
+const SEND_BUFFER: usize = 128 * 1024;
+
+/// Sets up an accepted connection: Nagle's algorithm off, so a caller's small messages (a
 /// WebSocket frame of audio, an RTVI event) leave at once rather than wait, up to the peer's
-/// delayed ACK (40 ms), behind data not yet acknowledged.
+/// delayed ACK (40 ms), behind data not yet acknowledged; and a bounded send buffer.
 pub(crate) fn without_nagle(tcp: &mut tokio::net::TcpStream) {
     if let Err(e) = tcp.set_nodelay(true) {
         tracing::debug!(error = %e, "TCP_NODELAY not set on a connection");
+    }
+    if let Err(e) = socket2::SockRef::from(&*tcp).set_send_buffer_size(SEND_BUFFER) {
+        tracing::debug!(error = %e, "SO_SNDBUF not set on a connection");
     }
 }
 
