@@ -129,6 +129,9 @@ const SPOKEN_OPS: [(&str, &str); 16] = [
     ("x", "*"),
 ];
 
+/// The most words a spoken sum (its numbers, operators and verb) is read from.
+const MAX_SUM_WORDS: usize = 24;
+
 /// The arithmetic a sentence asks for, written the way [`evaluate`] reads it: "What is
 /// seventeen times twenty three?" gives `17 * 23`, "Can you add 3.5 and 4.25?" `3.5 + 4.25`.
 /// Verbs that put their operands around a preposition ("add 3 to 5", "subtract 4 from 10",
@@ -144,10 +147,12 @@ pub fn read_arithmetic(sentence: &str) -> Option<String> {
     if let Some(expression) = read_verb(&words) {
         return Some(expression);
     }
-    // The longest run of words that is a sum.
+    // The longest run of words that is a sum (one said aloud is never longer than
+    // MAX_SUM_WORDS: the bound keeps a long transcript from costing the cube of its length).
     let mut best: Option<Vec<Token>> = None;
     for start in 0..words.len() {
-        for end in (start + 1..=words.len()).rev() {
+        let last = words.len().min(start + MAX_SUM_WORDS);
+        for end in (start + 1..=last).rev() {
             if best.as_ref().is_some_and(|b| b.len() >= end - start) {
                 break;
             }
@@ -182,6 +187,7 @@ fn read_verb(words: &[&str]) -> Option<String> {
             .iter()
             .copied()
             .filter(|w| *w != "away")
+            .take(MAX_SUM_WORDS)
             .collect();
         for join in joins {
             // The last join word whose two sides are numbers ("three hundred and five to two").
@@ -552,6 +558,17 @@ mod tests {
 
     fn eval(text: &str) -> f64 {
         evaluate(text).unwrap_or_else(|e| panic!("{text}: {e}"))
+    }
+
+    #[test]
+    fn a_sum_at_the_end_of_a_long_monologue_is_still_read() {
+        let long = format!(
+            "{} so what is seventeen times twenty three",
+            "and then we went on and on about the weather ".repeat(60)
+        );
+        assert_eq!(read_arithmetic(&long).as_deref(), Some("17 * 23"));
+        let verb = format!("{} add three to five", "one two ".repeat(200));
+        assert!(read_arithmetic(&verb).is_some());
     }
 
     #[test]
