@@ -149,9 +149,16 @@ pub fn read_arithmetic(sentence: &str) -> Option<String> {
     }
     // The longest run of words that is a sum (one said aloud is never longer than
     // MAX_SUM_WORDS: the bound keeps a long transcript from costing the cube of its length).
+    // A run with a word that is no number, operator or filler cannot be a sum: only runs of
+    // such words are tried.
+    let usable: Vec<bool> = words.iter().map(|w| sum_word(w)).collect();
     let mut best: Option<Vec<Token>> = None;
     for start in 0..words.len() {
-        let last = words.len().min(start + MAX_SUM_WORDS);
+        let run_end = usable[start..]
+            .iter()
+            .position(|u| !u)
+            .map_or(words.len(), |i| start + i);
+        let last = run_end.min(start + MAX_SUM_WORDS);
         for end in (start + 1..=last).rev() {
             if best.as_ref().is_some_and(|b| b.len() >= end - start) {
                 break;
@@ -166,6 +173,19 @@ pub fn read_arithmetic(sentence: &str) -> Option<String> {
         }
     }
     best.map(|tokens| write(&tokens))
+}
+
+/// Whether `word` (after [`symbols`]) can be part of a sum: a number in digits or words, a
+/// scale, an operator, a bracket, or a word [`tokenize`] reads past ("and", "what", "the").
+fn sum_word(word: &str) -> bool {
+    small_number(word).is_some()
+        || scale(word).is_some()
+        || matches!(
+            word,
+            "and" | "what" | "is" | "whats" | "what's" | "the" | "of" | "(" | ")" | "sqrt"
+        )
+        || matches!(word, "+" | "-" | "*" | "/" | "%" | "^")
+        || word.parse::<f64>().is_ok()
 }
 
 /// "add A to B", "subtract A from B", "multiply A by B", "divide A by B", "the sum of A and B".
