@@ -165,29 +165,27 @@ impl FrameProcessor for UserIdle {
         cx: &mut FrameContext<'_>,
     ) -> Result<(), ProcessorError> {
         let now = Instant::now();
-        let moved = match &frame.body {
+        // Who starts or stops speaking: (the user?, speaking?).
+        let turn = match &frame.body {
             FrameBody::System(SystemFrame::Start(_)) => {
                 cx.spawn(drive(self.shared.clone(), cx.pusher()));
-                false
+                None
             }
-            FrameBody::System(SystemFrame::UserStartedSpeaking) => {
-                lock(&self.shared.clock).user(true, now);
-                true
-            }
-            FrameBody::System(SystemFrame::UserStoppedSpeaking) => {
-                lock(&self.shared.clock).user(false, now);
-                true
-            }
-            FrameBody::System(SystemFrame::BotStartedSpeaking) => {
-                lock(&self.shared.clock).bot(true, now);
-                true
-            }
-            FrameBody::System(SystemFrame::BotStoppedSpeaking) => {
-                lock(&self.shared.clock).bot(false, now);
-                true
-            }
-            _ => false,
+            FrameBody::System(SystemFrame::UserStartedSpeaking) => Some((true, true)),
+            FrameBody::System(SystemFrame::UserStoppedSpeaking) => Some((true, false)),
+            FrameBody::System(SystemFrame::BotStartedSpeaking) => Some((false, true)),
+            FrameBody::System(SystemFrame::BotStoppedSpeaking) => Some((false, false)),
+            _ => None,
         };
+        if let Some((user, speaking)) = turn {
+            let mut clock = lock(&self.shared.clock);
+            if user {
+                clock.user(speaking, now);
+            } else {
+                clock.bot(speaking, now);
+            }
+        }
+        let moved = turn.is_some();
         cx.push(frame, direction);
         if moved {
             self.shared.wake.notify_one();
