@@ -163,7 +163,7 @@ pub fn read_arithmetic(sentence: &str) -> Option<String> {
             if best.as_ref().is_some_and(|b| b.len() >= end - start) {
                 break;
             }
-            let Ok(tokens) = tokenize(&words[start..end].join(" ")) else {
+            let Ok(tokens) = tokenize_words(&words[start..end]) else {
                 continue;
             };
             if is_sum(&tokens) && parse(&tokens).is_ok() {
@@ -212,10 +212,10 @@ fn read_verb(words: &[&str]) -> Option<String> {
         for join in joins {
             // The last join word whose two sides are numbers ("three hundred and five to two").
             for split in (0..rest.len()).rev().filter(|&i| rest[i] == *join) {
-                let left = (0..split).find_map(|s| read_number(&rest[s..split].join(" ")));
+                let left = (0..split).find_map(|s| number_of(&rest[s..split]));
                 let right = (split + 1..=rest.len())
                     .rev()
-                    .find_map(|e| read_number(&rest[split + 1..e].join(" ")));
+                    .find_map(|e| number_of(&rest[split + 1..e]));
                 if let (Some(a), Some(b)) = (left, right) {
                     let (a, b) = if swapped { (b, a) } else { (a, b) };
                     return Some(format!("{} {op} {}", format_number(a), format_number(b)));
@@ -228,7 +228,13 @@ fn read_verb(words: &[&str]) -> Option<String> {
 
 /// The value of words that say one number ("three hundred and five", "4.25").
 pub fn read_number(words: &str) -> Option<f64> {
-    match tokenize(words).ok()?.as_slice() {
+    let text = symbols(words);
+    number_of(&text.split_whitespace().collect::<Vec<_>>())
+}
+
+/// The value of words already through [`symbols`] that say one number.
+fn number_of(words: &[&str]) -> Option<f64> {
+    match tokenize_words(words).ok()?.as_slice() {
         [Token::Number(n)] => Some(*n),
         _ => None,
     }
@@ -347,12 +353,18 @@ fn symbols(expression: &str) -> String {
 }
 
 fn tokenize(expression: &str) -> Result<Vec<Token>, CalcError> {
-    // Words first: lower-case, spoken operators to symbols, filler dropped.
+    // Words first: lower-case, spoken operators to symbols.
     let text = symbols(expression);
-    let words: Vec<&str> = text
-        .split_whitespace()
-        .filter(|w| !matches!(*w, "what" | "is" | "whats" | "what's" | "the" | "of"))
-        .collect();
+    tokenize_words(&text.split_whitespace().collect::<Vec<_>>())
+}
+
+/// Tokens of words already through [`symbols`] (the readers above try many runs of one
+/// sentence's words, and put the sentence through [`symbols`] once); filler is dropped.
+fn tokenize_words(words: &[&str]) -> Result<Vec<Token>, CalcError> {
+    let words = words
+        .iter()
+        .copied()
+        .filter(|w| !matches!(*w, "what" | "is" | "whats" | "what's" | "the" | "of"));
 
     let mut tokens = Vec::new();
     let mut spoken: Option<(f64, f64)> = None; // (finished groups, current group)
