@@ -9,9 +9,9 @@ use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
 use voxide::bot::BotOptions;
+use voxide::bot::run::{RunOptions, RunSummary, run};
 use voxide::services::llm::local::ToolExample;
 use voxide::services::llm::{FunctionOptions, ResultProperties};
-use voxide::transports::file::{RunOptions, RunSummary, run};
 
 #[derive(Deserialize, JsonSchema)]
 struct City {

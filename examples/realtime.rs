@@ -9,10 +9,10 @@ use std::time::Duration;
 
 use anyhow::Result;
 
+use voxide::bot::run::{RunOptions, run};
 use voxide::bot::{BotOptions, LlmChoice};
 use voxide::services::llm::gemini_live::GeminiLiveSettings;
 use voxide::services::llm::openai_realtime::OpenAiRealtimeSettings;
-use voxide::transports::file::{RunOptions, run};
 
 #[tokio::main]
 async fn main() -> Result<()> {

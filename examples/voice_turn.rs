@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use anyhow::Result;
 
+use voxide::bot::run::{RunOptions, run};
 use voxide::bot::{self, BotOptions};
-use voxide::transports::file::{RunOptions, run};
 
 #[tokio::main]
 async fn main() -> Result<()> {

@@ -9,10 +9,13 @@ echo "test: cargo fmt --check"
 cargo fmt --check
 
 echo "test: cargo clippy"
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+echo "test: the layers (no module cycle, voxide-core free of engines and networks)"
+scripts/layers.py
 
 echo "test: doc tests"
-cargo test --doc --locked
+cargo test --workspace --doc --locked
 
 echo "test: deployment files"
 scripts/deploy_check.sh
@@ -29,7 +32,7 @@ scripts/soak.sh --minutes 2 --concurrency 6
 # Last, so its summary is the closing line.
 echo "test: unit, behaviour and example tests"
 if command -v cargo-nextest >/dev/null 2>&1; then
-  cargo nextest run --all-targets --locked --no-fail-fast
+  cargo nextest run --workspace --all-targets --locked --no-fail-fast
 else
-  cargo test --all-targets --locked --no-fail-fast
+  cargo test --workspace --all-targets --locked --no-fail-fast
 fi

@@ -4,23 +4,19 @@
 //! [`pipeline`] (speech detection, transcription, an LLM with tools, speech synthesis) and goes
 //! back out as speech. `ARCHITECTURE.md` describes the design and its vocabulary.
 
-pub mod aggregators;
+pub use voxide_core::{aggregators, context, events, frames, pipeline, warnings};
+
 pub mod audio;
 pub mod bench;
 pub mod bot;
 pub mod bpe;
 pub mod config;
-pub mod context;
-pub mod events;
-pub mod frames;
 pub mod fuzz;
 pub mod loadtest;
 pub mod models;
 pub mod onnx;
-pub mod pipeline;
 pub mod secret;
 pub mod server;
 pub mod services;
 pub mod transports;
 pub mod turns;
-pub mod warnings;

@@ -883,8 +883,8 @@ async fn gemini_live_gets_async_results_through_tool_response() {
 
 #[tokio::test]
 async fn voxide_run_talks_to_a_realtime_provider() {
+    use voxide::bot::run::{RunOptions, run};
     use voxide::bot::{BotOptions, LlmChoice};
-    use voxide::transports::file::{RunOptions, run};
 
     let dir = std::env::temp_dir().join(format!("voxide-realtime-run-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");

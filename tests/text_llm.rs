@@ -842,10 +842,10 @@ mod whole_bot {
 
     use super::*;
     use voxide::audio::wav::{self, Wav};
+    use voxide::bot::run::RunSummary;
     use voxide::bot::{BotOptions, LlmChoice, TextLlm, Voice};
     use voxide::services::llm::anthropic::AnthropicSettings;
     use voxide::services::tts::{PiperVoice, Synthesizer};
-    use voxide::transports::file::RunSummary;
 
     use common::bot_run::{Ran, event, run_bot};
 

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
+use super::AudioSink;
 use crate::frames::{AudioFrame, Frame, FrameBody, SystemFrame};
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
-use crate::transports::AudioSink;
 
 /// How the guard tells echo from the user.
 #[derive(Debug, Clone, Copy, PartialEq)]

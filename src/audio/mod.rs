@@ -12,6 +12,28 @@ pub mod mel;
 pub mod mulaw;
 pub mod onnx_file;
 pub mod resample;
+mod sink;
 pub mod turn;
 pub mod vad;
 pub mod wav;
+
+pub use sink::AudioSink;
+
+/// Base64 16-bit little-endian PCM back to samples (a trailing odd byte is dropped).
+pub fn pcm_from_base64(data: &str) -> Result<Vec<i16>, String> {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|e| format!("audio is not base64: {e}"))?;
+    Ok(bytes
+        .chunks_exact(2)
+        .map(|b| i16::from_le_bytes([b[0], b[1]]))
+        .collect())
+}
+
+/// 16-bit little-endian PCM as base64, as both providers carry audio in JSON.
+pub fn pcm_to_base64(samples: &[i16]) -> String {
+    use base64::Engine;
+    let bytes: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}

@@ -9,8 +9,8 @@ use serde::Serialize;
 use crate::audio::resample::StreamResampler;
 use crate::audio::wav::{self, Wav};
 use crate::bot::BotOptions;
+use crate::bot::run::{RunError, RunOptions, RunSummary, run};
 use crate::services::tts::{PiperVoice, Synthesizer};
-use crate::transports::file::{RunError, RunOptions, RunSummary, run};
 
 /// What the user says, one turn each.
 pub const QUESTIONS: &[&str] = &[

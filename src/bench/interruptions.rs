@@ -11,8 +11,8 @@ use serde::Serialize;
 use super::conversation::{ConversationError, RATE, user_speech, write_input};
 use crate::audio::wav::{self, Wav};
 use crate::bot::BotOptions;
+use crate::bot::run::{RunOptions, RunSummary, run};
 use crate::services::tts::PiperVoice;
-use crate::transports::file::{RunOptions, RunSummary, run};
 
 /// Questions whose answers run long enough to be talked over.
 const QUESTIONS: &[&str] = &[

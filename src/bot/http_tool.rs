@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use super::SessionInfo;
 use crate::config::HttpToolConfig;
-use crate::config::resolve::expand_env;
+use crate::config::expand_env;
 use crate::context::FunctionSchema;
 use crate::services::llm::sse::SseDecoder;
 use crate::services::llm::{

@@ -31,7 +31,7 @@ use tokio::sync::mpsc;
 use super::SessionInfo;
 use super::http_tool::header_map;
 use crate::config::McpConfig;
-use crate::config::resolve::expand_env;
+use crate::config::expand_env;
 use crate::context::FunctionSchema;
 use crate::secret::Secret;
 use crate::services::llm::{

@@ -6,6 +6,8 @@
 pub mod calculator;
 pub mod http_tool;
 pub mod mcp;
+mod resolve;
+pub mod run;
 pub mod tools;
 
 use std::sync::Arc;
@@ -16,7 +18,7 @@ use crate::audio::aec::EchoCanceller;
 use crate::audio::echo::{EchoGuard, EchoGuardParams, EchoReference, EchoTap};
 use crate::audio::turn::SmartTurn;
 use crate::audio::vad::{VadBatcher, VadParams, VadStage};
-pub use crate::config::Builtin;
+pub use crate::config::{Builtin, TurnEnd, Voice};
 use crate::context::{ContextHandle, DEFAULT_MAX_CONTEXT_TOKENS, LlmContext, Message};
 use crate::events::ReportLevel;
 use crate::frames::{ControlFrame, DataFrame, Frame, FrameBody, StartParams, SystemFrame};
@@ -81,30 +83,6 @@ fn local_llm_taught(examples: &[ToolExample]) -> Result<LocalLlm, ModelError> {
             ..LocalLlmOptions::default()
         },
     ))
-}
-
-/// Which embedded voice speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
-#[serde(rename_all = "kebab-case")]
-pub enum Voice {
-    /// Piper (VITS): natural, RTF about 0.05 here.
-    #[default]
-    Piper,
-    /// espeak-ng's formant voice: robotic, nearly free.
-    Espeak,
-}
-
-/// How a turn ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
-pub enum TurnEnd {
-    /// The Smart Turn model decides at each pause.
-    #[default]
-    #[serde(rename = "smart")]
-    #[value(name = "smart")]
-    SmartTurn,
-    /// A fixed silence ends the turn.
-    #[serde(rename = "silence")]
-    Silence,
 }
 
 /// Which model listens, thinks and speaks.

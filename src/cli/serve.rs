@@ -7,9 +7,9 @@ use std::time::Duration;
 use anyhow::Result;
 
 use super::bot::{BotArgs, preloaded};
+use voxide::bot::run::{RunOptions, run};
 use voxide::config::BotConfig;
 use voxide::server::{AccessOptions, NodeId, Peers, ServeOptions};
-use voxide::transports::file::{RunOptions, run};
 
 /// `voxide serve`.
 #[derive(clap::Args)]

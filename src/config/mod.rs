@@ -49,9 +49,29 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-pub use crate::bot::{TurnEnd, Voice};
+/// Which embedded voice speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Voice {
+    /// Piper (VITS): natural, RTF about 0.05 here.
+    #[default]
+    Piper,
+    /// espeak-ng's formant voice: robotic, nearly free.
+    Espeak,
+}
 
-pub(crate) mod resolve;
+/// How a turn ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+pub enum TurnEnd {
+    /// The Smart Turn model decides at each pause.
+    #[default]
+    #[serde(rename = "smart")]
+    #[value(name = "smart")]
+    SmartTurn,
+    /// A fixed silence ends the turn.
+    #[serde(rename = "silence")]
+    Silence,
+}
 
 /// The whole file.
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -475,6 +495,32 @@ fn read_toml<T: serde::de::DeserializeOwned>(path: &Path) -> Result<T, ConfigErr
         path: path.to_owned(),
         message: e.to_string(),
     })
+}
+
+/// `value` with each `${NAME}` replaced by the environment variable `NAME`; `what` names the
+/// setting in the error when one is not set.
+pub fn expand_env(value: &str, what: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            return Err(format!("{what}: an unclosed ${{ in {value:?}"));
+        };
+        let name = &after[..end];
+        match std::env::var(name) {
+            Ok(v) => out.push_str(&v),
+            Err(_) => {
+                return Err(format!(
+                    "{what} names the environment variable {name}, which is not set"
+                ));
+            }
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
 }
 
 #[cfg(test)]

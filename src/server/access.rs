@@ -18,7 +18,9 @@ use base64::Engine as _;
 use crate::secret::Secret;
 use crate::transports::websocket::Call;
 
-use super::cluster::{FORWARDED_HEADER, Forwarded, SIGNATURE_HEADER, signed, unix_now};
+use super::cluster::{
+    FORWARDED_HEADER, Forwarded, SIGNATURE_HEADER, same_secret, signed, unix_now,
+};
 use super::{ApiError, App, MAX_BODY_BYTES};
 
 /// How the server decides who may use it.
@@ -259,16 +261,6 @@ pub fn twilio_signature(auth_token: &str, url: &str) -> String {
     );
     let tag = ring::hmac::sign(&key, url.as_bytes());
     base64::engine::general_purpose::STANDARD.encode(tag.as_ref())
-}
-
-/// Compares two secrets in time that depends only on their lengths.
-pub(super) fn same_secret(given: &[u8], expected: &[u8]) -> bool {
-    given.len() == expected.len()
-        && given
-            .iter()
-            .zip(expected)
-            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
-            == 0
 }
 
 /// Paths that open or steer sessions, or administer the node: a token guards them.

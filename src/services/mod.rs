@@ -2,7 +2,9 @@
 //! engine and network providers behind the same trait.
 
 pub mod llm;
+pub mod pricing;
 pub mod stt;
+pub mod text;
 pub mod tts;
 pub mod ws;
 

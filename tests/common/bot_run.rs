@@ -8,7 +8,7 @@ use serde_json::Value;
 
 use voxide::audio::wav;
 use voxide::bot::BotOptions;
-use voxide::transports::file::{RunOptions, RunSummary, run};
+use voxide::bot::run::{RunOptions, RunSummary, run};
 
 /// A scratch folder for one test binary's files.
 pub fn scratch() -> PathBuf {

@@ -12,12 +12,15 @@ pub(crate) mod http;
 pub mod local;
 pub mod openai;
 pub mod openai_realtime;
-mod pricing;
 pub mod realtime;
 mod service;
 pub mod sse;
 mod tools;
 
+pub use crate::context::IN_PROGRESS;
+pub use crate::services::pricing::{
+    PRICES_AS_OF, Price, PriceTable, SpeechPrice, speech_price, stt_cost, tts_cost,
+};
 pub use engine::{LlmEngine, LlmError, LlmEvent, LlmRequest};
 pub use fallback::{FallbackLlm, RETRY_PRIMARY_AFTER};
 pub use functions::{
@@ -25,7 +28,6 @@ pub use functions::{
     ResultProperties,
 };
 pub use http::Timing;
-pub use pricing::{PRICES_AS_OF, Price, PriceTable, SpeechPrice, speech_price, stt_cost, tts_cost};
 pub use realtime::{RealtimeOptions, RealtimeService, ReconnectPolicy};
 pub use service::{LlmService, LlmServiceOptions};
-pub use tools::{IN_PROGRESS, cancel_tool_schema};
+pub use tools::cancel_tool_schema;

@@ -14,11 +14,12 @@ mod service;
 mod socket;
 mod stream;
 
+pub use crate::services::text::first_words_end;
 pub use espeak::EspeakVoice;
 pub use fallback::TtsFallback;
 pub use piper::PiperVoice;
 pub use sentences::{Sentences, Synthesizer};
-pub use service::{TtsService, first_words_end};
+pub use service::TtsService;
 pub use socket::{Command, SocketProvider, SocketVoice};
 pub use stream::{EVENT_QUEUE, INPUT_QUEUE, TextUnit, TtsContext, TtsEngine, TtsEvent, TtsInput};
 

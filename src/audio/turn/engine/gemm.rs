@@ -7,8 +7,7 @@
 
 use std::ops::Range;
 
-/// Columns per packed block: one 512-bit register of `i32` sums.
-pub const BLOCK: usize = 16;
+use super::BLOCK;
 
 /// A right-hand operand `B` (`k × n`), packed. `u8` operands are stored shifted by 128 into
 /// `i8`, as `vpdpbusd` multiplies unsigned by signed bytes.

@@ -23,6 +23,9 @@ use gemm::{Kernel, PackedB, gemm, split};
 use graph::{Quant, Requant, Walker, Weights, input, output};
 use vector::gelu;
 
+/// Columns per packed block: one 512-bit register of `i32` sums.
+pub const BLOCK: usize = 16;
+
 /// Whether this CPU runs the engine's products on AVX-512 VNNI (else on plain Rust, several
 /// times slower).
 pub fn vectorised() -> bool {

@@ -11,7 +11,7 @@ use std::arch::x86_64::{
     _mm512_storeu_si512,
 };
 
-use super::gemm::BLOCK;
+use super::BLOCK;
 
 /// Whether this CPU has the instructions [`vnni`] uses.
 pub fn vnni_available() -> bool {

@@ -21,7 +21,7 @@ use crate::frames::{
     LlmResponseSummary, MetricsData, StartParams, SystemFrame, TokenUsage, Transcription, TtsText,
 };
 use crate::pipeline::Direction;
-use crate::services::llm::pricing::account_response;
+use crate::services::pricing::account_response;
 use crate::services::ws::{ConnectRequest, Message as WsMessage, Step, Tick, WsCore, WsError};
 
 /// What the service tells its connection.

@@ -21,9 +21,6 @@ use crate::context::{ContextHandle, FunctionSchema, ToolsSchema};
 use crate::frames::{CancelReason, Frame};
 use crate::pipeline::{AppResources, Direction, FramePusher};
 
-/// The placeholder content of a sync call's tool message until its result arrives.
-pub const IN_PROGRESS: &str = "IN_PROGRESS";
-
 /// A call that has started and not settled.
 struct Running {
     function_name: String,
@@ -61,7 +58,7 @@ pub(crate) struct ToolRunner {
 
 impl ToolRunner {
     /// The prices the service's responses are accounted at.
-    pub(crate) fn prices(&self) -> &super::pricing::PriceTable {
+    pub(crate) fn prices(&self) -> &crate::services::pricing::PriceTable {
         &self.options.prices
     }
 

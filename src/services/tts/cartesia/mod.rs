@@ -155,7 +155,7 @@ impl CartesiaCore {
         };
         state.speaking = true;
         state.unanswered.clear();
-        match crate::services::llm::realtime::pcm_from_base64(data) {
+        match crate::audio::pcm_from_base64(data) {
             Ok(samples) if !samples.is_empty() => vec![(context_id, TtsEvent::Audio(samples))],
             Ok(_) => Vec::new(),
             Err(e) => {

@@ -259,7 +259,7 @@ impl ElevenLabsCore {
         let mut said = Vec::new();
         if !context.cancelled {
             if let Some(audio) = parsed.audio.as_deref().filter(|a| !a.is_empty()) {
-                match crate::services::llm::realtime::pcm_from_base64(audio) {
+                match crate::audio::pcm_from_base64(audio) {
                     Ok(samples) if !samples.is_empty() => {
                         let offset = context.audio_samples as f64 / f64::from(SAMPLE_RATE);
                         if let Some(alignment) = &parsed.alignment {

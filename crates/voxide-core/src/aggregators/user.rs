@@ -7,7 +7,7 @@ use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
 /// Commits each user turn the turn stage hands on ([`DataFrame::UserTurn`]) as one user message
 /// and pushes the context downstream to the LLM. When a turn ends, whether all its transcripts
 /// are in, and whether a turn without words still asks for an answer, is the turn machine's to
-/// say ([`crate::turns::TurnMachine`]); transcripts pass on for UIs and observers.
+/// say (`voxide::turns::TurnMachine`); transcripts pass on for UIs and observers.
 ///
 /// Messages and tools from the app (appended, replaced, run) land here too. Before each LLM
 /// run the conversation is held to its token budget ([`LlmContext::trim`]): a long call, or a

@@ -10,11 +10,11 @@ use std::collections::HashMap;
 use serde_json::{Value, json};
 
 use super::{leading_instructions, provider_specific};
+use crate::context::IN_PROGRESS;
 use crate::context::async_tool_messages::{AsyncToolMessageKind, parse_message};
 use crate::context::{
     AdapterKind, Content, ContentPart, KnownPart, Message, ToolChoice, ToolsSchema,
 };
-use crate::services::llm::IN_PROGRESS;
 
 /// One conversation item and the key that identifies it across context updates, so a caller can
 /// send each exactly once.

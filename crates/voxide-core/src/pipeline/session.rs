@@ -10,10 +10,10 @@ use tokio::time::{Instant, sleep_until};
 
 use super::link::{AUDIO_BACKLOG, FramePusher, Inbox, Item, Shared, mailbox};
 use super::observer::{FramePushed, Observer, Observers};
-use super::processor::Direction;
-use super::resources::AppResources;
 use super::stage::{Pipeline, Stage, spawn_line};
 use crate::events::{EndReason, Event, EventSink, SessionEvent};
+use crate::frames::AppResources;
+use crate::frames::Direction;
 use crate::frames::{
     AudioFrame, ControlFrame, DataFrame, EndFrame, ErrorFrame, Frame, FrameBody, FrameId,
     ResultKind, StartFrame, StartParams, SystemFrame,

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use tokio::task::JoinSet;
 
 use super::link::{FramePusher, Inbox, Shared, mailbox};
-use super::processor::Direction;
 use super::stage::{Pipeline, Stage, spawn_line};
 use crate::events::EventSink;
+use crate::frames::Direction;
 use crate::frames::{ControlFrame, EndFrame, Frame, StartFrame, SystemFrame};
 
 /// What came out of a stage: frames pushed downstream and upstream, in order.

@@ -8,7 +8,8 @@ use std::task::Poll;
 use tokio::task::JoinSet;
 
 use super::link::{FramePusher, Inbox, Item, TryPush};
-use super::processor::{Direction, FrameContext, FrameProcessor, Job, ProcessorError};
+use super::processor::{FrameContext, FrameProcessor, Job, ProcessorError};
+use crate::frames::Direction;
 use crate::frames::{ErrorFrame, Frame, FrameBody, SystemFrame};
 
 /// Data frames a stage handles in one go before it checks its other queues and yields.
@@ -338,7 +339,7 @@ async fn next_data(
 }
 
 /// What a panic said, as text.
-pub(crate) fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
+pub fn panic_text(panic: Box<dyn std::any::Any + Send>) -> String {
     if let Some(s) = panic.downcast_ref::<&str>() {
         (*s).to_owned()
     } else if let Some(s) = panic.downcast_ref::<String>() {

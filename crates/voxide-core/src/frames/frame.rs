@@ -5,9 +5,9 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::Value;
 
+use super::AppResources;
 use super::{AudioFrame, MetricsData, TokenUsage};
 use crate::context::{ContextHandle, LlmContext, Message, StopReason, ToolsSchema};
-use crate::pipeline::AppResources;
 
 /// A frame's identity. Copies of a frame (a parallel pipeline's branches) share it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -12,6 +12,7 @@
 mod audio;
 mod frame;
 mod metrics;
+mod resources;
 
 pub use audio::AudioFrame;
 pub use frame::{
@@ -20,4 +21,17 @@ pub use frame::{
     FunctionCallResultProperties, LlmResponseSummary, OnContextUpdated, ResultKind, StartFrame,
     StartParams, SystemFrame, Transcription, TtsText, WordTiming,
 };
-pub use metrics::{MetricsData, TokenUsage, WastedGuess};
+pub use metrics::{MetricsData, WastedGuess};
+pub use resources::AppResources;
+// Carried by usage metrics; it belongs to the context, where each call's cost is kept.
+pub use crate::context::TokenUsage;
+
+/// Which way a frame travels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    /// Towards the output transport.
+    Downstream,
+    /// Back towards the input transport.
+    Upstream,
+}

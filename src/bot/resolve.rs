@@ -3,10 +3,10 @@
 
 use std::time::Duration;
 
-use super::{BotConfig, Builtin, ConfigError, IdleConfig};
-use crate::bot::http_tool::HttpTool;
-use crate::bot::mcp::McpServer;
-use crate::bot::{BotOptions, LlmChoice, SttChoice, TextLlm, TtsChoice, Voice};
+use super::http_tool::HttpTool;
+use super::mcp::McpServer;
+use super::{BotOptions, LlmChoice, SttChoice, TextLlm, TtsChoice, Voice};
+use crate::config::{BotConfig, Builtin, ConfigError, ExampleConfig, IdleConfig};
 use crate::services::llm::PriceTable;
 use crate::services::llm::anthropic::AnthropicSettings;
 use crate::services::llm::gemini::GeminiSettings;
@@ -290,7 +290,7 @@ impl BotConfig {
     }
 }
 
-fn example(example: &super::ExampleConfig) -> ToolExample {
+fn example(example: &ExampleConfig) -> ToolExample {
     match &example.call {
         Some(name) => ToolExample::call(
             &example.user,
@@ -423,30 +423,4 @@ fn stt_choice(spec: &str, model: Option<String>) -> Result<Vec<SttChoice>, Confi
         list.push(stt);
     }
     Ok(list)
-}
-
-/// `value` with each `${NAME}` replaced by the environment variable `NAME`; `what` names the
-/// setting in the error when one is not set.
-pub(crate) fn expand_env(value: &str, what: &str) -> Result<String, String> {
-    let mut out = String::with_capacity(value.len());
-    let mut rest = value;
-    while let Some(start) = rest.find("${") {
-        out.push_str(&rest[..start]);
-        let after = &rest[start + 2..];
-        let Some(end) = after.find('}') else {
-            return Err(format!("{what}: an unclosed ${{ in {value:?}"));
-        };
-        let name = &after[..end];
-        match std::env::var(name) {
-            Ok(v) => out.push_str(&v),
-            Err(_) => {
-                return Err(format!(
-                    "{what} names the environment variable {name}, which is not set"
-                ));
-            }
-        }
-        rest = &after[end + 1..];
-    }
-    out.push_str(rest);
-    Ok(out)
 }

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value};
 
-use crate::frames::TokenUsage;
+use super::TokenUsage;
 
 /// One message of a conversation context.
 ///

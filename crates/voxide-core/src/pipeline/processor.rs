@@ -6,17 +6,7 @@ use std::time::Duration;
 
 use super::link::{FramePusher, Item};
 use crate::events::Event;
-use crate::frames::{ErrorFrame, Frame, SystemFrame};
-
-/// Which way a frame travels.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Direction {
-    /// Towards the output transport.
-    Downstream,
-    /// Back towards the input transport.
-    Upstream,
-}
+use crate::frames::{Direction, ErrorFrame, Frame, SystemFrame};
 
 /// An error a processor reports; it becomes an error frame that travels upstream to the session.
 #[derive(Debug, thiserror::Error)]

@@ -12,17 +12,17 @@ mod node;
 mod observer;
 mod parallel;
 mod processor;
-mod resources;
 mod session;
 mod stage;
 pub mod testing;
 
 pub use link::{AUDIO_BACKLOG, DATA_QUEUE_CAPACITY, FramePusher, PushError};
-pub(crate) use node::panic_text;
+pub use node::panic_text;
 pub use observer::{FramePushed, Observer};
 pub use parallel::ParallelPipeline;
-pub use processor::{Direction, FrameContext, FrameProcessor, Job, ProcessorError};
-pub use resources::AppResources;
+pub use processor::{FrameContext, FrameProcessor, Job, ProcessorError};
+// Carried by the start frame; defined with the frames.
+pub use crate::frames::{AppResources, Direction};
 pub use session::{
     DEFAULT_CANCEL_GRACE, DEFAULT_IDLE_TIMEOUT, Session, SessionBuilder, SessionError,
     SessionHandle,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::processor::Direction;
+use crate::frames::Direction;
 use crate::frames::Frame;
 
 /// One push from one stage to its neighbour.

@@ -5,8 +5,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
+use super::TokenUsage;
 use super::{Message, ToolsSchema};
-use crate::frames::TokenUsage;
 
 /// How the model may use tools.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -1,5 +1,7 @@
 use serde::{Deserialize, Serialize};
 
+use crate::context::TokenUsage;
+
 /// What a guessed answer that was thrown away cost.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct WastedGuess {
@@ -104,33 +106,4 @@ pub enum MetricsData {
         /// The speaker-to-microphone delay the canceller found, in ms.
         delay_ms: i32,
     },
-}
-
-/// Token counts of one LLM call (or a sum of several).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TokenUsage {
-    /// Prompt tokens read fresh.
-    pub input: u64,
-    /// Tokens generated.
-    pub output: u64,
-    /// Prompt tokens served from the provider's cache.
-    pub cache_read: u64,
-    /// Prompt tokens written to the provider's cache.
-    pub cache_write: u64,
-}
-
-impl TokenUsage {
-    /// All tokens counted.
-    pub fn total(&self) -> u64 {
-        self.input + self.output + self.cache_read + self.cache_write
-    }
-}
-
-impl std::ops::AddAssign for TokenUsage {
-    fn add_assign(&mut self, rhs: Self) {
-        self.input += rhs.input;
-        self.output += rhs.output;
-        self.cache_read += rhs.cache_read;
-        self.cache_write += rhs.cache_write;
-    }
 }

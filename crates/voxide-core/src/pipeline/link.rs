@@ -7,8 +7,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::observer::{FramePushed, Observers};
-use super::processor::Direction;
 use crate::events::{Event, EventSink};
+use crate::frames::Direction;
 use crate::frames::{ErrorFrame, Frame, FrameBody, SystemFrame};
 
 /// Capacity of each stage's data/control queue. When it is full, the stage pushing into it waits

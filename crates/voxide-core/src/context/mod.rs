@@ -6,6 +6,7 @@ pub mod async_tool_messages;
 mod llm_context;
 mod message;
 mod tools;
+mod usage;
 
 pub use llm_context::{
     ContextHandle, DEFAULT_MAX_CONTEXT_TOKENS, LlmContext, ToolChoice, TurnUsage, UsageReport,
@@ -16,3 +17,7 @@ pub use message::{
     UserMessage,
 };
 pub use tools::{AdapterKind, FunctionSchema, ToolsSchema};
+pub use usage::TokenUsage;
+
+/// The placeholder content of a sync call's tool message until its result arrives.
+pub const IN_PROGRESS: &str = "IN_PROGRESS";

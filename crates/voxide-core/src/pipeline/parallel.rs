@@ -86,7 +86,7 @@ enum Left {
 }
 
 async fn next_stopped(pusher: &FramePusher) {
-    if let Some(next) = pusher.target(super::processor::Direction::Downstream) {
+    if let Some(next) = pusher.target(crate::frames::Direction::Downstream) {
         next.closed().await;
     }
 }

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::Map;
 
+use crate::context::IN_PROGRESS;
 use crate::context::async_tool_messages::{
     build_cancelled_message, build_final_result_message, build_intermediate_result_message,
     build_started_message, encode_result,
@@ -18,7 +19,6 @@ use crate::frames::{
     OnContextUpdated, ResultKind, SystemFrame, WordTiming,
 };
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
-use crate::services::llm::IN_PROGRESS;
 
 /// Records the bot's responses, tool calls and results in the context, and asks the LLM to run
 /// again when results call for it: per the result's `run_llm`, else once the whole batch has

@@ -12,9 +12,9 @@ use serde_json::{Value, json};
 
 use super::gemini::{declaration, response_object};
 use super::{leading_instructions, provider_specific};
+use crate::context::IN_PROGRESS;
 use crate::context::async_tool_messages::{AsyncToolMessageKind, parse_message};
 use crate::context::{AdapterKind, Message, ToolsSchema};
-use crate::services::llm::IN_PROGRESS;
 
 /// One client message and the key that identifies it across context updates.
 #[derive(Debug, Clone, PartialEq)]

@@ -1,0 +1,34 @@
+//! Where the bot's audio is played.
+
+use super::echo::EchoReference;
+
+/// Where played audio goes: a WebRTC track, a socket, a speaker, a file.
+pub trait AudioSink: Send + 'static {
+    /// Takes one chunk of mono audio, at the moment it should be heard.
+    fn write(&mut self, samples: &[i16], sample_rate: u32);
+
+    /// Drops audio handed over but not yet heard (an interruption); most sinks hold none.
+    fn clear(&mut self) {}
+
+    /// Asks the sink to record into `reference` what its device plays, when it plays it,
+    /// silence included: the truest echo reference there is. A sink that cannot returns false,
+    /// and what is written to it is recorded instead.
+    fn record_playback(&mut self, reference: &EchoReference) -> bool {
+        let _ = reference;
+        false
+    }
+}
+
+impl AudioSink for Box<dyn AudioSink> {
+    fn write(&mut self, samples: &[i16], sample_rate: u32) {
+        (**self).write(samples, sample_rate);
+    }
+
+    fn clear(&mut self) {
+        (**self).clear();
+    }
+
+    fn record_playback(&mut self, reference: &EchoReference) -> bool {
+        (**self).record_playback(reference)
+    }
+}
