@@ -17,6 +17,10 @@ routing, templates or turn ends: keep it that way (tune on `voxide bench tools` 
   of the result's or the question's.
 
     scripts/held_out.py [--bin target/release/voxide] [--label NAME] [--out target/held-out]
+                        [--noise-dbfs -55 | --digital-silence]
+
+The WAVs carry a quiet room's floor (brown noise at -55 dBFS) under the speech and between the
+questions unless told otherwise.
 
 Prints one JSON line of figures; the per-question rows go to OUT/LABEL.rows.jsonl.
 """
@@ -30,7 +34,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from turn_wait import RATE, onsets, quantile, speech, write_wav  # noqa: E402
+from turn_wait import (RATE, noise_arguments, noise_dbfs, onsets, quantile, room_name,  # noqa: E402
+                       speech, under, write_wav)
 
 VOICES = ["en-gb-x-gbclan+m3", "en-us+f5", "en-gb-x-gbcwmd+m6", "en-gb+f2"]
 GAP_S = 7.0
@@ -86,8 +91,9 @@ QUESTIONS = [
 ]
 
 
-def build(voice, questions, path):
-    """One WAV of `questions` in `voice`; each item with its times in seconds."""
+def build(voice, questions, path, dbfs=None):
+    """One WAV of `questions` in `voice` (over a floor of `dbfs`); each item with its times in
+    seconds."""
     samples = array.array("h", [0] * RATE)
     items = []
     for text, tool, value in questions:
@@ -96,7 +102,7 @@ def build(voice, questions, path):
         items.append({"text": text, "tool": tool, "value": value, "voice": voice,
                       "start": start, "end": len(samples) / RATE})
         samples.extend(array.array("h", [0] * int(GAP_S * RATE)))
-    write_wav(path, samples)
+    write_wav(path, under(samples, dbfs))
     return items
 
 
@@ -193,13 +199,14 @@ def main():
     parser.add_argument("--bin", default="target/release/voxide")
     parser.add_argument("--label", default="voxide")
     parser.add_argument("--out", default="target/held-out")
+    noise_arguments(parser)
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     rows = []
     for v, voice in enumerate(VOICES):
         questions = QUESTIONS[v::len(VOICES)]
         wav = os.path.join(args.out, f"{voice.replace('+', '_')}.wav")
-        rows += run(args, voice, wav, build(voice, questions, wav))
+        rows += run(args, voice, wav, build(voice, questions, wav, noise_dbfs(args)))
     with open(os.path.join(args.out, f"{args.label}.rows.jsonl"), "w") as f:
         for row in rows:
             f.write(json.dumps(row) + "\n")
@@ -210,6 +217,7 @@ def main():
     waits = [r["turn_wait_ms"] for r in rows if r["turn_wait_ms"] is not None]
     print(json.dumps({
         "label": args.label, "questions": len(rows), "voices": VOICES,
+        "room": room_name(noise_dbfs(args)),
         "v2v_ms": {"p50": quantile(v2v, 0.5), "p90": quantile(v2v, 0.9), "max": quantile(v2v, 1.0),
                    "answered": len(v2v)},
         "turn_wait_ms": {"p50": quantile(waits, 0.5), "p90": quantile(waits, 0.9),

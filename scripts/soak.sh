@@ -12,7 +12,11 @@
 # warm-up, nothing leaked, no failed session, p95 drift within 10 %, no turn lost or answered
 # twice, no tool result dropped).
 #
-#   scripts/soak.sh [--minutes M] [--concurrency C] [--protocol ws|webrtc] [--faults RATE] [--release] [--out DIR]
+# The callers' microphones are in a quiet room: brown noise at -55 dBFS under the speech and in
+# every gap (--noise-dbfs N to change it, --digital-silence for the lab's digital zero).
+#
+#   scripts/soak.sh [--minutes M] [--concurrency C] [--protocol ws|webrtc] [--faults RATE]
+#                   [--noise-dbfs N | --digital-silence] [--release] [--out DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +25,7 @@ CONCURRENCY=50
 PROTOCOL=ws
 PROFILE=debug
 FAULTS=0
+NOISE=(--noise-dbfs -55)
 OUT=target/soak
 while (($#)); do
   case "$1" in
@@ -28,9 +33,11 @@ while (($#)); do
     --concurrency) CONCURRENCY="$2"; shift 2 ;;
     --protocol) PROTOCOL="$2"; shift 2 ;;
     --faults) FAULTS="$2"; shift 2 ;;
+    --noise-dbfs) NOISE=(--noise-dbfs "$2"); shift 2 ;;
+    --digital-silence) NOISE=(); shift ;;
     --release) PROFILE=release; shift ;;
     --out) OUT="$2"; shift 2 ;;
-    *) echo "usage: scripts/soak.sh [--minutes M] [--concurrency C] [--protocol ws|webrtc] [--faults RATE] [--release] [--out DIR]" >&2; exit 2 ;;
+    *) echo "usage: scripts/soak.sh [--minutes M] [--concurrency C] [--protocol ws|webrtc] [--faults RATE] [--noise-dbfs N | --digital-silence] [--release] [--out DIR]" >&2; exit 2 ;;
   esac
 done
 
@@ -123,7 +130,7 @@ target="http://127.0.0.1:$PORT"
 [ "$PROTOCOL" = webrtc ] && target="$target/api/offer"
 "$BIN" loadtest --target "$target" --protocol "$PROTOCOL" --audio assets/test/hello_16k.wav \
   --concurrency "$CONCURRENCY" --duration $((MINUTES * 60)) --ramp 10 --turns 3 \
-  --response-timeout 10 --max-pacing-lag-ms 1000 --out "$OUT/load" >"$OUT/load.log" 2>&1 || true
+  --response-timeout 10 --max-pacing-lag-ms 1000 "${NOISE[@]}" --out "$OUT/load" >"$OUT/load.log" 2>&1 || true
 # The sessions are gone, and the runtime's idle blocking threads (10 s keep-alive) too: what
 # the server holds now is what it kept.
 sleep 15
@@ -175,6 +182,7 @@ drift = (last - first) / first if first and last else None
 idle_before, idle_after = samples[0], samples[-1]
 result = {
     "minutes": summary["wall_s"] / 60,
+    "room": summary.get("room"),
     "sessions": summary["sessions"],
     "turns": summary["turns"],
     "errors": summary["errors"],

@@ -12,6 +12,10 @@ WAVs: Smart Turn alone (`--turn-words false`) and Smart Turn weighed with the wo
 
     scripts/turn_wait.py [--bin target/release/voxide] [--out target/turn-wait] [--parallel 2]
                          [--pipecat target/venv-pipecat/bin/python]
+                         [--noise-dbfs -55 | --digital-silence]
+
+The WAVs carry a quiet room's floor (brown noise at -55 dBFS) under the speech and between the
+questions unless told otherwise: a microphone never sends digital zero.
 
 With --pipecat, pipecat 1.14's default turn strategy (Silero and Smart Turn v3 in its user
 aggregator, bench/pipecat-compare/turn_wait.py) ends the turns of the same WAVs too, judged the
@@ -21,7 +25,9 @@ same way. Prints one JSON line with every configuration. Needs espeak-ng, sox an
 import argparse
 import array
 import json
+import math
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -82,8 +88,9 @@ def voiced_windows(samples):
     return windows
 
 
-def build(voice, path):
-    """One WAV of the whole set in `voice`; the items with their times in seconds."""
+def build(voice, path, dbfs=None):
+    """One WAV of the whole set in `voice` (over a floor of `dbfs`); the items with their times
+    in seconds."""
     samples = array.array("h", [0] * RATE)
     items = []
     silence = lambda s: array.array("h", [0] * int(s * RATE))
@@ -102,8 +109,42 @@ def build(voice, path):
         items.append({"kind": "paused", "text": f"{first} ... {second}", "start": start,
                       "pause": [pause_from, pause_to], "end": len(samples) / RATE})
         samples.extend(silence(GAP_S))
-    write_wav(path, samples)
+    write_wav(path, under(samples, dbfs))
     return items
+
+
+def under(samples, dbfs, seed=1):
+    """`samples` with a room's floor under all of it: brown noise (leaky-integrated white noise,
+    as `voxide loadtest --noise brown` sends) at an RMS of `dbfs`; `dbfs` None leaves digital
+    silence between the words."""
+    if dbfs is None:
+        return samples
+    rng = random.Random(seed)
+    level, raw = 0.0, []
+    for _ in range(len(samples)):
+        level = 0.992 * level + 0.1 * rng.uniform(-1.0, 1.0)
+        raw.append(level)
+    rms = math.sqrt(sum(x * x for x in raw) / max(len(raw), 1)) or 1.0
+    gain = 32768.0 * 10 ** (dbfs / 20) / rms
+    return array.array("h", (max(-32768, min(32767, s + round(x * gain)))
+                             for s, x in zip(samples, raw)))
+
+
+def room_name(dbfs):
+    return "digital silence" if dbfs is None else f"brown noise at {dbfs:g} dBFS"
+
+
+def noise_arguments(parser):
+    """--noise-dbfs (default -55: a quiet room) and --digital-silence."""
+    parser.add_argument("--noise-dbfs", type=float, default=-55.0,
+                        help="the room's floor under the speech and between the questions, "
+                             "RMS dBFS (default -55, a quiet room)")
+    parser.add_argument("--digital-silence", action="store_true",
+                        help="no floor: digital zero between the words (the lab's figure)")
+
+
+def noise_dbfs(args):
+    return None if args.digital_silence else args.noise_dbfs
 
 
 def write_wav(path, samples):
@@ -179,6 +220,7 @@ def main():
     parser.add_argument("--pipecat", metavar="PYTHON",
                         help="also time pipecat 1.14's default turn strategy on the same WAVs, "
                              "with this Python (one that has pipecat-ai 1.14 installed)")
+    noise_arguments(parser)
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     stand_ins = subprocess.Popen(
@@ -188,7 +230,7 @@ def main():
         sets = {}
         for voice in VOICES:
             wav = os.path.join(args.out, f"{voice.replace('+', '_')}.wav")
-            sets[voice] = (wav, build(voice, wav))
+            sets[voice] = (wav, build(voice, wav, noise_dbfs(args)))
         jobs = [(voice, words) for words in (False, True) for voice in VOICES]
         with ThreadPoolExecutor(args.parallel) as pool:
             stops = dict(zip(jobs, pool.map(lambda j: run(args, j[0], sets[j[0]][0], j[1]), jobs)))
@@ -214,6 +256,7 @@ def main():
     if args.pipecat:
         report["pipecat_smart_turn"] = pipecat_turn_wait(args.pipecat, sets)
     report["voices"] = VOICES
+    report["room"] = room_name(noise_dbfs(args))
     print(json.dumps(report))
 
 

@@ -114,6 +114,7 @@ mod whole_bot {
             out: None,
             max_pacing_lag: Duration::from_secs(1),
             auth_token: None,
+            room: None,
         };
         let summary = voxide::loadtest::run(options).await.expect("runs");
         assert_eq!(summary.sessions.connected, 2, "{summary:?}");
@@ -151,6 +152,7 @@ mod whole_bot {
             out: None,
             max_pacing_lag: Duration::from_secs(1),
             auth_token: None,
+            room: None,
         };
         let summary = voxide::loadtest::run(options).await.expect("runs");
         assert_eq!(summary.sessions.completed, 1, "{summary:?}");

@@ -9,6 +9,10 @@
 #   bench/pipecat-compare/run.sh                 # both bots, results in bench/pipecat-compare/results/
 #   BOTS=voxide MAX=256 bench/pipecat-compare/run.sh
 #   TURN=silence bench/pipecat-compare/run.sh    # turns end on 0.6 s of silence, no turn model
+#   NOISE_DBFS=off bench/pipecat-compare/run.sh  # digital silence between the words (the lab)
+#
+# The callers are in a quiet room: brown noise at NOISE_DBFS (default -55) dBFS under the speech
+# and in every gap, as a microphone sends.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -25,6 +29,7 @@ TURN=${TURN:-smart}
 SERVER_CORE=${SERVER_CORE:-0}
 CLIENT_CORE=${CLIENT_CORE:-1}
 STAND_INS_PORT=${STAND_INS_PORT:-9000}
+NOISE_DBFS=${NOISE_DBFS:--55}
 OUT=${OUT:-$HERE/results/$(date -u +%Y%m%dT%H%M%SZ)}
 VOXIDE=${VOXIDE:-$ROOT/target/release/voxide}  # VOXIDE=PATH: another build of it
 mkdir -p "$OUT"
@@ -56,6 +61,7 @@ for i in 1 2; do
     rm "$OUT/raw$i.wav"
 done
 AUDIO=(--audio "$OUT/question1.wav" --audio "$OUT/question2.wav")
+[ "$NOISE_DBFS" = off ] || AUDIO+=(--noise-dbfs "$NOISE_DBFS")
 VOXIDE_TURN=()
 if [ "$TURN" = silence ]; then
     VOXIDE_TURN=(--turn silence --turn-timeout-secs 0.6)

@@ -71,6 +71,13 @@ pub struct LoadtestArgs {
     /// every request and WebSocket.
     #[arg(long, env = "VOXIDE_AUTH_TOKEN", hide_env_values = true)]
     auth_token: Option<String>,
+    /// A noise floor under the speech and in every gap, as a microphone in a room sends: its
+    /// RMS level in dBFS (a quiet room is about -55). Without it, the gaps are digital silence.
+    #[arg(long, value_name = "DBFS", allow_negative_numbers = true)]
+    noise_dbfs: Option<f64>,
+    /// The floor's sound: `brown`, `pink`, or a WAV to loop (café babble, an office).
+    #[arg(long, default_value = "brown", requires = "noise_dbfs")]
+    noise: String,
 }
 
 /// Runs `voxide loadtest`; the exit status.
@@ -160,6 +167,10 @@ fn options(args: LoadtestArgs) -> Result<voxide::loadtest::LoadtestOptions, Stri
         out: args.out,
         max_pacing_lag: Duration::from_secs_f64(args.max_pacing_lag_ms / 1000.0),
         auth_token: args.auth_token.filter(|t| !t.is_empty()),
+        room: args.noise_dbfs.map(|dbfs| voxide::loadtest::room::Room {
+            noise: voxide::loadtest::room::Noise::parse(&args.noise),
+            dbfs,
+        }),
     })
 }
 

@@ -13,6 +13,7 @@
 
 mod link;
 mod report;
+pub mod room;
 mod session;
 pub mod signal;
 pub mod stats;
@@ -104,6 +105,8 @@ pub struct LoadtestOptions {
     pub max_pacing_lag: Duration,
     /// The bearer token a guarded server wants (`Authorization: Bearer`, on every request).
     pub auth_token: Option<String>,
+    /// The noise floor sent under the speech and in every gap; `None`: digital silence.
+    pub room: Option<room::Room>,
 }
 
 /// Why a run could not be made (exit 2).
@@ -206,6 +209,9 @@ pub struct Summary {
     pub target: String,
     /// How it was reached.
     pub protocol: Protocol,
+    /// What the callers' microphones heard besides their words: `digital silence`, or the
+    /// noise and its level (`brown at -55 dBFS`).
+    pub room: String,
     /// When the run began.
     pub started_at_unix_ms: u64,
     /// How long it took.
@@ -314,7 +320,8 @@ fn turns(options: &LoadtestOptions) -> Result<Vec<TurnAudio>, LoadtestError> {
     options
         .audio
         .iter()
-        .map(|path| {
+        .enumerate()
+        .map(|(i, path)| {
             let wav = crate::audio::wav::read(path)
                 .map_err(|e| LoadtestError::Usage(format!("--audio {}: {e}", path.display())))?;
             let rate = wav.sample_rate;
@@ -330,11 +337,33 @@ fn turns(options: &LoadtestOptions) -> Result<Vec<TurnAudio>, LoadtestError> {
                 || path.display().to_string(),
                 |n| n.to_string_lossy().into_owned(),
             );
-            TurnAudio::new(name, &samples, options.protocol).ok_or_else(|| {
+            let tone = match &options.room {
+                Some(room) => room
+                    .tone(samples.len(), options.seed.wrapping_add(i as u64 + 1))
+                    .map_err(LoadtestError::Usage)?,
+                None => Vec::new(),
+            };
+            TurnAudio::new(name, &samples, &tone, options.protocol).ok_or_else(|| {
                 LoadtestError::Usage(format!("--audio {}: no speech in it", path.display()))
             })
         })
         .collect()
+}
+
+/// Seconds of room tone the gaps between turns loop through.
+const GAP_LOOP_SECS: usize = 10;
+
+/// The 20 ms frames every gap between turns is made of, as the wire carries them: digital
+/// silence, or a loop of the room's tone.
+fn gap(options: &LoadtestOptions) -> Result<Vec<Vec<u8>>, LoadtestError> {
+    let Some(room) = &options.room else {
+        return Ok(vec![options.protocol.silence()]);
+    };
+    let tone = room
+        .tone(16_000 * GAP_LOOP_SECS, options.seed)
+        .map_err(LoadtestError::Usage)?;
+    session::encode(&tone, options.protocol)
+        .ok_or_else(|| LoadtestError::Usage("the room's tone could not be encoded".into()))
 }
 
 /// Runs the load test.
@@ -346,6 +375,7 @@ pub async fn run(options: LoadtestOptions) -> Result<Summary, LoadtestError> {
     }
     let url = socket_url(&options.target, options.protocol)?;
     let audio = Arc::new(turns(&options)?);
+    let gap = Arc::new(gap(&options)?);
     let origin = Instant::now();
     let started_at_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -359,6 +389,7 @@ pub async fn run(options: LoadtestOptions) -> Result<Summary, LoadtestError> {
         barge_in_at: options.barge_in_at,
         response_timeout: options.response_timeout,
         audio,
+        gap,
         origin,
         auth_token: options.auth_token.clone(),
     });
@@ -778,6 +809,7 @@ fn summarize(
         schema: 1,
         target: options.target.clone(),
         protocol: options.protocol,
+        room: room_name(options.room.as_ref()),
         started_at_unix_ms,
         wall_s,
         sessions: counts,
@@ -794,6 +826,21 @@ fn summarize(
             valid,
         },
         verdict,
+    }
+}
+
+/// The room as the summary names it.
+fn room_name(room: Option<&room::Room>) -> String {
+    match room {
+        None => "digital silence".into(),
+        Some(room::Room { noise, dbfs }) => {
+            let noise = match noise {
+                room::Noise::Brown => "brown noise".to_owned(),
+                room::Noise::Pink => "pink noise".to_owned(),
+                room::Noise::File(path) => path.display().to_string(),
+            };
+            format!("{noise} at {dbfs} dBFS")
+        }
     }
 }
 
@@ -875,7 +922,8 @@ impl Live {
 /// The final table, for the console.
 pub fn table(summary: &Summary) -> String {
     let mut out = format!(
-        "sessions: {} started, {} connected, {} completed, {} failed; {} turns\n",
+        "room: {}\nsessions: {} started, {} connected, {} completed, {} failed; {} turns\n",
+        summary.room,
         summary.sessions.started,
         summary.sessions.connected,
         summary.sessions.completed,

@@ -31,33 +31,12 @@ pub struct TurnAudio {
 }
 
 impl TurnAudio {
-    /// `samples` (mono 16 kHz) encoded for `protocol`; `None` when it holds no speech.
-    pub fn new(name: String, samples: &[i16], protocol: Protocol) -> Option<Self> {
+    /// `samples` (mono 16 kHz) with `tone` (the room, empty for none) under them, encoded for
+    /// `protocol`; `None` when they hold no speech. Where the speech starts and ends is read
+    /// from the clean samples.
+    pub fn new(name: String, samples: &[i16], tone: &[i16], protocol: Protocol) -> Option<Self> {
         let (start, end) = super::signal::speech_bounds(samples, 16_000)?;
-        let frames = match protocol {
-            Protocol::Ws => samples
-                .chunks(FRAME)
-                .map(|c| {
-                    let mut frame: Vec<u8> = c.iter().flat_map(|s| s.to_le_bytes()).collect();
-                    frame.resize(FRAME * 2, 0);
-                    frame
-                })
-                .collect(),
-            Protocol::WebRtc | Protocol::WebRtcStart => super::webrtc::opus_frames(samples)?,
-            Protocol::Twilio => {
-                let narrow = StreamResampler::new(16_000, 8_000)
-                    .map(|mut r| r.process(samples))
-                    .unwrap_or_default();
-                narrow
-                    .chunks(FRAME / 2)
-                    .map(|c| {
-                        let mut frame: Vec<u8> = c.iter().map(|s| mulaw::encode(*s)).collect();
-                        frame.resize(FRAME / 2, mulaw::encode(0));
-                        frame
-                    })
-                    .collect()
-            }
-        };
+        let frames = encode(&super::room::mix(samples, tone), protocol)?;
         Some(Self {
             name,
             frames,
@@ -65,6 +44,35 @@ impl TurnAudio {
             speech_end: end as f64 / 16_000.0,
         })
     }
+}
+
+/// `samples` (mono 16 kHz) as the 20 ms frames `protocol` carries: PCM bytes, μ-law bytes for
+/// Twilio, Opus packets for WebRTC.
+pub(super) fn encode(samples: &[i16], protocol: Protocol) -> Option<Vec<Vec<u8>>> {
+    Some(match protocol {
+        Protocol::Ws => samples
+            .chunks(FRAME)
+            .map(|c| {
+                let mut frame: Vec<u8> = c.iter().flat_map(|s| s.to_le_bytes()).collect();
+                frame.resize(FRAME * 2, 0);
+                frame
+            })
+            .collect(),
+        Protocol::WebRtc | Protocol::WebRtcStart => super::webrtc::opus_frames(samples)?,
+        Protocol::Twilio => {
+            let narrow = StreamResampler::new(16_000, 8_000)
+                .map(|mut r| r.process(samples))
+                .unwrap_or_default();
+            narrow
+                .chunks(FRAME / 2)
+                .map(|c| {
+                    let mut frame: Vec<u8> = c.iter().map(|s| mulaw::encode(*s)).collect();
+                    frame.resize(FRAME / 2, mulaw::encode(0));
+                    frame
+                })
+                .collect()
+        }
+    })
 }
 
 /// What the session's driver is told of each turn.
@@ -168,6 +176,8 @@ pub struct Plan {
     pub barge_in_at: Option<Duration>,
     pub response_timeout: Duration,
     pub audio: Arc<Vec<TurnAudio>>,
+    /// The frames the gaps between turns loop through (one of digital silence, or the room).
+    pub gap: Arc<Vec<Vec<u8>>>,
     /// The run's clock.
     pub origin: Instant,
     /// The bearer token a guarded server wants.
@@ -363,14 +373,15 @@ impl Caller {
             .map(|o| (o - onset) * 1000.0)
     }
 
-    /// Silence until the reply has ended (or never came), then the think time; whether the next
-    /// turn talks over the reply instead.
+    /// The gap (silence or room tone) until the reply has ended (or never came), then the think
+    /// time; whether the next turn talks over the reply instead.
     async fn await_reply(&mut self, turn: usize, outcome: &mut TurnResult) -> bool {
         let deadline = outcome.speech_end + self.plan.response_timeout.as_secs_f64();
-        let silence = self.plan.protocol.silence();
+        let gap = self.plan.gap.clone();
         let mut quiet_from: Option<f64> = None;
         loop {
-            let Ok(at) = self.send_frame(&silence).await else {
+            let frame = &gap[self.sent % gap.len()];
+            let Ok(at) = self.send_frame(frame).await else {
                 outcome.error = Some("dropped".into());
                 return false;
             };

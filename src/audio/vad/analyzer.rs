@@ -8,6 +8,10 @@
 //! ([`VadAnalyzer::between_windows`]): a piece with no sound in it ends speech (its first
 //! silence) without waiting for the window to fill, and a piece with a voice's loudness after
 //! such a silence takes it back.
+//!
+//! "No sound" is relative to the room: the analyzer learns the noise floor from the pieces it
+//! hears while nobody speaks ([`RoomFloor`]), so a quiet room's hiss ends speech as soon as
+//! digital silence does, and a piece must rise clear of that hiss to take a silence back.
 
 use std::sync::Arc;
 
@@ -98,6 +102,75 @@ const VOLUME_RELEASE: f32 = 0.2;
 /// floor, and far under any voice.
 const SOUNDLESS: f32 = 0.3;
 
+/// Quiet 10 ms pieces heard before the room's floor counts (half a second): a session that
+/// opens with speech learns nothing from its first words.
+const FLOOR_PIECES: u32 = 50;
+
+/// Weight of each quiet piece in the room's floor once it counts: a time constant of half a
+/// second.
+const FLOOR_WEIGHT: f32 = 0.02;
+
+/// Weight of a quiet piece louder than the room: a time constant of 2.5 s, so a fan that
+/// starts is learned within seconds, and the first 100 ms of a voice (heard before the model
+/// is sure of it) barely move the floor.
+const FLOOR_RISE_WEIGHT: f32 = 0.004;
+
+/// The least a piece must rise over the floor's mean to be more than the room (6 dB).
+const FLOOR_MARGIN: f32 = 0.06;
+
+/// The loudest a piece can be and still be only the room (about -45 dBFS): over a louder floor
+/// (a café, a street) a piece's loudness cannot tell the room from a voice, and the model's
+/// windows decide alone.
+const HUSH_CAP: f32 = 0.65;
+
+/// The room's noise floor, learned from the 10 ms pieces heard while nobody speaks (the mean
+/// loudness and the mean distance from it). Until [`FLOOR_PIECES`] are heard, only digital
+/// silence and dither (under [`SOUNDLESS`]) count as no sound.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RoomFloor {
+    mean: f32,
+    spread: f32,
+    heard: u32,
+}
+
+impl RoomFloor {
+    /// Learns from a piece of `level` heard while nobody spoke.
+    fn hear(&mut self, level: f32) {
+        self.heard = self.heard.saturating_add(1);
+        if self.heard == 1 {
+            self.mean = level;
+            return;
+        }
+        let weight = if self.known() && level > self.hush() {
+            FLOOR_RISE_WEIGHT
+        } else {
+            (1.0 / self.heard as f32).max(FLOOR_WEIGHT)
+        };
+        let distance = (level - self.mean).abs();
+        self.mean += weight * (level - self.mean);
+        self.spread += weight * (distance - self.spread);
+    }
+
+    fn known(&self) -> bool {
+        self.heard >= FLOOR_PIECES
+    }
+
+    /// The loudness under which a piece is only the room: three spreads over the floor's mean
+    /// (a 10 ms piece of brown noise swings some 16 dB), at least [`FLOOR_MARGIN`], at most
+    /// [`HUSH_CAP`].
+    pub fn hush(&self) -> f32 {
+        if !self.known() {
+            return SOUNDLESS;
+        }
+        (self.mean + (3.0 * self.spread).max(FLOOR_MARGIN)).clamp(SOUNDLESS, HUSH_CAP)
+    }
+
+    /// The loudness a piece needs to be a voice: `min_volume`, and clear of the room.
+    fn voice(&self, min_volume: f32) -> f32 {
+        min_volume.max(self.hush() + FLOOR_MARGIN)
+    }
+}
+
 /// Seconds of speech between two [`VadEvent::Speaking`] ticks.
 pub const SPEAKING_TICK_SECS: f32 = 0.2;
 
@@ -128,6 +201,8 @@ pub struct VadAnalyzer {
     /// While `Stopping` for audio with no sound in it: `loud_pieces` then. A piece at a voice's
     /// loudness since undoes that silence.
     soundless_stop: Option<u64>,
+    /// The room's noise floor.
+    floor: RoomFloor,
 }
 
 impl VadAnalyzer {
@@ -161,12 +236,18 @@ impl VadAnalyzer {
             soundless_piece: false,
             loud_pieces: 0,
             soundless_stop: None,
+            floor: RoomFloor::default(),
         })
     }
 
     /// The current state.
     pub fn state(&self) -> VadState {
         self.state
+    }
+
+    /// The room's noise floor as learned so far.
+    pub fn floor(&self) -> RoomFloor {
+        self.floor
     }
 
     /// Feeds audio; returns the changes it saw, in order. The quick changes between windows
@@ -207,8 +288,11 @@ impl VadAnalyzer {
             if self.piece_fill.0 == self.piece {
                 let (n, power) = std::mem::take(&mut self.piece_fill);
                 let level = loudness_of_power(power / n as f32);
-                self.soundless_piece = level < SOUNDLESS;
-                if level >= self.params.min_volume {
+                if self.state == VadState::Quiet {
+                    self.floor.hear(level);
+                }
+                self.soundless_piece = level < self.floor.hush();
+                if level >= self.floor.voice(self.params.min_volume) {
                     self.loud_pieces += 1;
                 }
             }
@@ -254,13 +338,15 @@ impl VadAnalyzer {
         } else {
             VOLUME_RELEASE * level + (1.0 - VOLUME_RELEASE) * self.volume
         };
-        // A window with no sound in it holds no speech, whatever the model's state still says
-        // (Silero's confidence can lag the voice's end by two windows). Nor, once speaking, does
-        // one whose last 10 ms have none: the voice ended in it. (Before the start, such a
-        // window is only a closure inside the first words, not an onset fading.)
+        // A window with no sound in it (nothing over the room's floor) holds no speech, whatever
+        // the model's state still says (Silero's confidence can lag the voice's end by two
+        // windows). Nor, once speaking, does one whose last 10 ms have none: the voice ended in
+        // it. (Before the start, such a window is only a closure inside the first words, not an
+        // onset fading.)
         let tail = &window[window.len().saturating_sub(self.piece)..];
         let ending = matches!(self.state, VadState::Speaking | VadState::Stopping);
-        let sound = level >= SOUNDLESS && !(ending && loudness(tail) < SOUNDLESS);
+        let hush = self.floor.hush();
+        let sound = level >= hush && !(ending && loudness(tail) < hush);
         let speech =
             sound && confidence >= self.params.confidence && self.volume >= self.params.min_volume;
         let was_speaking = self.state == VadState::Speaking;
@@ -517,5 +603,141 @@ mod tests {
         assert!(loudness(&speech) > 0.6, "{}", loudness(&speech));
         assert!(loudness(&hiss) < 0.6, "{}", loudness(&hiss));
         assert_eq!(loudness(&[0.0; 512]), 0.0);
+    }
+
+    /// Seeded brown noise (leaky-integrated white noise) at an RMS of `dbfs`.
+    fn brown(samples: usize, dbfs: f32, seed: u64) -> Vec<i16> {
+        let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+        let mut level = 0.0f32;
+        let raw: Vec<f32> = (0..samples)
+            .map(|_| {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                let white = (state >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+                level = 0.992 * level + 0.1 * white;
+                level
+            })
+            .collect();
+        let rms = (raw.iter().map(|x| x * x).sum::<f32>() / samples as f32).sqrt();
+        let gain = 32_768.0 * 10f32.powf(dbfs / 20.0) / rms;
+        raw.iter().map(|x| (x * gain) as i16).collect()
+    }
+
+    /// A recorded question between a second of quiet and two, with `floor` under all of it.
+    fn question_in(floor: Option<f32>) -> (Vec<i16>, usize) {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+        let wav = crate::audio::wav::read(std::path::Path::new(path)).expect("the test voice");
+        let mut audio = vec![0i16; 16_000];
+        audio.extend(wav.to_mono());
+        // Where the voice ends: the last 10 ms piece over -45 dBFS.
+        let end = audio
+            .chunks(160)
+            .rposition(|p| {
+                p.iter().map(|s| f32::from(*s).powi(2)).sum::<f32>() / 160.0 > 180.0 * 180.0
+            })
+            .map_or(0, |i| (i + 1) * 160);
+        audio.extend(vec![0i16; 32_000]);
+        if let Some(dbfs) = floor {
+            let room = brown(audio.len(), dbfs, 3);
+            for (s, n) in audio.iter_mut().zip(room) {
+                *s = s.saturating_add(n);
+            }
+        }
+        (audio, end)
+    }
+
+    /// Feeds `audio` 10 ms at a time; the ms after `end` at which the last first silence came
+    /// (the state became `Stopping` for good) and at which speech stopped, and every event.
+    fn ending(audio: &[i16], end: usize) -> (f32, f32, Vec<VadEvent>) {
+        let model = SileroVad::shared().expect("the VAD model loads; run scripts/setup.sh");
+        let mut vad = VadAnalyzer::new(model, 16_000, VadParams::default()).expect("16 kHz");
+        let (mut silence, mut stop, mut events) = (f32::NAN, f32::NAN, Vec::new());
+        for (i, piece) in audio.chunks(160).enumerate() {
+            let was = vad.state();
+            let heard = vad.analyze(piece).expect("analysis");
+            let at = ((i + 1) * 160) as f32 / 16.0 - end as f32 / 16.0;
+            if vad.state() == VadState::Stopping && was == VadState::Speaking {
+                silence = at;
+            }
+            if heard.contains(&VadEvent::Stopped) {
+                stop = at;
+            }
+            events.extend(heard);
+        }
+        (silence, stop, events)
+    }
+
+    #[test]
+    fn a_quiet_rooms_floor_ends_speech_as_soon_as_digital_silence_does() {
+        let (clean, end) = question_in(None);
+        let (silent_first, silent_stop, silent_events) = ending(&clean, end);
+        let (noisy, _) = question_in(Some(-55.0));
+        let (room_first, room_stop, room_events) = ending(&noisy, end);
+        assert_eq!(
+            silent_events
+                .iter()
+                .filter(|e| **e == VadEvent::Started)
+                .count(),
+            room_events
+                .iter()
+                .filter(|e| **e == VadEvent::Started)
+                .count(),
+            "the same speech is heard: {silent_events:?} / {room_events:?}"
+        );
+        // Without the floor, the first silence waited for the model's window (10 → 30 ms), and
+        // over the stand-ins each turn's answer came 100 ms later.
+        assert!(
+            room_first == silent_first && room_stop <= silent_stop,
+            "first silence {silent_first} → {room_first} ms, stop {silent_stop} → {room_stop} ms"
+        );
+    }
+
+    #[test]
+    fn the_room_is_learned_while_nobody_speaks_and_its_swings_are_not_a_voice() {
+        let model = SileroVad::shared().expect("the VAD model loads; run scripts/setup.sh");
+        let mut vad = VadAnalyzer::new(model, 16_000, VadParams::default()).expect("16 kHz");
+        assert_eq!(
+            vad.floor().hush(),
+            SOUNDLESS,
+            "nothing heard: only digital silence"
+        );
+        let room = brown(16_000 * 2, -55.0, 5);
+        let mut events = Vec::new();
+        for piece in room.chunks(320) {
+            events.extend(vad.analyze(piece).expect("analysis"));
+        }
+        assert!(events.is_empty(), "a room is not speech: {events:?}");
+        // The floor sits near -55 dBFS, and every 10 ms of it is under the hush.
+        let hush = vad.floor().hush();
+        assert!(hush > SOUNDLESS && hush < HUSH_CAP, "{hush}");
+        let under = room[16_000..]
+            .chunks(160)
+            .filter(|p| {
+                let power = p
+                    .iter()
+                    .map(|s| (f32::from(*s) / 32768.0).powi(2))
+                    .sum::<f32>();
+                loudness_of_power(power / 160.0) < hush
+            })
+            .count();
+        assert!(under >= 95, "{under} of 100 pieces under the hush");
+    }
+
+    #[test]
+    fn a_fan_that_starts_is_learned_and_does_not_start_speech() {
+        let model = SileroVad::shared().expect("the VAD model loads; run scripts/setup.sh");
+        let mut vad = VadAnalyzer::new(model, 16_000, VadParams::default()).expect("16 kHz");
+        let mut audio = brown(16_000 * 2, -60.0, 7);
+        audio.extend(brown(16_000 * 4, -45.0, 8));
+        let mut events = Vec::new();
+        for piece in audio.chunks(320) {
+            events.extend(vad.analyze(piece).expect("analysis"));
+        }
+        assert!(!events.contains(&VadEvent::Started), "{events:?}");
+        assert!(
+            vad.floor().hush() > loudness_of_power(10f32.powf(-5.0)),
+            "the louder room is learned"
+        );
     }
 }

@@ -9,7 +9,8 @@ pub mod silero;
 mod stage;
 
 pub use analyzer::{
-    QuickChange, SPEAKING_TICK_SECS, VadAnalyzer, VadError, VadEvent, VadParams, VadState,
+    QuickChange, RoomFloor, SPEAKING_TICK_SECS, VadAnalyzer, VadError, VadEvent, VadParams,
+    VadState,
 };
 pub use batcher::VadBatcher;
 pub use silero::{SileroState, SileroVad};

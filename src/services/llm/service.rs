@@ -10,7 +10,6 @@ use tokio::sync::mpsc;
 
 use super::engine::{LlmEngine, LlmError, LlmEvent, LlmRequest};
 use super::functions::{FunctionCallParams, FunctionOptions, FunctionRegistry};
-use crate::services::pricing::{PriceTable, account_response};
 use super::tools::{ToolBatch, ToolRunner, parse_arguments};
 use crate::context::async_tool_messages::ASYNC_TOOL_INSTRUCTIONS;
 use crate::context::{Content, ContextHandle, LlmContext, Message, StopReason};
@@ -20,6 +19,7 @@ use crate::frames::{
     MetricsData, StartParams, SystemFrame, TokenUsage, WastedGuess,
 };
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
+use crate::services::pricing::{PriceTable, account_response};
 use crate::services::text::first_words_end;
 
 /// Service-wide options.
