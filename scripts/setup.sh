@@ -63,5 +63,12 @@ if ((TEST)); then
   else
     echo "setup: reference MCP server present"
   fi
+  # mdBook builds the guides under docs/ (scripts/docs_check.py).
+  if ! command -v mdbook >/dev/null 2>&1; then
+    echo "setup: installing mdbook (cargo install, a few minutes)"
+    cargo install mdbook --version 0.5.4 --locked --no-default-features
+  else
+    echo "setup: mdbook present"
+  fi
 fi
 echo "setup: done"

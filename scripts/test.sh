@@ -14,6 +14,9 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "test: the layers (no module cycle, voxide-core free of engines and networks)"
 scripts/layers.py
 
+echo "test: the docs (links, the README's length, the book builds)"
+scripts/docs_check.py
+
 echo "test: doc tests"
 cargo test --workspace --doc --locked
 
