@@ -401,6 +401,41 @@ fn a_short_remark_over_the_bot_is_dropped_and_the_bot_talks_on() {
 }
 
 #[test]
+fn a_listeners_reactions_over_the_bot_let_it_talk_on_and_a_real_word_stops_it() {
+    let barge_in = BargeIn {
+        backchannels: true,
+        pause_at_onset: false,
+        ..BargeIn::default()
+    };
+    let seen = play(
+        barge_in,
+        vec![
+            vad_start(),
+            interim("Mm-hmm"),
+            vad_stop(),
+            Step::Wait(400),
+            final_("Mm-hmm, I see."),
+            Step::Wait(200),
+            vad_start(),
+            interim("Oh wait"),
+            Step::Wait(100),
+        ],
+    );
+    // The reactions are no turn and stop nothing; "wait" does, at its first interim.
+    assert_eq!(
+        seen,
+        [
+            "user_started_speaking",
+            "interim: Mm-hmm",
+            "user_stopped_speaking",
+            "user_started_speaking",
+            "interruption",
+            "interim: Oh wait",
+        ]
+    );
+}
+
+#[test]
 fn a_late_transcript_with_enough_words_still_interrupts_a_resumed_bot() {
     let barge_in = BargeIn {
         min_words: 2,

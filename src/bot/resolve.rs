@@ -176,6 +176,7 @@ impl BotConfig {
             min_words: self.interrupt_min_words.unwrap_or(defaults.min_words),
             resume_after,
             pause_at_onset: self.pause_at_onset.unwrap_or(defaults.pause_at_onset),
+            backchannels: self.backchannels.unwrap_or(defaults.backchannels),
         })
     }
 

@@ -42,6 +42,12 @@ pub struct BotArgs {
     /// the start, and play on if it fades (`true` or `false`). [default: true]
     #[arg(long, env = "VOXIDE_PAUSE_AT_ONSET")]
     pause_at_onset: Option<bool>,
+    /// Reactions over the bot ("yeah", "mm hmm", "I see") are no words towards stopping it: it
+    /// stops once the transcript holds another word (`true` or `false`). Pair it with
+    /// `--pause-at-onset false`, or every reaction pauses the bot until its start is
+    /// confirmed. [default: false]
+    #[arg(long, env = "VOXIDE_BACKCHANNELS")]
+    backchannels: Option<bool>,
     /// With `--turn smart`, weigh the turn's words with the model's verdict (`true` or
     /// `false`): a whole sentence the model calls unfinished ends 0.6 s after the pause, words
     /// that trail off ("and", "the") hold a finished-sounding turn 1 s. The word lists are
@@ -132,6 +138,7 @@ impl BotArgs {
             interrupt_min_words: self.interrupt_min_words,
             resume_after_secs: self.resume_after_secs,
             pause_at_onset: self.pause_at_onset,
+            backchannels: self.backchannels,
             turn_words: self.turn_words,
             preemptive: self.preemptive,
             instructions: self.instructions.clone(),

@@ -28,6 +28,7 @@
 //! interrupt_min_words = 0  # words over the bot before it stops
 //! resume_after_secs = 1.0  # pause on speech over the bot; resume if no words come
 //! pause_at_onset = true    # hold the bot at the first sound of speech over it
+//! backchannels = false     # "yeah", "mm hmm" over the bot are no words towards stopping it
 //! instructions = "You are a helpful voice assistant."
 //! llm = "openai,local"     # see --llm
 //! llm_model = "gpt-4.1-mini"
@@ -223,6 +224,8 @@ pub struct BotConfig {
     pub resume_after_secs: Option<f64>,
     /// See `--pause-at-onset`.
     pub pause_at_onset: Option<bool>,
+    /// See `--backchannels`.
+    pub backchannels: Option<bool>,
     /// See `--llm`: `local`, `openai`, `anthropic`, `gemini`, a comma-separated fallback list of
     /// those, `openai-realtime` or `gemini-live`.
     pub llm: Option<String>,
@@ -378,6 +381,7 @@ impl BotConfig {
             interrupt_min_words: self.interrupt_min_words.or(lower.interrupt_min_words),
             resume_after_secs: self.resume_after_secs.or(lower.resume_after_secs),
             pause_at_onset: self.pause_at_onset.or(lower.pause_at_onset),
+            backchannels: self.backchannels.or(lower.backchannels),
             llm: self.llm.or(lower.llm),
             llm_model: self.llm_model.or(lower.llm_model),
             llm_temperature: self.llm_temperature.or(lower.llm_temperature),

@@ -703,7 +703,7 @@ impl TurnMachine {
             }
             return;
         }
-        let words = word_count(text);
+        let words = self.barge_in.words_in(text);
         let heard = self.pending.final_words + words;
         if is_final {
             self.pending.final_words += words;
@@ -739,7 +739,11 @@ impl TurnMachine {
         if words == 0 || self.vad_speaking || self.owed > 0 || self.in_turn || self.pending.active {
             return false;
         }
-        if self.bot_speaking && self.interruptions && words < self.barge_in.min_words {
+        if self.bot_speaking
+            && self.interruptions
+            && self.barge_in.waits()
+            && self.barge_in.words_in(text) < self.barge_in.words_needed()
+        {
             // A remark over the bot, as for speech the VAD heard.
             return false;
         }
@@ -877,7 +881,7 @@ impl TurnMachine {
 }
 
 /// Words in a transcript, punctuation aside.
-fn word_count(text: &str) -> usize {
+pub(super) fn word_count(text: &str) -> usize {
     text.split_whitespace()
         .filter(|w| w.chars().any(char::is_alphanumeric))
         .count()
@@ -1467,6 +1471,67 @@ mod tests {
             !actions
                 .iter()
                 .any(|a| matches!(a, Action::Forward | Action::Answer(_))),
+            "{actions:?}"
+        );
+    }
+
+    #[test]
+    fn reactions_over_the_bot_let_it_talk_on_and_a_word_that_is_not_one_stops_it() {
+        let barge_in = BargeIn {
+            backchannels: true,
+            pause_at_onset: false,
+            ..BargeIn::default()
+        };
+        let interrupts =
+            |actions: &[Action]| actions.iter().any(|a| matches!(a, Action::Interrupt));
+        let mut m = TurnMachine::new(StopRule::Silence(SILENCE), barge_in);
+        let t0 = Instant::now();
+        m.handle(Input::BotStarted, t0);
+        // "Mm-hmm", heard and transcribed: the bot talks on, and no turn is answered.
+        let mut actions = m.handle(Input::VadStarted, t0);
+        let interim = Input::Transcript {
+            text: "Mm-hmm",
+            is_final: false,
+        };
+        actions.extend(m.handle(interim, t0 + Duration::from_millis(300)));
+        actions.extend(m.handle(Input::VadStopped, t0 + Duration::from_millis(500)));
+        actions.extend(m.handle(final_("Mm-hmm."), t0 + Duration::from_millis(600)));
+        actions.extend(m.handle(Input::Tick, t0 + Duration::from_millis(900)));
+        assert!(!interrupts(&actions), "{actions:?}");
+        assert!(
+            !actions.iter().any(|a| matches!(a, Action::Answer(_))),
+            "{actions:?}"
+        );
+        // "Wait, stop": its first interim word stops the bot.
+        let t1 = t0 + Duration::from_secs(2);
+        assert!(!interrupts(&m.handle(Input::VadStarted, t1)));
+        let interim = Input::Transcript {
+            text: "Wait",
+            is_final: false,
+        };
+        assert!(interrupts(
+            &m.handle(interim, t1 + Duration::from_millis(300))
+        ));
+    }
+
+    #[test]
+    fn without_backchannels_a_reaction_counts_as_a_word() {
+        let barge_in = BargeIn {
+            min_words: 1,
+            pause_at_onset: false,
+            ..BargeIn::default()
+        };
+        let mut m = TurnMachine::new(StopRule::Silence(SILENCE), barge_in);
+        let t0 = Instant::now();
+        m.handle(Input::BotStarted, t0);
+        m.handle(Input::VadStarted, t0);
+        let interim = Input::Transcript {
+            text: "Yeah",
+            is_final: false,
+        };
+        let actions = m.handle(interim, t0 + Duration::from_millis(300));
+        assert!(
+            actions.iter().any(|a| matches!(a, Action::Interrupt)),
             "{actions:?}"
         );
     }

@@ -28,6 +28,7 @@
 //! asks, and wakes it at its one deadline.
 
 mod audio;
+pub mod backchannel;
 pub mod idle;
 pub mod machine;
 mod mute;
@@ -108,6 +109,10 @@ pub struct BargeIn {
     /// confirmed, and play on if the onset fades (a click, a cough). Off: the bot talks on
     /// until the start is confirmed, `start_secs` into the user's speech.
     pub pause_at_onset: bool,
+    /// Reactions over the bot ("yeah", "mm hmm", "I see": [`backchannel`]) are no words: speech
+    /// over the bot interrupts it once the transcript holds a word that is not one (at least
+    /// `min_words` of them), and a remark of reactions alone is dropped while the bot talks on.
+    pub backchannels: bool,
 }
 
 impl Default for BargeIn {
@@ -116,6 +121,7 @@ impl Default for BargeIn {
             min_words: 0,
             resume_after: None,
             pause_at_onset: true,
+            backchannels: false,
         }
     }
 }
@@ -147,7 +153,16 @@ impl TurnStop {
 impl BargeIn {
     /// Whether an interruption waits for words (otherwise the VAD's start interrupts).
     fn waits(&self) -> bool {
-        self.min_words > 0 || self.resume_after.is_some()
+        self.min_words > 0 || self.resume_after.is_some() || self.backchannels
+    }
+
+    /// The words of `text` that count towards an interruption.
+    fn words_in(&self, text: &str) -> usize {
+        if self.backchannels {
+            backchannel::meaning_words(text)
+        } else {
+            machine::word_count(text)
+        }
     }
 
     /// The words that confirm an interruption.

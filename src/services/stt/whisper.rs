@@ -474,8 +474,12 @@ impl PromptedWhisper {
 
 /// Lowercase words, without punctuation, one space apart, with a space at each end.
 fn plain_words(text: &str) -> String {
-    let words: Vec<String> = text
-        .split_whitespace()
+    format!(" {} ", word_list(text).join(" "))
+}
+
+/// The words of `text`, lowercase, without punctuation.
+fn word_list(text: &str) -> Vec<String> {
+    text.split_whitespace()
         .map(|w| {
             w.chars()
                 .filter(|c| c.is_alphanumeric())
@@ -483,8 +487,7 @@ fn plain_words(text: &str) -> String {
                 .collect::<String>()
         })
         .filter(|w| !w.is_empty())
-        .collect();
-    format!(" {} ", words.join(" "))
+        .collect()
 }
 
 /// Whether every word of `text`, in order, is a run of the prompt's `words` ([`plain_words`]).
@@ -495,20 +498,16 @@ fn echoes(words: &str, text: &str) -> bool {
 
 /// `text` with every sentence that repeats the one before it dropped. On a short window Whisper
 /// tends to say a short utterance twice ("Stop," heard as "Stop. Stop."); the token-level loop
-/// check misses that, as the copy's first token carries a leading space the original lacks.
+/// check misses that, as the copy's first token carries a leading space the original lacks. The
+/// copy is not always exact: "Could you recommend a good book for a long flight? Good you
+/// recommend a good book for a long flight." A sentence of three words or more that differs from
+/// the one before by at most one word in four ([`near_repeat`]) is a copy too.
 fn without_repeated_sentences(text: &str) -> String {
-    let key = |sentence: &str| -> String {
-        sentence
-            .chars()
-            .filter(|c| c.is_alphanumeric())
-            .flat_map(char::to_lowercase)
-            .collect()
-    };
     let mut out = String::with_capacity(text.len());
-    let mut last = String::new();
+    let mut last: Vec<String> = Vec::new();
     for sentence in sentences(text) {
-        let this = key(sentence);
-        if this.is_empty() || this != last {
+        let this = word_list(sentence);
+        if this.is_empty() || !near_repeat(&last, &this) {
             out.push_str(sentence);
         }
         if !this.is_empty() {
@@ -516,6 +515,34 @@ fn without_repeated_sentences(text: &str) -> String {
         }
     }
     out.trim().to_owned()
+}
+
+/// Whether the words `this` repeat `last`: the same words, or (from three words on) as many
+/// words with at most one in four replaced, added or left out.
+fn near_repeat(last: &[String], this: &[String]) -> bool {
+    if last == this {
+        return true;
+    }
+    let longer = last.len().max(this.len());
+    if last.len().min(this.len()) < 3 {
+        return false;
+    }
+    word_edits(last, this) * 4 <= longer
+}
+
+/// The fewest words replaced, added or removed that turn `a` into `b` (Levenshtein, on words).
+fn word_edits(a: &[String], b: &[String]) -> usize {
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, wa) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, wb) in b.iter().enumerate() {
+            let replaced = diagonal + usize::from(wa != wb);
+            diagonal = row[j + 1];
+            row[j + 1] = replaced.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
 }
 
 /// `text` cut after each run of sentence-ending marks, each piece keeping its leading space.
@@ -943,5 +970,29 @@ mod tests {
             "It is 3.5 degrees. Really"
         );
         assert_eq!(without_repeated_sentences(""), "");
+    }
+
+    #[test]
+    fn a_sentence_said_again_with_a_word_misheard_is_dropped() {
+        assert_eq!(
+            without_repeated_sentences(
+                "Could you recommend a good book for a long flight? Good you recommend a good \
+                 book for a long flight."
+            ),
+            "Could you recommend a good book for a long flight?"
+        );
+        // Said again with a word left out.
+        assert_eq!(
+            without_repeated_sentences("What time is it in Tokyo? What time is it Tokyo?"),
+            "What time is it in Tokyo?"
+        );
+        // Two different questions that share words stay.
+        let two = "What time is it in Tokyo? What time is it in Paris now?";
+        assert_eq!(without_repeated_sentences(two), two);
+        // Short sentences only go when they are the same.
+        assert_eq!(
+            without_repeated_sentences("Yes, please. Yes, thanks."),
+            "Yes, please. Yes, thanks."
+        );
     }
 }

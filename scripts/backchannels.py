@@ -1,0 +1,215 @@
+#!/usr/bin/env python3
+"""Backchannels and real interruptions over the bot's speech, measured from the audio.
+
+The user asks for a long answer; while the bot speaks, they say either a short reaction that
+must not stop it ("yeah", "mm hmm", "I see": 30 of them) or a real interruption that must
+("wait", "stop", "no, I meant Paris", a new question: 30 of them). Each is placed at a seeded
+random moment 2.0-4.0 s after the question ends (the bot answers within about a second), in one
+of four espeak-ng voices voxide was never tuned on, over a quiet room's floor (brown noise at
+-55 dBFS, `--digital-silence` for none). One WAV per voice goes through `voxide run` with the
+embedded defaults at real-time pace, once per configuration of the barge-in flags.
+
+For each utterance that starts while the bot is audible:
+- a backchannel passes when the session reports no interruption within 3 s and the bot's audio
+  has no gap of 250 ms or more that starts within 2 s of it while the session holds the bot
+  (`bot_paused`) and after which the bot speaks again (the pauses between the bot's own
+  sentences, often 250-500 ms, are no gap; nor is the answer's own end);
+- an interruption passes when the session reports one within 3 s; its stop time runs from the
+  utterance's first voiced 20 ms to the bot's last audible 20 ms before it fell silent.
+
+    scripts/backchannels.py [--bin target/release/voxide] [--out target/backchannels]
+                            [--config NAME=FLAGS ...] [--noise-dbfs -55 | --digital-silence]
+                            [--rejudge]
+
+Prints one JSON line per configuration (default: voxide's defaults, `--backchannels true
+--pause-at-onset false`, and pipecat-style `--interrupt-min-words 2 --resume-after-secs 1`).
+`--config NAME=FLAGS` runs others. Tune nothing on this set: it is held out.
+"""
+
+import argparse
+import array
+import json
+import os
+import random
+import subprocess
+import sys
+import wave
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from turn_wait import (RATE, noise_arguments, noise_dbfs, quantile, room_name,  # noqa: E402
+                       speech, under, write_wav)
+
+VOICES = ["en-us+m4", "en-gb-x-rp+f3", "en-us+f4", "en-gb+m5"]
+QUESTIONS = [
+    "Tell me a long story about a dragon who learns to bake bread.",
+    "Describe the city of Rome in as much detail as you can.",
+    "Explain how a steam engine works, step by step.",
+    "Tell me everything you know about the history of tea.",
+    "Describe a long walk through a forest in autumn.",
+]
+BACKCHANNELS = [
+    "yeah", "mm hmm", "okay", "I see", "right", "uh huh", "sure", "got it", "oh", "wow",
+    "really", "nice", "cool", "yes", "yep", "ah", "hmm", "alright", "exactly", "true",
+    "of course", "oh okay", "I know", "makes sense", "oh wow", "no way", "ha ha", "interesting",
+    "yeah yeah", "mm",
+]
+INTERRUPTIONS = [
+    "Wait, stop.", "Hold on, what time is it?", "Stop.", "Wait a second.", "No, I meant Paris.",
+    "Sorry, can you repeat that?", "Actually, tell me about cats instead.", "Stop talking please.",
+    "Hang on a moment.", "What is seven times eight?", "No no no, that is wrong.",
+    "Can I ask something else?", "Excuse me, one question.", "Please stop there.",
+    "Hold on.", "Wait, what did you just say?", "That is enough, thank you.",
+    "Set a timer for five minutes.", "Let me stop you there.", "Sorry to interrupt.",
+    "Okay, but what about the weather?", "No, I asked about London.", "Hey, listen.",
+    "One moment please.", "Can you speak more slowly?", "Never mind, forget it.",
+    "Wait, go back.", "Is that really true?", "Stop, I need to go.", "Pause for a second.",
+]
+# Seconds after a question ends at which its utterance starts.
+AT = (2.0, 4.0)
+# Seconds from a question's end to the next question: room for an answer of MAX_TOKENS, and
+# for the answer to an interruption after it.
+ITEM_S = 15.0
+MAX_TOKENS = "30"
+# The bot's answers: long enough to be talked over.
+BOT = """name = "storyteller"
+instructions = "You are a storyteller. Answer every message with a long, detailed story of at least six sentences."
+"""
+DEFAULT_CONFIGS = {
+    "voxide_default": [],
+    "backchannels": ["--backchannels", "true", "--pause-at-onset", "false"],
+    "min_words_2_resume_1s": ["--interrupt-min-words", "2", "--resume-after-secs", "1"],
+}
+
+
+def build(voice, items, path, dbfs, rng):
+    """One WAV of `items` ((kind, text) pairs) in `voice`; each with its times in seconds."""
+    samples = array.array("h", [0] * RATE)
+    out = []
+    for i, (kind, text) in enumerate(items):
+        question = QUESTIONS[i % len(QUESTIONS)]
+        samples.extend(speech(voice, question))
+        end = len(samples) / RATE
+        at = rng.uniform(*AT)
+        samples.extend(array.array("h", [0] * int(at * RATE)))
+        start = len(samples) / RATE
+        samples.extend(speech(voice, text))
+        out.append({"kind": kind, "text": text, "voice": voice, "question_end": end,
+                    "start": start, "end": len(samples) / RATE})
+        samples.extend(array.array("h", [0] * max(0, int((end + ITEM_S) * RATE) - len(samples))))
+    write_wav(path, under(samples, dbfs))
+    return out
+
+
+def voiced(path):
+    """Per 20 ms of the bot's audio, whether it is audible."""
+    with wave.open(path) as w:
+        rate = w.getframerate()
+        bot = array.array("h", w.readframes(w.getnframes()))
+    window = rate // 50
+    return [(sum(x * x for x in bot[i:i + window]) / window) ** 0.5 > 300
+            for i in range(0, len(bot) - window + 1, window)]
+
+
+def judge(item, audible, events, item_end):
+    """The item's verdict, or None when the bot was not audible as it began."""
+    at = int(item["start"] * 50)
+    if not any(audible[max(0, at - 5):at + 1]):
+        return None
+    def within(kind, secs):
+        return any(e["type"] == kind and item["start"] - 0.1 <= e["t_ms"] / 1000
+                   < item["start"] + secs for e in events)
+    interrupted = within("interruption", 3.0)
+    held = within("bot_paused", 2.0)
+    # The first run of 250 ms or more of silence from the utterance on.
+    gap_start, run, resumed = None, 0, False
+    for i in range(at, min(len(audible), int(item_end * 50))):
+        if not audible[i]:
+            run += 1
+            if run == 13 and gap_start is None:
+                gap_start = i - 12
+        else:
+            if gap_start is not None:
+                resumed = True
+                break
+            run = 0
+    row = dict(item, interrupted=interrupted)
+    if item["kind"] == "backchannel":
+        gap = (held and gap_start is not None and gap_start / 50 < item["start"] + 2.0
+               and resumed)
+        row["pass"] = not interrupted and not gap
+        row["gap"] = gap
+    else:
+        row["pass"] = interrupted
+        if interrupted and gap_start is not None:
+            row["stop_ms"] = round((gap_start / 50 - item["start"]) * 1000)
+    return row
+
+
+def run(args, name, flags, voice, wav, items):
+    label = f"{name}-{voice.replace('+', '_')}"
+    events_path = os.path.join(args.out, f"{label}.events.jsonl")
+    out_wav = os.path.join(args.out, f"{label}.out.wav")
+    if not args.rejudge:
+        subprocess.run([args.bin, "run", "--input", wav, "--output", out_wav,
+                        "--events", events_path, "--bot", os.path.join(args.out, "bot.toml"),
+                        "--max-tail-secs", "5", "--max-tokens", MAX_TOKENS, *flags],
+                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    events = [json.loads(line) for line in open(events_path) if line.strip()]
+    audible = voiced(out_wav)
+    rows = []
+    for i, item in enumerate(items):
+        item_end = items[i + 1]["question_end"] - 1.0 if i + 1 < len(items) else len(audible) / 50
+        row = judge(item, audible, events, item_end)
+        if row is not None:
+            rows.append(row)
+    return rows
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--bin", default="target/release/voxide")
+    parser.add_argument("--out", default="target/backchannels")
+    parser.add_argument("--config", action="append", default=[],
+                        help="NAME=FLAGS: a configuration of `voxide run` flags to measure")
+    parser.add_argument("--rejudge", action="store_true",
+                        help="judge the outputs an earlier run left in --out again, without running")
+    noise_arguments(parser)
+    args = parser.parse_args()
+    configs = DEFAULT_CONFIGS
+    if args.config:
+        configs = {c.split("=", 1)[0]: c.split("=", 1)[1].split() for c in args.config}
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "bot.toml"), "w") as f:
+        f.write(BOT)
+    rng = random.Random(50)
+    items = [("backchannel", t) for t in BACKCHANNELS] + [("interruption", t) for t in INTERRUPTIONS]
+    rng.shuffle(items)
+    sets = {}
+    for v, voice in enumerate(VOICES):
+        wav = os.path.join(args.out, f"{voice.replace('+', '_')}.wav")
+        sets[voice] = (wav, build(voice, items[v::len(VOICES)], wav, noise_dbfs(args), rng))
+    for name, flags in configs.items():
+        rows = []
+        for voice, (wav, voice_items) in sets.items():
+            rows += run(args, name, flags, voice, wav, voice_items)
+        with open(os.path.join(args.out, f"{name}.rows.jsonl"), "w") as f:
+            for row in rows:
+                f.write(json.dumps(row) + "\n")
+        backs = [r for r in rows if r["kind"] == "backchannel"]
+        stops = [r for r in rows if r["kind"] == "interruption"]
+        stop_ms = [r["stop_ms"] for r in stops if "stop_ms" in r]
+        print(json.dumps({
+            "config": name, "flags": " ".join(flags), "room": room_name(noise_dbfs(args)),
+            "voices": VOICES,
+            "backchannels": {"measured": len(backs), "talked_on": sum(r["pass"] for r in backs),
+                             "interrupted": sum(r["interrupted"] for r in backs),
+                             "gap_250ms": sum(r["gap"] for r in backs)},
+            "interruptions": {"measured": len(stops), "stopped": sum(r["pass"] for r in stops),
+                              "stop_ms": {"p50": quantile(stop_ms, 0.5),
+                                          "p95": quantile(stop_ms, 0.95),
+                                          "max": quantile(stop_ms, 1.0)}},
+        }), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
