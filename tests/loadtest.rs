@@ -115,6 +115,7 @@ mod whole_bot {
             max_pacing_lag: Duration::from_secs(1),
             auth_token: None,
             room: None,
+            network: Default::default(),
         };
         let summary = voxide::loadtest::run(options).await.expect("runs");
         assert_eq!(summary.sessions.connected, 2, "{summary:?}");
@@ -130,6 +131,70 @@ mod whole_bot {
             connect.max < 15_000.0,
             "offer, ICE and bot-ready in time: {connect:?}"
         );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_webrtc_caller_on_a_lossy_jittery_network_is_answered_and_the_bot_counts_the_damage()
+    {
+        let server = start(2).await;
+        let network = voxide::loadtest::impair::Impairment {
+            loss: 0.10,
+            burst: 1.0,
+            jitter: Duration::from_millis(30),
+            reorder: 0.05,
+            duplicate: 0.05,
+            seed: 11,
+        };
+        let options = voxide::loadtest::LoadtestOptions {
+            target: format!("http://{}", server.addr),
+            protocol: voxide::loadtest::Protocol::WebRtc,
+            audio: vec![HELLO.into()],
+            sessions: 1,
+            concurrency: 1,
+            turns: 1,
+            think: Duration::from_millis(200),
+            barge_in_at: None,
+            ramp: Duration::ZERO,
+            stages: Vec::new(),
+            seed: 5,
+            response_timeout: Duration::from_secs(30),
+            slos: Vec::new(),
+            out: None,
+            max_pacing_lag: Duration::from_secs(1),
+            auth_token: None,
+            room: None,
+            network,
+        };
+        let summary = voxide::loadtest::run(options).await.expect("runs");
+        assert_eq!(summary.metrics["v2v"].map(|d| d.n), Some(1), "{summary:?}");
+        assert!(summary.network.contains("10 % loss"), "{}", summary.network);
+        // The session's last report lands in /metrics as it ends.
+        let mut counts = std::collections::BTreeMap::new();
+        for _ in 0..50 {
+            let (_, metrics) = common::get(server.addr, "/metrics").await;
+            counts = metrics
+                .lines()
+                .filter_map(|l| l.strip_prefix("voxide_webrtc_packets_total{outcome=\""))
+                .filter_map(|l| l.split_once("\"} "))
+                .map(|(k, v)| (k.to_owned(), v.parse::<u64>().unwrap_or(0)))
+                .collect();
+            if counts.get("received").copied().unwrap_or(0) > 0 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let count = |k: &str| counts.get(k).copied().unwrap_or(0);
+        assert!(count("received") > 50, "{counts:?}");
+        assert!(
+            count("lost") > 0,
+            "a tenth of the packets never came: {counts:?}"
+        );
+        assert!(
+            count("recovered") > 0,
+            "single losses are rebuilt from FEC: {counts:?}"
+        );
+        // Duplicates never reach it: SRTP's replay window drops them first, as in a browser.
+        assert!(count("reordered") > 0, "{counts:?}");
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -153,6 +218,7 @@ mod whole_bot {
             max_pacing_lag: Duration::from_secs(1),
             auth_token: None,
             room: None,
+            network: Default::default(),
         };
         let summary = voxide::loadtest::run(options).await.expect("runs");
         assert_eq!(summary.sessions.completed, 1, "{summary:?}");

@@ -15,7 +15,9 @@ pub struct LoadtestArgs {
     /// the default one.
     #[arg(long, default_value = "webrtc")]
     protocol: String,
-    /// A WAV of one user turn; repeat for more (the turns cycle through them).
+    /// A WAV of one user turn; repeat for more (the sessions take them in turn, each from where
+    /// the one before stopped). A `.txt` beside a WAV is what it says: the run then scores the
+    /// bot's transcripts against it (the WER in the summary).
     #[arg(long, required = true)]
     audio: Vec<PathBuf>,
     /// Sessions in all.
@@ -78,6 +80,23 @@ pub struct LoadtestArgs {
     /// The floor's sound: `brown`, `pink`, or a WAV to loop (café babble, an office).
     #[arg(long, default_value = "brown", requires = "noise_dbfs")]
     noise: String,
+    /// Loses this percentage of the frames each caller sends (a lossy network; on WebRTC the
+    /// RTP packets, whose sequence numbers show the holes).
+    #[arg(long, value_name = "PCT", default_value_t = 0.0)]
+    loss: f64,
+    /// Losses come in bursts of this mean length, in frames (with --loss).
+    #[arg(long, value_name = "MEAN_LEN", requires = "loss")]
+    burst_loss: Option<f64>,
+    /// Delays each frame by up to this much, uniformly (frames can overtake each other on
+    /// WebRTC; on a socket they keep their order).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    jitter_ms: u64,
+    /// Holds this percentage of the frames back, so the next overtakes them (WebRTC).
+    #[arg(long, value_name = "PCT", default_value_t = 0.0)]
+    reorder: f64,
+    /// Sends this percentage of the frames twice (WebRTC).
+    #[arg(long, value_name = "PCT", default_value_t = 0.0)]
+    duplicate: f64,
 }
 
 /// Runs `voxide loadtest`; the exit status.
@@ -150,6 +169,24 @@ fn options(args: LoadtestArgs) -> Result<voxide::loadtest::LoadtestOptions, Stri
         (None, Some(_)) => return Err("--duration must be positive".into()),
         (None, None) => Vec::new(),
     };
+    let percent = |name: &str, value: f64| {
+        if (0.0..=100.0).contains(&value) {
+            Ok(value / 100.0)
+        } else {
+            Err(format!("--{name} is a percentage, 0 to 100"))
+        }
+    };
+    let network = voxide::loadtest::impair::Impairment {
+        loss: percent("loss", args.loss)?,
+        burst: args.burst_loss.unwrap_or(1.0),
+        jitter: Duration::from_millis(args.jitter_ms),
+        reorder: percent("reorder", args.reorder)?,
+        duplicate: percent("duplicate", args.duplicate)?,
+        seed: args.seed,
+    };
+    if network.loss >= 1.0 {
+        return Err("--loss must be under 100 %".into());
+    }
     Ok(LoadtestOptions {
         target: args.target,
         protocol,
@@ -171,6 +208,7 @@ fn options(args: LoadtestArgs) -> Result<voxide::loadtest::LoadtestOptions, Stri
             noise: voxide::loadtest::room::Noise::parse(&args.noise),
             dbfs,
         }),
+        network,
     })
 }
 

@@ -2,6 +2,7 @@
 //! WebRTC peer connection. It sends the caller's 20 ms frames, and a reader feeds what comes
 //! back (the bot's audio, the server's events) into the session's [`Heard`].
 
+use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
@@ -14,6 +15,7 @@ use tokio::time::Instant;
 use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
+use super::impair::Fate;
 use super::session::{Heard, Plan};
 use super::webrtc::Call;
 use super::{Protocol, Recorder};
@@ -29,6 +31,9 @@ pub(super) enum Link {
         reader: tokio::task::JoinHandle<()>,
         /// Twilio's stream id; none for `/ws`.
         twilio: Option<String>,
+        /// Frames the impaired network holds, each until it is due (in order: a socket is a
+        /// stream, a late frame holds up those behind it).
+        held: VecDeque<(Instant, Message)>,
     },
     /// SmallWebRTC.
     WebRtc(Box<Call>),
@@ -51,28 +56,39 @@ impl Link {
         }
     }
 
-    /// Sends frame number `n`; an error means the connection is gone.
-    pub(super) async fn send(&mut self, frame: &[u8], n: usize) -> Result<(), ()> {
+    /// Sends frame number `n` through the network, as `fate` has it; an error means the
+    /// connection is gone. On a socket a frame's delay counts from this call and is kept in
+    /// steps of the caller's 20 ms clock; copies are not made (a stream does not duplicate).
+    pub(super) async fn send(&mut self, frame: &[u8], n: usize, fate: Fate) -> Result<(), ()> {
         match self {
             Link::Socket {
-                sink, twilio: None, ..
-            } => sink
-                .send(Message::binary(frame.to_vec()))
-                .await
-                .map_err(|_| ()),
-            Link::Socket {
-                sink,
-                twilio: Some(sid),
-                ..
+                sink, twilio, held, ..
             } => {
-                let media = json!({"event": "media", "sequenceNumber": (n + 2).to_string(),
-                    "streamSid": sid, "media": {"track": "inbound", "chunk": (n + 1).to_string(),
-                    "timestamp": (n * 20).to_string(), "payload": STANDARD.encode(frame)}});
-                sink.send(Message::text(media.to_string()))
-                    .await
-                    .map_err(|_| ())
+                let message = match twilio {
+                    None => Message::binary(frame.to_vec()),
+                    Some(sid) => {
+                        let media = json!({"event": "media", "sequenceNumber": (n + 2).to_string(),
+                            "streamSid": sid, "media": {"track": "inbound", "chunk": (n + 1).to_string(),
+                            "timestamp": (n * 20).to_string(), "payload": STANDARD.encode(frame)}});
+                        Message::text(media.to_string())
+                    }
+                };
+                let now = Instant::now();
+                if let Fate::Sent { delay, .. } = fate {
+                    let due = held
+                        .back()
+                        .map_or(now + delay, |(last, _)| (now + delay).max(*last));
+                    held.push_back((due, message));
+                }
+                while let Some((due, _)) = held.front()
+                    && *due <= now
+                {
+                    let (_, message) = held.pop_front().expect("a held frame");
+                    sink.send(message).await.map_err(|_| ())?;
+                }
+                Ok(())
             }
-            Link::WebRtc(call) => call.send(frame, n).await,
+            Link::WebRtc(call) => call.send(frame, n, fate).await,
         }
     }
 
@@ -83,7 +99,11 @@ impl Link {
                 mut sink,
                 reader,
                 twilio,
+                held,
             } => {
+                for (_, message) in held {
+                    let _ = sink.send(message).await;
+                }
                 let bye = match &twilio {
                     None => json!({"type": "stop"}),
                     Some(sid) => json!({"event": "stop", "streamSid": sid, "stop": {}}),
@@ -168,6 +188,7 @@ async fn socket(
         sink,
         reader,
         twilio,
+        held: VecDeque::new(),
     })
 }
 
@@ -226,7 +247,9 @@ impl SocketListener {
             .unwrap_or("unknown");
         self.recorder
             .event(now, self.index, "server", json!({"type": kind}));
-        self.heard().event(now, kind);
+        let mut heard = self.heard();
+        heard.event(now, kind);
+        heard.message(kind, &value);
         None
     }
 

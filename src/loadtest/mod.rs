@@ -11,6 +11,7 @@
 //! It checks itself: a generator that cannot keep its 20 ms clock makes the run invalid (exit
 //! 4), not a false verdict.
 
+pub mod impair;
 mod link;
 mod report;
 pub mod room;
@@ -28,7 +29,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use session::{Plan, SessionResult, TurnAudio};
+use session::{NetworkCounts, Plan, SessionResult, TurnAudio};
 use stats::{Distribution, Slo, Verdict};
 
 /// How the sessions reach the bot.
@@ -74,7 +75,8 @@ pub struct LoadtestOptions {
     pub target: String,
     /// The protocol the sessions speak.
     pub protocol: Protocol,
-    /// WAVs, one user turn each, cycled.
+    /// WAVs, one user turn each: the sessions take them in turn, each from where the one before
+    /// stopped, cycling.
     pub audio: Vec<PathBuf>,
     /// Sessions in all.
     pub sessions: usize,
@@ -107,6 +109,8 @@ pub struct LoadtestOptions {
     pub auth_token: Option<String>,
     /// The noise floor sent under the speech and in every gap; `None`: digital silence.
     pub room: Option<room::Room>,
+    /// What the network does to each caller's frames.
+    pub network: impair::Impairment,
 }
 
 /// Why a run could not be made (exit 2).
@@ -180,6 +184,45 @@ impl Trickle {
     }
 }
 
+/// What the network did, each way, summed over the sessions that said (WebRTC).
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct NetworkSeen {
+    /// The callers' audio, as the bot reported it in its `network` metrics.
+    pub to_bot: Option<NetworkCounts>,
+    /// The bot's voice, as the callers' jitter buffers saw it.
+    pub to_caller: Option<NetworkCounts>,
+}
+
+impl NetworkSeen {
+    fn of(results: &[SessionResult]) -> Self {
+        let sum = |pick: fn(&SessionResult) -> Option<NetworkCounts>| {
+            results.iter().filter_map(pick).reduce(|mut all, one| {
+                all.add(&one);
+                all
+            })
+        };
+        Self {
+            to_bot: sum(|r| r.bot_heard),
+            to_caller: sum(|r| r.caller_heard),
+        }
+    }
+}
+
+/// The word error rate of the bot's transcripts against the turns' reference texts, over the
+/// turns that have one; `None` when no turn has one or the bot sent no transcript at all. A turn
+/// the bot did not transcribe counts every word as an error.
+fn word_error_rate(results: &[SessionResult]) -> Option<f64> {
+    if !results.iter().any(|r| r.transcribed) {
+        return None;
+    }
+    let (errors, words) = results
+        .iter()
+        .flat_map(|r| &r.turns)
+        .filter_map(|t| t.word_errors)
+        .fold((0, 0), |(e, w), (errors, words)| (e + errors, w + words));
+    (words > 0).then(|| errors as f64 / words as f64)
+}
+
 /// Sessions by the node that answered them.
 fn nodes(results: &[SessionResult]) -> BTreeMap<String, usize> {
     let mut nodes = BTreeMap::new();
@@ -212,6 +255,8 @@ pub struct Summary {
     /// What the callers' microphones heard besides their words: `digital silence`, or the
     /// noise and its level (`brown at -55 dBFS`).
     pub room: String,
+    /// What the network did to the callers' frames: `clean`, or `3 % loss, 30 ms jitter`.
+    pub network: String,
     /// When the run began.
     pub started_at_unix_ms: u64,
     /// How long it took.
@@ -233,6 +278,10 @@ pub struct Summary {
     pub nodes: BTreeMap<String, usize>,
     /// Trickled ICE candidates: batches sent, and those refused, by HTTP status.
     pub trickle: Trickle,
+    /// The word error rate of what the bot heard, where the WAVs have reference texts.
+    pub wer: Option<f64>,
+    /// What the network did each way, as the two ends counted it.
+    pub network_seen: NetworkSeen,
     /// How well the generator kept time.
     pub generator: Generator,
     /// The run's verdict (its exit status).
@@ -343,11 +392,34 @@ fn turns(options: &LoadtestOptions) -> Result<Vec<TurnAudio>, LoadtestError> {
                     .map_err(LoadtestError::Usage)?,
                 None => Vec::new(),
             };
-            TurnAudio::new(name, &samples, &tone, options.protocol).ok_or_else(|| {
-                LoadtestError::Usage(format!("--audio {}: no speech in it", path.display()))
-            })
+            let mut turn =
+                TurnAudio::new(name, &samples, &tone, options.protocol).ok_or_else(|| {
+                    LoadtestError::Usage(format!("--audio {}: no speech in it", path.display()))
+                })?;
+            turn.reference = reference(path)?;
+            Ok(turn)
         })
         .collect()
+}
+
+/// The longest reference text read beside a WAV.
+const MAX_REFERENCE: u64 = 64 * 1024;
+
+/// What `wav` says, from the `.txt` beside it (`q.wav` and `q.txt`), if there is one.
+fn reference(wav: &std::path::Path) -> Result<Option<String>, LoadtestError> {
+    let path = wav.with_extension("txt");
+    let Ok(meta) = std::fs::metadata(&path) else {
+        return Ok(None);
+    };
+    if meta.len() > MAX_REFERENCE {
+        return Err(LoadtestError::Usage(format!(
+            "{}: a reference text is at most {MAX_REFERENCE} bytes",
+            path.display()
+        )));
+    }
+    std::fs::read_to_string(&path)
+        .map(|text| Some(text.trim().to_owned()))
+        .map_err(|e| LoadtestError::Usage(format!("{}: {e}", path.display())))
 }
 
 /// Seconds of room tone the gaps between turns loop through.
@@ -392,6 +464,7 @@ pub async fn run(options: LoadtestOptions) -> Result<Summary, LoadtestError> {
         gap,
         origin,
         auth_token: options.auth_token.clone(),
+        network: options.network,
     });
     let recorder = Recorder::default();
     let expected = if options.stages.is_empty() {
@@ -810,6 +883,7 @@ fn summarize(
         target: options.target.clone(),
         protocol: options.protocol,
         room: room_name(options.room.as_ref()),
+        network: options.network.describe(),
         started_at_unix_ms,
         wall_s,
         sessions: counts,
@@ -820,6 +894,8 @@ fn summarize(
         slos,
         nodes: nodes(results),
         trickle: Trickle::of(results),
+        wer: word_error_rate(results),
+        network_seen: NetworkSeen::of(results),
         generator: Generator {
             pacing_lag_ms: pacing,
             cpu_percent,
@@ -922,8 +998,9 @@ impl Live {
 /// The final table, for the console.
 pub fn table(summary: &Summary) -> String {
     let mut out = format!(
-        "room: {}\nsessions: {} started, {} connected, {} completed, {} failed; {} turns\n",
+        "room: {}\nnetwork: {}\nsessions: {} started, {} connected, {} completed, {} failed; {} turns\n",
         summary.room,
+        summary.network,
         summary.sessions.started,
         summary.sessions.connected,
         summary.sessions.completed,
@@ -957,6 +1034,24 @@ pub fn table(summary: &Summary) -> String {
             "trickle: {} PATCHes, {refused} refused\n",
             summary.trickle.sent
         ));
+    }
+    if let Some(wer) = summary.wer {
+        out.push_str(&format!(
+            "WER of what the bot heard: {:.1} %\n",
+            wer * 100.0
+        ));
+    }
+    let seen = [
+        ("callers' audio at the bot", summary.network_seen.to_bot),
+        ("bot's voice at the callers", summary.network_seen.to_caller),
+    ];
+    for (way, counts) in seen {
+        if let Some(c) = counts {
+            out.push_str(&format!(
+                "{way}: {} packets, {} lost ({} rebuilt by FEC), {} frames concealed, {} late\n",
+                c.received, c.lost, c.recovered, c.concealed, c.late
+            ));
+        }
     }
     for slo in &summary.slos {
         out.push_str(&format!(

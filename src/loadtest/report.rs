@@ -22,7 +22,7 @@ pub fn write(
     std::fs::write(dir.join("summary.json"), json + "\n")?;
 
     let mut turns = String::from(
-        "session,turn,audio,speech_end_ms,onset_ms,v2v_ms,reply_end_ms,barge_in_stop_ms,error\n",
+        "session,turn,audio,speech_end_ms,onset_ms,v2v_ms,reply_end_ms,barge_in_stop_ms,transcript,word_errors,reference_words,error\n",
     );
     let mut sessions =
         String::from("session,started_ms,connect_ms,first_audio_ms,turns,failed_turns,error\n");
@@ -31,7 +31,7 @@ pub fn write(
         for turn in &result.turns {
             let _ = writeln!(
                 turns,
-                "{},{},{},{},{},{},{},{},{}",
+                "{},{},{},{},{},{},{},{},{},{},{},{}",
                 turn.session,
                 turn.turn,
                 csv(&turn.audio),
@@ -41,6 +41,11 @@ pub fn write(
                 ms(turn.reply_end),
                 turn.barge_in_stop_ms
                     .map_or(String::new(), |v| format!("{v:.1}")),
+                csv(turn.transcript.as_deref().unwrap_or_default()),
+                turn.word_errors
+                    .map_or(String::new(), |(e, _)| e.to_string()),
+                turn.word_errors
+                    .map_or(String::new(), |(_, w)| w.to_string()),
                 turn.error.as_deref().unwrap_or_default()
             );
         }

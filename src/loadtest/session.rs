@@ -4,14 +4,17 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::time::{Instant, MissedTickBehavior};
 
+use super::impair::{Impairment, Network};
 use super::link::Link;
 use super::signal::{Change, Voice};
 use super::{Protocol, Recorder};
 use crate::audio::mulaw;
 use crate::audio::resample::StreamResampler;
+use crate::bot::calculator::{format_number, read_number};
+use crate::services::text::{word_edits, word_list};
 
 /// The bot's audio is over after this much quiet.
 const HANGOVER_SECS: f64 = 0.8;
@@ -28,6 +31,8 @@ pub struct TurnAudio {
     /// Where its speech starts and ends, in seconds from its start.
     pub speech_start: f64,
     pub speech_end: f64,
+    /// What it says (the `.txt` beside the WAV), to score the bot's transcript against.
+    pub reference: Option<String>,
 }
 
 impl TurnAudio {
@@ -42,6 +47,7 @@ impl TurnAudio {
             frames,
             speech_start: start as f64 / 16_000.0,
             speech_end: end as f64 / 16_000.0,
+            reference: None,
         })
     }
 }
@@ -89,6 +95,11 @@ pub struct TurnResult {
     pub reply_end: Option<f64>,
     /// The turn talked over the bot's reply: its speech's onset to the bot's audio stopping, ms.
     pub barge_in_stop_ms: Option<f64>,
+    /// What the bot heard: its final transcripts of the turn, joined.
+    pub transcript: Option<String>,
+    /// Against the turn's reference text: words wrong (replaced, added or left out) and
+    /// words in the reference.
+    pub word_errors: Option<(usize, usize)>,
     /// What went wrong, by kind.
     pub error: Option<String>,
 }
@@ -119,6 +130,47 @@ pub struct SessionResult {
     pub trickle_sent: usize,
     /// The statuses of those refused (`0`: no answer).
     pub trickle_refused: Vec<u16>,
+    /// What the network did to the caller's audio as the bot reported it (its last `network`
+    /// metrics), over WebRTC.
+    pub bot_heard: Option<NetworkCounts>,
+    /// What the network did to the bot's voice as the caller's jitter buffer saw it, over
+    /// WebRTC.
+    pub caller_heard: Option<NetworkCounts>,
+    /// Whether the bot sent any transcript.
+    pub transcribed: bool,
+}
+
+/// Packets one way, by what became of them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct NetworkCounts {
+    pub received: u64,
+    pub lost: u64,
+    pub recovered: u64,
+    pub concealed: u64,
+    pub late: u64,
+}
+
+impl NetworkCounts {
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: &Self) {
+        self.received += other.received;
+        self.lost += other.lost;
+        self.recovered += other.recovered;
+        self.concealed += other.concealed;
+        self.late += other.late;
+    }
+}
+
+impl From<crate::transports::jitter::NetworkStats> for NetworkCounts {
+    fn from(stats: crate::transports::jitter::NetworkStats) -> Self {
+        Self {
+            received: stats.received,
+            lost: stats.lost,
+            recovered: stats.recovered,
+            concealed: stats.concealed,
+            late: stats.late,
+        }
+    }
 }
 
 /// What the reader heard, shared with the speaker.
@@ -136,12 +188,120 @@ pub(super) struct Heard {
     /// Trickle `PATCH`es sent, and the statuses of those refused.
     pub(super) trickle_sent: usize,
     pub(super) trickle_refused: Vec<u16>,
+    /// The bot's final transcripts of the caller, in order.
+    transcripts: Vec<String>,
+    /// The bot's last report of what the network did to the caller's audio.
+    bot_network: Option<NetworkCounts>,
+    /// What the network did to the bot's voice, as the caller's jitter buffer saw it.
+    pub(super) caller_network: Option<NetworkCounts>,
 }
+
+/// The words of `text` as a WER scores them: lowercase, without punctuation, and a number
+/// said in words written in digits ("twenty six" and "26" are the same word), as the usual
+/// English normaliser does, so a recogniser is not charged for how it writes a number.
+pub(super) fn scored_words(text: &str) -> Vec<String> {
+    /// The longest run of words read as one number.
+    const LONGEST: usize = 6;
+    let words = word_list(&text.replace('-', " "));
+    let mut out = Vec::with_capacity(words.len());
+    let mut i = 0;
+    while i < words.len() {
+        let number = (1..=LONGEST.min(words.len() - i)).rev().find_map(|n| {
+            let run = &words[i..i + n];
+            let spelled = run.iter().all(|w| NUMBER_WORDS.contains(&w.as_str()));
+            spelled
+                .then(|| read_number(&run.join(" ")))
+                .flatten()
+                .map(|value| (n, format_number(value)))
+        });
+        match number {
+            Some((n, digits)) => {
+                out.push(digits);
+                i += n;
+            }
+            None => {
+                out.push(words[i].clone());
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// The words a number is said in.
+const NUMBER_WORDS: &[&str] = &[
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+    "thirteen",
+    "fourteen",
+    "fifteen",
+    "sixteen",
+    "seventeen",
+    "eighteen",
+    "nineteen",
+    "twenty",
+    "thirty",
+    "forty",
+    "fifty",
+    "sixty",
+    "seventy",
+    "eighty",
+    "ninety",
+    "hundred",
+    "thousand",
+    "million",
+    "and",
+];
+
+/// Transcripts a session keeps at most (a bot that sends more is not heard further).
+const MAX_TRANSCRIPTS: usize = 10_000;
 
 impl Heard {
     /// A server event.
     pub(super) fn event(&mut self, at: f64, kind: &str) {
         self.events.push((at, kind.replace('-', "_")));
+    }
+
+    /// A server message's content, RTVI or `/ws`: a final transcript of the caller, or the
+    /// bot's network metrics.
+    pub(super) fn message(&mut self, kind: &str, message: &Value) {
+        match kind {
+            "user-transcription" if message["data"]["final"] == true => {
+                self.transcript(message["data"]["text"].as_str());
+            }
+            "user_transcription" if message["final"] == true => {
+                self.transcript(message["text"].as_str());
+            }
+            "metrics" => {
+                if let Some(network) = message["data"]["network"]
+                    .as_array()
+                    .and_then(|list| list.last())
+                    .and_then(|n| serde_json::from_value(n["value"].clone()).ok())
+                {
+                    self.bot_network = Some(network);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn transcript(&mut self, text: Option<&str>) {
+        if let Some(text) = text
+            && self.transcripts.len() < MAX_TRANSCRIPTS
+        {
+            self.transcripts.push(text.trim().to_owned());
+        }
     }
 
     pub(super) fn note(
@@ -182,9 +342,17 @@ pub struct Plan {
     pub origin: Instant,
     /// The bearer token a guarded server wants.
     pub auth_token: Option<String>,
+    /// What the network does to the caller's frames.
+    pub network: Impairment,
 }
 
 impl Plan {
+    /// What session `index` says at its turn `turn`: the sessions take the WAVs in turn, each
+    /// from where the one before stops, so a run covers as many of them as it has turns.
+    fn turn_audio(&self, index: usize, turn: usize) -> &TurnAudio {
+        &self.audio[(index * self.turns + turn) % self.audio.len()]
+    }
+
     pub(super) fn secs(&self, at: Instant) -> f64 {
         at.duration_since(self.origin).as_secs_f64()
     }
@@ -213,6 +381,9 @@ pub async fn run(
         node: None,
         trickle_sent: 0,
         trickle_refused: Vec::new(),
+        transcripts: Vec::new(),
+        bot_network: None,
+        caller_network: None,
     }));
     let connecting = Link::connect(&plan, index, heard.clone(), recorder.clone());
     let connected = tokio::time::timeout(Duration::from_secs(20), connecting)
@@ -236,14 +407,17 @@ pub async fn run(
     recorder.event(plan.secs(connected), index, "connected", json!({}));
     let mut tick = tokio::time::interval(Duration::from_millis(20));
     tick.set_missed_tick_behavior(MissedTickBehavior::Burst);
+    let network = plan.network.network(index);
     let mut caller = Caller {
         index,
+        network,
         plan,
         recorder,
         heard,
         link,
         tick,
         sent: 0,
+        transcribed: 0,
         result,
     };
     caller.talk(live).await;
@@ -253,12 +427,16 @@ pub async fn run(
 /// One session's caller once connected: its clock, what it sent and heard, its results.
 struct Caller {
     index: usize,
+    /// The network between the caller and the bot.
+    network: Network,
     plan: Arc<Plan>,
     recorder: Recorder,
     heard: Arc<Mutex<Heard>>,
     link: Link,
     tick: tokio::time::Interval,
     sent: usize,
+    /// Transcripts already given to a turn.
+    transcribed: usize,
     result: SessionResult,
 }
 
@@ -279,7 +457,8 @@ impl Caller {
             .pacing_lag_ms
             .push(now.saturating_duration_since(scheduled).as_secs_f64() * 1000.0);
         self.sent += 1;
-        self.link.send(bytes, self.sent - 1).await?;
+        let fate = self.network.fate();
+        self.link.send(bytes, self.sent - 1, fate).await?;
         Ok(self.plan.secs(now))
     }
 
@@ -301,6 +480,7 @@ impl Caller {
                 outcome.barge_in_stop_ms = self.bot_fell_silent(spoken.onset);
             }
             barging_in = self.await_reply(turn, &mut outcome).await;
+            self.score(turn, &mut outcome);
             let dropped = outcome.error.as_deref() == Some("dropped");
             live.turn(outcome.v2v_ms());
             self.result.turns.push(outcome);
@@ -314,7 +494,7 @@ impl Caller {
     /// Sends turn `turn`'s audio; an error when the link dropped (recorded).
     async fn speak(&mut self, turn: usize) -> Result<Spoken, ()> {
         let plan = self.plan.clone();
-        let audio = &plan.audio[turn % plan.audio.len()];
+        let audio = plan.turn_audio(self.index, turn);
         let mut outcome = TurnResult {
             session: self.index,
             turn,
@@ -356,6 +536,24 @@ impl Caller {
             json!({"turn": turn}),
         );
         Ok(Spoken { outcome, onset })
+    }
+
+    /// Gives the turn the bot's transcripts since the last turn, and scores them against the
+    /// turn's reference.
+    fn score(&mut self, turn: usize, outcome: &mut TurnResult) {
+        let heard: Vec<String> = {
+            let heard = self.heard();
+            heard.transcripts[self.transcribed.min(heard.transcripts.len())..].to_vec()
+        };
+        self.transcribed += heard.len();
+        let transcript = heard.join(" ");
+        let reference = self.plan.turn_audio(self.index, turn).reference.as_deref();
+        if let Some(reference) = reference {
+            let reference = scored_words(reference);
+            let errors = word_edits(&reference, &scored_words(&transcript));
+            outcome.word_errors = Some((errors, reference.len()));
+        }
+        outcome.transcript = (!heard.is_empty()).then_some(transcript);
     }
 
     /// How long the bot took to fall silent once the user talked over it, ms.
@@ -459,6 +657,9 @@ impl Caller {
             self.result.node = heard.node.take();
             self.result.trickle_sent = heard.trickle_sent;
             self.result.trickle_refused = std::mem::take(&mut heard.trickle_refused);
+            self.result.bot_heard = heard.bot_network;
+            self.result.caller_heard = heard.caller_network;
+            self.result.transcribed = !heard.transcripts.is_empty();
         }
         self.recorder.event(
             self.plan.secs(Instant::now()),
@@ -467,5 +668,88 @@ impl Caller {
             json!({"error": self.result.error}),
         );
         self.result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn heard() -> Heard {
+        Heard {
+            voice: Voice::new(16_000, HANGOVER_SECS),
+            onsets: Vec::new(),
+            offsets: Vec::new(),
+            events: Vec::new(),
+            closed: None,
+            node: None,
+            trickle_sent: 0,
+            trickle_refused: Vec::new(),
+            transcripts: Vec::new(),
+            bot_network: None,
+            caller_network: None,
+        }
+    }
+
+    #[test]
+    fn numbers_score_the_same_in_words_and_in_digits() {
+        assert_eq!(
+            scored_words("What's fifteen plus twenty-six? Add one hundred and four."),
+            ["whats", "15", "plus", "26", "add", "104"]
+        );
+        assert_eq!(
+            scored_words("What's 15 plus 26?"),
+            ["whats", "15", "plus", "26"]
+        );
+        assert_eq!(
+            scored_words("and a time for you to go"),
+            ["and", "a", "time", "for", "you", "to", "go"],
+            "a lone 'and' and words like numbers stay words"
+        );
+    }
+
+    #[test]
+    fn final_transcripts_and_the_bots_network_report_are_heard_in_both_dialects() {
+        let mut heard = heard();
+        let rtvi =
+            |kind: &str, data: Value| json!({"label": "rtvi-ai", "type": kind, "data": data});
+        heard.message(
+            "user-transcription",
+            &rtvi(
+                "user-transcription",
+                json!({"text": "what is", "final": false}),
+            ),
+        );
+        heard.message(
+            "user-transcription",
+            &rtvi(
+                "user-transcription",
+                json!({"text": " What is the time? ", "final": true}),
+            ),
+        );
+        heard.message(
+            "user_transcription",
+            &json!({"type": "user_transcription", "text": "Thanks.", "final": true}),
+        );
+        heard.message(
+            "metrics",
+            &rtvi(
+                "metrics",
+                json!({"network": [{"processor": "webrtc", "value": {"received": 90,
+                    "lost": 10, "recovered": 6, "concealed": 4, "late": 1, "reordered": 2,
+                    "duplicated": 0, "jitter_ms": 9.5, "depth_ms": 40.0, "sent_loss": null}}]}),
+            ),
+        );
+        assert_eq!(heard.transcripts, ["What is the time?", "Thanks."]);
+        assert_eq!(
+            heard.bot_network,
+            Some(NetworkCounts {
+                received: 90,
+                lost: 10,
+                recovered: 6,
+                concealed: 4,
+                late: 1,
+            })
+        );
     }
 }

@@ -10,7 +10,6 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use rtc::media::Sample;
 use rtc::peer_connection::configuration::RTCConfigurationBuilder;
 use rtc::peer_connection::sdp::RTCSessionDescription;
 use serde_json::{Value, json};
@@ -24,19 +23,29 @@ use webrtc::peer_connection::{
     PeerConnection, PeerConnectionBuilder, PeerConnectionEventHandler, RTCPeerConnectionIceEvent,
 };
 
+use super::impair::Fate;
 use super::session::{Heard, Plan};
 use super::{Protocol, Recorder};
 use crate::audio::resample::StreamResampler;
-use crate::transports::webrtc::{audio_track, opus_media};
+use crate::transports::opus_in::OpusInput;
+use crate::transports::webrtc::{audio_track, opus_media, random_u32, sleep_until};
 
 /// Samples of one 20 ms Opus frame at 48 kHz.
 const OPUS_FRAME: usize = 960;
 
-/// `samples` (16 kHz mono) as 20 ms Opus packets at 48 kHz, encoded once for every session.
+/// The loss the callers' encoders prepare for: a browser sizes its Opus in-band FEC from the
+/// loss its receiver reports tell; the frames here are encoded once for every session, so
+/// they carry FEC for a lossy path whatever the run's network.
+const FEC_LOSS_PERCENT: i32 = 10;
+
+/// `samples` (16 kHz mono) as 20 ms Opus packets at 48 kHz with in-band FEC, encoded once for
+/// every session.
 pub(super) fn opus_frames(samples: &[i16]) -> Option<Vec<Vec<u8>>> {
     let wide = StreamResampler::new(16_000, 48_000).ok()?.process(samples);
     let mut encoder =
         opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Voip).ok()?;
+    encoder.set_inband_fec(true).ok()?;
+    encoder.set_packet_loss_perc(FEC_LOSS_PERCENT).ok()?;
     let mut packet = vec![0u8; 1500];
     wide.chunks(OPUS_FRAME)
         .map(|chunk| {
@@ -86,19 +95,29 @@ impl PeerConnectionEventHandler for Events {
             self.origin,
         );
         tokio::spawn(async move {
-            let Ok(mut decoder) = opus::Decoder::new(48_000, opus::Channels::Mono) else {
+            let Ok(mut input) = OpusInput::new(48_000) else {
                 return;
             };
-            let mut pcm = vec![0i16; 5760];
-            while let Some(event) = track.poll().await {
-                if let TrackRemoteEvent::OnRtpPacket(packet) = event
-                    && let Ok(n) = decoder.decode(&packet.payload, &mut pcm, false)
-                {
+            loop {
+                let deadline = input.deadline();
+                tokio::select! {
+                    event = track.poll() => match event {
+                        Some(TrackRemoteEvent::OnRtpPacket(packet)) => {
+                            let h = &packet.header;
+                            input.push(h.sequence_number, h.timestamp, &packet.payload, std::time::Instant::now());
+                        }
+                        Some(_) => continue,
+                        None => break,
+                    },
+                    () = sleep_until(deadline), if deadline.is_some() => {}
+                }
+                let mut heard = heard.lock().unwrap_or_else(|p| p.into_inner());
+                while let Some(samples) = input.pop(std::time::Instant::now()) {
                     let now = Instant::now().duration_since(origin).as_secs_f64();
-                    let mut heard = heard.lock().unwrap_or_else(|p| p.into_inner());
-                    let changes = heard.voice.feed(&pcm[..n], now);
+                    let changes = heard.voice.feed(&samples, now);
                     heard.note(changes, index, &recorder);
                 }
+                heard.caller_network = Some(input.stats().into());
             }
         });
     }
@@ -210,10 +229,9 @@ async fn read_channel(
                 }
                 to.recorder
                     .event(now, to.index, "server", json!({"type": kind}));
-                to.heard
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .event(now, kind);
+                let mut heard = to.heard.lock().unwrap_or_else(|p| p.into_inner());
+                heard.event(now, kind);
+                heard.message(kind, &value);
             }
             DataChannelEvent::OnClose => break,
             _ => {}
@@ -228,6 +246,9 @@ pub(super) struct Call {
     mic: Arc<TrackLocalStaticSample>,
     ssrc: u32,
     payload_type: u8,
+    /// The RTP numbers of frame 0 (random, per RFC 3550).
+    first_sequence: u16,
+    first_timestamp: u32,
     channel: Arc<dyn DataChannel>,
     reader: tokio::task::JoinHandle<()>,
 }
@@ -281,11 +302,14 @@ impl Call {
             opened_tx,
             ready_tx,
         ));
+        let random = random_u32();
         let call = Self {
             pc,
             mic,
             ssrc,
             payload_type,
+            first_sequence: random as u16,
+            first_timestamp: random.rotate_left(13),
             channel,
             reader,
         };
@@ -325,21 +349,40 @@ impl Call {
         Ok(call)
     }
 
-    /// Sends Opus frame `n`, and the JS transport's ping once a second.
-    pub(super) async fn send(&mut self, frame: &[u8], n: usize) -> Result<(), ()> {
+    /// Sends Opus frame `n` as one RTP packet through the network, as `fate` has it (a delayed
+    /// packet goes from a task of its own, so later ones can overtake it), and the JS
+    /// transport's ping once a second.
+    pub(super) async fn send(&mut self, frame: &[u8], n: usize, fate: Fate) -> Result<(), ()> {
         if n.is_multiple_of(50) {
             let _ = self.channel.send_text(&format!("ping: {n}")).await;
         }
-        let sample = Sample {
-            data: Bytes::copy_from_slice(frame),
-            duration: Duration::from_millis(20),
-            ..Sample::new(std::time::Instant::now())
+        let Fate::Sent { delay, copy } = fate else {
+            return Ok(());
         };
-        self.mic
-            .sample_writer(self.ssrc, self.payload_type)
-            .write_sample(&sample)
-            .await
-            .map_err(|_| ())
+        let packet = rtc::rtp::Packet {
+            header: rtc::rtp::Header {
+                version: 2,
+                marker: n == 0,
+                payload_type: self.payload_type,
+                sequence_number: self.first_sequence.wrapping_add(n as u16),
+                timestamp: self.first_timestamp.wrapping_add((n * OPUS_FRAME) as u32),
+                ssrc: self.ssrc,
+                ..Default::default()
+            },
+            payload: Bytes::copy_from_slice(frame),
+        };
+        for after in std::iter::once(delay).chain(copy) {
+            if after.is_zero() {
+                self.mic.write_rtp(packet.clone()).await.map_err(|_| ())?;
+            } else {
+                let (mic, packet) = (self.mic.clone(), packet.clone());
+                tokio::spawn(async move {
+                    tokio::time::sleep(after).await;
+                    let _ = mic.write_rtp(packet).await;
+                });
+            }
+        }
+        Ok(())
     }
 
     /// Hangs up.

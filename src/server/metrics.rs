@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::events::Event;
 use crate::frames::MetricsData;
+use crate::transports::jitter::NetworkStats;
 
 /// A sum and a count, as a Prometheus summary without quantiles.
 #[derive(Debug, Default, Clone, Copy)]
@@ -37,6 +38,10 @@ pub struct Metrics {
     ended: Mutex<BTreeMap<String, u64>>,
     /// The runtime's latest scheduling lag, in nanoseconds ([`Metrics::probe_lag`]).
     lag_nanos: AtomicU64,
+    /// What the network did to the WebRTC sessions' incoming audio, summed.
+    network: Mutex<NetworkStats>,
+    /// Interarrival jitter, per report.
+    jitter: Mutex<Sum>,
 }
 
 /// What the node says of itself beside its counters.
@@ -89,6 +94,15 @@ impl Metrics {
 
     pub(crate) fn session_rejected(&self) {
         self.rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds what the network did to a session's audio since its last report.
+    pub fn network(&self, since_last: &NetworkStats) {
+        self.network
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .add(since_last);
+        add(&self.jitter, since_last.jitter);
     }
 
     /// Counts what a session event says.
@@ -282,7 +296,32 @@ impl Metrics {
                 ("wasted", self.preemptions_wasted.load(Ordering::Relaxed)),
             ],
         );
+        let network = *self.network.lock().unwrap_or_else(|p| p.into_inner());
+        out.labelled(
+            (
+                "voxide_webrtc_packets_total",
+                "The users' audio packets over WebRTC, by what became of them.",
+            ),
+            "outcome",
+            [
+                ("received", network.received),
+                ("lost", network.lost),
+                ("recovered", network.recovered),
+                ("concealed", network.concealed),
+                ("late", network.late),
+                ("reordered", network.reordered),
+                ("duplicated", network.duplicated),
+            ],
+        );
         let sum = |m: &Mutex<Sum>| *m.lock().unwrap_or_else(|p| p.into_inner());
+        out.summary(
+            (
+                "voxide_webrtc_jitter_seconds",
+                "Interarrival jitter of the users' audio, per session report.",
+            ),
+            None,
+            [("", sum(&self.jitter))],
+        );
         out.summary(
             (
                 "voxide_voice_to_voice_seconds",

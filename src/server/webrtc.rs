@@ -19,8 +19,9 @@ use super::{ApiError, App};
 use crate::bot::SessionInfo;
 use crate::context::Message as ChatMessage;
 use crate::events::{EndReason, Event, ReportLevel, SessionEvent};
-use crate::frames::{AudioFrame, DataFrame};
+use crate::frames::{AudioFrame, DataFrame, MetricsData};
 use crate::pipeline::{Session, SessionHandle};
+use crate::transports::jitter::NetworkStats;
 use crate::transports::pace::{Allowance, Pace, TextPace, TooFast};
 use crate::transports::rtvi::{self, ClientMessage, Rtvi};
 use crate::transports::signalling::{
@@ -293,6 +294,7 @@ async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<St
         pace: Pace::default(),
         typed: TextPace::default(),
         report_level,
+        network: NetworkTotals::default(),
     };
     tokio::spawn(async move {
         match drive.run(&session).await {
@@ -446,15 +448,63 @@ struct Drive {
     typed: TextPace,
     /// What the client is told of function calls.
     report_level: ReportLevel,
+    /// What the network did to the session's audio, across its connections.
+    network: NetworkTotals,
+}
+
+/// How often a session reports what the network did to its audio.
+const NETWORK_REPORT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A session's network counts: those of the connections it had before a restart, and the last
+/// seen of the current one.
+#[derive(Debug, Default)]
+struct NetworkTotals {
+    closed: NetworkStats,
+    current: NetworkStats,
 }
 
 impl Drive {
+    /// Reports what the network did since the last report: into `/metrics`, and as a `metrics`
+    /// event with the session's totals (to the client as RTVI).
+    fn report_network(&mut self, handle: &SessionHandle) {
+        let report = self.peer.network();
+        let since = report.incoming.since(&self.network.current);
+        if since.received == 0 && since.lost == 0 && report.sent_loss.is_none() {
+            return;
+        }
+        self.network.current = report.incoming;
+        self.app.metrics.network(&since);
+        let mut total = self.network.closed;
+        total.add(&report.incoming);
+        handle.emit(Event::Metrics {
+            data: vec![MetricsData::Network {
+                transport: "webrtc".into(),
+                received: total.received,
+                lost: total.lost,
+                recovered: total.recovered,
+                concealed: total.concealed,
+                late: total.late,
+                reordered: total.reordered,
+                duplicated: total.duplicated,
+                jitter_ms: total.jitter * 1e3,
+                depth_ms: total.depth * 1e3,
+                sent_loss: report.sent_loss,
+            }],
+        });
+    }
+
     async fn run(mut self, session: &Session) -> Ending {
         let handle = session.handle();
+        let mut network_report = tokio::time::interval(NETWORK_REPORT);
+        network_report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ending = loop {
             let gone_at = self.liveness.deadline().map(tokio::time::Instant::from_std);
             tokio::select! {
+                _ = network_report.tick() => self.report_network(&handle),
                 Some((peer, peer_events)) = self.restarted.recv() => {
+                    self.report_network(&handle);
+                    let last = std::mem::take(&mut self.network.current);
+                    self.network.closed.add(&last);
                     let old = std::mem::replace(&mut self.peer, peer);
                     self.peer_events = peer_events;
                     self.liveness.restarted(std::time::Instant::now());
@@ -505,6 +555,7 @@ impl Drive {
                 },
             }
         };
+        self.report_network(&handle);
         self.app.lock_peers().remove(&self.pc_id);
         match &ending {
             Ending::SessionEnded => {

@@ -1,5 +1,5 @@
-//! Where a response's text breaks for the voice: the first sentence, and the first words
-//! said on their own before it.
+//! Where a response's text breaks for the voice (the first sentence, and the first words said on
+//! their own before it), and how far apart two texts are in words.
 
 /// The byte index just past the first complete sentence: `.`, `!` or `?` (or a newline)
 /// followed by whitespace, with at least a few characters before it.
@@ -41,6 +41,34 @@ fn clause_end(text: &str) -> Option<usize> {
         }
     }
     None
+}
+
+/// The words of `text`, lowercase, each without its punctuation.
+pub fn word_list(text: &str) -> Vec<String> {
+    text.split_whitespace()
+        .map(|w| {
+            w.chars()
+                .filter(|c| c.is_alphanumeric())
+                .flat_map(char::to_lowercase)
+                .collect::<String>()
+        })
+        .filter(|w| !w.is_empty())
+        .collect()
+}
+
+/// The fewest words replaced, added or removed that turn `a` into `b` (Levenshtein, on words).
+pub fn word_edits(a: &[String], b: &[String]) -> usize {
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, wa) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, wb) in b.iter().enumerate() {
+            let replaced = diagonal + usize::from(wa != wb);
+            diagonal = row[j + 1];
+            row[j + 1] = replaced.min(row[j] + 1).min(row[j + 1] + 1);
+        }
+    }
+    row[b.len()]
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 //! the shared [`AudioOutput`] stage, which paces it and stops it on interruption.
 
 pub mod file;
+pub mod jitter;
 pub mod local;
+pub mod opus_in;
 pub mod output;
 pub mod pace;
 pub mod rtvi;

@@ -334,6 +334,27 @@ impl Rtvi {
                             "cost_usd": cost_usd, "session_cost_usd": self.session_cost_usd}),
                     );
                 }
+                MetricsData::Network {
+                    transport,
+                    received,
+                    lost,
+                    recovered,
+                    concealed,
+                    late,
+                    reordered,
+                    duplicated,
+                    jitter_ms,
+                    depth_ms,
+                    sent_loss,
+                } => add(
+                    "network",
+                    json!({"processor": transport, "value": {
+                        "received": received, "lost": lost, "recovered": recovered,
+                        "concealed": concealed, "late": late, "reordered": reordered,
+                        "duplicated": duplicated, "jitter_ms": jitter_ms, "depth_ms": depth_ms,
+                        "sent_loss": sent_loss,
+                    }}),
+                ),
                 _ => {}
             }
         }

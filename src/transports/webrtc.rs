@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use rtc::interceptor::Registry;
+use rtc::interceptor::{
+    Attribute, Interceptor, Packet as InterceptorPacket, Registry, Slot, StreamInfo, TaggedPacket,
+};
 use rtc::media_stream::MediaStreamTrack;
 use rtc::peer_connection::configuration::RTCConfigurationBuilder;
 use rtc::peer_connection::configuration::interceptor_registry::register_default_interceptors;
@@ -19,6 +21,7 @@ use rtc::peer_connection::configuration::media_engine::{MIME_TYPE_OPUS, MediaEng
 use rtc::peer_connection::configuration::setting_engine::SettingEngineBuilder;
 use rtc::peer_connection::sdp::RTCSessionDescription;
 use rtc::peer_connection::transport::{RTCIceCandidateType, RTCIceServer};
+use rtc::rtcp::receiver_report::ReceiverReport;
 use rtc::rtp_transceiver::rtp_sender::{
     RTCRtpCodec, RTCRtpCodecParameters, RTCRtpCodingParameters, RTCRtpEncodingParameters,
     RtpCodecKind,
@@ -26,14 +29,16 @@ use rtc::rtp_transceiver::rtp_sender::{
 use tokio::sync::{Notify, mpsc, oneshot};
 use tokio::task::JoinSet;
 use webrtc::data_channel::{DataChannel, DataChannelEvent};
-use webrtc::media_stream::track_local::TrackLocal;
 use webrtc::media_stream::track_local::static_sample::TrackLocalStaticSample;
+use webrtc::media_stream::track_local::{TrackLocal, TrackLocalEvent};
 use webrtc::media_stream::track_remote::{TrackRemote, TrackRemoteEvent};
 use webrtc::peer_connection::{
     PeerConnection, PeerConnectionBuilder, PeerConnectionEventHandler, RTCIceGatheringState,
     RTCPeerConnectionState,
 };
 
+use super::jitter::NetworkStats;
+use super::opus_in::OpusInput;
 use super::output::AudioSink;
 use super::talkspurt::Talkspurts;
 
@@ -121,6 +126,7 @@ pub struct Peer {
     /// Data-channel messages to send, in order (queued until the client opens the channel, at
     /// most [`OUTGOING_QUEUE`]: a client that takes none loses messages, not the server memory).
     outgoing: mpsc::Sender<Outgoing>,
+    network: NetworkLog,
 }
 
 /// The tasks of one connection: the pacer of the bot's voice, the decoder of the user's track,
@@ -186,6 +192,11 @@ impl Peer {
         Ok(())
     }
 
+    /// What the network has done to the connection's audio so far.
+    pub fn network(&self) -> NetworkReport {
+        self.network.get()
+    }
+
     /// Closes the connection and ends its tasks.
     pub async fn close(&self) {
         self.tasks.abort();
@@ -232,6 +243,7 @@ impl AudioSink for TrackSink {
 
 struct Handler {
     tasks: PeerTasks,
+    network: NetworkLog,
     events: mpsc::Sender<PeerEvent>,
     gathered: Mutex<Option<oneshot::Sender<()>>>,
     channel: Arc<Mutex<Option<mpsc::Receiver<Outgoing>>>>,
@@ -266,37 +278,16 @@ impl PeerConnectionEventHandler for Handler {
             return;
         }
         let events = self.events.clone();
+        let network = self.network.clone();
         self.tasks.spawn(async move {
-            let mut decoder = match opus::Decoder::new(INPUT_RATE, opus::Channels::Mono) {
-                Ok(d) => d,
+            let input = match OpusInput::new(INPUT_RATE) {
+                Ok(input) => input,
                 Err(e) => {
                     tracing::error!(error = %e, "cannot start the Opus decoder");
                     return;
                 }
             };
-            let mut pcm = vec![0i16; FRAME * 6];
-            while let Some(event) = track.poll().await {
-                let TrackRemoteEvent::OnRtpPacket(packet) = event else {
-                    continue;
-                };
-                if packet.payload.is_empty() {
-                    continue;
-                }
-                match decoder.decode(&packet.payload, &mut pcm, false) {
-                    Ok(n) => {
-                        match events.try_send(PeerEvent::Audio(pcm[..n].to_vec())) {
-                            Ok(()) => {}
-                            // The session fell behind: it loses 20 ms, not memory.
-                            Err(mpsc::error::TrySendError::Full(_)) => {
-                                crate::warnings::audio_dropped("webrtc_in");
-                            }
-                            Err(mpsc::error::TrySendError::Closed(_)) => break,
-                        }
-                    }
-                    // A damaged packet costs 20 ms of audio, not the session.
-                    Err(e) => tracing::debug!(error = %e, "undecodable Opus packet"),
-                }
-            }
+            listen(track, input, &events, &network).await;
         });
     }
 
@@ -350,6 +341,49 @@ impl PeerConnectionEventHandler for Handler {
     }
 }
 
+/// Plays the user's track through its jitter buffer into the session: each packet as it comes,
+/// each hole at its deadline.
+async fn listen(
+    track: Arc<dyn TrackRemote>,
+    mut input: OpusInput,
+    events: &mpsc::Sender<PeerEvent>,
+    network: &NetworkLog,
+) {
+    loop {
+        let deadline = input.deadline();
+        tokio::select! {
+            event = track.poll() => match event {
+                Some(TrackRemoteEvent::OnRtpPacket(packet)) => {
+                    let header = &packet.header;
+                    input.push(header.sequence_number, header.timestamp, &packet.payload, Instant::now());
+                }
+                Some(_) => continue,
+                None => break,
+            },
+            () = sleep_until(deadline), if deadline.is_some() => {}
+        }
+        while let Some(samples) = input.pop(Instant::now()) {
+            match events.try_send(PeerEvent::Audio(samples)) {
+                Ok(()) => {}
+                // The session fell behind: it loses 20 ms, not memory.
+                Err(mpsc::error::TrySendError::Full(_)) => {
+                    crate::warnings::audio_dropped("webrtc_in");
+                }
+                Err(mpsc::error::TrySendError::Closed(_)) => return,
+            }
+        }
+        network.record(input.stats());
+    }
+}
+
+/// Sleeps until `deadline`, or for ever without one.
+pub(crate) async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Answers `offer_sdp` with a new connection whose outgoing track plays what `sink` is given.
 /// Returns the peer, the connection's events, and the answer's SDP.
 pub async fn connect(
@@ -364,8 +398,10 @@ pub async fn connect(
     let (gathered_tx, gathered) = oneshot::channel();
     let (outgoing, outgoing_rx) = mpsc::channel(OUTGOING_QUEUE);
     let tasks = PeerTasks::default();
+    let network = NetworkLog::default();
     let handler = Arc::new(Handler {
         tasks: tasks.clone(),
+        network: network.clone(),
         events: events_tx.clone(),
         gathered: Mutex::new(Some(gathered_tx)),
         channel: Arc::new(Mutex::new(Some(outgoing_rx))),
@@ -396,21 +432,28 @@ pub async fn connect(
         .first()
         .map(|c| c.payload_type)
         .ok_or_else(|| WebRtcError::Rtc("no codec was negotiated for the bot's audio".into()))?;
-    let encoder = opus::Encoder::new(OPUS_RATE, opus::Channels::Mono, opus::Application::Voip)
+    let mut encoder = opus::Encoder::new(OPUS_RATE, opus::Channels::Mono, opus::Application::Voip)
+        .map_err(|e| WebRtcError::Opus(e.to_string()))?;
+    encoder
+        .set_inband_fec(true)
         .map_err(|e| WebRtcError::Opus(e.to_string()))?;
     let pacer = Pacer {
         sink: sink.clone(),
         encoder,
-        track,
+        track: track.clone(),
         ssrc,
         payload_type,
+        network: network.clone(),
+        protection: Protection::default(),
     };
     tasks.spawn(pacer.run(events_tx));
+    tasks.spawn(receiver_reports(track, ssrc, network.clone()));
     Ok((
         Peer {
             connection,
             tasks,
             outgoing,
+            network,
         },
         events,
         sdp,
@@ -440,8 +483,15 @@ pub(crate) fn opus_media() -> Result<(MediaEngine, Registry), String> {
             RtpCodecKind::Audio,
         )
         .map_err(|e| e.to_string())?;
-    let registry =
-        register_default_interceptors(Registry::new(), &mut media).map_err(|e| e.to_string())?;
+    let registry = register_default_interceptors(Registry::new(), &mut media)
+        .map_err(|e| e.to_string())?
+        .with(
+            Slot::from(REPORTS_SLOT),
+            ReceiverReportsToApplication {
+                read: VecDeque::new(),
+                write: VecDeque::new(),
+            },
+        );
     Ok((media, registry))
 }
 
@@ -544,6 +594,10 @@ struct Pacer {
     track: Arc<TrackLocalStaticSample>,
     ssrc: u32,
     payload_type: u8,
+    /// Where the client's loss reports arrive.
+    network: NetworkLog,
+    /// The FEC and bitrate the encoder runs at now.
+    protection: Protection,
 }
 
 impl Pacer {
@@ -573,6 +627,7 @@ impl Pacer {
                 frame.resize(FRAME, 0);
                 (header, frame)
             };
+            self.protect();
             let Ok(n) = self.encoder.encode(&frame, &mut packet) else {
                 continue;
             };
@@ -595,6 +650,161 @@ impl Pacer {
         }
     }
 }
+
+impl Pacer {
+    /// Sets the encoder for the loss the client last reported, when that changed its setting.
+    fn protect(&mut self) {
+        let wanted = Protection::for_loss(self.network.get().sent_loss.unwrap_or(0.0));
+        if wanted == self.protection {
+            return;
+        }
+        let set = self
+            .encoder
+            .set_packet_loss_perc(wanted.loss_percent)
+            .and_then(|()| {
+                self.encoder
+                    .set_bitrate(opus::Bitrate::Bits(wanted.bits_per_second))
+            });
+        match set {
+            Ok(()) => self.protection = wanted,
+            Err(e) => tracing::debug!(error = %e, "cannot set the Opus encoder's protection"),
+        }
+    }
+}
+
+/// How the bot's voice is protected against the loss the client reports: Opus in-band FEC
+/// sized for that loss, and a bitrate that leaves it room without growing without bound.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Protection {
+    /// The loss the encoder expects, in percent (`OPUS_SET_PACKET_LOSS_PERC`).
+    loss_percent: i32,
+    bits_per_second: i32,
+}
+
+impl Default for Protection {
+    /// Before any report: no loss expected, and the bitrate of a clean path.
+    fn default() -> Self {
+        Self::for_loss(0.0)
+    }
+}
+
+impl Protection {
+    /// For a loss of `fraction` (0 to 1), rounded to whole percent and capped at 25 %.
+    fn for_loss(fraction: f64) -> Self {
+        let loss_percent = ((fraction * 100.0).round() as i32).clamp(0, 25);
+        // 24 kb/s of wideband speech; FEC's redundant copy takes up to a third more.
+        let bits_per_second = match loss_percent {
+            0 => 24_000,
+            1..=4 => 28_000,
+            _ => 32_000,
+        };
+        Self {
+            loss_percent,
+            bits_per_second,
+        }
+    }
+}
+
+/// What the network has done to one connection: the user's audio as the jitter buffer saw
+/// it, and the loss the client reports of the bot's voice.
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
+pub struct NetworkReport {
+    /// The user's audio.
+    pub incoming: NetworkStats,
+    /// The share of the bot's voice lost on the way to the client, smoothed (RTCP receiver
+    /// reports); `None` before the first report.
+    pub sent_loss: Option<f64>,
+}
+
+/// A connection's [`NetworkReport`], written by its tasks and read by its session.
+#[derive(Clone, Default)]
+pub struct NetworkLog(Arc<Mutex<NetworkReport>>);
+
+impl NetworkLog {
+    fn get(&self) -> NetworkReport {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn record(&self, incoming: NetworkStats) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).incoming = incoming;
+    }
+
+    /// Takes one receiver report's fraction lost (0 to 1): a rise is believed at once, a fall
+    /// a fifth at a time, so one lucky second does not drop the protection.
+    fn reported_loss(&self, fraction: f64) {
+        let mut report = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let smoothed = match report.sent_loss {
+            Some(last) if fraction < last => 0.8 * last + 0.2 * fraction,
+            _ => fraction,
+        };
+        report.sent_loss = Some(smoothed);
+    }
+}
+
+/// Reads the client's RTCP receiver reports about the bot's voice (`ssrc`) into `network`.
+async fn receiver_reports(track: Arc<TrackLocalStaticSample>, ssrc: u32, network: NetworkLog) {
+    while let Some(event) = track.poll().await {
+        let TrackLocalEvent::OnRtcpPacket(packets) = event else {
+            continue;
+        };
+        for packet in &packets {
+            let Some(report) = packet.as_any().downcast_ref::<ReceiverReport>() else {
+                continue;
+            };
+            for block in report.reports.iter().filter(|b| b.ssrc == ssrc) {
+                network.reported_loss(f64::from(block.fraction_lost) / 256.0);
+            }
+        }
+    }
+}
+
+/// Lets the receiver reports the remote sends through to the application (the interceptors
+/// that act on RTCP have read them by then): they tell how much of the bot's voice is lost.
+struct ReceiverReportsToApplication {
+    read: VecDeque<TaggedPacket>,
+    write: VecDeque<TaggedPacket>,
+}
+
+impl rtc::sansio::Protocol<TaggedPacket, TaggedPacket, ()> for ReceiverReportsToApplication {
+    type Rout = TaggedPacket;
+    type Wout = TaggedPacket;
+    type Eout = ();
+    type Error = rtc::shared::error::Error;
+    type Time = Instant;
+
+    fn handle_read(&mut self, mut msg: TaggedPacket) -> Result<(), Self::Error> {
+        if let InterceptorPacket::Rtcp(packets) = &msg.message.packet
+            && packets.iter().any(|p| p.as_any().is::<ReceiverReport>())
+        {
+            msg.message.add(Attribute::DeliverToApplication);
+        }
+        self.read.push_back(msg);
+        Ok(())
+    }
+
+    fn poll_read(&mut self) -> Option<TaggedPacket> {
+        self.read.pop_front()
+    }
+
+    fn handle_write(&mut self, msg: TaggedPacket) -> Result<(), Self::Error> {
+        self.write.push_back(msg);
+        Ok(())
+    }
+
+    fn poll_write(&mut self) -> Option<TaggedPacket> {
+        self.write.pop_front()
+    }
+}
+
+impl Interceptor for ReceiverReportsToApplication {
+    fn bind_local_stream(&mut self, _info: &StreamInfo) {}
+    fn unbind_local_stream(&mut self, _info: &StreamInfo) {}
+    fn bind_remote_stream(&mut self, _info: &StreamInfo) {}
+    fn unbind_remote_stream(&mut self, _info: &StreamInfo) {}
+}
+
+/// The slot of [`ReceiverReportsToApplication`]: after every default interceptor.
+const REPORTS_SLOT: usize = 14_000;
 
 async fn answer(connection: &dyn PeerConnection, offer_sdp: String) -> Result<String, WebRtcError> {
     let offer =
@@ -627,6 +837,28 @@ pub fn random_u32() -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_bot_protects_its_voice_for_the_loss_the_client_reports_believing_a_rise_at_once() {
+        let log = NetworkLog::default();
+        assert_eq!(log.get().sent_loss, None);
+        assert_eq!(Protection::default(), Protection::for_loss(0.0));
+        log.reported_loss(0.10);
+        assert_eq!(log.get().sent_loss, Some(0.10));
+        let lossy = Protection::for_loss(0.10);
+        assert_eq!(lossy.loss_percent, 10);
+        assert!(lossy.bits_per_second > Protection::default().bits_per_second);
+        // One clean report lowers the expectation a fifth of the way, not to nothing.
+        log.reported_loss(0.0);
+        let after = log.get().sent_loss.expect("a loss");
+        assert!((after - 0.08).abs() < 1e-9, "{after}");
+        assert_eq!(Protection::for_loss(0.9).loss_percent, 25, "capped");
+        assert_eq!(
+            Protection::for_loss(0.9).bits_per_second,
+            lossy.bits_per_second,
+            "the bitrate stops growing"
+        );
+    }
 
     #[test]
     fn each_connection_takes_a_free_port_of_the_range_and_a_full_range_says_so() {

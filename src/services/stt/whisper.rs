@@ -21,6 +21,7 @@ use super::decoder::{CachedDecoder, DecoderState};
 use crate::audio::mel::{self, LogMel};
 use crate::bpe::{Digits, Tokenizer};
 use crate::models::{ModelError, model_path};
+use crate::services::text::{word_edits, word_list};
 
 const NAME: &str = "whisper-tiny.en";
 const DIR: &str = "whisper-tiny.en";
@@ -477,19 +478,6 @@ fn plain_words(text: &str) -> String {
     format!(" {} ", word_list(text).join(" "))
 }
 
-/// The words of `text`, lowercase, without punctuation.
-fn word_list(text: &str) -> Vec<String> {
-    text.split_whitespace()
-        .map(|w| {
-            w.chars()
-                .filter(|c| c.is_alphanumeric())
-                .flat_map(char::to_lowercase)
-                .collect::<String>()
-        })
-        .filter(|w| !w.is_empty())
-        .collect()
-}
-
 /// Whether every word of `text`, in order, is a run of the prompt's `words` ([`plain_words`]).
 fn echoes(words: &str, text: &str) -> bool {
     let text = plain_words(text);
@@ -528,21 +516,6 @@ fn near_repeat(last: &[String], this: &[String]) -> bool {
         return false;
     }
     word_edits(last, this) * 4 <= longer
-}
-
-/// The fewest words replaced, added or removed that turn `a` into `b` (Levenshtein, on words).
-fn word_edits(a: &[String], b: &[String]) -> usize {
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, wa) in a.iter().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, wb) in b.iter().enumerate() {
-            let replaced = diagonal + usize::from(wa != wb);
-            diagonal = row[j + 1];
-            row[j + 1] = replaced.min(row[j] + 1).min(row[j + 1] + 1);
-        }
-    }
-    row[b.len()]
 }
 
 /// `text` cut after each run of sentence-ending marks, each piece keeping its leading space.

@@ -106,4 +106,30 @@ pub enum MetricsData {
         /// The speaker-to-microphone delay the canceller found, in ms.
         delay_ms: i32,
     },
+    /// What the network did to a session's incoming audio so far (totals since it started),
+    /// and the loss its client reports of the bot's voice.
+    Network {
+        /// The transport that measured it (`webrtc`).
+        transport: String,
+        /// Packets received.
+        received: u64,
+        /// Packets not received in time to play.
+        lost: u64,
+        /// Lost packets rebuilt from the next packet's forward error correction.
+        recovered: u64,
+        /// 20 ms frames concealed.
+        concealed: u64,
+        /// Packets that came after their time was played.
+        late: u64,
+        /// Packets that came before one sent earlier.
+        reordered: u64,
+        /// Packets received twice.
+        duplicated: u64,
+        /// Interarrival jitter, in ms.
+        jitter_ms: f64,
+        /// The jitter buffer's depth, in ms.
+        depth_ms: f64,
+        /// The share of the bot's voice the client reports lost (RTCP), 0 to 1.
+        sent_loss: Option<f64>,
+    },
 }

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""The held-out questions over WebRTC on a real network: `voxide serve` with the embedded
+defaults, driven by `voxide loadtest --protocol webrtc`, once per network condition.
+
+The 45 held-out questions (scripts/held_out.py), dealt round-robin to its four espeak-ng voices,
+one WAV each with its text beside it (`q.wav`, `q.txt`), so the load tester scores what the bot
+transcribed (WER) as well as timing its answers from the audio (v2v). A quiet room's floor is
+under the speech and in every gap unless told otherwise.
+
+Conditions (each a `voxide loadtest` flag set, `--condition NAME=FLAGS` to add or replace):
+  clean       no impairment
+  lossy       3 % random loss, 30 ms jitter
+  bursty      10 % loss in bursts of 3 frames
+
+    scripts/network.py [--bin target/release/voxide] [--out target/network] [--sessions 1]
+                       [--condition NAME=FLAGS ...] [--noise-dbfs -55 | --digital-silence]
+
+Prints one JSON line per condition (`heard`: the share of turns with at most a quarter of the
+question's words wrong); each run's files stay under OUT/NAME/.
+"""
+
+import argparse
+import csv
+import json
+import os
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from held_out import QUESTIONS, VOICES  # noqa: E402
+from turn_wait import noise_arguments, noise_dbfs, room_name, speech, write_wav  # noqa: E402
+
+CONDITIONS = {
+    "clean": "",
+    "lossy": "--loss 3 --jitter-ms 30",
+    "bursty": "--loss 10 --burst-loss 3",
+}
+
+
+def build(out):
+    """One WAV and its text per question, in the voices round-robin; the WAVs' paths."""
+    os.makedirs(out, exist_ok=True)
+    paths = []
+    for i, (text, _, _) in enumerate(QUESTIONS):
+        voice = VOICES[i % len(VOICES)]
+        path = os.path.join(out, f"q{i:02d}.wav")
+        if not os.path.exists(path):
+            write_wav(path, speech(voice, text))
+        with open(os.path.join(out, f"q{i:02d}.txt"), "w") as f:
+            f.write(text + "\n")
+        paths.append(path)
+    return paths
+
+
+def heard_share(out):
+    """The share of turns whose transcript has at most a quarter of the question's words
+    wrong: the turns whose question the bot heard."""
+    with open(os.path.join(out, "turns.csv")) as f:
+        rows = [r for r in csv.DictReader(f) if r["reference_words"]]
+    heard = sum(1 for r in rows if int(r["word_errors"]) * 4 <= int(r["reference_words"]))
+    return round(heard / len(rows), 3) if rows else None
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(binary, port, log):
+    server = subprocess.Popen([binary, "serve", "--port", str(port), "--max-sessions", "8"],
+                              stdout=log, stderr=subprocess.STDOUT)
+    for _ in range(600):
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
+                if r.status == 200:
+                    return server
+        except OSError:
+            pass
+        if server.poll() is not None:
+            sys.exit(f"the server exited: see {log.name}")
+        time.sleep(0.5)
+    server.kill()
+    sys.exit("the server did not become ready")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bin", default="target/release/voxide")
+    parser.add_argument("--out", default="target/network")
+    parser.add_argument("--sessions", type=int, default=1,
+                        help="callers at once; the questions are shared out among them")
+    parser.add_argument("--condition", action="append", default=[],
+                        help="NAME=FLAGS: a network condition as loadtest flags")
+    noise_arguments(parser)
+    args = parser.parse_args()
+    conditions = dict(CONDITIONS)
+    for item in args.condition:
+        name, _, flags = item.partition("=")
+        conditions[name] = flags
+    dbfs = noise_dbfs(args)
+    wavs = build(os.path.join(args.out, "questions"))
+    turns = -(-len(wavs) // args.sessions)
+    port = free_port()
+    with open(os.path.join(args.out, "server.log"), "w") as log:
+        server = serve(args.bin, port, log)
+        try:
+            for name, flags in conditions.items():
+                out = os.path.join(args.out, name)
+                command = [args.bin, "loadtest", "--target", f"http://127.0.0.1:{port}",
+                           "--protocol", "webrtc", "--sessions", str(args.sessions),
+                           "--concurrency", str(args.sessions), "--turns", str(turns),
+                           "--think-ms", "1000", "--ramp", "0", "--seed", "1",
+                           "--max-pacing-lag-ms", "1000", "--out", out]
+                command += [arg for wav in wavs for arg in ("--audio", wav)]
+                if dbfs is not None:
+                    command += ["--noise-dbfs", str(dbfs)]
+                command += shlex.split(flags)
+                subprocess.run(command, check=False, stdout=subprocess.DEVNULL)
+                with open(os.path.join(out, "summary.json")) as f:
+                    summary = json.load(f)
+                v2v = summary["metrics"].get("v2v") or {}
+                print(json.dumps({
+                    "condition": name, "network": summary["network"], "room": room_name(dbfs),
+                    "turns": summary["turns"], "answered": v2v.get("n"),
+                    "failed_sessions": summary["sessions"]["failed"],
+                    "errors": summary["errors"],
+                    "wer": summary["wer"] and round(summary["wer"] * 100, 1),
+                    "heard": heard_share(out),
+                    "v2v_p50": v2v.get("p50") and round(v2v["p50"]),
+                    "v2v_p95": v2v.get("p95") and round(v2v["p95"]),
+                    "to_bot": summary["network_seen"]["to_bot"],
+                    "to_caller": summary["network_seen"]["to_caller"],
+                }), flush=True)
+        finally:
+            server.terminate()
+            server.wait()
+
+
+if __name__ == "__main__":
+    main()
