@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The docs check: every relative link in the README, ARCHITECTURE and the book under docs/
 names a file that exists (and, for a Markdown file, a heading that exists when it names one),
-the README stays under 200 lines, and the book builds with mdBook when it is installed
+the README stays under 200 lines and ARCHITECTURE under 400, and the book builds with mdBook when it is installed
 (`scripts/setup.sh --test` installs it).
 
     scripts/docs_check.py
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LIMITS = {"README.md": 200}
+LIMITS = {"README.md": 200, "ARCHITECTURE.md": 400}
 LINK = re.compile(r"\]\(([^)\s]+)\)")
 
 

@@ -32,7 +32,7 @@ import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from held_out import QUESTIONS, VOICES  # noqa: E402
-from turn_wait import noise_arguments, noise_dbfs, room_name, speech, write_wav  # noqa: E402
+from turn_wait import noise_arguments, noise_dbfs, speech, write_wav  # noqa: E402
 
 CONDITIONS = {
     "clean": "",
@@ -71,9 +71,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def serve(binary, port, log):
-    server = subprocess.Popen([binary, "serve", "--port", str(port), "--max-sessions", "8"],
-                              stdout=log, stderr=subprocess.STDOUT)
+def serve(binary, port, log, flags=()):
+    server = subprocess.Popen([binary, "serve", "--port", str(port), "--max-sessions", "8",
+                               *flags], stdout=log, stderr=subprocess.STDOUT)
     for _ in range(600):
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
@@ -86,6 +86,34 @@ def serve(binary, port, log):
         time.sleep(0.5)
     server.kill()
     sys.exit("the server did not become ready")
+
+
+def run(binary, port, wavs, out, sessions, flags, protocol="webrtc"):
+    """One `voxide loadtest` of the questions with `flags`; its figures."""
+    turns = -(-len(wavs) // sessions)
+    command = [binary, "loadtest", "--target", f"http://127.0.0.1:{port}",
+               "--protocol", protocol, "--sessions", str(sessions),
+               "--concurrency", str(sessions), "--turns", str(turns),
+               "--think-ms", "1000", "--ramp", "0", "--seed", "1",
+               "--max-pacing-lag-ms", "1000", "--out", out]
+    command += [arg for wav in wavs for arg in ("--audio", wav)]
+    command += flags
+    subprocess.run(command, check=False, stdout=subprocess.DEVNULL)
+    with open(os.path.join(out, "summary.json")) as f:
+        summary = json.load(f)
+    v2v = summary["metrics"].get("v2v") or {}
+    return {
+        "network": summary["network"], "room": summary["room"],
+        "turns": summary["turns"], "answered": v2v.get("n"),
+        "failed_sessions": summary["sessions"]["failed"],
+        "errors": summary["errors"],
+        "wer": summary["wer"] and round(summary["wer"] * 100, 1),
+        "heard": heard_share(out),
+        "v2v_p50": v2v.get("p50") and round(v2v["p50"]),
+        "v2v_p95": v2v.get("p95") and round(v2v["p95"]),
+        "to_bot": summary["network_seen"]["to_bot"],
+        "to_caller": summary["network_seen"]["to_caller"],
+    }
 
 
 def main():
@@ -103,39 +131,16 @@ def main():
         name, _, flags = item.partition("=")
         conditions[name] = flags
     dbfs = noise_dbfs(args)
+    room = [] if dbfs is None else ["--noise-dbfs", str(dbfs)]
     wavs = build(os.path.join(args.out, "questions"))
-    turns = -(-len(wavs) // args.sessions)
     port = free_port()
     with open(os.path.join(args.out, "server.log"), "w") as log:
         server = serve(args.bin, port, log)
         try:
             for name, flags in conditions.items():
                 out = os.path.join(args.out, name)
-                command = [args.bin, "loadtest", "--target", f"http://127.0.0.1:{port}",
-                           "--protocol", "webrtc", "--sessions", str(args.sessions),
-                           "--concurrency", str(args.sessions), "--turns", str(turns),
-                           "--think-ms", "1000", "--ramp", "0", "--seed", "1",
-                           "--max-pacing-lag-ms", "1000", "--out", out]
-                command += [arg for wav in wavs for arg in ("--audio", wav)]
-                if dbfs is not None:
-                    command += ["--noise-dbfs", str(dbfs)]
-                command += shlex.split(flags)
-                subprocess.run(command, check=False, stdout=subprocess.DEVNULL)
-                with open(os.path.join(out, "summary.json")) as f:
-                    summary = json.load(f)
-                v2v = summary["metrics"].get("v2v") or {}
-                print(json.dumps({
-                    "condition": name, "network": summary["network"], "room": room_name(dbfs),
-                    "turns": summary["turns"], "answered": v2v.get("n"),
-                    "failed_sessions": summary["sessions"]["failed"],
-                    "errors": summary["errors"],
-                    "wer": summary["wer"] and round(summary["wer"] * 100, 1),
-                    "heard": heard_share(out),
-                    "v2v_p50": v2v.get("p50") and round(v2v["p50"]),
-                    "v2v_p95": v2v.get("p95") and round(v2v["p95"]),
-                    "to_bot": summary["network_seen"]["to_bot"],
-                    "to_caller": summary["network_seen"]["to_caller"],
-                }), flush=True)
+                figures = run(args.bin, port, wavs, out, args.sessions, room + shlex.split(flags))
+                print(json.dumps({"condition": name, **figures}), flush=True)
         finally:
             server.terminate()
             server.wait()

@@ -116,6 +116,7 @@ mod whole_bot {
             auth_token: None,
             room: None,
             network: Default::default(),
+            received: Default::default(),
         };
         let summary = voxide::loadtest::run(options).await.expect("runs");
         assert_eq!(summary.sessions.connected, 2, "{summary:?}");
@@ -164,6 +165,7 @@ mod whole_bot {
             auth_token: None,
             room: None,
             network,
+            received: Default::default(),
         };
         let summary = voxide::loadtest::run(options).await.expect("runs");
         assert_eq!(summary.metrics["v2v"].map(|d| d.n), Some(1), "{summary:?}");
@@ -219,6 +221,7 @@ mod whole_bot {
             auth_token: None,
             room: None,
             network: Default::default(),
+            received: Default::default(),
         };
         let summary = voxide::loadtest::run(options).await.expect("runs");
         assert_eq!(summary.sessions.completed, 1, "{summary:?}");

@@ -15,10 +15,11 @@ use std::time::Duration;
 
 use crate::aggregators::{AssistantAggregator, UserAggregator};
 use crate::audio::aec::EchoCanceller;
+use crate::audio::denoise::Denoiser;
 use crate::audio::echo::{EchoGuard, EchoGuardParams, EchoReference, EchoTap};
 use crate::audio::turn::SmartTurn;
 use crate::audio::vad::{VadBatcher, VadParams, VadStage};
-pub use crate::config::{Builtin, TurnEnd, Voice};
+pub use crate::config::{Builtin, Denoise, TurnEnd, Voice};
 use crate::context::{ContextHandle, DEFAULT_MAX_CONTEXT_TOKENS, LlmContext, Message};
 use crate::events::ReportLevel;
 use crate::frames::{ControlFrame, DataFrame, Frame, FrameBody, StartParams, SystemFrame};
@@ -275,6 +276,8 @@ pub struct BotOptions {
     pub echo_canceller: bool,
     /// Silence input no louder than the bot's echo: the cheap alternative to the canceller.
     pub echo_guard: Option<EchoGuardParams>,
+    /// Noise suppression on the user's audio, before the VAD and the STT.
+    pub denoise: Denoise,
     /// When the user is not heard (none: always heard).
     pub mute: Vec<MuteStrategy>,
     /// When speech over the bot interrupts it (default: at once, at the VAD's start).
@@ -318,6 +321,7 @@ impl Default for BotOptions {
             audio_out_sample_rate: 24_000,
             echo_canceller: false,
             echo_guard: None,
+            denoise: Denoise::Off,
             mute: Vec::new(),
             barge_in: BargeIn::default(),
             prices: PriceTable::default(),
@@ -681,8 +685,8 @@ impl FrameProcessor for Greeting {
     }
 }
 
-/// The pipeline's start: the echo canceller, the mute filter and the echo guard where the options
-/// ask for them, and the sink tapped for their reference.
+/// The pipeline's start: the echo canceller, the mute filter, the echo guard and the denoiser
+/// where the options ask for them, and the sink tapped for their reference.
 fn input_front<S: AudioSink>(options: &BotOptions, sink: S) -> (Pipeline, EchoTap<S>) {
     let reference = EchoReference::new();
     let mut front = Pipeline::new();
@@ -695,6 +699,10 @@ fn input_front<S: AudioSink>(options: &BotOptions, sink: S) -> (Pipeline, EchoTa
     }
     if let Some(params) = options.echo_guard {
         front = front.then(EchoGuard::new(reference.clone(), params));
+    }
+    // After the echo's handling (both compare the input with what played), before the VAD.
+    if options.denoise == Denoise::Rnnoise {
+        front = front.then(Denoiser::new());
     }
     let tapped = if options.echo_canceller || options.echo_guard.is_some() {
         reference.tap(sink)

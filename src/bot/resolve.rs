@@ -140,6 +140,7 @@ impl BotConfig {
             max_context_tokens,
             function_call_report_level: self.function_call_report_level.unwrap_or_default(),
             barge_in,
+            denoise: self.denoise.unwrap_or_default(),
             instructions: self.instructions()?.unwrap_or(defaults.instructions),
             greeting: self.greeting.clone(),
             idle,

@@ -4,7 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Result;
 
-use voxide::bot::{BotOptions, TurnEnd, Voice};
+use voxide::bot::{BotOptions, Denoise, TurnEnd, Voice};
 use voxide::config::{BotConfig, Config};
 
 /// The bot's options, shared by the commands that run one. Each falls back to its
@@ -48,6 +48,10 @@ pub struct BotArgs {
     /// confirmed. [default: false]
     #[arg(long, env = "VOXIDE_BACKCHANNELS")]
     backchannels: Option<bool>,
+    /// Noise suppression on the user's audio before the VAD and the STT: `rnnoise` or `off`.
+    /// [default: off]
+    #[arg(long, value_enum, env = "VOXIDE_DENOISE")]
+    denoise: Option<Denoise>,
     /// With `--turn smart`, weigh the turn's words with the model's verdict (`true` or
     /// `false`): a whole sentence the model calls unfinished ends 0.6 s after the pause, words
     /// that trail off ("and", "the") hold a finished-sounding turn 1 s. The word lists are
@@ -139,6 +143,7 @@ impl BotArgs {
             resume_after_secs: self.resume_after_secs,
             pause_at_onset: self.pause_at_onset,
             backchannels: self.backchannels,
+            denoise: self.denoise,
             turn_words: self.turn_words,
             preemptive: self.preemptive,
             instructions: self.instructions.clone(),

@@ -97,6 +97,16 @@ pub struct LoadtestArgs {
     /// Sends this percentage of the frames twice (WebRTC).
     #[arg(long, value_name = "PCT", default_value_t = 0.0)]
     duplicate: f64,
+    /// Loses this percentage of the bot's packets on their way back (WebRTC; the callers say so
+    /// in their RTCP receiver reports, as a browser does).
+    #[arg(long, value_name = "PCT", default_value_t = 0.0)]
+    recv_loss: f64,
+    /// The bot's lost packets come in bursts of this mean length (with --recv-loss).
+    #[arg(long, value_name = "MEAN_LEN", requires = "recv_loss")]
+    recv_burst_loss: Option<f64>,
+    /// Delays each of the bot's packets by up to this much on its way back (WebRTC).
+    #[arg(long, value_name = "MS", default_value_t = 0)]
+    recv_jitter_ms: u64,
 }
 
 /// Runs `voxide loadtest`; the exit status.
@@ -184,8 +194,15 @@ fn options(args: LoadtestArgs) -> Result<voxide::loadtest::LoadtestOptions, Stri
         duplicate: percent("duplicate", args.duplicate)?,
         seed: args.seed,
     };
-    if network.loss >= 1.0 {
-        return Err("--loss must be under 100 %".into());
+    let received = voxide::loadtest::impair::Impairment {
+        loss: percent("recv-loss", args.recv_loss)?,
+        burst: args.recv_burst_loss.unwrap_or(1.0),
+        jitter: Duration::from_millis(args.recv_jitter_ms),
+        seed: args.seed.wrapping_add(1),
+        ..Default::default()
+    };
+    if network.loss >= 1.0 || received.loss >= 1.0 {
+        return Err("--loss and --recv-loss must be under 100 %".into());
     }
     Ok(LoadtestOptions {
         target: args.target,
@@ -209,6 +226,7 @@ fn options(args: LoadtestArgs) -> Result<voxide::loadtest::LoadtestOptions, Stri
             dbfs,
         }),
         network,
+        received,
     })
 }
 

@@ -29,6 +29,7 @@
 //! resume_after_secs = 1.0  # pause on speech over the bot; resume if no words come
 //! pause_at_onset = true    # hold the bot at the first sound of speech over it
 //! backchannels = false     # "yeah", "mm hmm" over the bot are no words towards stopping it
+//! denoise = "off"          # or "rnnoise": noise suppression before the VAD and the STT
 //! instructions = "You are a helpful voice assistant."
 //! llm = "openai,local"     # see --llm
 //! llm_model = "gpt-4.1-mini"
@@ -59,6 +60,17 @@ pub enum Voice {
     Piper,
     /// espeak-ng's formant voice: robotic, nearly free.
     Espeak,
+}
+
+/// Which noise suppression runs on the user's audio, before the VAD and the STT.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Denoise {
+    /// None: the audio as it came.
+    #[default]
+    Off,
+    /// RNNoise (`nnnoiseless`): steady noise and much of a café's babble taken out.
+    Rnnoise,
 }
 
 /// How a turn ends.
@@ -226,6 +238,8 @@ pub struct BotConfig {
     pub pause_at_onset: Option<bool>,
     /// See `--backchannels`.
     pub backchannels: Option<bool>,
+    /// See `--denoise`.
+    pub denoise: Option<Denoise>,
     /// See `--llm`: `local`, `openai`, `anthropic`, `gemini`, a comma-separated fallback list of
     /// those, `openai-realtime` or `gemini-live`.
     pub llm: Option<String>,
@@ -382,6 +396,7 @@ impl BotConfig {
             resume_after_secs: self.resume_after_secs.or(lower.resume_after_secs),
             pause_at_onset: self.pause_at_onset.or(lower.pause_at_onset),
             backchannels: self.backchannels.or(lower.backchannels),
+            denoise: self.denoise.or(lower.denoise),
             llm: self.llm.or(lower.llm),
             llm_model: self.llm_model.or(lower.llm_model),
             llm_temperature: self.llm_temperature.or(lower.llm_temperature),

@@ -111,6 +111,9 @@ pub struct LoadtestOptions {
     pub room: Option<room::Room>,
     /// What the network does to each caller's frames.
     pub network: impair::Impairment,
+    /// What the network does to the bot's voice on its way to each caller (WebRTC: the caller
+    /// loses its packets and says so in its receiver reports).
+    pub received: impair::Impairment,
 }
 
 /// Why a run could not be made (exit 2).
@@ -257,6 +260,8 @@ pub struct Summary {
     pub room: String,
     /// What the network did to the callers' frames: `clean`, or `3 % loss, 30 ms jitter`.
     pub network: String,
+    /// What it did to the bot's voice on the way back.
+    pub network_back: String,
     /// When the run began.
     pub started_at_unix_ms: u64,
     /// How long it took.
@@ -465,6 +470,7 @@ pub async fn run(options: LoadtestOptions) -> Result<Summary, LoadtestError> {
         origin,
         auth_token: options.auth_token.clone(),
         network: options.network,
+        received: options.received,
     });
     let recorder = Recorder::default();
     let expected = if options.stages.is_empty() {
@@ -884,6 +890,7 @@ fn summarize(
         protocol: options.protocol,
         room: room_name(options.room.as_ref()),
         network: options.network.describe(),
+        network_back: options.received.describe(),
         started_at_unix_ms,
         wall_s,
         sessions: counts,
@@ -998,9 +1005,10 @@ impl Live {
 /// The final table, for the console.
 pub fn table(summary: &Summary) -> String {
     let mut out = format!(
-        "room: {}\nnetwork: {}\nsessions: {} started, {} connected, {} completed, {} failed; {} turns\n",
+        "room: {}\nnetwork: {} (back: {})\nsessions: {} started, {} connected, {} completed, {} failed; {} turns\n",
         summary.room,
         summary.network,
+        summary.network_back,
         summary.sessions.started,
         summary.sessions.connected,
         summary.sessions.completed,

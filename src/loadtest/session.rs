@@ -344,6 +344,8 @@ pub struct Plan {
     pub auth_token: Option<String>,
     /// What the network does to the caller's frames.
     pub network: Impairment,
+    /// What the network does to the bot's voice on its way back (WebRTC).
+    pub received: Impairment,
 }
 
 impl Plan {

@@ -6,12 +6,15 @@
 //! by `bot-ready`, the JS transport's `ping` once a second. The bot's Opus is decoded and
 //! followed like any other audio.
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use rtc::peer_connection::configuration::RTCConfigurationBuilder;
 use rtc::peer_connection::sdp::RTCSessionDescription;
+use rtc::rtcp::receiver_report::ReceiverReport;
+use rtc::rtcp::reception_report::ReceptionReport;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -23,12 +26,12 @@ use webrtc::peer_connection::{
     PeerConnection, PeerConnectionBuilder, PeerConnectionEventHandler, RTCPeerConnectionIceEvent,
 };
 
-use super::impair::Fate;
+use super::impair::{Fate, Network};
 use super::session::{Heard, Plan};
 use super::{Protocol, Recorder};
 use crate::audio::resample::StreamResampler;
 use crate::transports::opus_in::OpusInput;
-use crate::transports::webrtc::{audio_track, opus_media, random_u32, sleep_until};
+use crate::transports::webrtc::{Reports, audio_track, opus_media, random_u32, sleep_until};
 
 /// Samples of one 20 ms Opus frame at 48 kHz.
 const OPUS_FRAME: usize = 960;
@@ -71,6 +74,10 @@ struct Events {
     recorder: Recorder,
     index: usize,
     origin: Instant,
+    /// The caller's SSRC, which its receiver reports come from.
+    ssrc: u32,
+    /// What the network does to the bot's voice on its way here; `None`: nothing.
+    received: Option<Network>,
 }
 
 #[async_trait::async_trait]
@@ -88,38 +95,152 @@ impl PeerConnectionEventHandler for Events {
     }
 
     async fn on_track(&self, track: Arc<dyn TrackRemote>) {
-        let (heard, recorder, index, origin) = (
-            self.heard.clone(),
-            self.recorder.clone(),
-            self.index,
-            self.origin,
-        );
-        tokio::spawn(async move {
-            let Ok(mut input) = OpusInput::new(48_000) else {
-                return;
-            };
-            loop {
-                let deadline = input.deadline();
-                tokio::select! {
-                    event = track.poll() => match event {
-                        Some(TrackRemoteEvent::OnRtpPacket(packet)) => {
-                            let h = &packet.header;
-                            input.push(h.sequence_number, h.timestamp, &packet.payload, std::time::Instant::now());
-                        }
-                        Some(_) => continue,
-                        None => break,
-                    },
-                    () = sleep_until(deadline), if deadline.is_some() => {}
+        let Ok(input) = OpusInput::new(48_000) else {
+            return;
+        };
+        let listener = BotVoice {
+            input,
+            network: self.received.clone(),
+            held: BTreeMap::new(),
+            next_order: 0,
+            losses: Losses::default(),
+            heard: self.heard.clone(),
+            recorder: self.recorder.clone(),
+            index: self.index,
+            origin: self.origin,
+            ssrc: self.ssrc,
+        };
+        tokio::spawn(listener.listen(track));
+    }
+}
+
+/// How often a caller that loses the bot's packets on purpose reports it (RTCP receiver
+/// reports, as a browser sends about once a second).
+const REPORT_EVERY: Duration = Duration::from_secs(1);
+
+/// The bot's voice as the caller hears it: through the impaired network, the caller's jitter
+/// buffer and into the voice follower.
+struct BotVoice {
+    input: OpusInput,
+    network: Option<Network>,
+    /// Packets the network holds back, by when they arrive (and in what order they came).
+    held: BTreeMap<(std::time::Instant, u64), rtc::rtp::Packet>,
+    next_order: u64,
+    losses: Losses,
+    heard: Arc<Mutex<Heard>>,
+    recorder: Recorder,
+    index: usize,
+    origin: Instant,
+    ssrc: u32,
+}
+
+/// The packets the impaired network lost, for the receiver reports.
+#[derive(Debug, Default)]
+struct Losses {
+    /// Since the last report: packets that came, and those the network lost.
+    came: u32,
+    lost: u32,
+    total_lost: u32,
+    /// The sender's SSRC and its highest sequence number seen.
+    source: Option<(u32, u16)>,
+}
+
+impl BotVoice {
+    async fn listen(mut self, track: Arc<dyn TrackRemote>) {
+        let mut reports = tokio::time::interval(REPORT_EVERY);
+        loop {
+            let deadline = [self.input.deadline(), self.held.keys().next().map(|k| k.0)]
+                .into_iter()
+                .flatten()
+                .min();
+            tokio::select! {
+                event = track.poll() => match event {
+                    Some(TrackRemoteEvent::OnRtpPacket(packet)) => self.arrive(packet),
+                    Some(_) => continue,
+                    None => break,
+                },
+                () = sleep_until(deadline), if deadline.is_some() => {}
+                _ = reports.tick(), if self.network.is_some() => {
+                    self.report(track.as_ref()).await;
+                    continue;
                 }
-                let mut heard = heard.lock().unwrap_or_else(|p| p.into_inner());
-                while let Some(samples) = input.pop(std::time::Instant::now()) {
-                    let now = Instant::now().duration_since(origin).as_secs_f64();
-                    let changes = heard.voice.feed(&samples, now);
-                    heard.note(changes, index, &recorder);
-                }
-                heard.caller_network = Some(input.stats().into());
             }
-        });
+            let now = std::time::Instant::now();
+            while let Some(entry) = self.held.first_entry()
+                && entry.key().0 <= now
+            {
+                let packet = entry.remove();
+                self.play(&packet, now);
+            }
+            let mut heard = self.heard.lock().unwrap_or_else(|p| p.into_inner());
+            while let Some(samples) = self.input.pop(now) {
+                let at = Instant::now().duration_since(self.origin).as_secs_f64();
+                let changes = heard.voice.feed(&samples, at);
+                heard.note(changes, self.index, &self.recorder);
+            }
+            heard.caller_network = Some(self.input.stats().into());
+        }
+    }
+
+    /// A packet off the wire, through the impaired network.
+    fn arrive(&mut self, packet: rtc::rtp::Packet) {
+        let now = std::time::Instant::now();
+        self.losses.source = Some((packet.header.ssrc, packet.header.sequence_number));
+        let fate = self.network.as_mut().map_or(
+            Fate::Sent {
+                delay: Duration::ZERO,
+                copy: None,
+            },
+            Network::fate,
+        );
+        let Fate::Sent { delay, copy } = fate else {
+            self.losses.lost += 1;
+            self.losses.total_lost += 1;
+            return;
+        };
+        self.losses.came += 1;
+        for after in std::iter::once(delay).chain(copy) {
+            if after.is_zero() {
+                self.play(&packet, now);
+            } else {
+                self.held
+                    .insert((now + after, self.next_order), packet.clone());
+                self.next_order += 1;
+            }
+        }
+    }
+
+    fn play(&mut self, packet: &rtc::rtp::Packet, now: std::time::Instant) {
+        let h = &packet.header;
+        self.input
+            .push(h.sequence_number, h.timestamp, &packet.payload, now);
+    }
+
+    /// Tells the bot what its voice lost on the way (RFC 3550 §6.4.2's fraction lost).
+    async fn report(&mut self, track: &dyn TrackRemote) {
+        let Some((source, highest)) = self.losses.source else {
+            return;
+        };
+        let sent = self.losses.came + self.losses.lost;
+        let fraction_lost = (self.losses.lost * 256)
+            .checked_div(sent)
+            .map_or(0, |f| f.min(255) as u8);
+        let report = ReceiverReport {
+            ssrc: self.ssrc,
+            reports: vec![ReceptionReport {
+                ssrc: source,
+                fraction_lost,
+                total_lost: self.losses.total_lost,
+                last_sequence_number: u32::from(highest),
+                ..ReceptionReport::default()
+            }],
+            ..ReceiverReport::default()
+        };
+        self.losses.came = 0;
+        self.losses.lost = 0;
+        if let Err(e) = track.write_rtcp(vec![Box::new(report)]).await {
+            tracing::debug!(error = %e, "a receiver report not sent");
+        }
     }
 }
 
@@ -128,7 +249,13 @@ async fn peer_connection(
     plan: &Plan,
     events: Arc<Events>,
 ) -> Result<Arc<dyn PeerConnection>, String> {
-    let (media, registry) = opus_media().map_err(|e| failed("webrtc_setup", e))?;
+    // A caller that loses the bot's packets on purpose says so in receiver reports of its own.
+    let reports = if plan.received.is_clean() {
+        Reports::Interceptor
+    } else {
+        Reports::Application
+    };
+    let (media, registry) = opus_media(reports).map_err(|e| failed("webrtc_setup", e))?;
     let loopback = plan.url.contains("://127.") || plan.url.contains("://localhost");
     let bind = if loopback { "127.0.0.1:0" } else { "0.0.0.0:0" };
     let runtime = webrtc::runtime::default_runtime().ok_or_else(|| "webrtc_setup".to_owned())?;
@@ -262,15 +389,17 @@ impl Call {
         recorder: Recorder,
     ) -> Result<Self, String> {
         let (candidates_tx, candidates) = mpsc::channel(TRICKLE_QUEUE);
+        let ssrc = 0x10ad_0000 | (index as u32 & 0xffff);
         let events = Arc::new(Events {
             candidates: candidates_tx,
             heard: heard.clone(),
             recorder: recorder.clone(),
             index,
             origin: plan.origin,
+            ssrc,
+            received: (!plan.received.is_clean()).then(|| plan.received.network(index)),
         });
         let pc = peer_connection(plan, events).await?;
-        let ssrc = 0x10ad_0000 | (index as u32 & 0xffff);
         let mic = mic_track(index, ssrc)?;
         let sender = pc
             .add_track(mic.clone() as Arc<dyn TrackLocal>)

@@ -133,10 +133,10 @@ mod tests {
 
     /// A 440 Hz tone as 20 ms Opus packets at 48 kHz, with in-band FEC.
     fn tone_packets(count: usize) -> Vec<Vec<u8>> {
-        let mut encoder =
-            opus::Encoder::new(CLOCK, opus::Channels::Mono, opus::Application::Voip).unwrap();
-        encoder.set_inband_fec(true).unwrap();
-        encoder.set_packet_loss_perc(10).unwrap();
+        let mut encoder = opus::Encoder::new(CLOCK, opus::Channels::Mono, opus::Application::Voip)
+            .expect("an encoder");
+        encoder.set_inband_fec(true).expect("FEC");
+        encoder.set_packet_loss_perc(10).expect("a loss");
         let mut out = vec![0u8; 1500];
         (0..count)
             .map(|p| {
@@ -146,7 +146,7 @@ mod tests {
                         (8000.0 * (t * 440.0 * std::f32::consts::TAU).sin()) as i16
                     })
                     .collect();
-                let n = encoder.encode(&frame, &mut out).unwrap();
+                let n = encoder.encode(&frame, &mut out).expect("encoded");
                 out[..n].to_vec()
             })
             .collect()
@@ -160,7 +160,7 @@ mod tests {
     fn a_stream_with_a_lost_packet_and_a_stall_decodes_to_the_senders_length_with_the_hole_rebuilt()
     {
         let packets = tone_packets(30);
-        let mut input = OpusInput::new(16_000).unwrap();
+        let mut input = OpusInput::new(16_000).expect("a decoder");
         let start = Instant::now();
         let mut heard = Vec::new();
         let mut pieces = Vec::new();
@@ -197,7 +197,7 @@ mod tests {
     #[test]
     fn a_payload_that_is_not_opus_is_counted_and_its_time_filled() {
         let packets = tone_packets(3);
-        let mut input = OpusInput::new(16_000).unwrap();
+        let mut input = OpusInput::new(16_000).expect("a decoder");
         let now = Instant::now();
         input.push(1, 0, &packets[0], now);
         // A TOC byte announcing an impossible frame count.

@@ -16,7 +16,10 @@ use rtc::interceptor::{
 };
 use rtc::media_stream::MediaStreamTrack;
 use rtc::peer_connection::configuration::RTCConfigurationBuilder;
-use rtc::peer_connection::configuration::interceptor_registry::register_default_interceptors;
+use rtc::peer_connection::configuration::interceptor_registry::{
+    configure_nack, configure_simulcast_extension_headers, configure_twcc_receiver_only,
+    register_default_interceptors,
+};
 use rtc::peer_connection::configuration::media_engine::{MIME_TYPE_OPUS, MediaEngine};
 use rtc::peer_connection::configuration::setting_engine::SettingEngineBuilder;
 use rtc::peer_connection::sdp::RTCSessionDescription;
@@ -471,8 +474,20 @@ pub(crate) fn opus_codec() -> RTCRtpCodec {
     }
 }
 
-/// A media engine that speaks Opus (payload type 111), with the default interceptors.
-pub(crate) fn opus_media() -> Result<(MediaEngine, Registry), String> {
+/// Who writes the RTCP receiver reports about the audio a connection receives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reports {
+    /// webrtc-rs's interceptor, from the packets that arrived.
+    Interceptor,
+    /// The application itself (a load tester that loses packets on purpose reports the loss
+    /// it made).
+    Application,
+}
+
+/// A media engine that speaks Opus (payload type 111), with webrtc-rs's default interceptors
+/// (the receiver reports' generator only when `reports` says so) and the one that lets the
+/// remote's receiver reports through to the application.
+pub(crate) fn opus_media(reports: Reports) -> Result<(MediaEngine, Registry), String> {
     let mut media = MediaEngine::default();
     media
         .register_codec(
@@ -483,15 +498,22 @@ pub(crate) fn opus_media() -> Result<(MediaEngine, Registry), String> {
             RtpCodecKind::Audio,
         )
         .map_err(|e| e.to_string())?;
-    let registry = register_default_interceptors(Registry::new(), &mut media)
-        .map_err(|e| e.to_string())?
-        .with(
-            Slot::from(REPORTS_SLOT),
-            ReceiverReportsToApplication {
-                read: VecDeque::new(),
-                write: VecDeque::new(),
-            },
-        );
+    let registry = match reports {
+        Reports::Interceptor => register_default_interceptors(Registry::new(), &mut media),
+        Reports::Application => {
+            let registry = configure_nack(Registry::new(), &mut media);
+            configure_simulcast_extension_headers(&mut media)
+                .and_then(|()| configure_twcc_receiver_only(registry, &mut media))
+        }
+    }
+    .map_err(|e| e.to_string())?
+    .with(
+        Slot::from(REPORTS_SLOT),
+        ReceiverReportsToApplication {
+            read: VecDeque::new(),
+            write: VecDeque::new(),
+        },
+    );
     Ok((media, registry))
 }
 
@@ -529,7 +551,7 @@ async fn peer_connection(
     options: &PeerOptions,
     handler: Arc<Handler>,
 ) -> Result<Arc<dyn PeerConnection>, WebRtcError> {
-    let (media, registry) = opus_media().map_err(WebRtcError::Rtc)?;
+    let (media, registry) = opus_media(Reports::Interceptor).map_err(WebRtcError::Rtc)?;
     let ice_servers = options
         .ice_servers
         .iter()
