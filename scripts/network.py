@@ -13,7 +13,8 @@ Conditions (each a `voxide loadtest` flag set, `--condition NAME=FLAGS` to add o
   bursty      10 % loss in bursts of 3 frames
 
     scripts/network.py [--bin target/release/voxide] [--out target/network] [--sessions 1]
-                       [--condition NAME=FLAGS ...] [--noise-dbfs -55 | --digital-silence]
+                       [--condition NAME=FLAGS ...] [--conditions clean,lossy] [--protocol ws]
+                       [--noise-dbfs -55 | --digital-silence]
 
 Prints one JSON line per condition (`heard`: the share of turns with at most a quarter of the
 question's words wrong); each run's files stay under OUT/NAME/.
@@ -124,12 +125,16 @@ def main():
                         help="callers at once; the questions are shared out among them")
     parser.add_argument("--condition", action="append", default=[],
                         help="NAME=FLAGS: a network condition as loadtest flags")
+    parser.add_argument("--conditions", help="the ones to run, comma-separated (default: all)")
+    parser.add_argument("--protocol", default="webrtc")
     noise_arguments(parser)
     args = parser.parse_args()
     conditions = dict(CONDITIONS)
     for item in args.condition:
         name, _, flags = item.partition("=")
         conditions[name] = flags
+    if args.conditions:
+        conditions = {name: conditions[name] for name in args.conditions.split(",")}
     dbfs = noise_dbfs(args)
     room = [] if dbfs is None else ["--noise-dbfs", str(dbfs)]
     wavs = build(os.path.join(args.out, "questions"))
@@ -139,7 +144,8 @@ def main():
         try:
             for name, flags in conditions.items():
                 out = os.path.join(args.out, name)
-                figures = run(args.bin, port, wavs, out, args.sessions, room + shlex.split(flags))
+                figures = run(args.bin, port, wavs, out, args.sessions, room + shlex.split(flags),
+                              args.protocol)
                 print(json.dumps({"condition": name, **figures}), flush=True)
         finally:
             server.terminate()

@@ -109,9 +109,8 @@ def main():
                         flags = ["--noise", noise, "--noise-dbfs", f"{speech_dbfs - snr:.1f}"]
                     out = os.path.join(args.out, denoise, room)
                     figures = run(args.bin, port, wavs, out, 1, flags, args.protocol)
-                    print(json.dumps({"room": room, "denoise": denoise,
-                                      "speech_dbfs": round(speech_dbfs, 1), **figures}),
-                          flush=True)
+                    print(json.dumps({**figures, "room": room, "denoise": denoise,
+                                      "speech_dbfs": round(speech_dbfs, 1)}), flush=True)
             finally:
                 server.terminate()
                 server.wait()

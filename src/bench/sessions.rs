@@ -14,6 +14,7 @@ use serde::Serialize;
 use tokio::time::Instant;
 
 use crate::aggregators::UserAggregator;
+use crate::audio::denoise::Denoiser;
 use crate::audio::turn::{SmartTurn, SmartTurnEngine, SmartTurnStats};
 use crate::audio::vad::{VadBatcher, VadParams, VadStage};
 use crate::audio::wav;
@@ -34,6 +35,8 @@ pub struct SessionsOptions {
     pub turn_workers: Option<usize>,
     /// Seconds of the recording each session plays (0: all of it).
     pub seconds: f64,
+    /// RNNoise before the VAD in every session.
+    pub denoise: bool,
 }
 
 /// Why the bench could not run.
@@ -54,6 +57,8 @@ pub struct SessionsReport {
     pub sessions: usize,
     /// The stop strategy: `smart` or `timeout`.
     pub turn: &'static str,
+    /// RNNoise ran before the VAD.
+    pub denoise: bool,
     /// Cores the process may use (its affinity).
     pub cores: usize,
     /// Seconds of audio each session played.
@@ -160,7 +165,11 @@ pub async fn run_sessions(
         };
         let sink = LagSink::default();
         let lags = sink.0.clone();
-        let pipeline = Pipeline::new()
+        let mut pipeline = Pipeline::new();
+        if options.denoise {
+            pipeline = pipeline.then(Denoiser::new());
+        }
+        let pipeline = pipeline
             .then(VadStage::new(batcher.clone(), VadParams::default()))
             .then(UserTurns::new(stop))
             .then(UserAggregator::new(ContextHandle::new(
@@ -225,6 +234,7 @@ pub async fn run_sessions(
         } else {
             "timeout"
         },
+        denoise: options.denoise,
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
         audio_s_per_session: audio_secs,
         chunks_seen: seen,

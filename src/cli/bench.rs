@@ -7,7 +7,7 @@ use anyhow::Result;
 
 use super::bot::{BotArgs, preloaded};
 use voxide::bench::pipeline::PipelineBench;
-use voxide::bot::TurnEnd;
+use voxide::bot::{Denoise, TurnEnd};
 use voxide::config::BotConfig;
 
 /// `voxide bench`.
@@ -83,6 +83,9 @@ pub enum Bench {
         /// two cores).
         #[arg(long)]
         turn_workers: Option<usize>,
+        /// Noise suppression before the VAD in every session (`rnnoise`), to read its cost.
+        #[arg(long, value_enum, default_value_t = Denoise::Off)]
+        denoise: Denoise,
     },
     /// The latency voxide adds around network providers, against local stand-ins of Deepgram,
     /// an LLM stream and Cartesia with a realistic time to each answer: the STT's final to the
@@ -173,12 +176,14 @@ impl Bench {
                 turn,
                 seconds,
                 turn_workers,
+                denoise,
             } => {
                 let options = voxide::bench::sessions::SessionsOptions {
                     sessions,
                     smart_turn: turn == TurnEnd::SmartTurn,
                     seconds,
                     turn_workers,
+                    denoise: denoise == Denoise::Rnnoise,
                 };
                 self::sessions(&input, options).await?
             }

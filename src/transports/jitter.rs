@@ -94,19 +94,6 @@ pub enum Playout {
     },
 }
 
-impl Playout {
-    /// Samples of the RTP clock this plays (before decoding: a packet's own length is its
-    /// payload's).
-    pub fn samples(&self) -> Option<u32> {
-        match self {
-            Self::Packet { .. } => None,
-            Self::Fec { samples, .. } | Self::Conceal { samples } | Self::Silence { samples } => {
-                Some(*samples)
-            }
-        }
-    }
-}
-
 /// What one stream's network did, for the session's metrics and `/metrics`.
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct NetworkStats {
@@ -158,16 +145,6 @@ impl NetworkStats {
             duplicated: self.duplicated.saturating_sub(earlier.duplicated),
             jitter: self.jitter,
             depth: self.depth,
-        }
-    }
-
-    /// The share of packets lost, 0 to 1.
-    pub fn loss(&self) -> f64 {
-        let expected = self.received - self.duplicated + self.lost;
-        if expected == 0 {
-            0.0
-        } else {
-            self.lost as f64 / expected as f64
         }
     }
 }

@@ -171,6 +171,82 @@ impl RoomFloor {
     }
 }
 
+/// 10 ms pieces the background's level is read over (8 s).
+const BACKGROUND_PIECES: usize = 800;
+
+/// The share of the pieces quieter than the background's level: a low percentile, which a
+/// speaker's own words barely move (speech has gaps between its syllables, a crowd's babble
+/// has none), so a monologue does not raise it over the voice.
+const BACKGROUND_PERCENTILE: f32 = 0.10;
+
+/// How far over the background a window must be to be the user's speech (10 dB): a voice
+/// near the microphone stands out of a café's babble by about that much, the babble itself
+/// does not.
+const BACKGROUND_MARGIN: f32 = 0.10;
+
+/// Loudness bins of the background's histogram: 0.01 (1 dB) each, from 0 to 1.2.
+const BACKGROUND_BINS: usize = 120;
+
+/// The level of what goes on around the speaker: a low percentile of the last 8 s of 10 ms
+/// pieces, whoever is speaking. Where that is louder than a quiet room (a café, a crowd),
+/// a window has to stand [`BACKGROUND_MARGIN`] over it to be speech: the Silero model hears
+/// other people's talk as speech too, and without this a turn in a café never ends.
+#[derive(Debug, Clone)]
+pub struct Background {
+    /// The last pieces' bins, oldest first, as a ring.
+    pieces: Vec<u8>,
+    next: usize,
+    counts: [u32; BACKGROUND_BINS],
+}
+
+impl Default for Background {
+    fn default() -> Self {
+        Self {
+            pieces: Vec::with_capacity(BACKGROUND_PIECES),
+            next: 0,
+            counts: [0; BACKGROUND_BINS],
+        }
+    }
+}
+
+impl Background {
+    /// Takes one piece's loudness.
+    pub fn hear(&mut self, level: f32) {
+        let bin = ((level.max(0.0) * 100.0) as usize).min(BACKGROUND_BINS - 1) as u8;
+        if self.pieces.len() < BACKGROUND_PIECES {
+            self.pieces.push(bin);
+        } else {
+            self.counts[usize::from(self.pieces[self.next])] -= 1;
+            self.pieces[self.next] = bin;
+            self.next = (self.next + 1) % BACKGROUND_PIECES;
+        }
+        self.counts[usize::from(bin)] += 1;
+    }
+
+    /// The background's level: the loudness under which [`BACKGROUND_PERCENTILE`] of the
+    /// pieces fall; 0 until a second has been heard.
+    pub fn level(&self) -> f32 {
+        let heard = self.pieces.len();
+        if heard < 100 {
+            return 0.0;
+        }
+        let wanted = (heard as f32 * BACKGROUND_PERCENTILE).ceil() as u32;
+        let mut seen = 0;
+        for (bin, &count) in self.counts.iter().enumerate() {
+            seen += count;
+            if seen >= wanted {
+                return bin as f32 / 100.0;
+            }
+        }
+        0.0
+    }
+
+    /// The loudness a window needs to stand out of the background as speech.
+    fn speech(&self) -> f32 {
+        self.level() + BACKGROUND_MARGIN
+    }
+}
+
 /// Seconds of speech between two [`VadEvent::Speaking`] ticks.
 pub const SPEAKING_TICK_SECS: f32 = 0.2;
 
@@ -203,6 +279,8 @@ pub struct VadAnalyzer {
     soundless_stop: Option<u64>,
     /// The room's noise floor.
     floor: RoomFloor,
+    /// The level of the talk and noise around the speaker.
+    background: Background,
 }
 
 impl VadAnalyzer {
@@ -237,6 +315,7 @@ impl VadAnalyzer {
             loud_pieces: 0,
             soundless_stop: None,
             floor: RoomFloor::default(),
+            background: Background::default(),
         })
     }
 
@@ -291,6 +370,7 @@ impl VadAnalyzer {
                 if self.state == VadState::Quiet {
                     self.floor.hear(level);
                 }
+                self.background.hear(level);
                 self.soundless_piece = level < self.floor.hush();
                 if level >= self.floor.voice(self.params.min_volume) {
                     self.loud_pieces += 1;
@@ -347,8 +427,10 @@ impl VadAnalyzer {
         let ending = matches!(self.state, VadState::Speaking | VadState::Stopping);
         let hush = self.floor.hush();
         let sound = level >= hush && !(ending && loudness(tail) < hush);
-        let speech =
-            sound && confidence >= self.params.confidence && self.volume >= self.params.min_volume;
+        let speech = sound
+            && confidence >= self.params.confidence
+            && self.volume >= self.params.min_volume
+            && level >= self.background.speech();
         let was_speaking = self.state == VadState::Speaking;
         let event = self.step(speech);
         if self.state != VadState::Stopping {
@@ -447,6 +529,26 @@ fn loudness_of_power(power: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_background_is_a_crowds_level_and_not_the_speakers_own() {
+        let mut crowd = Background::default();
+        assert_eq!(crowd.level(), 0.0, "nothing heard yet");
+        // Babble: a steady 0.78 to 0.84, no gaps.
+        for i in 0..1_000 {
+            crowd.hear(0.78 + (i % 7) as f32 * 0.01);
+        }
+        assert!((0.77..0.80).contains(&crowd.level()), "{}", crowd.level());
+        assert!(crowd.speech() > 0.84, "the crowd's own talk is not speech");
+        // One speaker talking on for 8 s in a quiet room: a fifth of the pieces are the gaps
+        // between syllables, down at the room's floor.
+        let mut monologue = Background::default();
+        for i in 0..1_000 {
+            monologue.hear(if i % 5 == 0 { 0.5 } else { 0.9 });
+        }
+        assert!(monologue.level() <= 0.51, "{}", monologue.level());
+        assert!(monologue.speech() < 0.9, "the speaker stays speech");
+    }
 
     #[test]
     fn a_window_without_sound_is_silence_whatever_the_model_says() {
