@@ -173,9 +173,14 @@ impl BotVoice {
                 self.play(&packet, now);
             }
             let mut heard = self.heard.lock().unwrap_or_else(|p| p.into_inner());
-            while let Some(samples) = self.input.pop(now) {
+            while let Some(piece) = self.input.pop(now) {
+                // What was made up for time that has passed (a quiet bot's gaps, concealment)
+                // is not fed: the voice follower takes each chunk as starting when it arrives.
+                if !piece.sent {
+                    continue;
+                }
                 let at = Instant::now().duration_since(self.origin).as_secs_f64();
-                let changes = heard.voice.feed(&samples, at);
+                let changes = heard.voice.feed(&piece.samples, at);
                 heard.note(changes, self.index, &self.recorder);
             }
             heard.caller_network = Some(self.input.stats().into());

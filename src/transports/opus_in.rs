@@ -13,6 +13,16 @@ const CONCEAL_STEP: u32 = CLOCK / 400;
 /// The longest Opus packet, 120 ms, at the RTP clock.
 const LONGEST: usize = 5_760;
 
+/// A piece of the stream's timeline.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decoded {
+    /// Mono samples at the stream's rate.
+    pub samples: Vec<i16>,
+    /// Whether it is the sender's audio (a packet, or one rebuilt from FEC), not made up for
+    /// time nothing came for (concealment, silence).
+    pub sent: bool,
+}
+
 /// An Opus stream decoded at `rate`.
 pub struct OpusInput {
     buffer: JitterBuffer,
@@ -59,9 +69,13 @@ impl OpusInput {
 
     /// The next piece of audio due at `now`, decoded; `None` until [`deadline`](Self::deadline)
     /// or the next packet.
-    pub fn pop(&mut self, now: Instant) -> Option<Vec<i16>> {
+    pub fn pop(&mut self, now: Instant) -> Option<Decoded> {
         let playout = self.buffer.pop(now)?;
-        Some(self.decode(playout))
+        let sent = matches!(playout, Playout::Packet { .. } | Playout::Fec { .. });
+        Some(Decoded {
+            samples: self.decode(playout),
+            sent,
+        })
     }
 
     /// When a hole is given up for lost if nothing comes first.
@@ -187,7 +201,7 @@ mod tests {
             let now = start + Duration::from_millis(n as u64 * 20);
             input.push(n as u16, n as u32 * 960, packet, now);
             while let Some(piece) = input.pop(now) {
-                heard.extend(piece);
+                heard.extend(piece.samples);
             }
         }
         heard
@@ -239,8 +253,8 @@ mod tests {
             let now = start + Duration::from_millis(n as u64 * 20);
             input.push(1000 + n as u16, 5 + n as u32 * 960, packet, now);
             while let Some(piece) = input.pop(now) {
-                pieces.push(piece.len());
-                heard.extend(piece);
+                pieces.push(piece.samples.len());
+                heard.extend(piece.samples);
             }
         }
         // The stall is concealed as time passes: by 600 ms plus the depth, all 30 frames.
@@ -250,7 +264,9 @@ mod tests {
                 < start + Duration::from_millis(600) + Duration::from_secs_f64(input.stats().depth)
         {
             now = deadline;
-            heard.extend(input.pop(now).expect("due"));
+            let piece = input.pop(now).expect("due");
+            assert!(!piece.sent, "a stall is made up");
+            heard.extend(piece.samples);
         }
         assert!(now > start);
         assert_eq!(heard.len(), 30 * 320, "{pieces:?}");
@@ -273,7 +289,11 @@ mod tests {
         let mut heard = Vec::new();
         let later = now + Duration::from_millis(50);
         while let Some(piece) = input.pop(later) {
-            heard.extend(piece);
+            assert!(
+                piece.sent,
+                "a packet, or one rebuilt from the next one's FEC"
+            );
+            heard.extend(piece.samples);
         }
         assert_eq!(input.damaged(), 1);
         assert_eq!(input.stats().recovered, 1);

@@ -365,8 +365,8 @@ async fn listen(
             },
             () = sleep_until(deadline), if deadline.is_some() => {}
         }
-        while let Some(samples) = input.pop(Instant::now()) {
-            match events.try_send(PeerEvent::Audio(samples)) {
+        while let Some(piece) = input.pop(Instant::now()) {
+            match events.try_send(PeerEvent::Audio(piece.samples)) {
                 Ok(()) => {}
                 // The session fell behind: it loses 20 ms, not memory.
                 Err(mpsc::error::TrySendError::Full(_)) => {
