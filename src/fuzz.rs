@@ -40,6 +40,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("realtime_core", realtime_core),
     ("calculator", calculator),
     ("context_trim", context_trim),
+    ("rtp_audio", rtp_audio),
 ];
 
 /// The target `name`, if there is one.
@@ -318,4 +319,29 @@ fn context_trim(bytes: &[u8]) {
         leading(&context.messages),
         leading(&messages).min(context.messages.len())
     );
+}
+
+/// A caller's RTP audio through the jitter buffer and the Opus decoder: each packet is 8 bytes
+/// of header (sequence number, timestamp, milliseconds since the last packet, a spare byte),
+/// then its payload up to the next `0xff`.
+fn rtp_audio(bytes: &[u8]) {
+    let Ok(mut input) = crate::transports::opus_in::OpusInput::new(16_000) else {
+        return;
+    };
+    let mut now = Instant::now();
+    for packet in messages(bytes) {
+        let Some((header, payload)) = packet.split_first_chunk::<8>() else {
+            continue;
+        };
+        let sequence = u16::from_be_bytes([header[0], header[1]]);
+        let timestamp = u32::from_be_bytes([header[2], header[3], header[4], header[5]]);
+        now += std::time::Duration::from_millis(u64::from(header[6]));
+        input.push(sequence, timestamp, payload, now);
+        // Bounded: a piece is at most a second of audio, and the buffer holds 256 packets.
+        for _ in 0..1_000 {
+            if input.pop(now).is_none() {
+                break;
+            }
+        }
+    }
 }

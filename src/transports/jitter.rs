@@ -149,6 +149,16 @@ impl NetworkStats {
     }
 }
 
+/// What one step of [`JitterBuffer::pop`] came to.
+enum Step {
+    /// This plays next.
+    Play(Playout),
+    /// Nothing is due yet.
+    Wait,
+    /// A packet with nothing left to play was passed over: look again.
+    Again,
+}
+
 /// A packet held until its turn.
 #[derive(Debug)]
 struct Held {
@@ -283,14 +293,29 @@ impl JitterBuffer {
     /// What to play at `now`, one piece at a time; `None` when nothing is due (ask again at
     /// [`deadline`](Self::deadline) or when the next packet comes).
     pub fn pop(&mut self, now: Instant) -> Option<Playout> {
-        let next = self.next?;
+        // Each pass either plays something or moves past a packet that has nothing to play:
+        // at most as many passes as packets held, and the sequence's holes before them.
+        loop {
+            match self.step(now) {
+                Step::Play(playout) => return Some(playout),
+                Step::Wait => return None,
+                Step::Again => {}
+            }
+        }
+    }
+
+    /// One step of [`pop`](Self::pop).
+    fn step(&mut self, now: Instant) -> Step {
+        let Some(next) = self.next else {
+            return Step::Wait;
+        };
         if let Some(packet) = self.held.get(&next) {
             if packet.timestamp > self.played_to {
                 // The sequence runs on but time jumped: the sender was quiet (DTX).
                 let samples = (packet.timestamp - self.played_to).min(MAX_GAP) as u32;
                 self.played_to = packet.timestamp;
                 self.stalled = 0;
-                return Some(Playout::Silence { samples });
+                return Step::Play(Playout::Silence { samples });
             }
             let packet = self.held.remove(&next).expect("held");
             self.next = Some(next + 1);
@@ -298,21 +323,21 @@ impl JitterBuffer {
             if end <= self.played_to {
                 // Concealed over before it came.
                 self.stats.lost += 1;
-                return self.pop(now);
+                return Step::Again;
             }
             let trim = (self.played_to - packet.timestamp) as u32;
             self.played_to = end;
             self.stalled = 0;
-            return Some(Playout::Packet {
+            return Step::Play(Playout::Packet {
                 payload: packet.payload,
                 trim,
             });
         }
-        if now < self.deadline()? {
-            return None;
+        if self.deadline().is_none_or(|deadline| now < deadline) {
+            return Step::Wait;
         }
         // The next packet is overdue past the depth.
-        match self.held.first_key_value() {
+        let playout = match self.held.first_key_value() {
             Some((&after, packet)) => {
                 // Lost: the packets from `next` to `after`, sharing the time up to `after`'s.
                 let missing = after - next;
@@ -322,17 +347,17 @@ impl JitterBuffer {
                 self.next = Some(next + 1);
                 self.played_to += u64::from(samples);
                 if samples == 0 {
-                    return self.pop(now);
+                    return Step::Again;
                 }
                 if missing == 1 {
                     self.stats.recovered += 1;
-                    Some(Playout::Fec {
+                    Playout::Fec {
                         next: packet.payload.clone(),
                         samples,
-                    })
+                    }
                 } else {
                     self.stats.concealed += 1;
-                    Some(Playout::Conceal { samples })
+                    Playout::Conceal { samples }
                 }
             }
             None => {
@@ -341,16 +366,17 @@ impl JitterBuffer {
                 self.stalled += 1;
                 if self.stalled <= MAX_CONCEALED_RUN {
                     // Counted once the stall's end tells loss from the sender's quiet.
-                    Some(Playout::Conceal {
+                    Playout::Conceal {
                         samples: FRAME as u32,
-                    })
+                    }
                 } else {
-                    Some(Playout::Silence {
+                    Playout::Silence {
                         samples: FRAME as u32,
-                    })
+                    }
                 }
             }
-        }
+        };
+        Step::Play(playout)
     }
 
     /// When the audio at the timeline's end, not yet here, is given up for lost: when it would
