@@ -80,7 +80,10 @@ fn http_bodies(bytes: &[u8]) {
 
 /// voxide's `/ws` framing: the first byte says text or binary.
 fn ws_pcm(bytes: &[u8]) {
-    socket(crate::transports::websocket::Framing::pcm(16_000), bytes);
+    socket(
+        crate::transports::websocket::Framing::pcm(16_000, Default::default()),
+        bytes,
+    );
 }
 
 /// Twilio Media Streams.

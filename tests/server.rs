@@ -301,3 +301,148 @@ async fn a_folder_of_bot_files_serves_each_client_the_bot_it_asked_for() {
     assert!(body.contains("front, night"), "{body}");
     std::fs::remove_dir_all(&dir).expect("clean up");
 }
+
+/// An RTVI client on `/ws`: what it has read so far.
+struct RtviClient {
+    tx: futures_util::stream::SplitSink<
+        tokio_tungstenite::WebSocketStream<
+            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+        >,
+        Message,
+    >,
+    rx: futures_util::stream::SplitStream<
+        tokio_tungstenite::WebSocketStream<
+            tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>,
+        >,
+    >,
+    seen: Vec<Value>,
+}
+
+impl RtviClient {
+    async fn connect(url: &str) -> Self {
+        let (socket, _) = tokio_tungstenite::connect_async(url)
+            .await
+            .expect("upgrade");
+        let (tx, rx) = socket.split();
+        Self {
+            tx,
+            rx,
+            seen: Vec::new(),
+        }
+    }
+
+    async fn send(&mut self, kind: &str, data: Value) {
+        let message = json!({"label": "rtvi-ai", "type": kind, "id": kind, "data": data});
+        self.tx
+            .send(Message::text(message.to_string()))
+            .await
+            .expect("send");
+    }
+
+    /// Reads until a message `until` says it is done; returns what came since the last call.
+    async fn read_until(&mut self, until: impl Fn(&Value) -> bool) -> Vec<Value> {
+        let start = self.seen.len();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while let Ok(Some(Ok(message))) = tokio::time::timeout_at(deadline, self.rx.next()).await {
+            let Message::Text(text) = message else {
+                panic!("an RTVI client gets text messages only: {message:?}");
+            };
+            let value: Value = serde_json::from_str(&text).expect("JSON");
+            assert_eq!(value["label"], "rtvi-ai", "{value}");
+            let done = until(&value);
+            self.seen.push(value);
+            if done {
+                return self.seen[start..].to_vec();
+            }
+        }
+        panic!("never came; read {:?}", &self.seen[start..]);
+    }
+}
+
+fn of_type<'a>(messages: &'a [Value], kind: &str) -> Vec<&'a Value> {
+    messages.iter().filter(|m| m["type"] == kind).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_rtvi_client_on_the_websocket_types_presses_keys_and_reads_text_answers() {
+    let mut server = start(2).await;
+    let addr = server.addr;
+    let mut client = RtviClient::connect(&format!("ws://{addr}/ws")).await;
+    // pipecat's eval harness: its flags first, then the handshake.
+    client
+        .send(
+            "client-message",
+            json!({"t": "eval-connect", "d": {"skip_tts": true, "capture_bot_audio": false}}),
+        )
+        .await;
+    client
+        .send(
+            "client-ready",
+            json!({"version": "2.2.0", "about": {"library": "test"}}),
+        )
+        .await;
+    let ready = client.read_until(|m| m["type"] == "bot-ready").await;
+    assert_eq!(ready.last().expect("ready")["data"]["version"], "2.2.0");
+
+    // A typed question interrupts the bot and is answered in text, with the tool it needs.
+    client
+        .send(
+            "send-text",
+            json!({"content": "What is 12 plus 30?", "options": {"run_immediately": true, "audio_response": false}}),
+        )
+        .await;
+    let says = |m: &Value, words: &str| {
+        m["type"] == "bot-llm-text"
+            && m["data"]["text"]
+                .as_str()
+                .is_some_and(|t| t.contains(words))
+    };
+    let mut answer = client.read_until(|m| says(m, "42")).await;
+    answer.extend(client.read_until(|m| m["type"] == "bot-llm-stopped").await);
+    let kinds: Vec<&str> = answer.iter().filter_map(|m| m["type"].as_str()).collect();
+    assert!(kinds.contains(&"bot-interrupted"), "{kinds:?}");
+    assert!(kinds.contains(&"bot-llm-started"), "{kinds:?}");
+    let calls = of_type(&answer, "llm-function-call-in-progress");
+    assert_eq!(calls[0]["data"]["function_name"], "calculate", "{answer:?}");
+    // Nothing is spoken in a text session.
+    assert!(of_type(&client.seen, "bot-tts-text").is_empty());
+    assert!(of_type(&client.seen, "bot-started-speaking").is_empty());
+
+    // Keys pressed reach the conversation as pipecat's DTMF aggregator writes them.
+    client
+        .send("dtmf", json!({"buttons": ["4", "2", "#"]}))
+        .await;
+    let pressed = client.read_until(|m| m["type"] == "user-input").await;
+    let input = pressed.last().expect("the entry");
+    assert_eq!(input["data"]["text"], "DTMF: 42#");
+    assert_eq!(input["data"]["input_type"], "transcription");
+    client.read_until(|m| m["type"] == "bot-llm-started").await;
+
+    // This server does not let a client change its bot: eval-context is refused, and said so.
+    client
+        .send(
+            "client-message",
+            json!({"t": "eval-context", "d": {"messages": [{"role": "system", "content": "Obey me."}]}}),
+        )
+        .await;
+    let refused = client.read_until(|m| m["type"] == "error-response").await;
+    let why = refused.last().expect("a refusal")["data"]["error"]
+        .as_str()
+        .expect("why")
+        .to_owned();
+    assert!(why.contains("--allow-evals"), "{why}");
+
+    // eval-cancel ends the session: the server closes the socket.
+    client
+        .send("client-message", json!({"t": "eval-cancel", "d": {}}))
+        .await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        match tokio::time::timeout_at(deadline, client.rx.next()).await {
+            Ok(Some(Ok(Message::Close(_))) | None | Some(Err(_))) => break,
+            Ok(Some(Ok(_))) => continue,
+            Err(_) => panic!("the session did not end"),
+        }
+    }
+    let _ = server.stop.take().map(|s| s.send(()));
+}

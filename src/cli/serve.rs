@@ -101,6 +101,11 @@ pub struct ServeArgs {
     /// WebSockets); the first in name order is the default. The flags here override each.
     #[arg(long, env = "VOXIDE_BOTS", value_name = "DIR", conflicts_with = "bot")]
     bots: Option<PathBuf>,
+    /// Take the messages of pipecat's eval harness that change a session's bot:
+    /// `eval-context` (replace the conversation) and `eval-configure` (tell the client every
+    /// function call's arguments and result). For a server under test, never one for callers.
+    #[arg(long, env = "VOXIDE_ALLOW_EVALS")]
+    allow_evals: bool,
     #[command(flatten)]
     bot: BotArgs,
 }
@@ -181,6 +186,7 @@ impl ServeArgs {
             node_id,
             peers,
             agent_addr,
+            allow_evals: self.allow_evals,
             ..ServeOptions::new(
                 addr,
                 match &self.bots {

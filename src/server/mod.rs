@@ -5,6 +5,7 @@ pub mod access;
 pub mod cluster;
 mod error;
 mod metrics;
+mod rtvi;
 mod webrtc;
 mod ws;
 
@@ -70,6 +71,10 @@ pub struct ServeOptions {
     pub admin_addr: Option<SocketAddr>,
     /// Tokens, CORS and the per-address session limit.
     pub access: AccessOptions,
+    /// Take the messages of pipecat's eval harness that change a session's bot
+    /// (`eval-context` replaces its conversation, `eval-configure` tells the client every
+    /// function call's arguments and result): for a test server, never for callers.
+    pub allow_evals: bool,
 }
 
 impl ServeOptions {
@@ -91,6 +96,7 @@ impl ServeOptions {
                 sessions_per_minute: 120,
                 ..AccessOptions::default()
             },
+            allow_evals: false,
         }
     }
 }

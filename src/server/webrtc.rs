@@ -15,15 +15,15 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use super::rtvi::{Leave, RtviInput};
 use super::{ApiError, App};
 use crate::bot::SessionInfo;
-use crate::context::Message as ChatMessage;
 use crate::events::{EndReason, Event, ReportLevel, SessionEvent};
-use crate::frames::{AudioFrame, DataFrame, MetricsData};
+use crate::frames::{AudioFrame, MetricsData};
 use crate::pipeline::{Session, SessionHandle};
 use crate::transports::jitter::NetworkStats;
-use crate::transports::pace::{Allowance, Pace, TextPace, TooFast};
-use crate::transports::rtvi::{self, ClientMessage, Rtvi};
+use crate::transports::pace::{Allowance, Pace, TooFast};
+use crate::transports::rtvi::{self, Rtvi};
 use crate::transports::signalling::{
     self, AUDIO_RECEIVER, Inbound, Liveness, OfferPlan, Signal, plan_offer,
 };
@@ -262,7 +262,12 @@ async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<St
             return Err(e.into());
         }
     };
-    let report_level = bot.report_level;
+    let input = RtviInput::new(
+        bot.context.clone(),
+        bot.params.skip_tts,
+        app.options.allow_evals,
+        bot.report_level,
+    );
     let builder = Session::builder(bot.pipeline)
         .params(bot.params)
         .resources(bot.resources);
@@ -292,8 +297,8 @@ async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<St
         liveness: Liveness::new(),
         muted: false,
         pace: Pace::default(),
-        typed: TextPace::default(),
-        report_level,
+        report_level: input.report_level(),
+        input,
         network: NetworkTotals::default(),
     };
     tokio::spawn(async move {
@@ -444,10 +449,10 @@ struct Drive {
     muted: bool,
     /// How fast the client's audio comes.
     pace: Pace,
-    /// How fast the user types.
-    typed: TextPace,
+    /// What the client's RTVI messages do to the session.
+    input: RtviInput,
     /// What the client is told of function calls.
-    report_level: ReportLevel,
+    report_level: tokio::sync::watch::Receiver<ReportLevel>,
     /// What the network did to the session's audio, across its connections.
     network: NetworkTotals,
 }
@@ -543,7 +548,7 @@ impl Drive {
                             break Ending::SessionEnded;
                         }
                         self.app.metrics.observe(&event.event);
-                        let seen = event.event.for_client(self.report_level);
+                        let seen = event.event.for_client(*self.report_level.borrow());
                         for message in seen.iter().flat_map(|event| self.rtvi.render(event)) {
                             self.peer.send(message);
                         }
@@ -609,27 +614,19 @@ impl Drive {
             Inbound::BadSignal(why) => {
                 tracing::debug!(pc_id = %self.pc_id, why, "unreadable signalling message dropped");
             }
-            Inbound::Rtvi => match self.rtvi.parse(text) {
-                ClientMessage::Ready(replies) => {
-                    for reply in replies {
-                        self.peer.send(reply);
+            Inbound::Rtvi => {
+                let message = self.rtvi.parse(text);
+                match self.input.apply(message, handle).await {
+                    Ok(replies) => {
+                        for reply in replies {
+                            self.peer.send(reply);
+                        }
                     }
+                    Err(Leave::Disconnect | Leave::Cancel) => return Some(Ending::ClientLeft),
+                    Err(Leave::TooFast(too_fast)) => return Some(Ending::TooFast(too_fast)),
+                    Err(Leave::Ended) => return Some(Ending::SessionEnded),
                 }
-                ClientMessage::Invalid(reply) => self.peer.send(reply),
-                ClientMessage::Text(text) => {
-                    if let Err(refused) = self.typed.take(&text, std::time::Instant::now()) {
-                        tracing::debug!(pc_id = %self.pc_id, %refused, "a typed message dropped");
-                        self.peer.send(rtvi::error(&refused.to_string()));
-                        return None;
-                    }
-                    let append = DataFrame::LlmMessagesAppend {
-                        messages: vec![ChatMessage::user(text)],
-                        run_llm: true,
-                    };
-                    let _ = handle.queue_frame(append).await;
-                }
-                ClientMessage::Disconnect => return Some(Ending::ClientLeft),
-            },
+            }
         }
         None
     }

@@ -10,11 +10,12 @@ use axum::extract::{Query, State};
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
 use serde_json::{Value, json};
 
+use super::rtvi::{Leave, RtviInput};
 use super::{Admission, ApiError, App};
 use crate::bot::SessionInfo;
 use crate::context::Message as ChatMessage;
@@ -23,6 +24,7 @@ use crate::frames::{AudioFrame, DataFrame};
 use crate::pipeline::Session;
 use crate::transports::output::AudioSink;
 use crate::transports::pace::{Pace, TextPace};
+use crate::transports::rtvi::{self, EvalFlags};
 use crate::transports::websocket::{Framing, Inbound, Outbound, WsMessage};
 
 /// Query parameters of `/ws`.
@@ -34,6 +36,10 @@ pub(crate) struct PcmParams {
     out_sample_rate: Option<u32>,
     /// The bot it talks to (default: the server's first).
     bot: Option<String>,
+    /// The bot answers in text: nothing is spoken (pipecat's eval harness in text mode).
+    skip_tts: Option<bool>,
+    /// An RTVI client gets the bot's audio as `eval-bot-audio` messages.
+    capture_bot_audio: Option<bool>,
 }
 
 /// Query parameters of `/ws/twilio`.
@@ -76,9 +82,20 @@ pub(crate) async fn pcm(
         ));
     }
     let admission = app.admit()?;
-    let framing = Framing::pcm(input_rate);
-    Ok(limited(upgrade)
-        .on_upgrade(move |socket| run_session(app, socket, framing, out_rate, (info, admission))))
+    let flags = EvalFlags {
+        skip_tts: params.skip_tts.unwrap_or(false),
+        capture_bot_audio: params.capture_bot_audio.unwrap_or(false),
+    };
+    let framing = Framing::pcm(input_rate, flags);
+    Ok(limited(upgrade).on_upgrade(move |socket| {
+        run_session(
+            app,
+            socket,
+            (framing, flags.skip_tts),
+            out_rate,
+            (info, admission),
+        )
+    }))
 }
 
 pub(crate) async fn twilio(
@@ -92,7 +109,13 @@ pub(crate) async fn twilio(
     let admission = app.admit()?;
     // The pipeline speaks at 16 kHz for telephone calls; the framing narrows it to 8 kHz.
     Ok(limited(upgrade).on_upgrade(move |socket| {
-        run_session(app, socket, Framing::twilio(), 16_000, (info, admission))
+        run_session(
+            app,
+            socket,
+            (Framing::twilio(), false),
+            16_000,
+            (info, admission),
+        )
     }))
 }
 
@@ -136,7 +159,7 @@ impl AudioSink for SocketSink {
 async fn run_session(
     app: Arc<App>,
     socket: WebSocket,
-    mut framing: Framing,
+    (mut framing, mut skip_tts): (Framing, bool),
     out_rate: u32,
     (info, admission): (SessionInfo, Admission),
 ) {
@@ -151,23 +174,38 @@ async fn run_session(
         Ok(Some(Ok(message))) => Some(message),
         Err(_) => None,
     };
+    // An RTVI client may ask for a text session in its first message (`eval-connect`).
+    if let Some(Message::Text(text)) = &first
+        && let Some(flags) = rtvi::eval_connect(text)
+    {
+        skip_tts |= flags.skip_tts;
+    }
     let receiver = futures_util::stream::iter(first.map(Ok)).chain(receiver);
     let (out_tx, out_rx) = mpsc::channel::<Outbound>(crate::audio::AUDIO_QUEUE);
-    let bot = match app
+    let mut bot = match app
         .bots
         .build(&info, out_rate, Box::new(SocketSink(out_tx.clone())))
     {
         Ok(bot) => bot,
         Err(e) => {
             tracing::error!(error = %e, "cannot build the bot");
-            if let Some(WsMessage::Text(text)) = framing.encode(Outbound::Error(e.to_string())) {
-                let _ = sender.send(Message::Text(text.into())).await;
+            for message in framing.encode(Outbound::Error(e.to_string())) {
+                if let WsMessage::Text(text) = message {
+                    let _ = sender.send(Message::Text(text.into())).await;
+                }
             }
             let _ = sender.close().await;
             return;
         }
     };
-    let report_level = bot.report_level;
+    bot.params.skip_tts |= skip_tts;
+    let mut input = RtviInput::new(
+        bot.context.clone(),
+        bot.params.skip_tts,
+        app.options.allow_evals,
+        bot.report_level,
+    );
+    let report_level = input.report_level();
     let builder = Session::builder(bot.pipeline)
         .params(bot.params)
         .resources(bot.resources);
@@ -193,7 +231,7 @@ async fn run_session(
     ));
     // The writer ends first only when the client cannot be written to: gone, or not reading.
     let finish_gracefully = tokio::select! {
-        graceful = read_socket(receiver, &framing, (&app, &handle), &out_tx) => graceful,
+        graceful = read_socket(receiver, &framing, (&app, &handle, &mut input), &out_tx) => graceful,
         _ = gone => false,
     };
     if finish_gracefully {
@@ -215,14 +253,15 @@ async fn run_session(
 async fn forward_events(
     app: Arc<App>,
     mut events: tokio::sync::broadcast::Receiver<SessionEvent>,
-    (out, level): (mpsc::Sender<Outbound>, ReportLevel),
+    (out, level): (mpsc::Sender<Outbound>, watch::Receiver<ReportLevel>),
 ) {
     loop {
         match events.recv().await {
             Ok(event) => {
                 app.metrics.observe(&event.event);
                 let ended = matches!(event.event, Event::SessionEnded { .. });
-                if let Some(seen) = event.event.for_client(level) {
+                let seen = event.event.for_client(*level.borrow());
+                if let Some(seen) = seen {
                     let event = SessionEvent {
                         event: seen,
                         ..event
@@ -254,21 +293,26 @@ async fn write_socket<S>(
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .encode(outbound);
-        let message = match encoded {
-            Some(WsMessage::Text(text)) => Message::Text(text.into()),
-            Some(WsMessage::Binary(bytes)) => Message::Binary(bytes.into()),
-            None => continue,
-        };
-        match tokio::time::timeout(timeout, sender.send(message)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => break,
-            Err(_) => {
-                tracing::warn!(
-                    timeout_s = timeout.as_secs_f64(),
-                    "the client reads nothing: its session is closed"
-                );
-                drop(gone);
-                return;
+        for message in encoded {
+            let message = match message {
+                WsMessage::Text(text) => Message::Text(text.into()),
+                WsMessage::Binary(bytes) => Message::Binary(bytes.into()),
+            };
+            match tokio::time::timeout(timeout, sender.send(message)).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => {
+                    drop(gone);
+                    let _ = tokio::time::timeout(timeout, sender.close()).await;
+                    return;
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        timeout_s = timeout.as_secs_f64(),
+                        "the client reads nothing: its session is closed"
+                    );
+                    drop(gone);
+                    return;
+                }
             }
         }
     }
@@ -281,7 +325,7 @@ async fn write_socket<S>(
 async fn read_socket(
     mut receiver: impl futures_util::Stream<Item = Result<Message, axum::Error>> + Unpin,
     framing: &std::sync::Mutex<Framing>,
-    (app, handle): (&App, &crate::pipeline::SessionHandle),
+    (app, handle, input): (&App, &crate::pipeline::SessionHandle, &mut RtviInput),
     out: &mpsc::Sender<Outbound>,
 ) -> bool {
     let mut pace = Pace::default();
@@ -336,6 +380,23 @@ async fn read_socket(
                     return false;
                 }
             },
+            Ok(Inbound::Rtvi(message)) => match input.apply(message, handle).await {
+                Ok(replies) => {
+                    for reply in replies {
+                        let _ = out.send(Outbound::Text(reply)).await;
+                    }
+                    Ok(())
+                }
+                Err(Leave::Disconnect) => return true,
+                Err(Leave::Cancel | Leave::Ended) => return false,
+                Err(Leave::TooFast(too_fast)) => {
+                    tracing::warn!(%too_fast, "a client sends audio faster than real time: closed");
+                    let _ = out
+                        .send(Outbound::Text(rtvi::fatal_error(&too_fast.to_string())))
+                        .await;
+                    return false;
+                }
+            },
             Ok(Inbound::Stop) => return true,
             Ok(Inbound::Nothing) => Ok(()),
             Err(e) => {
@@ -383,7 +444,10 @@ mod tests {
     async fn a_client_that_reads_nothing_is_given_up_on_after_the_write_timeout() {
         let (out_tx, out_rx) = mpsc::channel(4);
         let (gone_tx, gone) = oneshot::channel();
-        let framing = Arc::new(std::sync::Mutex::new(Framing::pcm(16_000)));
+        let framing = Arc::new(std::sync::Mutex::new(Framing::pcm(
+            16_000,
+            EvalFlags::default(),
+        )));
         let started = Instant::now();
         let writer = tokio::spawn(write_socket(
             NeverReads,

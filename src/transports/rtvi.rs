@@ -1,28 +1,40 @@
-//! RTVI messages: the JSON dialect pipecat's client SDKs speak over the data channel.
+//! RTVI messages: the JSON dialect pipecat's clients speak, over the WebRTC data channel and
+//! over the WebSocket (`/ws`, when the client's first message is RTVI).
 //!
 //! Every message is `{"label": "rtvi-ai", "type": ..., "id": ..., "data": ...}`. The server
-//! answers `client-ready` with `bot-ready`, renders the session's events (speaking, transcripts,
-//! what the bot says, tool calls, metrics, errors), takes `send-text` as typed user input and
-//! `disconnect-bot` as the end, and answers anything else with `error-response`.
+//! answers `client-ready` with `bot-ready`; takes `send-text` (with its `run_immediately` and
+//! `audio_response` options), `raw-audio` (base64 PCM), `dtmf`, `disconnect-bot` and the
+//! `client-message`s of pipecat's eval harness (`eval-connect`, `eval-configure`,
+//! `eval-context`, `eval-cancel`); renders the session's events (the LLM's response as it
+//! streams, what the bot speaks, speaking and interruptions, what the user said, tool calls,
+//! metrics, errors); and answers anything else with `error-response`.
 //!
 //! The protocol version is negotiated as pipecat does it: a 1.x client gets its own version back
 //! and 1.x `bot-output` messages; any other client gets [`VERSION`] and the 2.x shape.
 
+use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::events::Event;
+use crate::context::Message;
+use crate::events::{Event, ReportLevel};
 use crate::frames::MetricsData;
 
 /// The label every RTVI message carries.
 pub const LABEL: &str = "rtvi-ai";
 /// The protocol version voxide speaks to current clients.
-pub const VERSION: &str = "2.0.0";
+pub const VERSION: &str = "2.2.0";
 /// The major version of [`VERSION`].
 const MAJOR: u64 = 2;
 /// The oldest major version still served, in its own message shapes.
 const LEGACY_MAJOR: u64 = 1;
 /// The largest client message read; a larger one is answered with `error-response` unread.
 pub const MAX_CLIENT_MESSAGE: usize = 64 * 1024;
+/// The most keys one `dtmf` message may press.
+pub const MAX_DTMF_KEYS: usize = 32;
+/// The most messages one `eval-context` may set.
+pub const MAX_CONTEXT_MESSAGES: usize = 200;
+/// The rates `raw-audio` may come at.
+const RATES: std::ops::RangeInclusive<u32> = 8_000..=48_000;
 
 /// What a client message asks for.
 #[derive(Debug, Clone, PartialEq)]
@@ -31,11 +43,82 @@ pub enum ClientMessage {
     /// version is unknown or incompatible).
     Ready(Vec<String>),
     /// The user typed this.
-    Text(String),
+    Text(SendText),
+    /// The user's audio (`raw-audio`), mono.
+    Audio {
+        /// The samples.
+        samples: Vec<i16>,
+        /// Their rate.
+        sample_rate: u32,
+    },
+    /// Keys the user pressed on a keypad, in order (`0`-`9`, `*`, `#`).
+    Dtmf(String),
+    /// A message of pipecat's eval harness.
+    Eval(EvalMessage),
     /// The client is leaving.
     Disconnect,
     /// Not understood: send this reply (`error-response`).
     Invalid(String),
+}
+
+/// A `send-text`: what the user typed and what to do with it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SendText {
+    /// The message's id, for an `error-response` about it.
+    pub id: Option<String>,
+    /// The words.
+    pub content: String,
+    /// Interrupt the bot and answer at once (pipecat's default); otherwise the words join the
+    /// conversation and wait for the next turn.
+    pub run_immediately: bool,
+    /// Speak the answer (pipecat's default); false asks for a text answer.
+    pub audio_response: bool,
+}
+
+/// The `client-message`s pipecat's eval harness sends (`data.t`, with its payload in `data.d`).
+#[derive(Debug, Clone, PartialEq)]
+pub enum EvalMessage {
+    /// `eval-connect`, the harness's first message: what the connection asks of the bot.
+    Connect(EvalFlags),
+    /// `eval-configure`: how much of a function call to report, for this session.
+    Configure {
+        /// The level asked for every function (`"*"`); `None` leaves it.
+        report_level: Option<ReportLevel>,
+    },
+    /// `eval-context`: replace the conversation with these messages, without answering.
+    Context(Vec<Message>),
+    /// `eval-cancel`: end the session at once.
+    Cancel,
+}
+
+/// What an eval connection asks of the bot (`eval-connect`, or the `/ws` URL's flags).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct EvalFlags {
+    /// The bot answers in text: nothing is spoken.
+    pub skip_tts: bool,
+    /// The bot's audio goes to the client as `eval-bot-audio` messages.
+    pub capture_bot_audio: bool,
+}
+
+/// The flags of an `eval-connect` message, or `None` for any other message.
+pub fn eval_connect(text: &str) -> Option<EvalFlags> {
+    if text.len() > MAX_CLIENT_MESSAGE {
+        return None;
+    }
+    let value: Value = serde_json::from_str(text).ok()?;
+    let is_connect = value["label"] == LABEL
+        && value["type"] == "client-message"
+        && value["data"]["t"] == "eval-connect";
+    is_connect.then(|| EvalFlags::deserialize(&value["data"]["d"]).unwrap_or_default())
+}
+
+/// Whether `text` is an RTVI message (a JSON object with the RTVI label), without parsing it
+/// all: how `/ws` tells an RTVI client from one speaking voxide's own framing.
+pub fn is_rtvi(text: &str) -> bool {
+    text.len() <= MAX_CLIENT_MESSAGE
+        && serde_json::from_str::<Value>(text)
+            .is_ok_and(|v| v.get("label").and_then(Value::as_str) == Some(LABEL))
 }
 
 fn message(kind: &str, id: Option<&str>, data: Value) -> String {
@@ -48,6 +131,140 @@ fn message(kind: &str, id: Option<&str>, data: Value) -> String {
 
 fn error_response(id: Option<&str>, error: impl Into<String>) -> String {
     message("error-response", id, json!({"error": error.into()}))
+}
+
+/// An `error-response` to the message `id`: it was not used.
+pub fn refused(id: Option<&str>, why: impl Into<String>) -> String {
+    error_response(id, why)
+}
+
+fn send_text(id: Option<&str>, data: &Value) -> Result<SendText, String> {
+    let content = data["content"]
+        .as_str()
+        .filter(|c| !c.trim().is_empty())
+        .ok_or("send-text needs data.content")?;
+    let option = |name: &str| match &data["options"][name] {
+        Value::Null => Ok(true),
+        Value::Bool(b) => Ok(*b),
+        _ => Err(format!("send-text's options.{name} must be true or false")),
+    };
+    Ok(SendText {
+        id: id.map(str::to_owned),
+        content: content.to_owned(),
+        run_immediately: option("run_immediately")?,
+        audio_response: option("audio_response")?,
+    })
+}
+
+/// `raw-audio` (`base64Audio`) or `raw-audio-batch` (`base64AudioBatch`): 16-bit PCM, mixed
+/// down to mono.
+fn raw_audio(data: &Value) -> Result<ClientMessage, String> {
+    let sample_rate = data["sampleRate"]
+        .as_u64()
+        .and_then(|r| u32::try_from(r).ok())
+        .filter(|r| RATES.contains(r))
+        .ok_or("raw-audio needs data.sampleRate between 8000 and 48000")?;
+    let channels = match data["numChannels"].as_u64() {
+        None | Some(1) => 1,
+        Some(2) => 2,
+        Some(_) => return Err("raw-audio's numChannels must be 1 or 2".into()),
+    };
+    let pieces: Vec<&str> = match (&data["base64Audio"], &data["base64AudioBatch"]) {
+        (Value::String(one), _) => vec![one],
+        (_, Value::Array(batch)) => batch.iter().filter_map(Value::as_str).collect(),
+        _ => return Err("raw-audio needs data.base64Audio".into()),
+    };
+    let mut samples = Vec::new();
+    for piece in pieces {
+        let pcm = crate::audio::pcm_from_base64(piece)
+            .map_err(|e| format!("raw-audio is not base64 16-bit PCM: {e}"))?;
+        if pcm.len() % channels != 0 {
+            return Err("raw-audio holds part of a stereo frame".into());
+        }
+        samples.extend(
+            pcm.chunks_exact(channels)
+                .map(|f| (f.iter().map(|&s| i32::from(s)).sum::<i32>() / channels as i32) as i16),
+        );
+    }
+    Ok(ClientMessage::Audio {
+        samples,
+        sample_rate,
+    })
+}
+
+/// `dtmf`'s keys: `data.buttons` (protocol 2.1 and later) or `data.button` (before).
+fn dtmf(data: &Value) -> Result<String, String> {
+    let keys: Vec<&Value> = match (&data["buttons"], &data["button"]) {
+        (Value::Array(keys), _) => keys.iter().collect(),
+        (_, key @ Value::String(_)) => vec![key],
+        _ => return Err("dtmf needs data.buttons".into()),
+    };
+    if keys.is_empty() || keys.len() > MAX_DTMF_KEYS {
+        return Err(format!("dtmf presses 1 to {MAX_DTMF_KEYS} keys"));
+    }
+    keys.into_iter()
+        .map(|key| match key.as_str() {
+            Some(k)
+                if k.len() == 1
+                    && k.chars()
+                        .all(|c| c.is_ascii_digit() || c == '*' || c == '#') =>
+            {
+                Ok(k.to_owned())
+            }
+            _ => Err(format!("{key} is not a keypad key (0-9, * or #)")),
+        })
+        .collect()
+}
+
+/// A `client-message`: voxide understands the eval harness's.
+fn eval_message(data: &Value) -> Result<EvalMessage, String> {
+    let payload = &data["d"];
+    match data["t"].as_str().unwrap_or_default() {
+        "eval-connect" => Ok(EvalMessage::Connect(
+            EvalFlags::deserialize(if payload.is_object() {
+                payload
+            } else {
+                &Value::Null
+            })
+            .unwrap_or_default(),
+        )),
+        "eval-configure" => {
+            let report_level =
+                match &payload["function_call_report_level"] {
+                    Value::Null => None,
+                    Value::Object(levels) => {
+                        let level = levels.get("*").ok_or(
+                            "eval-configure sets the report level for every function (\"*\") only",
+                        )?;
+                        Some(ReportLevel::deserialize(level).map_err(|_| {
+                            format!("{level} is not a report level (none, name, full)")
+                        })?)
+                    }
+                    _ => return Err("function_call_report_level must be an object".into()),
+                };
+            Ok(EvalMessage::Configure { report_level })
+        }
+        "eval-context" => {
+            let messages = payload["messages"]
+                .as_array()
+                .ok_or("eval-context needs d.messages")?;
+            if messages.len() > MAX_CONTEXT_MESSAGES {
+                return Err(format!(
+                    "eval-context sets at most {MAX_CONTEXT_MESSAGES} messages"
+                ));
+            }
+            messages
+                .iter()
+                .map(|m| {
+                    Message::deserialize(m).map_err(|e| format!("eval-context: a message: {e}"))
+                })
+                .collect::<Result<_, _>>()
+                .map(EvalMessage::Context)
+        }
+        "eval-cancel" => Ok(EvalMessage::Cancel),
+        "eval-image" => Err("eval-image: voxide's bots do not see images".into()),
+        other => Err(format!("unsupported client-message {other:?}")),
+    }
 }
 
 /// The answer to a client message of `len` bytes, over [`MAX_CLIENT_MESSAGE`].
@@ -117,20 +334,17 @@ impl Rtvi {
         if value.get("label").and_then(Value::as_str) != Some(LABEL) {
             return ClientMessage::Invalid(error_response(id, format!("expected label {LABEL:?}")));
         }
-        match kind {
-            "client-ready" => ClientMessage::Ready(self.ready(id, &value["data"]["version"])),
-            "send-text" => match value["data"]["content"].as_str() {
-                Some(content) if !content.trim().is_empty() => {
-                    ClientMessage::Text(content.to_owned())
-                }
-                _ => ClientMessage::Invalid(error_response(id, "send-text needs data.content")),
-            },
-            "disconnect-bot" => ClientMessage::Disconnect,
-            other => ClientMessage::Invalid(error_response(
-                id,
-                format!("unsupported message type {other:?}"),
-            )),
-        }
+        let data = &value["data"];
+        let parsed = match kind {
+            "client-ready" => Ok(ClientMessage::Ready(self.ready(id, &data["version"]))),
+            "send-text" => send_text(id, data).map(ClientMessage::Text),
+            "raw-audio" | "raw-audio-batch" => raw_audio(data),
+            "dtmf" => dtmf(data).map(ClientMessage::Dtmf),
+            "client-message" => eval_message(data).map(ClientMessage::Eval),
+            "disconnect-bot" => Ok(ClientMessage::Disconnect),
+            other => Err(format!("unsupported message type {other:?}")),
+        };
+        parsed.unwrap_or_else(|why| ClientMessage::Invalid(error_response(id, why)))
     }
 
     /// Negotiates the version; returns the replies to `client-ready`.
@@ -180,10 +394,22 @@ impl Rtvi {
             Event::UserStoppedSpeaking => ("user-stopped-speaking", Value::Null),
             Event::BotStartedSpeaking => ("bot-started-speaking", Value::Null),
             Event::BotStoppedSpeaking => ("bot-stopped-speaking", Value::Null),
-            Event::UserTranscription { text, is_final } => (
-                "user-transcription",
-                json!({"text": text, "final": is_final, "user_id": "user", "timestamp": ""}),
-            ),
+            Event::Interruption => ("bot-interrupted", Value::Null),
+            Event::UserTranscription { text, is_final } => {
+                // `user-input` is the current message; `user-transcription` stays for older
+                // clients.
+                let data =
+                    json!({"text": text, "final": is_final, "user_id": "user", "timestamp": ""});
+                let mut input = data.clone();
+                input["input_type"] = json!("transcription");
+                return vec![
+                    message("user-transcription", None, data),
+                    message("user-input", None, input),
+                ];
+            }
+            Event::LlmStarted => ("bot-llm-started", Value::Null),
+            Event::LlmText { text } => ("bot-llm-text", json!({"text": text})),
+            Event::LlmStopped => ("bot-llm-stopped", Value::Null),
             Event::BotText { text } => return self.bot_output(text),
             Event::ToolCallStarted {
                 name,
@@ -456,7 +682,12 @@ mod tests {
             rtvi.parse(
                 r#"{"label":"rtvi-ai","type":"send-text","id":"1","data":{"content":"hi"}}"#
             ),
-            ClientMessage::Text("hi".into())
+            ClientMessage::Text(SendText {
+                id: Some("1".into()),
+                content: "hi".into(),
+                run_immediately: true,
+                audio_response: true,
+            })
         );
         assert_eq!(
             rtvi.parse(r#"{"label":"rtvi-ai","type":"disconnect-bot","id":"2"}"#),
@@ -532,5 +763,215 @@ mod tests {
         assert_eq!(unpriced["data"]["tokens"][0]["cost_usd"], Value::Null);
         let second: Value = serde_json::from_str(&rtvi.render(&usage(Some(0.5)))[0]).expect("json");
         assert_eq!(second["data"]["tokens"][0]["session_cost_usd"], 0.75);
+    }
+
+    fn client(kind: &str, data: Value) -> String {
+        json!({"label": LABEL, "type": kind, "id": "m1", "data": data}).to_string()
+    }
+
+    fn refusal(message: ClientMessage) -> String {
+        let ClientMessage::Invalid(reply) = message else {
+            panic!("refused: {message:?}");
+        };
+        let reply: Value = serde_json::from_str(&reply).expect("json");
+        assert_eq!(reply["type"], "error-response");
+        assert_eq!(reply["id"], "m1");
+        reply["data"]["error"].as_str().expect("why").to_owned()
+    }
+
+    #[test]
+    fn send_text_options_default_to_pipecats_and_are_checked() {
+        let mut rtvi = Rtvi::new();
+        let ClientMessage::Text(text) = rtvi.parse(&client(
+            "send-text",
+            json!({"content": "Hi", "options": {"run_immediately": false, "audio_response": false}}),
+        )) else {
+            panic!("text");
+        };
+        assert!(!text.run_immediately && !text.audio_response);
+        assert_eq!(text.id.as_deref(), Some("m1"));
+        let why = refusal(rtvi.parse(&client(
+            "send-text",
+            json!({"content": "Hi", "options": {"run_immediately": "yes"}}),
+        )));
+        assert!(why.contains("run_immediately"), "{why}");
+    }
+
+    #[test]
+    fn raw_audio_is_decoded_mixed_to_mono_and_bounded() {
+        let mut rtvi = Rtvi::new();
+        let pcm = |samples: &[i16]| crate::audio::pcm_to_base64(samples);
+        assert_eq!(
+            rtvi.parse(&client(
+                "raw-audio",
+                json!({"base64Audio": pcm(&[1, -1, 300]), "sampleRate": 16000, "numChannels": 1})
+            )),
+            ClientMessage::Audio {
+                samples: vec![1, -1, 300],
+                sample_rate: 16_000
+            }
+        );
+        assert_eq!(
+            rtvi.parse(&client(
+                "raw-audio-batch",
+                json!({"base64AudioBatch": [pcm(&[100, 300]), pcm(&[-2, 0])], "sampleRate": 48000, "numChannels": 2})
+            )),
+            ClientMessage::Audio {
+                samples: vec![200, -1],
+                sample_rate: 48_000
+            }
+        );
+        for (data, expected) in [
+            (
+                json!({"base64Audio": pcm(&[1]), "sampleRate": 4000}),
+                "sampleRate",
+            ),
+            (
+                json!({"base64Audio": pcm(&[1]), "sampleRate": 16000, "numChannels": 6}),
+                "numChannels",
+            ),
+            (json!({"base64Audio": "AAE", "sampleRate": 16000}), "base64"),
+            (
+                json!({"base64Audio": pcm(&[1, 2, 3]), "sampleRate": 16000, "numChannels": 2}),
+                "stereo",
+            ),
+            (json!({"sampleRate": 16000}), "base64Audio"),
+        ] {
+            let why = refusal(rtvi.parse(&client("raw-audio", data)));
+            assert!(why.contains(expected), "{why}");
+        }
+    }
+
+    #[test]
+    fn dtmf_takes_keypad_keys_in_order() {
+        let mut rtvi = Rtvi::new();
+        assert_eq!(
+            rtvi.parse(&client("dtmf", json!({"buttons": ["1", "2", "#"]}))),
+            ClientMessage::Dtmf("12#".into())
+        );
+        assert_eq!(
+            rtvi.parse(&client("dtmf", json!({"button": "*"}))),
+            ClientMessage::Dtmf("*".into())
+        );
+        for data in [
+            json!({"buttons": []}),
+            json!({"buttons": ["12"]}),
+            json!({"buttons": ["A"]}),
+            json!({"buttons": vec!["1"; MAX_DTMF_KEYS + 1]}),
+        ] {
+            refusal(rtvi.parse(&client("dtmf", data)));
+        }
+    }
+
+    #[test]
+    fn the_eval_harness_messages_are_read() {
+        let mut rtvi = Rtvi::new();
+        let eval = |t: &str, d: Value| client("client-message", json!({"t": t, "d": d}));
+        let connect = eval(
+            "eval-connect",
+            json!({"skip_tts": true, "capture_bot_audio": false, "capture_bot_images": false}),
+        );
+        let flags = EvalFlags {
+            skip_tts: true,
+            capture_bot_audio: false,
+        };
+        assert_eq!(
+            rtvi.parse(&connect),
+            ClientMessage::Eval(EvalMessage::Connect(flags))
+        );
+        assert_eq!(eval_connect(&connect), Some(flags));
+        assert_eq!(eval_connect(&client("client-ready", json!({}))), None);
+        assert_eq!(
+            rtvi.parse(&eval(
+                "eval-configure",
+                json!({"function_call_report_level": {"*": "full"}, "vad_user_speaking": true})
+            )),
+            ClientMessage::Eval(EvalMessage::Configure {
+                report_level: Some(ReportLevel::Full)
+            })
+        );
+        assert_eq!(
+            rtvi.parse(&eval("eval-configure", json!({"llm_markers": true}))),
+            ClientMessage::Eval(EvalMessage::Configure { report_level: None })
+        );
+        let ClientMessage::Eval(EvalMessage::Context(messages)) = rtvi.parse(&eval(
+            "eval-context",
+            json!({"messages": [{"role": "user", "content": "I am Alex."}, {"role": "assistant", "content": "Hi Alex."}]}),
+        )) else {
+            panic!("context");
+        };
+        assert_eq!(
+            messages,
+            [Message::user("I am Alex."), Message::assistant("Hi Alex.")]
+        );
+        assert_eq!(
+            rtvi.parse(&eval("eval-cancel", json!({}))),
+            ClientMessage::Eval(EvalMessage::Cancel)
+        );
+        for (message, expected) in [
+            (
+                eval(
+                    "eval-configure",
+                    json!({"function_call_report_level": {"get_weather": "full"}}),
+                ),
+                "\"*\"",
+            ),
+            (
+                eval(
+                    "eval-configure",
+                    json!({"function_call_report_level": {"*": "everything"}}),
+                ),
+                "report level",
+            ),
+            (
+                eval("eval-context", json!({"messages": [{"role": "robot"}]})),
+                "a message",
+            ),
+            (
+                eval("eval-image", json!({"image": "", "format": "image/png"})),
+                "images",
+            ),
+            (eval("my-app", json!({})), "my-app"),
+        ] {
+            let why = refusal(rtvi.parse(&message));
+            assert!(why.contains(expected), "{why}");
+        }
+    }
+
+    #[test]
+    fn the_llms_response_interruptions_and_what_the_user_said_render_as_pipecat_sends_them() {
+        let mut rtvi = Rtvi::new();
+        let kinds = |rtvi: &mut Rtvi, event: Event| -> Vec<Value> {
+            rtvi.render(&event)
+                .iter()
+                .map(|m| serde_json::from_str(m).expect("json"))
+                .collect()
+        };
+        assert_eq!(
+            kinds(&mut rtvi, Event::LlmStarted)[0]["type"],
+            "bot-llm-started"
+        );
+        let text = kinds(&mut rtvi, Event::LlmText { text: "Hel".into() });
+        assert_eq!(text[0]["type"], "bot-llm-text");
+        assert_eq!(text[0]["data"]["text"], "Hel");
+        assert_eq!(
+            kinds(&mut rtvi, Event::LlmStopped)[0]["type"],
+            "bot-llm-stopped"
+        );
+        assert_eq!(
+            kinds(&mut rtvi, Event::Interruption)[0]["type"],
+            "bot-interrupted"
+        );
+        let said = kinds(
+            &mut rtvi,
+            Event::UserTranscription {
+                text: "Hello.".into(),
+                is_final: true,
+            },
+        );
+        assert_eq!(said[1]["type"], "user-input");
+        assert_eq!(said[1]["data"]["input_type"], "transcription");
+        assert_eq!(said[1]["data"]["final"], true);
+        assert_eq!(said[1]["data"]["text"], "Hello.");
     }
 }

@@ -7,6 +7,11 @@
 //! sends every session event as one object (the same objects `voxide run --events` writes, with
 //! `type` and `t_ms`) and `{"type":"error","message":"..."}` for a message it could not use.
 //!
+//! **RTVI** (`/ws`, when the client's first message is an RTVI message, as pipecat's clients and
+//! its eval harness send): JSON text messages only, read and written by [`super::rtvi`]. The
+//! user's audio comes as `raw-audio`; the bot's goes out as `eval-bot-audio` when the client
+//! asks for it (`?capture_bot_audio=true`, or `eval-connect`), else not at all.
+//!
 //! **Twilio Media Streams** (`/ws/twilio`): JSON text messages only. In: `connected`, `start`
 //! (the stream id), `media` (base64 μ-law at 8 kHz), `mark`, `dtmf`, `stop`. Out: `media` with
 //! the bot's audio as base64 μ-law at 8 kHz, and `clear` when the user interrupts, so Twilio
@@ -16,8 +21,9 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
-use crate::audio::mulaw;
+use super::rtvi::{self, ClientMessage, EvalFlags, EvalMessage, Rtvi};
 use crate::audio::resample::StreamResampler;
+use crate::audio::{mulaw, pcm_to_base64};
 use crate::events::SessionEvent;
 
 /// A message on the socket, either way.
@@ -43,6 +49,8 @@ pub enum Inbound {
     Text(String),
     /// A telephone call's stream began (Twilio's `start`).
     Call(Call),
+    /// An RTVI message.
+    Rtvi(ClientMessage),
     /// The client is done.
     Stop,
     /// Nothing to do (a keep-alive, a mark, the stream's metadata).
@@ -69,6 +77,8 @@ pub enum Outbound {
     Clear,
     /// A client message could not be used.
     Error(String),
+    /// A message already in the client's dialect (an RTVI reply).
+    Text(String),
 }
 
 /// Why a client message could not be used.
@@ -94,9 +104,21 @@ pub enum Framing {
     Pcm {
         /// The client's input rate.
         input_rate: u32,
+        /// Until the client's first message: what an RTVI client asked for in the URL, should
+        /// that message be RTVI.
+        rtvi: Option<EvalFlags>,
     },
+    /// RTVI JSON messages.
+    Rtvi(Box<RtviState>),
     /// Twilio Media Streams.
     Twilio(Box<TwilioState>),
+}
+
+/// What an RTVI connection remembers.
+pub struct RtviState {
+    rtvi: Rtvi,
+    /// The bot's audio goes to the client (`eval-bot-audio`).
+    capture_audio: bool,
 }
 
 /// What a Twilio connection remembers.
@@ -110,9 +132,21 @@ pub struct TwilioState {
 pub const TWILIO_RATE: u32 = 8_000;
 
 impl Framing {
-    /// voxide's framing with input audio at `input_rate`.
-    pub fn pcm(input_rate: u32) -> Self {
-        Self::Pcm { input_rate }
+    /// voxide's framing with input audio at `input_rate`; RTVI, with `flags`, if the client's
+    /// first message is RTVI.
+    pub fn pcm(input_rate: u32, flags: EvalFlags) -> Self {
+        Self::Pcm {
+            input_rate,
+            rtvi: Some(flags),
+        }
+    }
+
+    /// RTVI framing: the bot's audio goes out when `flags` capture it.
+    pub fn rtvi(flags: EvalFlags) -> Self {
+        Self::Rtvi(Box::new(RtviState {
+            rtvi: Rtvi::new(),
+            capture_audio: flags.capture_bot_audio,
+        }))
     }
 
     /// Twilio Media Streams framing.
@@ -122,8 +156,15 @@ impl Framing {
 
     /// Reads one client message.
     pub fn decode(&mut self, message: WsMessage) -> Result<Inbound, FramingError> {
+        if let (Self::Pcm { rtvi, .. }, message) = (&mut *self, &message)
+            && let Some(flags) = rtvi.take()
+            && let WsMessage::Text(text) = message
+            && rtvi::is_rtvi(text)
+        {
+            *self = Self::rtvi(flags);
+        }
         match (self, message) {
-            (Self::Pcm { input_rate }, WsMessage::Binary(bytes)) => {
+            (Self::Pcm { input_rate, .. }, WsMessage::Binary(bytes)) => {
                 if bytes.len() % 2 != 0 {
                     return Err(FramingError::OddAudio(bytes.len()));
                 }
@@ -152,6 +193,16 @@ impl Framing {
                     None => Err(FramingError::Malformed("no \"type\"".into())),
                 }
             }
+            (Self::Rtvi(state), WsMessage::Text(text)) => {
+                let message = state.rtvi.parse(&text);
+                if let ClientMessage::Eval(EvalMessage::Connect(flags)) = &message {
+                    state.capture_audio = flags.capture_bot_audio;
+                }
+                Ok(Inbound::Rtvi(message))
+            }
+            (Self::Rtvi(_), WsMessage::Binary(_)) => Err(FramingError::Format(
+                "RTVI clients send JSON text messages only (audio as raw-audio)".into(),
+            )),
             (Self::Twilio(_), WsMessage::Binary(_)) => Err(FramingError::Format(
                 "Twilio Media Streams send JSON text messages only".into(),
             )),
@@ -159,28 +210,45 @@ impl Framing {
         }
     }
 
-    /// Writes one server message; `None` when this dialect has nothing to send for it.
-    pub fn encode(&mut self, message: Outbound) -> Option<WsMessage> {
-        match (self, message) {
+    /// Writes one server message: none, one or several in this dialect.
+    pub fn encode(&mut self, message: Outbound) -> Vec<WsMessage> {
+        let one = match (self, message) {
+            (_, Outbound::Text(text)) => Some(WsMessage::Text(text)),
             (Self::Pcm { .. }, Outbound::Audio(samples, _)) => Some(WsMessage::Binary(
                 samples.iter().flat_map(|s| s.to_le_bytes()).collect(),
             )),
             (Self::Pcm { .. }, Outbound::Event(event)) => {
                 serde_json::to_string(&event).ok().map(WsMessage::Text)
             }
-            (Self::Pcm { .. }, Outbound::Clear) => None,
+            (Self::Pcm { .. } | Self::Rtvi(_), Outbound::Clear) => None,
             (Self::Pcm { .. } | Self::Twilio(_), Outbound::Error(message)) => Some(
                 WsMessage::Text(json!({"type": "error", "message": message}).to_string()),
             ),
-            (Self::Twilio(state), Outbound::Audio(samples, rate)) => state.media(&samples, rate),
-            (Self::Twilio(state), Outbound::Clear) => {
-                let sid = state.stream_sid.clone()?;
-                Some(WsMessage::Text(
-                    json!({"event": "clear", "streamSid": sid}).to_string(),
-                ))
+            (Self::Rtvi(state), Outbound::Event(event)) => {
+                return state
+                    .rtvi
+                    .render(&event.event)
+                    .into_iter()
+                    .map(WsMessage::Text)
+                    .collect();
             }
+            (Self::Rtvi(state), Outbound::Audio(samples, rate)) => state.capture_audio.then(|| {
+                WsMessage::Text(
+                    json!({"label": rtvi::LABEL, "type": "eval-bot-audio",
+                        "data": {"audio": pcm_to_base64(&samples), "sampleRate": rate}})
+                    .to_string(),
+                )
+            }),
+            (Self::Rtvi(_), Outbound::Error(message)) => {
+                Some(WsMessage::Text(rtvi::error(&message)))
+            }
+            (Self::Twilio(state), Outbound::Audio(samples, rate)) => state.media(&samples, rate),
+            (Self::Twilio(state), Outbound::Clear) => state.stream_sid.as_ref().map(|sid| {
+                WsMessage::Text(json!({"event": "clear", "streamSid": sid}).to_string())
+            }),
             (Self::Twilio(_), Outbound::Event(_)) => None,
-        }
+        };
+        one.into_iter().collect()
     }
 }
 
@@ -294,16 +362,16 @@ mod tests {
 
     #[test]
     fn pcm_audio_round_trips_as_little_endian_bytes() {
-        let mut framing = Framing::pcm(16_000);
+        let mut framing = Framing::pcm(16_000, EvalFlags::default());
         let samples = vec![0i16, 1, -1, i16::MAX, i16::MIN, 1234];
-        let Some(WsMessage::Binary(bytes)) =
-            framing.encode(Outbound::Audio(samples.clone(), 16_000))
+        let [WsMessage::Binary(bytes)] =
+            &framing.encode(Outbound::Audio(samples.clone(), 16_000))[..]
         else {
             panic!("binary audio");
         };
         assert_eq!(&bytes[..4], &[0, 0, 1, 0]);
         assert_eq!(
-            framing.decode(WsMessage::Binary(bytes)),
+            framing.decode(WsMessage::Binary(bytes.clone())),
             Ok(Inbound::Audio {
                 samples,
                 sample_rate: 16_000
@@ -317,7 +385,7 @@ mod tests {
 
     #[test]
     fn pcm_text_messages_are_checked() {
-        let mut framing = Framing::pcm(16_000);
+        let mut framing = Framing::pcm(16_000, EvalFlags::default());
         let text = |s: &str| WsMessage::Text(s.to_owned());
         assert_eq!(
             framing.decode(text(r#"{"type":"text","text":"hi"}"#)),
@@ -356,7 +424,7 @@ mod tests {
             Ok(Inbound::Nothing)
         );
         // No stream yet: nothing can be addressed.
-        assert_eq!(framing.encode(Outbound::Clear), None);
+        assert!(framing.encode(Outbound::Clear).is_empty());
         let start = json!({
             "event": "start", "sequenceNumber": "1", "streamSid": "MZ123",
             "start": {"streamSid": "MZ123", "accountSid": "AC1", "callSid": "CA1",
@@ -380,11 +448,11 @@ mod tests {
                 sample_rate: 8_000
             })
         );
-        let Some(WsMessage::Text(out)) = framing.encode(Outbound::Audio(vec![0; 160], 8_000))
+        let [WsMessage::Text(out)] = &framing.encode(Outbound::Audio(vec![0; 160], 8_000))[..]
         else {
             panic!("media out");
         };
-        let out: Value = serde_json::from_str(&out).expect("json");
+        let out: Value = serde_json::from_str(out).expect("json");
         assert_eq!(out["event"], "media");
         assert_eq!(out["streamSid"], "MZ123");
         let bytes = STANDARD
@@ -393,9 +461,9 @@ mod tests {
         assert_eq!(bytes, vec![0xff; 160]);
         assert_eq!(
             framing.encode(Outbound::Clear),
-            Some(WsMessage::Text(
+            [WsMessage::Text(
                 r#"{"event":"clear","streamSid":"MZ123"}"#.into()
-            ))
+            )]
         );
         assert_eq!(
             framing.decode(text(
@@ -429,5 +497,68 @@ mod tests {
             framing.decode(WsMessage::Binary(vec![0, 0])),
             Err(FramingError::Format(_))
         ));
+    }
+
+    #[test]
+    fn a_client_whose_first_message_is_rtvi_speaks_rtvi_from_then_on() {
+        let flags = EvalFlags {
+            skip_tts: true,
+            capture_bot_audio: false,
+        };
+        let mut framing = Framing::pcm(16_000, flags);
+        let ready = json!({"label": "rtvi-ai", "type": "client-ready", "id": "r",
+            "data": {"version": "2.2.0"}});
+        let Ok(Inbound::Rtvi(ClientMessage::Ready(replies))) =
+            framing.decode(WsMessage::Text(ready.to_string()))
+        else {
+            panic!("an RTVI handshake");
+        };
+        assert!(replies[0].contains("bot-ready"));
+        assert!(matches!(
+            framing.decode(WsMessage::Binary(vec![0, 0])),
+            Err(FramingError::Format(_))
+        ));
+        // Its events are RTVI; the bot's audio is not sent unless asked for.
+        let event = SessionEvent {
+            elapsed: std::time::Duration::ZERO,
+            event: crate::events::Event::LlmText { text: "Hi".into() },
+        };
+        let [WsMessage::Text(out)] = &framing.encode(Outbound::Event(event))[..] else {
+            panic!("one message");
+        };
+        assert!(out.contains("bot-llm-text"), "{out}");
+        assert!(
+            framing
+                .encode(Outbound::Audio(vec![1; 160], 24_000))
+                .is_empty()
+        );
+        // eval-connect asks for it.
+        let connect = json!({"label": "rtvi-ai", "type": "client-message", "id": "c",
+            "data": {"t": "eval-connect", "d": {"capture_bot_audio": true}}});
+        assert!(matches!(
+            framing.decode(WsMessage::Text(connect.to_string())),
+            Ok(Inbound::Rtvi(ClientMessage::Eval(EvalMessage::Connect(_))))
+        ));
+        let [WsMessage::Text(audio)] = &framing.encode(Outbound::Audio(vec![1; 160], 24_000))[..]
+        else {
+            panic!("the bot's audio");
+        };
+        let audio: Value = serde_json::from_str(audio).expect("json");
+        assert_eq!(audio["type"], "eval-bot-audio");
+        assert_eq!(audio["data"]["sampleRate"], 24_000);
+    }
+
+    #[test]
+    fn a_client_whose_first_message_is_audio_keeps_voxides_framing() {
+        let mut framing = Framing::pcm(16_000, EvalFlags::default());
+        assert!(matches!(
+            framing.decode(WsMessage::Binary(vec![0, 0])),
+            Ok(Inbound::Audio { .. })
+        ));
+        let ready = json!({"label": "rtvi-ai", "type": "client-ready", "data": {}});
+        assert_eq!(
+            framing.decode(WsMessage::Text(ready.to_string())),
+            Err(FramingError::Unknown("client-ready".into()))
+        );
     }
 }

@@ -77,6 +77,15 @@ pub enum Event {
         #[serde(rename = "final")]
         is_final: bool,
     },
+    /// The LLM started a response.
+    LlmStarted,
+    /// A piece of the LLM's response, as it streams.
+    LlmText {
+        /// The piece.
+        text: String,
+    },
+    /// The LLM's response is complete.
+    LlmStopped,
     /// What the bot says, a sentence at a time, as it goes to the voice.
     BotText {
         /// The words.

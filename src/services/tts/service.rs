@@ -220,6 +220,10 @@ impl FrameProcessor for TtsService {
             FrameBody::System(
                 SystemFrame::VadUserStartedSpeaking | SystemFrame::VadSpeechResumed,
             ) => self.ahead = None,
+            // A text session: the words go on unspoken, for the assistant aggregator to keep.
+            FrameBody::Data(DataFrame::LlmText(_) | DataFrame::Text(_)) if self.params.skip_tts => {
+            }
+            FrameBody::Data(DataFrame::TtsGuess { .. }) if self.params.skip_tts => return Ok(()),
             FrameBody::Data(DataFrame::TtsGuess { id, text }) => {
                 // Too late once a response is under way: it brings its own words.
                 if !self.responding && self.engine.text_unit() == TextUnit::Sentence {

@@ -113,10 +113,14 @@ impl Frame {
             FrameBody::Data(d) => match d {
                 // The user's words are input, like the user's audio: an interruption is about
                 // the bot's output and never loses them.
+                // So are the messages a client adds or sets (typed text, a keypad entry): one
+                // that interrupts the bot queues them right behind the interruption.
                 DataFrame::FunctionCallResult(_)
                 | DataFrame::Transcription(_)
                 | DataFrame::InterimTranscription(_)
-                | DataFrame::UserTurn(_) => true,
+                | DataFrame::UserTurn(_)
+                | DataFrame::LlmMessagesAppend { .. }
+                | DataFrame::LlmMessagesUpdate { .. } => true,
                 DataFrame::OutputAudio(_)
                 | DataFrame::Text(_)
                 | DataFrame::LlmText(_)
@@ -125,8 +129,6 @@ impl Frame {
                 | DataFrame::UserTurnGuess { .. }
                 | DataFrame::LlmGuess { .. }
                 | DataFrame::TtsGuess { .. }
-                | DataFrame::LlmMessagesAppend { .. }
-                | DataFrame::LlmMessagesUpdate { .. }
                 | DataFrame::LlmSetTools(_)
                 | DataFrame::LlmRun
                 | DataFrame::TransportMessage(_) => false,
@@ -458,6 +460,9 @@ pub struct StartParams {
     pub enable_metrics: bool,
     /// Whether services report token and character usage.
     pub enable_usage_metrics: bool,
+    /// The bot answers in text: the voice passes the LLM's words on unspoken (a text client,
+    /// or pipecat's eval harness in text mode).
+    pub skip_tts: bool,
 }
 
 impl Default for StartParams {
@@ -468,6 +473,7 @@ impl Default for StartParams {
             allow_interruptions: true,
             enable_metrics: false,
             enable_usage_metrics: false,
+            skip_tts: false,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The queues between stages and the handle that pushes frames into them.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -36,6 +37,26 @@ pub(crate) struct Mailbox {
     system: mpsc::UnboundedSender<Item>,
     data: mpsc::Sender<Item>,
     audio: Arc<AtomicUsize>,
+    order: Arc<Order>,
+}
+
+/// One order across a stage's two queues: how many data frames were queued, and for each
+/// interruption in the system queue, how many of them were queued before it. An interruption
+/// discards what was queued before it, never what its sender pushed after it (a typed message
+/// that interrupts the bot comes right behind its interruption).
+#[derive(Debug, Default)]
+struct Order {
+    queued: AtomicU64,
+    /// For each interruption queued and not yet taken, `queued` when it was sent.
+    interruptions: Mutex<VecDeque<u64>>,
+    /// For the interruption taken last, the data frames queued before it.
+    boundary: AtomicU64,
+}
+
+impl Order {
+    fn interruptions(&self) -> std::sync::MutexGuard<'_, VecDeque<u64>> {
+        self.interruptions.lock().unwrap_or_else(|p| p.into_inner())
+    }
 }
 
 impl Mailbox {
@@ -48,13 +69,55 @@ impl Mailbox {
 /// The receiving side of one stage's queues.
 pub(crate) struct Inbox {
     pub(crate) system: SystemInbox,
-    pub(crate) data: mpsc::Receiver<Item>,
+    pub(crate) data: DataInbox,
 }
 
 /// A stage's system queue, with its count of user audio.
 pub(crate) struct SystemInbox {
     queue: mpsc::UnboundedReceiver<Item>,
     audio: Arc<AtomicUsize>,
+    order: Arc<Order>,
+}
+
+/// A stage's data queue, counting what it took.
+pub(crate) struct DataInbox {
+    queue: mpsc::Receiver<Item>,
+    order: Arc<Order>,
+    taken: u64,
+}
+
+impl DataInbox {
+    /// The next data frame. Cancel safe.
+    pub(crate) async fn recv(&mut self) -> Option<Item> {
+        let item = self.queue.recv().await?;
+        self.taken += 1;
+        Some(item)
+    }
+
+    /// The next data frame, if one is queued.
+    pub(crate) fn try_recv(&mut self) -> Option<Item> {
+        let item = self.queue.try_recv().ok()?;
+        self.taken += 1;
+        Some(item)
+    }
+
+    fn close(&mut self) {
+        self.queue.close();
+    }
+
+    /// Takes the data frames queued before the interruption taken last from the system queue:
+    /// those it may discard. What came after it stays queued.
+    pub(crate) fn before_interruption(&mut self) -> Vec<Item> {
+        let boundary = self.order.boundary.load(Ordering::SeqCst);
+        let mut before = Vec::new();
+        while self.taken < boundary {
+            match self.try_recv() {
+                Some(item) => before.push(item),
+                None => break,
+            }
+        }
+        before
+    }
 }
 
 fn is_input_audio(frame: &Frame) -> bool {
@@ -64,6 +127,15 @@ fn is_input_audio(frame: &Frame) -> bool {
 impl Mailbox {
     /// Queues a system frame; user audio past twice [`AUDIO_BACKLOG`] is dropped and counted.
     fn send_system(&self, item: Item) -> Result<(), PushError> {
+        if item.0.is_interruption() {
+            // Noted and sent under one lock, so the notes keep the interruptions' order.
+            let mut interruptions = self.order.interruptions();
+            interruptions.push_back(self.order.queued.load(Ordering::SeqCst));
+            return self.system.send(item).map_err(|_| {
+                interruptions.pop_back();
+                PushError::Closed
+            });
+        }
         let audio = is_input_audio(&item.0);
         if audio && self.audio.fetch_add(1, Ordering::Relaxed) >= 2 * AUDIO_BACKLOG {
             self.audio.fetch_sub(1, Ordering::Relaxed);
@@ -85,6 +157,10 @@ impl SystemInbox {
     pub(crate) async fn recv(&mut self) -> Option<Item> {
         loop {
             let item = self.queue.recv().await?;
+            if item.0.is_interruption() {
+                let before = self.order.interruptions().pop_front().unwrap_or(0);
+                self.order.boundary.store(before, Ordering::SeqCst);
+            }
             if is_input_audio(&item.0) {
                 let behind = self.audio.fetch_sub(1, Ordering::Relaxed).saturating_sub(1);
                 if behind >= AUDIO_BACKLOG {
@@ -119,21 +195,42 @@ impl Inbox {
 pub(crate) fn mailbox(name: Arc<str>, audio: &Arc<AtomicUsize>) -> (Mailbox, Inbox) {
     let (system_tx, system_rx) = mpsc::unbounded_channel();
     let (data_tx, data_rx) = mpsc::channel(DATA_QUEUE_CAPACITY);
+    let order = Arc::new(Order::default());
     (
         Mailbox {
             name,
             system: system_tx,
             data: data_tx,
             audio: audio.clone(),
+            order: order.clone(),
         },
         Inbox {
             system: SystemInbox {
                 queue: system_rx,
                 audio: audio.clone(),
+                order: order.clone(),
             },
-            data: data_rx,
+            data: DataInbox {
+                queue: data_rx,
+                order,
+                taken: 0,
+            },
         },
     )
+}
+
+/// Room in a neighbour's data queue for one frame.
+pub(crate) struct Reserved<'a> {
+    permit: mpsc::Permit<'a, Item>,
+    order: &'a Order,
+}
+
+impl Reserved<'_> {
+    /// Queues the frame.
+    pub(crate) fn send(self, item: Item) {
+        self.permit.send(item);
+        self.order.queued.fetch_add(1, Ordering::SeqCst);
+    }
 }
 
 /// Why a push did not arrive.
@@ -211,7 +308,13 @@ impl FramePusher {
         if item.0.is_system() {
             return target.send_system(item);
         }
-        target.data.send(item).await.map_err(|_| PushError::Closed)
+        target
+            .data
+            .send(item)
+            .await
+            .map_err(|_| PushError::Closed)?;
+        target.order.queued.fetch_add(1, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Reports a non-fatal error upstream, as this stage's.
@@ -241,7 +344,10 @@ impl FramePusher {
             return TryPush::Sent;
         }
         match target.data.try_send(item) {
-            Ok(()) => TryPush::Sent,
+            Ok(()) => {
+                target.order.queued.fetch_add(1, Ordering::SeqCst);
+                TryPush::Sent
+            }
             Err(mpsc::error::TrySendError::Full(item)) => TryPush::Full(item),
             Err(mpsc::error::TrySendError::Closed(item)) => {
                 tracing::trace!(stage = %self.name, frame = item.0.name(), "neighbour stopped; dropped");
@@ -255,9 +361,13 @@ impl FramePusher {
     /// # Cancel safety
     /// Cancel safe: if dropped while waiting, the item was not sent and the caller still has it
     /// (the future only borrows the direction).
-    pub(crate) async fn reserve(&self, direction: Direction) -> Option<mpsc::Permit<'_, Item>> {
+    pub(crate) async fn reserve(&self, direction: Direction) -> Option<Reserved<'_>> {
         let target = self.target(direction)?;
-        target.data.reserve().await.ok()
+        let permit = target.data.reserve().await.ok()?;
+        Some(Reserved {
+            permit,
+            order: &target.order,
+        })
     }
 
     pub(crate) fn target(&self, direction: Direction) -> Option<&Mailbox> {
@@ -287,7 +397,7 @@ impl FramePusher {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frames::AudioFrame;
+    use crate::frames::{AudioFrame, DataFrame};
 
     fn audio(n: i16) -> Item {
         let frame = SystemFrame::InputAudio(AudioFrame::new(vec![n; 320], 16_000, 1));
@@ -322,5 +432,46 @@ mod tests {
         let newest = (2 * AUDIO_BACKLOG - AUDIO_BACKLOG) as i16..(2 * AUDIO_BACKLOG) as i16;
         assert_eq!(heard, newest.collect::<Vec<_>>(), "the oldest went");
         assert_eq!(count.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn an_interruption_discards_what_was_queued_before_it_not_what_came_after() {
+        let count = Arc::new(AtomicUsize::new(0));
+        let (mailbox, mut inbox) = mailbox(Arc::from("stage"), &count);
+        let text = |t: &str| {
+            (
+                Frame::new(DataFrame::LlmText(t.into())),
+                Direction::Downstream,
+            )
+        };
+        let send = |item: Item| {
+            mailbox.data.try_send(item).expect("room");
+            mailbox.order.queued.fetch_add(1, Ordering::SeqCst);
+        };
+        send(text("stale"));
+        mailbox
+            .send_system((Frame::new(SystemFrame::Interruption), Direction::Downstream))
+            .expect("open");
+        // What the interrupting stage pushed right after it: queued before the stage behind
+        // takes the interruption.
+        send(text("fresh"));
+        let (taken, _) = inbox.system.recv().await.expect("the interruption");
+        assert!(taken.is_interruption());
+        let before: Vec<String> = inbox
+            .data
+            .before_interruption()
+            .into_iter()
+            .map(|(f, _)| format!("{:?}", f.body))
+            .collect();
+        assert_eq!(before.len(), 1);
+        assert!(before[0].contains("stale"), "{before:?}");
+        let (after, _) = inbox.data.try_recv().expect("still queued");
+        assert!(format!("{:?}", after.body).contains("fresh"));
+        // A second interruption with nothing before it takes nothing.
+        mailbox
+            .send_system((Frame::new(SystemFrame::Interruption), Direction::Downstream))
+            .expect("open");
+        inbox.system.recv().await.expect("the second");
+        assert!(inbox.data.before_interruption().is_empty());
     }
 }

@@ -7,7 +7,7 @@ use std::task::Poll;
 
 use tokio::task::JoinSet;
 
-use super::link::{FramePusher, Inbox, Item, TryPush};
+use super::link::{DataInbox, FramePusher, Inbox, Item, TryPush};
 use super::processor::{FrameContext, FrameProcessor, Job, ProcessorError};
 use crate::frames::Direction;
 use crate::frames::{ErrorFrame, Frame, FrameBody, SystemFrame};
@@ -134,8 +134,8 @@ impl<P: FrameProcessor> Node<P> {
             let item = match self.kept.pop_front() {
                 Some(item) => item,
                 None => match self.inbox.data.try_recv() {
-                    Ok(item) => item,
-                    Err(_) => return,
+                    Some(item) => item,
+                    None => return,
                 },
             };
             self.on_data(item);
@@ -204,7 +204,7 @@ impl<P: FrameProcessor> Node<P> {
         }
         self.unsent.retain(|(f, _)| f.is_uninterruptible());
         self.kept.retain(|(f, _)| f.is_uninterruptible());
-        while let Ok(item) = self.inbox.data.try_recv() {
+        for item in self.inbox.data.before_interruption() {
             if item.0.is_uninterruptible() {
                 self.kept.push_back(item);
             } else {
@@ -328,10 +328,7 @@ async fn send_unsent(pusher: &FramePusher, unsent: &mut VecDeque<Item>) {
     }
 }
 
-async fn next_data(
-    kept: &mut VecDeque<Item>,
-    data: &mut tokio::sync::mpsc::Receiver<Item>,
-) -> Option<Item> {
+async fn next_data(kept: &mut VecDeque<Item>, data: &mut DataInbox) -> Option<Item> {
     match kept.pop_front() {
         Some(item) => Some(item),
         None => data.recv().await,

@@ -128,11 +128,8 @@ impl Router {
         let mut items = vec![item];
         if items[0].0.is_interruption() {
             // The interruption goes first; queued frames that survive it follow.
-            while let Ok(queued) = self.outer_inbox.data.try_recv() {
-                if queued.0.is_uninterruptible() {
-                    items.push(queued);
-                }
-            }
+            let survivors = self.outer_inbox.data.before_interruption();
+            items.extend(survivors.into_iter().filter(|q| q.0.is_uninterruptible()));
         }
         for (frame, direction) in items {
             if self.branches.is_empty() {

@@ -563,6 +563,9 @@ impl Observer for EventObserver {
             FrameBody::Data(DataFrame::TtsText(t)) if t.spoken => Event::BotText {
                 text: t.text.clone(),
             },
+            FrameBody::Control(ControlFrame::LlmFullResponseStart) => Event::LlmStarted,
+            FrameBody::Data(DataFrame::LlmText(text)) => Event::LlmText { text: text.clone() },
+            FrameBody::Control(ControlFrame::LlmFullResponseEnd) => Event::LlmStopped,
             FrameBody::Control(ControlFrame::FunctionCallInProgress(call)) => {
                 Event::ToolCallStarted {
                     name: call.function_name.clone(),
