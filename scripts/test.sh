@@ -32,6 +32,9 @@ scripts/cluster.sh --sessions 6
 echo "test: a 2-minute soak on the stand-ins, its goals enforced (scripts/soak.sh)"
 scripts/soak.sh --minutes 2 --concurrency 6
 
+echo "test: voxide's scenarios under pipecat's own eval harness (scripts/evals.sh)"
+scripts/evals.sh
+
 # Last, so its summary is the closing line.
 echo "test: unit, behaviour and example tests"
 if command -v cargo-nextest >/dev/null 2>&1; then

@@ -29,6 +29,8 @@ const MAJOR: u64 = 2;
 const LEGACY_MAJOR: u64 = 1;
 /// The largest client message read; a larger one is answered with `error-response` unread.
 pub const MAX_CLIENT_MESSAGE: usize = 64 * 1024;
+/// Sentences the voice has made and the bot not yet started to say, held for the client.
+const MAX_HELD_SENTENCES: usize = 64;
 /// The most keys one `dtmf` message may press.
 pub const MAX_DTMF_KEYS: usize = 32;
 /// The most messages one `eval-context` may set.
@@ -308,6 +310,11 @@ pub fn fatal_error(text: &str) -> String {
 pub struct Rtvi {
     legacy: bool,
     segments: u64,
+    /// The bot is playing audio.
+    speaking: bool,
+    /// What the voice will say once the bot starts speaking: the client gets each sentence as
+    /// it is heard, as pipecat sends it (at most [`MAX_HELD_SENTENCES`]).
+    held: Vec<String>,
     /// Dollars the session's LLM calls cost so far (those with a known price).
     session_cost_usd: f64,
 }
@@ -392,9 +399,22 @@ impl Rtvi {
             Event::UserMuteStopped => ("user-mute-stopped", Value::Null),
             Event::UserStartedSpeaking => ("user-started-speaking", Value::Null),
             Event::UserStoppedSpeaking => ("user-stopped-speaking", Value::Null),
-            Event::BotStartedSpeaking => ("bot-started-speaking", Value::Null),
-            Event::BotStoppedSpeaking => ("bot-stopped-speaking", Value::Null),
-            Event::Interruption => ("bot-interrupted", Value::Null),
+            Event::BotStartedSpeaking => {
+                self.speaking = true;
+                let held = std::mem::take(&mut self.held);
+                let mut out = vec![message("bot-started-speaking", None, Value::Null)];
+                out.extend(held.iter().flat_map(|text| self.bot_output(text)));
+                return out;
+            }
+            Event::BotStoppedSpeaking => {
+                self.speaking = false;
+                ("bot-stopped-speaking", Value::Null)
+            }
+            Event::Interruption => {
+                // Sentences not yet heard never will be.
+                self.held.clear();
+                ("bot-interrupted", Value::Null)
+            }
             Event::UserTranscription { text, is_final } => {
                 // `user-input` is the current message; `user-transcription` stays for older
                 // clients.
@@ -410,6 +430,12 @@ impl Rtvi {
             Event::LlmStarted => ("bot-llm-started", Value::Null),
             Event::LlmText { text } => ("bot-llm-text", json!({"text": text})),
             Event::LlmStopped => ("bot-llm-stopped", Value::Null),
+            Event::BotText { text } if !self.speaking => {
+                if self.held.len() < MAX_HELD_SENTENCES {
+                    self.held.push(text.clone());
+                }
+                return Vec::new();
+            }
             Event::BotText { text } => return self.bot_output(text),
             Event::ToolCallStarted {
                 name,
@@ -605,6 +631,7 @@ mod tests {
     }
 
     fn bot_output(rtvi: &mut Rtvi) -> Value {
+        rtvi.render(&Event::BotStartedSpeaking);
         let rendered = rtvi.render(&Event::BotText {
             text: "It is sunny.".into(),
         });
@@ -973,5 +1000,42 @@ mod tests {
         assert_eq!(said[1]["data"]["input_type"], "transcription");
         assert_eq!(said[1]["data"]["final"], true);
         assert_eq!(said[1]["data"]["text"], "Hello.");
+    }
+
+    #[test]
+    fn what_the_voice_will_say_reaches_the_client_as_the_bot_says_it() {
+        let mut rtvi = Rtvi::new();
+        let kinds = |messages: Vec<String>| -> Vec<String> {
+            messages
+                .iter()
+                .map(|m| {
+                    serde_json::from_str::<Value>(m).expect("json")["type"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_owned()
+                })
+                .collect()
+        };
+        let said = |text: &str| Event::BotText { text: text.into() };
+        assert!(
+            rtvi.render(&said("It is noon.")).is_empty(),
+            "held until heard"
+        );
+        assert_eq!(
+            kinds(rtvi.render(&Event::BotStartedSpeaking)),
+            ["bot-started-speaking", "bot-output", "bot-tts-text"]
+        );
+        assert_eq!(
+            kinds(rtvi.render(&said("And sunny."))),
+            ["bot-output", "bot-tts-text"]
+        );
+        rtvi.render(&Event::BotStoppedSpeaking);
+        // An interruption drops what was never heard.
+        assert!(rtvi.render(&said("Unheard.")).is_empty());
+        rtvi.render(&Event::Interruption);
+        assert_eq!(
+            kinds(rtvi.render(&Event::BotStartedSpeaking)),
+            ["bot-started-speaking"]
+        );
     }
 }
