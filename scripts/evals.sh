@@ -5,19 +5,24 @@
 # stand-ins (tests/evals/bots/stand_ins.toml). Text and recorded-audio turns; no judge is needed
 # (the scenarios assert on events, text, function calls). Exits non-zero if any scenario fails.
 #
-#   scripts/evals.sh [--release] [--set embedded|stand_ins|all] [--out DIR]
+#   scripts/evals.sh [--release] [--set embedded|stand_ins|all] [--out DIR] [--setup-only]
+#
+# --setup-only installs the harness (target/venv-evals) and builds voxide, and stops there
+# (scripts/pipecat_evals.sh uses it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PROFILE=debug
 SET=all
 OUT=target/evals
+SETUP_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --release) PROFILE=release; shift ;;
     --set) SET="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
-    *) echo "usage: scripts/evals.sh [--release] [--set embedded|stand_ins|all] [--out DIR]" >&2; exit 2 ;;
+    --setup-only) SETUP_ONLY=1; shift ;;
+    *) echo "usage: scripts/evals.sh [--release] [--set embedded|stand_ins|all] [--out DIR] [--setup-only]" >&2; exit 2 ;;
   esac
 done
 
@@ -35,6 +40,7 @@ build_flags=(--locked --bin voxide --example stand_in_providers)
 [ "$PROFILE" = release ] && build_flags+=(--release)
 cargo build -q "${build_flags[@]}"
 BIN="target/$PROFILE/voxide"
+[ "$SETUP_ONLY" = 1 ] && exit 0
 
 rm -rf "$OUT"
 mkdir -p "$OUT"

@@ -446,3 +446,49 @@ async fn an_rtvi_client_on_the_websocket_types_presses_keys_and_reads_text_answe
     }
     let _ = server.stop.take().map(|s| s.send(()));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callers_keypad_entry_on_twilio_is_answered_aloud() {
+    let mut server = start(2).await;
+    let url = format!("ws://{}/ws/twilio", server.addr);
+    let (socket, _) = tokio_tungstenite::connect_async(&url)
+        .await
+        .expect("upgrade");
+    let (mut tx, mut rx) = socket.split();
+    let send = |v: Value| Message::text(v.to_string());
+    let start_message = json!({
+        "event": "start", "sequenceNumber": "1", "streamSid": "MZkeys",
+        "start": {"streamSid": "MZkeys", "accountSid": "AC1", "callSid": "CA2", "tracks": ["inbound"],
+                  "customParameters": {}, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}
+    });
+    tx.send(send(start_message)).await.expect("send");
+    // Nothing said, no greeting: the bot is quiet until the caller's entry ends at '#'.
+    for (i, digit) in ["4", "2", "#"].iter().enumerate() {
+        let key = json!({"event": "dtmf", "streamSid": "MZkeys", "sequenceNumber": (i + 2).to_string(),
+            "dtmf": {"track": "inbound_track", "digit": digit}});
+        tx.send(send(key)).await.expect("send");
+    }
+    let mut loud = 0usize;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while let Ok(Some(Ok(Message::Text(text)))) = tokio::time::timeout_at(deadline, rx.next()).await
+    {
+        let message: Value = serde_json::from_str(&text).expect("JSON");
+        if message["event"] == "media" {
+            let payload = STANDARD
+                .decode(message["media"]["payload"].as_str().expect("payload"))
+                .expect("base64");
+            loud += payload
+                .iter()
+                .filter(|b| mulaw::decode(**b).unsigned_abs() > 1000)
+                .count();
+            if loud > 2000 {
+                break;
+            }
+        }
+    }
+    assert!(
+        loud > 2000,
+        "the entry was answered aloud: {loud} loud samples"
+    );
+    let _ = server.stop.take().map(|s| s.send(()));
+}

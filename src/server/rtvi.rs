@@ -1,7 +1,7 @@
 //! What an RTVI client's messages do to its session: one implementation for the WebRTC data
 //! channel and the WebSocket. [`crate::transports::rtvi`] reads the messages; this applies
 //! them (typed text, audio, keypresses, the eval harness's messages) within the client's
-//! limits.
+//! limits. Twilio's keypresses come through it too.
 
 use std::time::Instant;
 
@@ -11,6 +11,7 @@ use crate::context::{ContextHandle, Message};
 use crate::events::{Event, ReportLevel};
 use crate::frames::{AudioFrame, DataFrame, SystemFrame};
 use crate::pipeline::SessionHandle;
+use crate::transports::dtmf::KeypadEntry;
 use crate::transports::pace::{Pace, TextPace, TooFast};
 use crate::transports::rtvi::{self, ClientMessage, EvalMessage, SendText};
 
@@ -41,6 +42,8 @@ pub(crate) struct RtviInput {
     context: ContextHandle,
     /// What the client is told of function calls; `eval-configure` may raise it.
     report_level: watch::Sender<ReportLevel>,
+    /// Keys pressed, until their entry ends.
+    keypad: KeypadEntry,
 }
 
 impl RtviInput {
@@ -59,6 +62,7 @@ impl RtviInput {
             skip_tts,
             context,
             report_level: watch::Sender::new(report_level),
+            keypad: KeypadEntry::default(),
         }
     }
 
@@ -108,30 +112,47 @@ impl RtviInput {
                     .queue_live_audio(AudioFrame::new(samples, sample_rate, 1))
                     .await
             }
-            ClientMessage::Dtmf(keys) => {
-                // A keypad entry reaches the conversation as pipecat's DTMF aggregator writes
-                // it ("DTMF: 123#"), a final transcript of the user's, after interrupting the
-                // bot.
-                let entry = format!("DTMF: {keys}");
-                handle.emit(Event::UserTranscription {
-                    text: entry.clone(),
-                    is_final: true,
-                });
-                self.send_text(
-                    SendText {
-                        id: None,
-                        content: entry,
-                        run_immediately: true,
-                        audio_response: !self.skip_tts,
-                    },
-                    handle,
-                )
-                .await
-            }
+            ClientMessage::Dtmf(keys) => self.press(&keys, handle).await,
             ClientMessage::Eval(eval) => return self.eval(eval, handle).await,
         };
         queued.map_err(|_| Leave::Ended)?;
         Ok(replies)
+    }
+
+    /// Keys pressed on a keypad (RTVI `dtmf`, Twilio's `dtmf`): the first of an entry
+    /// interrupts the bot; an entry that ends (at `#`, or at [`Self::keypad_deadline`]) reaches
+    /// the conversation as pipecat's DTMF aggregator writes it, `DTMF: 12#`.
+    pub(crate) async fn press(
+        &mut self,
+        keys: &str,
+        handle: &SessionHandle,
+    ) -> Result<(), crate::pipeline::SessionError> {
+        for key in keys.chars() {
+            let pressed = self.keypad.press(key, Instant::now());
+            if pressed.first {
+                handle.queue_frame(SystemFrame::Interruption).await?;
+            }
+            if let Some(entry) = pressed.entry {
+                enter(entry, handle).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// When a keypad entry in progress ends by itself.
+    pub(crate) fn keypad_deadline(&self) -> Option<Instant> {
+        self.keypad.deadline()
+    }
+
+    /// Ends the keypad entry in progress if its time is up.
+    pub(crate) async fn keypad_due(
+        &mut self,
+        handle: &SessionHandle,
+    ) -> Result<(), crate::pipeline::SessionError> {
+        match self.keypad.due(Instant::now()) {
+            Some(entry) => enter(entry, handle).await,
+            None => Ok(()),
+        }
     }
 
     /// `send-text`: with `run_immediately`, the bot is interrupted and answers at once;
@@ -199,6 +220,20 @@ impl RtviInput {
             EvalMessage::Cancel => Err(Leave::Cancel),
         }
     }
+}
+
+/// A keypad entry: a final transcript of the user's, and their turn, answered.
+async fn enter(entry: String, handle: &SessionHandle) -> Result<(), crate::pipeline::SessionError> {
+    handle.emit(Event::UserTranscription {
+        text: entry.clone(),
+        is_final: true,
+    });
+    handle
+        .queue_frame(DataFrame::LlmMessagesAppend {
+            messages: vec![Message::user(entry)],
+            run_llm: true,
+        })
+        .await
 }
 
 /// `messages`, after the bot's own instructions when they bring none of their own: a scenario

@@ -504,6 +504,10 @@ impl Drive {
         network_report.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let ending = loop {
             let gone_at = self.liveness.deadline().map(tokio::time::Instant::from_std);
+            let keypad = self
+                .input
+                .keypad_deadline()
+                .map(tokio::time::Instant::from_std);
             tokio::select! {
                 _ = network_report.tick() => self.report_network(&handle),
                 Some((peer, peer_events)) = self.restarted.recv() => {
@@ -515,6 +519,11 @@ impl Drive {
                     self.liveness.restarted(std::time::Instant::now());
                     // Closing may wait on a peer that is already gone: never hold up the session.
                     tokio::spawn(async move { old.close().await });
+                }
+                () = tokio::time::sleep_until(keypad.unwrap_or_else(tokio::time::Instant::now)), if keypad.is_some() => {
+                    if self.input.keypad_due(&handle).await.is_err() {
+                        break Ending::SessionEnded;
+                    }
                 }
                 () = tokio::time::sleep_until(gone_at.unwrap_or_else(tokio::time::Instant::now)), if gone_at.is_some() => {
                     tracing::info!(pc_id = %self.pc_id, "the client is gone: no keepalive, or the connection was lost and not restarted");

@@ -330,7 +330,18 @@ async fn read_socket(
 ) -> bool {
     let mut pace = Pace::default();
     let mut typed = TextPace::default();
-    while let Some(message) = receiver.next().await {
+    loop {
+        let keypad = input.keypad_deadline().map(Instant::from_std);
+        let message = tokio::select! {
+            message = receiver.next() => message,
+            () = tokio::time::sleep_until(keypad.unwrap_or_else(Instant::now)), if keypad.is_some() => {
+                if input.keypad_due(handle).await.is_err() {
+                    break;
+                }
+                continue;
+            }
+        };
+        let Some(message) = message else { break };
         let message = match message {
             Ok(Message::Text(text)) => WsMessage::Text(text.to_string()),
             Ok(Message::Binary(bytes)) => WsMessage::Binary(bytes.to_vec()),
@@ -397,6 +408,7 @@ async fn read_socket(
                     return false;
                 }
             },
+            Ok(Inbound::Dtmf(key)) => input.press(&key.to_string(), handle).await,
             Ok(Inbound::Stop) => return true,
             Ok(Inbound::Nothing) => Ok(()),
             Err(e) => {

@@ -13,7 +13,8 @@
 //! asks for it (`?capture_bot_audio=true`, or `eval-connect`), else not at all.
 //!
 //! **Twilio Media Streams** (`/ws/twilio`): JSON text messages only. In: `connected`, `start`
-//! (the stream id), `media` (base64 μ-law at 8 kHz), `mark`, `dtmf`, `stop`. Out: `media` with
+//! (the stream id), `media` (base64 μ-law at 8 kHz), `mark`, `dtmf` (a key, gathered into an
+//! entry by [`super::dtmf`]), `stop`. Out: `media` with
 //! the bot's audio as base64 μ-law at 8 kHz, and `clear` when the user interrupts, so Twilio
 //! drops the audio it has buffered.
 
@@ -51,6 +52,8 @@ pub enum Inbound {
     Call(Call),
     /// An RTVI message.
     Rtvi(ClientMessage),
+    /// A key pressed on the caller's keypad (Twilio's `dtmf`).
+    Dtmf(char),
     /// The client is done.
     Stop,
     /// Nothing to do (a keep-alive, a mark, the stream's metadata).
@@ -270,7 +273,18 @@ impl TwilioState {
             .and_then(Value::as_str)
             .ok_or_else(|| FramingError::Malformed("no \"event\"".into()))?;
         match event {
-            "connected" | "mark" | "dtmf" => Ok(Inbound::Nothing),
+            "connected" | "mark" => Ok(Inbound::Nothing),
+            "dtmf" => match value["dtmf"]["digit"]
+                .as_str()
+                .map(|d| d.chars().collect::<Vec<_>>())
+            {
+                Some(digit) if digit.len() == 1 && super::dtmf::is_key(digit[0]) => {
+                    Ok(Inbound::Dtmf(digit[0]))
+                }
+                _ => Err(FramingError::Malformed(
+                    "dtmf needs a keypad key in dtmf.digit".into(),
+                )),
+            },
             "start" => {
                 let start = value
                     .get("start")
@@ -465,6 +479,15 @@ mod tests {
                 r#"{"event":"clear","streamSid":"MZ123"}"#.into()
             )]
         );
+        assert_eq!(
+            framing.decode(text(json!({"event": "dtmf", "streamSid": "MZ123",
+                "dtmf": {"track": "inbound_track", "digit": "#"}}))),
+            Ok(Inbound::Dtmf('#'))
+        );
+        assert!(matches!(
+            framing.decode(text(json!({"event": "dtmf", "dtmf": {"digit": "12"}}))),
+            Err(FramingError::Malformed(_))
+        ));
         assert_eq!(
             framing.decode(text(
                 json!({"event": "stop", "streamSid": "MZ123", "stop": {}})
