@@ -16,6 +16,8 @@ that bot; any other is skipped, saying what it needs.
                     lines removed): the events, texts and calls are still checked; the table says
                     "events only"
   --downloads       the harness may fetch its Kokoro voice and Moonshine model (Hugging Face)
+  --llm SPEC        the bots' LLM (`voxide serve --llm`, e.g. `openai` with OPENAI_API_KEY set):
+                    the embedded SmolLM2-135M is too small for most of pipecat's scenarios
   --only NAME,...   just these scenarios
 """
 
@@ -74,7 +76,10 @@ NEEDS_BY_NAME = {
     "vision_describe": "vision (a camera image for the LLM)",
     "describe_image": "vision (a camera image for the LLM)",
     "filter_incomplete_turns": "pipecat's turn-completion markers in the LLM's text",
-    "mcp_memory": "pipecat's MCP memory example bot",
+}
+# Scenarios whose bot shows in their name: the tools they call are the bot's own to choose.
+BOT_BY_NAME = {
+    "mcp_memory": "pipecat/mcp_memory.toml",
 }
 
 # What pipecat's example handlers answer, and how long they take.
@@ -154,8 +159,8 @@ def scenario_needs(path: Path, judge: str, downloads: bool) -> tuple[str | None,
     if tools & FLOWS_TOOLS:
         needs.append("pipecat Flows (#55)")
     needs += sorted({NEEDS_BY_TOOL[t] for t in tools if t in NEEDS_BY_TOOL})
-    bot = "assistant.toml"
-    if tools - {""}:
+    bot = BOT_BY_NAME.get(stem, "assistant.toml")
+    if stem not in BOT_BY_NAME and tools - {""}:
         served = [b for b, names in BOT_TOOLS.items() if tools <= names]
         if served:
             bot = served[0]
@@ -200,13 +205,13 @@ def wait_ready(port: int, timeout: float = 180.0) -> bool:
     return False
 
 
-def run_scenario(voxide: str, bot: Path, scenario: Path, logs: Path, pipecat: str) -> tuple[str, str]:
+def run_scenario(voxide: list[str], bot: Path, scenario: Path, logs: Path, pipecat: str) -> tuple[str, str]:
     """Runs one scenario against a fresh server of `bot`: ("passed" | "failed", detail)."""
     logs.mkdir(parents=True, exist_ok=True)
     with open(logs / f"{scenario.stem}.server.log", "w") as server_log:
         server = subprocess.Popen(
-            [voxide, "serve", "--bot", str(bot), "--port", str(PORT), "--node-id", "pipecat-evals",
-             "--allow-evals", "--sessions-per-minute-per-ip", "0"],
+            [voxide[0], "serve", "--bot", str(bot), "--port", str(PORT), "--node-id", "pipecat-evals",
+             "--allow-evals", "--sessions-per-minute-per-ip", "0", *voxide[1:]],
             stdout=server_log, stderr=subprocess.STDOUT,
         )
     try:
@@ -234,6 +239,7 @@ def main() -> int:
     parser.add_argument("--no-judge", action="store_true")
     parser.add_argument("--downloads", action="store_true")
     parser.add_argument("--only", default="")
+    parser.add_argument("--llm", default=None)
     parser.add_argument("--out", type=Path, default=ROOT / "target/pipecat-evals")
     args = parser.parse_args()
 
@@ -259,10 +265,12 @@ def main() -> int:
             print(f"pipecat_evals: {path.stem}: skipped (needs {'; '.join(needs)})", flush=True)
             continue
         print(f"pipecat_evals: {path.stem}: running against {bot}", flush=True)
-        outcome, detail = run_scenario(args.voxide, BOTS / bot, path, args.out / "logs", pipecat)
+        voxide = [args.voxide] + (["--llm", args.llm] if args.llm else [])
+        outcome, detail = run_scenario(voxide, BOTS / bot, path, args.out / "logs", pipecat)
         if outcome == "passed" and judge == "none-events":
             outcome = "passed (events only: no judge)"
-        rows.append((path.stem, outcome, f"bot {bot}" + (f"; {detail}" if detail else "")))
+        llm = f", LLM {args.llm}" if args.llm else ", the embedded LLM"
+        rows.append((path.stem, outcome, f"bot {bot}{llm}" + (f"; {detail}" if detail else "")))
         print(f"pipecat_evals: {path.stem}: {outcome} {detail}", flush=True)
     tools.shutdown()
 
