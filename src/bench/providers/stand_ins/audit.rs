@@ -154,6 +154,8 @@ pub struct Ledger {
     tools_finished: HashSet<String>,
     tools_delivered: HashSet<String>,
     twice_examples: Vec<String>,
+    /// By turn, the first request that named it: its text, its shape, when it came.
+    first_asked: HashMap<String, (String, String, std::time::Instant)>,
 }
 
 /// Texts kept to show what was answered twice.
@@ -220,6 +222,30 @@ impl Ledger {
             }
         }
         self.latest.insert(session, turns);
+    }
+
+    /// As [`Ledger::answered`], for a request of `shape` (its messages' roles) that came `at`:
+    /// an example of a text answered twice tells both requests' shapes and the time between
+    /// them, which says what asked again (a guess thrown away for a changed context, a retry).
+    pub fn answered_as(&mut self, text: &str, shape: &str, at: std::time::Instant) {
+        let examples = self.twice_examples.len();
+        self.answered(text);
+        let turns = turns_named(text);
+        if self.twice_examples.len() > examples
+            && let Some((first_text, first_shape, when)) =
+                turns.iter().find_map(|t| self.first_asked.get(t))
+            && let Some(example) = self.twice_examples.last_mut()
+        {
+            *example = format!(
+                "first \"{first_text}\" [{first_shape}], then \"{text}\" [{shape}] {} ms later",
+                at.saturating_duration_since(*when).as_millis()
+            );
+        }
+        for turn in turns {
+            self.first_asked
+                .entry(turn)
+                .or_insert_with(|| (text.to_owned(), shape.to_owned(), at));
+        }
     }
 
     /// The LLM was asked to go on after a tool result or an async tool's message.
@@ -347,6 +373,31 @@ mod tests {
         ledger.answered("session 1 question 0. session 1 question 1.");
         let counts = ledger.counts();
         assert_eq!((counts.answered_once, counts.answered_twice), (0, 2));
+    }
+
+    #[test]
+    fn a_turn_answered_twice_is_shown_with_both_requests_and_the_time_between() {
+        let mut ledger = Ledger::default();
+        let t0 = std::time::Instant::now();
+        let whole = "session 1 question 0. session 1 question 1. session 1 question 2";
+        ledger.answered_as(whole, "system user", t0);
+        let later = t0 + std::time::Duration::from_millis(3261);
+        ledger.answered_as(
+            "session 1 question 0. session 1 question 1",
+            "system user",
+            later,
+        );
+        let counts = ledger.counts();
+        assert_eq!(counts.answered_twice, 2);
+        let example = counts.twice_examples.last().expect("an example");
+        assert!(
+            example.starts_with(&format!("first \"{whole}\" [system user]")),
+            "{example}"
+        );
+        assert!(
+            example.ends_with("[system user] 3261 ms later"),
+            "{example}"
+        );
     }
 
     #[test]

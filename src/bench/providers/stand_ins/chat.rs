@@ -41,6 +41,27 @@ fn marker(body: &Value) -> String {
     text.trim().trim_end_matches('.').to_owned()
 }
 
+/// The roles of a request's messages, in order (`system user assistant tool user`), an
+/// async tool's messages marked by their status.
+fn shape(messages: &[Value]) -> String {
+    messages
+        .iter()
+        .map(|m| {
+            let role = m["role"].as_str().unwrap_or("?");
+            let status = m["content"]
+                .as_str()
+                .and_then(|c| serde_json::from_str::<Value>(c).ok())
+                .filter(|v| v["type"] == "async_tool")
+                .and_then(|v| v["status"].as_str().map(str::to_owned));
+            match status {
+                Some(status) => format!("{role}:{status}"),
+                None => role.to_owned(),
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// The stream of one answer: the first event holds the first token; the rest follow at once.
 fn answer(protocol: Protocol) -> (String, String) {
     let sse = |name: Option<&str>, data: Value| match name {
@@ -172,7 +193,7 @@ pub(super) async fn chat(State(stand_ins): State<StandIns>, body: Bytes) -> Resp
         ledger.delivered(&messages);
         let last = messages.last();
         if !late && last.is_some_and(|m| m["role"] == "user") {
-            ledger.answered(&key);
+            ledger.answered_as(&key, &shape(&messages), arrived.into_std());
         } else if !late && last.is_some_and(|m| m["role"] == "tool" || m["role"] == "developer") {
             ledger.followed_up();
         }
