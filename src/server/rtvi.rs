@@ -133,7 +133,7 @@ impl RtviInput {
                 handle.queue_frame(SystemFrame::Interruption).await?;
             }
             if let Some(entry) = pressed.entry {
-                enter(entry, handle).await?;
+                self.enter(entry, handle).await?;
             }
         }
         Ok(())
@@ -150,9 +150,32 @@ impl RtviInput {
         handle: &SessionHandle,
     ) -> Result<(), crate::pipeline::SessionError> {
         match self.keypad.due(Instant::now()) {
-            Some(entry) => enter(entry, handle).await,
+            Some(entry) => self.enter(entry, handle).await,
             None => Ok(()),
         }
+    }
+
+    /// A keypad entry: a final transcript of the user's, and their turn, answered; at most
+    /// as often as a person types (each entry asks the LLM).
+    async fn enter(
+        &mut self,
+        entry: String,
+        handle: &SessionHandle,
+    ) -> Result<(), crate::pipeline::SessionError> {
+        if let Err(refused) = self.typed.take(&entry, Instant::now()) {
+            tracing::debug!(%refused, "a keypad entry dropped");
+            return Ok(());
+        }
+        handle.emit(Event::UserTranscription {
+            text: entry.clone(),
+            is_final: true,
+        });
+        handle
+            .queue_frame(DataFrame::LlmMessagesAppend {
+                messages: vec![Message::user(entry)],
+                run_llm: true,
+            })
+            .await
     }
 
     /// `send-text`: with `run_immediately`, the bot is interrupted and answers at once;
@@ -220,20 +243,6 @@ impl RtviInput {
             EvalMessage::Cancel => Err(Leave::Cancel),
         }
     }
-}
-
-/// A keypad entry: a final transcript of the user's, and their turn, answered.
-async fn enter(entry: String, handle: &SessionHandle) -> Result<(), crate::pipeline::SessionError> {
-    handle.emit(Event::UserTranscription {
-        text: entry.clone(),
-        is_final: true,
-    });
-    handle
-        .queue_frame(DataFrame::LlmMessagesAppend {
-            messages: vec![Message::user(entry)],
-            run_llm: true,
-        })
-        .await
 }
 
 /// `messages`, after the bot's own instructions when they bring none of their own: a scenario
