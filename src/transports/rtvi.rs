@@ -315,6 +315,11 @@ pub struct Rtvi {
     /// What the voice will say once the bot starts speaking: the client gets each sentence as
     /// it is heard, as pipecat sends it (at most [`MAX_HELD_SENTENCES`]).
     held: Vec<String>,
+    /// A text session: nothing is spoken, so the LLM's words go out as `bot-output` sentences
+    /// that will not be spoken, as pipecat sends them.
+    text_only: bool,
+    /// The text session's response so far, short of a whole sentence.
+    unspoken: String,
     /// Dollars the session's LLM calls cost so far (those with a known price).
     session_cost_usd: f64,
 }
@@ -323,6 +328,11 @@ impl Rtvi {
     /// A conversation before `client-ready`: current shapes until the client says otherwise.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// A text session (`skip_tts`): the LLM's words are the bot's output.
+    pub fn set_text_only(&mut self, text_only: bool) {
+        self.text_only = text_only;
     }
 
     /// Reads one client message.
@@ -427,9 +437,30 @@ impl Rtvi {
                     message("user-input", None, input),
                 ];
             }
-            Event::LlmStarted => ("bot-llm-started", Value::Null),
-            Event::LlmText { text } => ("bot-llm-text", json!({"text": text})),
-            Event::LlmStopped => ("bot-llm-stopped", Value::Null),
+            Event::LlmStarted => {
+                self.unspoken.clear();
+                ("bot-llm-started", Value::Null)
+            }
+            Event::LlmText { text } => {
+                let mut out = vec![message("bot-llm-text", None, json!({"text": text}))];
+                if self.text_only {
+                    self.unspoken.push_str(text);
+                    while let Some(end) = crate::services::text::sentence_end(&self.unspoken) {
+                        let sentence: String = self.unspoken.drain(..end).collect();
+                        out.push(self.unspoken_output(sentence.trim()));
+                    }
+                }
+                return out;
+            }
+            Event::LlmStopped => {
+                let mut out = Vec::new();
+                let rest = std::mem::take(&mut self.unspoken);
+                if self.text_only && !rest.trim().is_empty() {
+                    out.push(self.unspoken_output(rest.trim()));
+                }
+                out.push(message("bot-llm-stopped", None, Value::Null));
+                return out;
+            }
             Event::BotText { text } if !self.speaking => {
                 if self.held.len() < MAX_HELD_SENTENCES {
                     self.held.push(text.clone());
@@ -516,6 +547,25 @@ impl Rtvi {
 }
 
 impl Rtvi {
+    /// A sentence of a text session's answer: `bot-output` that will not be spoken.
+    fn unspoken_output(&mut self, text: &str) -> String {
+        self.segments += 1;
+        let mut output = json!({
+            "text": text,
+            "output_type": "sentence",
+            "text_type": "sentence",
+            "aggregated_by": "sentence",
+            "segment_id": self.segments,
+        });
+        if self.legacy {
+            output["spoken"] = json!(false);
+        } else {
+            output["will_be_spoken"] = json!(false);
+            output["spoken_status"] = json!("new");
+        }
+        message("bot-output", None, output)
+    }
+
     /// RTVI `metrics` data, as pipecat's server sends it: `ttfb` and `processing` per processor,
     /// `tokens` per LLM call, `characters` per TTS call. Each `tokens` entry also carries its
     /// dollars (`cost_usd`, when the model's price is known) and the session's so far
@@ -1036,6 +1086,49 @@ mod tests {
         assert_eq!(
             kinds(rtvi.render(&Event::BotStartedSpeaking)),
             ["bot-started-speaking"]
+        );
+    }
+
+    #[test]
+    fn a_text_sessions_answer_goes_out_as_sentences_that_will_not_be_spoken() {
+        let mut rtvi = Rtvi::new();
+        rtvi.set_text_only(true);
+        let outputs = |messages: Vec<String>| -> Vec<Value> {
+            messages
+                .iter()
+                .map(|m| serde_json::from_str::<Value>(m).expect("json"))
+                .filter(|m| m["type"] == "bot-output")
+                .collect()
+        };
+        rtvi.render(&Event::LlmStarted);
+        assert!(
+            outputs(rtvi.render(&Event::LlmText {
+                text: "12 plus 30".into()
+            }))
+            .is_empty()
+        );
+        let first = outputs(rtvi.render(&Event::LlmText {
+            text: " is 42. Any".into(),
+        }));
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0]["data"]["text"], "12 plus 30 is 42.");
+        assert_eq!(first[0]["data"]["will_be_spoken"], false);
+        assert_eq!(first[0]["data"]["spoken_status"], "new");
+        let rest = rtvi.render(&Event::LlmStopped);
+        let kinds: Vec<Value> = rest
+            .iter()
+            .map(|m| serde_json::from_str::<Value>(m).expect("json")["type"].clone())
+            .collect();
+        assert_eq!(kinds, [json!("bot-output"), json!("bot-llm-stopped")]);
+        assert_eq!(outputs(rest)[0]["data"]["text"], "Any");
+        // A spoken session leaves its output to the voice.
+        let mut spoken = Rtvi::new();
+        spoken.render(&Event::LlmStarted);
+        assert!(
+            outputs(spoken.render(&Event::LlmText {
+                text: "Hi there. ".into()
+            }))
+            .is_empty()
         );
     }
 }

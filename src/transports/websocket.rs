@@ -122,6 +122,8 @@ pub struct RtviState {
     rtvi: Rtvi,
     /// The bot's audio goes to the client (`eval-bot-audio`).
     capture_audio: bool,
+    /// Messages read so far: only the first may make the session a text one.
+    read: u64,
 }
 
 /// What a Twilio connection remembers.
@@ -146,9 +148,12 @@ impl Framing {
 
     /// RTVI framing: the bot's audio goes out when `flags` capture it.
     pub fn rtvi(flags: EvalFlags) -> Self {
+        let mut rtvi = Rtvi::new();
+        rtvi.set_text_only(flags.skip_tts);
         Self::Rtvi(Box::new(RtviState {
-            rtvi: Rtvi::new(),
+            rtvi,
             capture_audio: flags.capture_bot_audio,
+            read: 0,
         }))
     }
 
@@ -200,7 +205,12 @@ impl Framing {
                 let message = state.rtvi.parse(&text);
                 if let ClientMessage::Eval(EvalMessage::Connect(flags)) = &message {
                     state.capture_audio = flags.capture_bot_audio;
+                    // As the session: a text one only when its first message says so.
+                    if flags.skip_tts && state.read == 0 {
+                        state.rtvi.set_text_only(true);
+                    }
                 }
+                state.read += 1;
                 Ok(Inbound::Rtvi(message))
             }
             (Self::Rtvi(_), WsMessage::Binary(_)) => Err(FramingError::Format(
