@@ -77,7 +77,8 @@ pub struct LoadtestArgs {
     /// RMS level in dBFS (a quiet room is about -55). Without it, the gaps are digital silence.
     #[arg(long, value_name = "DBFS", allow_negative_numbers = true)]
     noise_dbfs: Option<f64>,
-    /// The floor's sound: `brown`, `pink`, or a WAV to loop (café babble, an office).
+    /// The floor's sound: `brown`, `pink`, `babble` (four people talking around the speaker,
+    /// made by the embedded Piper voice), or a WAV to loop (a café, an office).
     #[arg(long, default_value = "brown", requires = "noise_dbfs")]
     noise: String,
     /// Loses this percentage of the frames each caller sends (a lossy network; on WebRTC the

@@ -920,6 +920,7 @@ fn room_name(room: Option<&room::Room>) -> String {
             let noise = match noise {
                 room::Noise::Brown => "brown noise".to_owned(),
                 room::Noise::Pink => "pink noise".to_owned(),
+                room::Noise::Babble => format!("babble of {} talkers", room::TALKERS),
                 room::Noise::File(path) => path.display().to_string(),
             };
             format!("{noise} at {dbfs} dBFS")

@@ -1,6 +1,6 @@
 //! Room tone: the noise floor a microphone in a room sends under the speech and in every gap
-//! (`voxide loadtest --noise-dbfs N --noise brown|pink|FILE`). A lab's recording has digital
-//! zero between words; no microphone does.
+//! (`voxide loadtest --noise-dbfs N --noise brown|pink|babble|FILE`). A lab's recording has
+//! digital zero between words; no microphone does.
 //!
 //! Levels are RMS in dB relative to full scale (an RMS of 32,768): a quiet room through a
 //! laptop's microphone is about -55 dBFS, speech about -20.
@@ -14,20 +14,42 @@ pub enum Noise {
     Brown,
     /// Pink noise, falling 3 dB an octave: broadband hiss with a room's tilt.
     Pink,
+    /// The talk around the speaker, as in a café: [`TALKERS`] people, each reading their own
+    /// text at their own pace and pitch, made by the embedded Piper voice.
+    Babble,
     /// A recording (café babble, an office), looped; any WAV, mixed to mono 16 kHz.
     File(PathBuf),
 }
 
 impl Noise {
-    /// `brown`, `pink` or a WAV's path.
+    /// `brown`, `pink`, `babble` or a WAV's path.
     pub fn parse(text: &str) -> Self {
         match text {
             "brown" => Noise::Brown,
             "pink" => Noise::Pink,
+            "babble" => Noise::Babble,
             path => Noise::File(PathBuf::from(path)),
         }
     }
 }
+
+/// People talking around the speaker in [`Noise::Babble`].
+pub const TALKERS: usize = 4;
+
+/// What the talkers say: everyday talk, none of it a question the load tester asks.
+const TALK: [&str; 8] = [
+    "We went to the coast last weekend and the weather held the whole time.",
+    "She said the new office is closer to the station, which makes mornings easier.",
+    "I think the second film was better, although the ending felt rushed.",
+    "They are painting the kitchen a pale green, and the hallway white.",
+    "My brother finally sold his old car after trying for three months.",
+    "The bakery on the corner opens at seven and the bread goes quickly.",
+    "If the train is late again we should take the bus from the square.",
+    "He plays the piano every evening, mostly old songs his mother taught him.",
+];
+
+/// Each talker's speed and pitch: the voice's audio played this much faster.
+const SPEEDS: [f64; TALKERS] = [0.88, 0.95, 1.04, 1.12];
 
 /// A noise floor: its colour and its level.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,6 +70,11 @@ impl Room {
         let raw = match &self.noise {
             Noise::Brown => brown(len, seed),
             Noise::Pink => pink(len, seed),
+            Noise::Babble => {
+                let talk = babble()?;
+                let start = (seed as usize).wrapping_mul(7_919) % talk.len();
+                talk.iter().copied().cycle().skip(start).take(len).collect()
+            }
             Noise::File(path) => {
                 let looped = recording(path)?;
                 looped.iter().copied().cycle().take(len).collect()
@@ -123,6 +150,56 @@ fn pink(len: usize, seed: u64) -> Vec<f64> {
             b0 + b1 + b2 + w * 0.1848
         })
         .collect()
+}
+
+/// The talk of [`TALKERS`] people at 16 kHz, made once a process: each reads the sentences of
+/// [`TALK`] from a different one, at its speed, with a second or so between sentences, and the
+/// talkers are added up. About 30 s, looped by its user.
+fn babble() -> Result<Vec<f64>, String> {
+    static TALK_MIX: std::sync::OnceLock<Result<Vec<f64>, String>> = std::sync::OnceLock::new();
+    TALK_MIX
+        .get_or_init(|| {
+            use crate::services::tts::Synthesizer;
+            let voice = crate::services::tts::piper::PiperVoice::load_default()
+                .map_err(|e| format!("--noise babble needs the embedded Piper voice: {e}"))?
+                .deterministic();
+            let sentences = TALK
+                .iter()
+                .map(|text| {
+                    voice
+                        .synthesize(text)
+                        .map_err(|e| format!("--noise babble: {e}"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut gaps = White::new(TALKERS as u64);
+            let mut talkers = Vec::new();
+            for (talker, speed) in SPEEDS.iter().enumerate() {
+                // Played faster (or slower): the rate the voice's samples are taken to be at.
+                let from = (f64::from(voice.sample_rate()) * speed).round() as u32;
+                let mut resampler = crate::audio::resample::StreamResampler::new(from, 16_000)
+                    .map_err(|e| format!("--noise babble: {e}"))?;
+                let mut said = Vec::new();
+                for i in 0..TALK.len() {
+                    let sentence = &sentences[(talker * 3 + i) % TALK.len()];
+                    said.extend(resampler.process(&sentence.samples));
+                    let gap = (0.6 + 0.5 * (gaps.next() + 1.0)) * 16_000.0;
+                    said.extend(std::iter::repeat_n(0i16, gap as usize));
+                }
+                talkers.push(said);
+            }
+            let len = talkers.iter().map(Vec::len).min().unwrap_or(0);
+            // Each talker starts at its own point of its talk, so their pauses do not line up.
+            Ok((0..len)
+                .map(|n| {
+                    talkers
+                        .iter()
+                        .enumerate()
+                        .map(|(t, said)| f64::from(said[(n + t * len / TALKERS) % len]))
+                        .sum()
+                })
+                .collect())
+        })
+        .clone()
 }
 
 /// A recording as mono 16 kHz samples.
@@ -208,5 +285,39 @@ mod tests {
             dbfs: 3.0,
         };
         assert!(room.tone(10, 1).is_err());
+    }
+
+    #[test]
+    fn babble_is_talk_at_the_level_asked_for_that_rises_and_falls_like_speech() {
+        let room = Room {
+            noise: Noise::Babble,
+            dbfs: -35.0,
+        };
+        let talk = room
+            .tone(16_000 * 10, 3)
+            .expect("babble (the embedded Piper voice)");
+        assert!((dbfs(&talk) + 35.0).abs() < 0.1, "{}", dbfs(&talk));
+        assert_eq!(talk, room.tone(16_000 * 10, 3).expect("babble"));
+        assert_ne!(talk, room.tone(16_000 * 10, 4).expect("babble"));
+        // Speech comes and goes with syllables: its 50 ms levels vary far more than a steady
+        // noise's do.
+        let spread = |tone: &[i16]| {
+            let levels: Vec<f64> = tone.chunks(800).map(rms).collect();
+            let mean = levels.iter().sum::<f64>() / levels.len() as f64;
+            (levels.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / levels.len() as f64).sqrt()
+                / mean
+        };
+        let steady = Room {
+            noise: Noise::Pink,
+            dbfs: -35.0,
+        }
+        .tone(16_000 * 10, 3)
+        .expect("pink");
+        assert!(
+            spread(&talk) > 3.0 * spread(&steady),
+            "{} vs {}",
+            spread(&talk),
+            spread(&steady)
+        );
     }
 }
