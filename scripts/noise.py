@@ -11,11 +11,13 @@ its text), scored by what the bot transcribed (WER) and timed from the audio (v2
   babble-5     café babble at SNR 5 dB
 
 The babble is four espeak-ng voices none of the test sets uses, each reading its own text,
-mixed (BABBLE.wav, made once). Its level is set from the questions' active speech level, so
-SNR is speech over noise while both sound. Each room runs against the bot without and with
+mixed (BABBLE.wav, made once); with `--babble piper` it is the load tester's own
+`--noise babble` (four talkers made by the embedded Piper voice) instead. Its level is set from
+the questions' active speech level, so SNR is speech over noise while both sound. Each room runs against the bot without and with
 `--denoise rnnoise`.
 
     scripts/noise.py [--bin target/release/voxide] [--out target/noise] [--rooms quiet,babble-10]
+                     [--denoise off,rnnoise] [--babble espeak|piper]
                      [--protocol ws]
 
 Prints one JSON line per room and denoiser; each run's files stay under OUT/DENOISE/ROOM/.
@@ -91,6 +93,9 @@ def main():
     parser.add_argument("--rooms", default=",".join(ROOMS))
     parser.add_argument("--denoise", default="off,rnnoise")
     parser.add_argument("--protocol", default="ws")
+    parser.add_argument("--babble", default="espeak", choices=["espeak", "piper"],
+                        help="espeak: the four espeak-ng voices' WAV built here; piper: "
+                             "the load tester's own `--noise babble`")
     args = parser.parse_args()
     os.makedirs(args.out, exist_ok=True)
     wavs = build(os.path.join(args.out, "questions"))
@@ -106,10 +111,11 @@ def main():
                     if snr is None:
                         flags = ["--noise-dbfs", "-55"]
                     else:
-                        flags = ["--noise", noise, "--noise-dbfs", f"{speech_dbfs - snr:.1f}"]
-                    out = os.path.join(args.out, denoise, room)
+                        source = noise if args.babble == "espeak" else "babble"
+                        flags = ["--noise", source, "--noise-dbfs", f"{speech_dbfs - snr:.1f}"]
+                    out = os.path.join(args.out, denoise, room if args.babble == "espeak" or snr is None else f"{room}-piper")
                     figures = run(args.bin, port, wavs, out, 1, flags, args.protocol)
-                    print(json.dumps({**figures, "room": room, "denoise": denoise,
+                    print(json.dumps({**figures, "room": room, "denoise": denoise, "babble": args.babble,
                                       "speech_dbfs": round(speech_dbfs, 1)}), flush=True)
             finally:
                 server.terminate()
