@@ -4,7 +4,7 @@
 //! [`pipeline`] (speech detection, transcription, an LLM with tools, speech synthesis) and goes
 //! back out as speech. `ARCHITECTURE.md` describes the design and its vocabulary.
 
-pub use voxide_core::{aggregators, context, events, frames, pipeline, warnings};
+pub use voxide_core::{aggregators, context, events, frames, pipeline, text, warnings};
 
 pub mod audio;
 pub mod bench;

@@ -1,19 +1,7 @@
 //! Where a response's text breaks for the voice (the first sentence, and the first words said on
 //! their own before it), and how far apart two texts are in words.
 
-/// The byte index just past the first complete sentence: `.`, `!` or `?` (or a newline)
-/// followed by whitespace, with at least a few characters before it.
-pub fn sentence_end(text: &str) -> Option<usize> {
-    let mut chars = text.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
-        let next_is_space = chars.peek().is_some_and(|(_, n)| n.is_whitespace());
-        let ends = matches!(c, '.' | '!' | '?') && next_is_space || c == '\n';
-        if ends && text[..i].trim().chars().count() >= 3 {
-            return Some(i + c.len_utf8());
-        }
-    }
-    None
-}
+pub use crate::text::sentence_end;
 
 /// The byte index just past a response's first words, which go to the voice on their own: its
 /// first sentence, or a first clause long enough to say alone.

@@ -445,7 +445,7 @@ impl Rtvi {
                 let mut out = vec![message("bot-llm-text", None, json!({"text": text}))];
                 if self.text_only {
                     self.unspoken.push_str(text);
-                    while let Some(end) = crate::services::text::sentence_end(&self.unspoken) {
+                    while let Some(end) = crate::text::sentence_end(&self.unspoken) {
                         let sentence: String = self.unspoken.drain(..end).collect();
                         out.push(self.unspoken_output(sentence.trim()));
                     }

@@ -11,4 +11,5 @@ pub mod context;
 pub mod events;
 pub mod frames;
 pub mod pipeline;
+pub mod text;
 pub mod warnings;
