@@ -31,6 +31,20 @@ impl Heard {
     }
 }
 
+/// The loud samples of the bot's audio in a Twilio `media` message (none in any other).
+fn loud_mulaw(message: &Value) -> usize {
+    if message["event"] != "media" {
+        return 0;
+    }
+    let payload = STANDARD
+        .decode(message["media"]["payload"].as_str().expect("payload"))
+        .expect("base64");
+    payload
+        .iter()
+        .filter(|b| mulaw::decode(**b).unsigned_abs() > 1000)
+        .count()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_websocket_client_talks_to_the_bot_and_the_limits_hold() {
     let mut server = start(1).await;
@@ -185,17 +199,9 @@ async fn a_twilio_media_stream_gets_mulaw_answers() {
         {
             let message: Value = serde_json::from_str(&text).expect("JSON");
             assert_eq!(message["streamSid"], "MZtest", "{message}");
-            if message["event"] == "media" {
-                let payload = STANDARD
-                    .decode(message["media"]["payload"].as_str().expect("payload"))
-                    .expect("base64");
-                loud += payload
-                    .iter()
-                    .filter(|b| mulaw::decode(**b).unsigned_abs() > 1000)
-                    .count();
-                if loud > 4000 {
-                    break;
-                }
+            loud += loud_mulaw(&message);
+            if loud > 4000 {
+                break;
             }
         }
         loud
@@ -473,17 +479,9 @@ async fn a_callers_keypad_entry_on_twilio_is_answered_aloud() {
     while let Ok(Some(Ok(Message::Text(text)))) = tokio::time::timeout_at(deadline, rx.next()).await
     {
         let message: Value = serde_json::from_str(&text).expect("JSON");
-        if message["event"] == "media" {
-            let payload = STANDARD
-                .decode(message["media"]["payload"].as_str().expect("payload"))
-                .expect("base64");
-            loud += payload
-                .iter()
-                .filter(|b| mulaw::decode(**b).unsigned_abs() > 1000)
-                .count();
-            if loud > 2000 {
-                break;
-            }
+        loud += loud_mulaw(&message);
+        if loud > 2000 {
+            break;
         }
     }
     assert!(

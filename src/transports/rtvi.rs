@@ -524,23 +524,8 @@ impl Rtvi {
 
     /// A sentence the bot speaks: `bot-output` in the negotiated shape, then `bot-tts-text`.
     fn bot_output(&mut self, text: &str) -> Vec<String> {
-        self.segments += 1;
-        let mut output = json!({
-            "text": text,
-            "output_type": "sentence",
-            "text_type": "sentence",
-            "aggregated_by": "sentence",
-            "segment_id": self.segments,
-        });
-        if self.legacy {
-            output["spoken"] = json!(true);
-        } else {
-            output["will_be_spoken"] = json!(true);
-            output["spoken_status"] = json!("completed");
-            output["spoken_progress"] = json!({"accumulated_text": text, "remaining_text": ""});
-        }
         vec![
-            message("bot-output", None, output),
+            self.output(text, true),
             message("bot-tts-text", None, json!({"text": text})),
         ]
     }
@@ -549,6 +534,11 @@ impl Rtvi {
 impl Rtvi {
     /// A sentence of a text session's answer: `bot-output` that will not be spoken.
     fn unspoken_output(&mut self, text: &str) -> String {
+        self.output(text, false)
+    }
+
+    /// `bot-output` for a sentence, spoken (to its end) or not to be, in the negotiated shape.
+    fn output(&mut self, text: &str, spoken: bool) -> String {
         self.segments += 1;
         let mut output = json!({
             "text": text,
@@ -558,7 +548,11 @@ impl Rtvi {
             "segment_id": self.segments,
         });
         if self.legacy {
-            output["spoken"] = json!(false);
+            output["spoken"] = json!(spoken);
+        } else if spoken {
+            output["will_be_spoken"] = json!(true);
+            output["spoken_status"] = json!("completed");
+            output["spoken_progress"] = json!({"accumulated_text": text, "remaining_text": ""});
         } else {
             output["will_be_spoken"] = json!(false);
             output["spoken_status"] = json!("new");
