@@ -14,6 +14,7 @@ pub mod config;
 pub mod fuzz;
 pub mod loadtest;
 pub mod models;
+pub mod observe;
 pub mod onnx;
 pub mod secret;
 pub mod server;

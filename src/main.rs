@@ -51,6 +51,9 @@ enum Command {
     /// audio after connecting, the connect time. Exit status: 0 every SLO passed, 1 an SLO
     /// failed, 2 a usage error, 3 no session connected, 4 the generator could not keep time.
     Loadtest(LoadtestArgs),
+    /// Draws a session that `voxide serve --record-dir` recorded as one HTML page: the two
+    /// voices on one timeline, each turn's work as a waterfall, the words, the latencies.
+    Report(cli::report::ReportArgs),
 }
 
 fn main() -> Result<()> {
@@ -95,6 +98,7 @@ async fn run_command(cli: Cli) -> Result<()> {
         Command::Check(args) => args.run(),
         Command::Local(args) => args.run().await,
         Command::Run(args) => args.run().await,
+        Command::Report(args) => args.run(),
         Command::Models => {
             cli::list_models();
             Ok(())

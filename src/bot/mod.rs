@@ -455,6 +455,11 @@ impl SessionInfo {
     pub fn bot(&self) -> Option<&str> {
         self.request_data.get("bot").and_then(|b| b.as_str())
     }
+
+    /// Whether the caller lets the session be recorded: `{"record": false}` refuses.
+    pub fn consents_to_recording(&self) -> bool {
+        self.request_data.get("record") != Some(&serde_json::Value::Bool(false))
+    }
 }
 
 /// A bot ready to run in a session.

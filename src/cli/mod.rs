@@ -4,6 +4,7 @@ pub mod bench;
 pub mod bot;
 pub mod loadtest;
 pub mod local;
+pub mod report;
 pub mod serve;
 
 /// Prints one line per model of the manifest.

@@ -106,6 +106,25 @@ pub struct ServeArgs {
     /// function call's arguments and result). For a server under test, never one for callers.
     #[arg(long, env = "VOXIDE_ALLOW_EVALS")]
     allow_evals: bool,
+    /// Records each session into this folder (created if missing): a stereo WAV (the user
+    /// left, the bot right) and a JSON transcript of its turns with their timings, tool calls
+    /// and metrics, which `voxide report` draws. A caller refuses with `record=false` (`/ws`)
+    /// or `"record": false` in what it sends `/start`. Off by default.
+    #[arg(long, env = "VOXIDE_RECORD_DIR", value_name = "DIR")]
+    record_dir: Option<PathBuf>,
+    /// Exports a trace per session to this OpenTelemetry collector (OTLP/HTTP protobuf; the
+    /// base URL, `/v1/traces` is added). `OTEL_EXPORTER_OTLP_ENDPOINT`, `_HEADERS` and
+    /// `_TIMEOUT` (and their `_TRACES_` forms) and `OTEL_SERVICE_NAME` are read too.
+    #[arg(long, value_name = "URL")]
+    otlp_endpoint: Option<String>,
+    /// The share of sessions traced, 0 to 1.
+    #[arg(
+        long,
+        env = "VOXIDE_TRACE_SAMPLE",
+        default_value_t = 1.0,
+        value_name = "RATIO"
+    )]
+    trace_sample: f64,
     #[command(flatten)]
     bot: BotArgs,
 }
@@ -187,6 +206,15 @@ impl ServeArgs {
             peers,
             agent_addr,
             allow_evals: self.allow_evals,
+            record_dir: match &self.record_dir {
+                Some(dir) => Some(record_dir(dir)?),
+                None => None,
+            },
+            traces: voxide::observe::trace::TraceOptions::resolve(
+                self.otlp_endpoint.as_deref(),
+                self.trace_sample,
+                |name| std::env::var(name).ok(),
+            )?,
             ..ServeOptions::new(
                 addr,
                 match &self.bots {
@@ -284,6 +312,24 @@ impl RunArgs {
         println!("{}", serde_json::to_string(&summary)?);
         Ok(())
     }
+}
+
+/// The recordings' folder, made if missing; one that cannot be written to is said at once
+/// (each session then says so too, and goes on unrecorded).
+fn record_dir(dir: &std::path::Path) -> Result<PathBuf> {
+    std::fs::create_dir_all(dir)
+        .map_err(|e| anyhow::anyhow!("--record-dir {}: {e}", dir.display()))?;
+    let probe = dir.join(".voxide-write-probe");
+    match std::fs::write(&probe, b"") {
+        Ok(()) => {
+            let _ = std::fs::remove_file(&probe);
+        }
+        Err(e) => eprintln!(
+            "voxide serve: warning: --record-dir {} cannot be written to ({e}): sessions will not be recorded",
+            dir.display()
+        ),
+    }
+    Ok(dir.to_owned())
 }
 
 /// A flag's secret, where it is set and not blank.

@@ -2,8 +2,8 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use crate::events::Event;
 use crate::frames::MetricsData;
@@ -42,6 +42,10 @@ pub struct Metrics {
     network: Mutex<NetworkStats>,
     /// Interarrival jitter, per report.
     jitter: Mutex<Sum>,
+    /// What the recordings did.
+    pub(crate) observed: Arc<crate::observe::ObserveCounts>,
+    /// What the trace exporter did.
+    pub(crate) traces: Arc<crate::observe::trace::ExportCounts>,
 }
 
 /// What the node says of itself beside its counters.
@@ -294,6 +298,39 @@ impl Metrics {
             [
                 ("used", self.preemptions_used.load(Ordering::Relaxed)),
                 ("wasted", self.preemptions_wasted.load(Ordering::Relaxed)),
+            ],
+        );
+        let observed = &self.observed;
+        out.labelled(
+            (
+                "voxide_recordings_total",
+                "Session recordings, by whether they were written whole.",
+            ),
+            "outcome",
+            [
+                (
+                    "written",
+                    observed.recordings_written.load(Ordering::Relaxed),
+                ),
+                ("failed", observed.recordings_failed.load(Ordering::Relaxed)),
+            ],
+        );
+        out.single(
+            "voxide_recording_chunks_dropped_total",
+            "Audio chunks recordings lost: their writer fell behind or failed.",
+            "counter",
+            observed.recording_chunks_dropped.load(Ordering::Relaxed),
+        );
+        out.labelled(
+            (
+                "voxide_trace_spans_total",
+                "Spans for the OTLP collector, by what became of them.",
+            ),
+            "outcome",
+            [
+                ("exported", self.traces.exported.load(Ordering::Relaxed)),
+                ("dropped", self.traces.dropped.load(Ordering::Relaxed)),
+                ("failed", self.traces.failed.load(Ordering::Relaxed)),
             ],
         );
         let network = *self.network.lock().unwrap_or_else(|p| p.into_inner());

@@ -75,6 +75,11 @@ pub struct ServeOptions {
     /// (`eval-context` replaces its conversation, `eval-configure` tells the client every
     /// function call's arguments and result): for a test server, never for callers.
     pub allow_evals: bool,
+    /// Where each session's stereo recording and transcript go (`--record-dir`); none: no
+    /// recordings. A caller refuses with `"record": false`.
+    pub record_dir: Option<std::path::PathBuf>,
+    /// Where each session's trace goes (`--otlp-endpoint`, `OTEL_EXPORTER_OTLP_*`).
+    pub traces: Option<crate::observe::trace::TraceOptions>,
 }
 
 impl ServeOptions {
@@ -97,6 +102,8 @@ impl ServeOptions {
                 ..AccessOptions::default()
             },
             allow_evals: false,
+            record_dir: None,
+            traces: None,
         }
     }
 }
@@ -211,6 +218,8 @@ pub(crate) struct App {
     pub(crate) options: ServeOptions,
     pub(crate) bots: Arc<dyn BotFactory>,
     pub(crate) metrics: Arc<Metrics>,
+    /// Each session's recording and trace.
+    pub(crate) watchers: crate::observe::Watchers,
     pub(crate) cluster: Cluster,
     access: Access,
     lifecycle: Arc<Lifecycle>,
@@ -374,11 +383,25 @@ impl Server {
         let cluster = Cluster::new(options.node_id.clone(), options.peers.clone());
         let access = Access::new(options.access.clone());
         let max_sessions = options.max_sessions;
+        let metrics = Arc::new(Metrics::default());
+        let exporter = options.traces.clone().map(|traces| {
+            Arc::new(crate::observe::trace::Exporter::new(
+                traces,
+                options.node_id.to_string(),
+                metrics.traces.clone(),
+            ))
+        });
+        let watchers = crate::observe::Watchers::new(
+            options.record_dir.clone(),
+            exporter,
+            metrics.observed.clone(),
+        );
         Self {
             app: Arc::new(App {
                 options,
                 bots,
-                metrics: Arc::default(),
+                metrics,
+                watchers,
                 cluster,
                 access,
                 lifecycle: Arc::new(Lifecycle::new()),

@@ -20,6 +20,7 @@ use super::{ApiError, App};
 use crate::bot::SessionInfo;
 use crate::events::{EndReason, Event, ReportLevel, SessionEvent};
 use crate::frames::{AudioFrame, MetricsData};
+use crate::observe::Watched;
 use crate::pipeline::{Session, SessionHandle};
 use crate::transports::jitter::NetworkStats;
 use crate::transports::pace::{Allowance, Pace, TooFast};
@@ -255,7 +256,17 @@ async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<St
     };
     let sink = TrackSink::new();
     let (peer, peer_events, sdp) = connect(request.sdp, &peer_options(&app), &sink).await?;
-    let bot = match app.bots.build(&info, OPUS_RATE, Box::new(sink.clone())) {
+    let mut observing = app.watchers.watch(&Watched {
+        id: &info.id,
+        bot: info.bot(),
+        transport: "webrtc",
+        level: ReportLevel::default(),
+        consent: info.consents_to_recording(),
+    });
+    let bot = match app
+        .bots
+        .build(&info, OPUS_RATE, observing.sink(Box::new(sink.clone())))
+    {
         Ok(bot) => bot,
         Err(e) => {
             peer.close().await;
@@ -268,12 +279,18 @@ async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<St
         app.options.allow_evals,
         bot.report_level,
     );
-    let builder = Session::builder(bot.pipeline)
+    observing.report_level(bot.report_level);
+    let mut builder = Session::builder(bot.pipeline)
         .params(bot.params)
         .resources(bot.resources);
+    if let Some(observer) = observing.observer() {
+        builder = builder.observer(observer);
+    }
     let events = builder.subscribe();
+    let watched = builder.subscribe();
     let session = builder.spawn();
     admission.attach(session.handle());
+    let watching = tokio::spawn(observing.follow(watched, session.handle()));
 
     let peer = Arc::new(peer);
     let (restarts, restarted) = mpsc::channel(1);
@@ -311,6 +328,7 @@ async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<St
         let reason = session.join().await;
         tracing::info!(reason = reason.kind(), "WebRTC session ended");
         app.metrics.observe(&Event::SessionEnded { reason });
+        let _ = watching.await;
         drop(admission);
     });
     Ok(answer(sdp, pc_id))

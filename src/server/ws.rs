@@ -13,7 +13,7 @@ use serde::Deserialize;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::Instant;
 
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use super::rtvi::{Leave, RtviInput};
 use super::{Admission, ApiError, App};
@@ -21,6 +21,7 @@ use crate::bot::SessionInfo;
 use crate::context::Message as ChatMessage;
 use crate::events::{Event, ReportLevel, SessionEvent};
 use crate::frames::{AudioFrame, DataFrame};
+use crate::observe::Watched;
 use crate::pipeline::Session;
 use crate::transports::output::AudioSink;
 use crate::transports::pace::{Pace, TextPace};
@@ -40,6 +41,8 @@ pub(crate) struct PcmParams {
     skip_tts: Option<bool>,
     /// An RTVI client gets the bot's audio as `eval-bot-audio` messages.
     capture_bot_audio: Option<bool>,
+    /// `false`: the caller refuses to be recorded (`--record-dir`).
+    record: Option<bool>,
 }
 
 /// Query parameters of `/ws/twilio`.
@@ -47,12 +50,26 @@ pub(crate) struct PcmParams {
 pub(crate) struct TwilioParams {
     /// The bot the call goes to (default: the server's first).
     bot: Option<String>,
+    /// `false`: the caller refuses to be recorded (`--record-dir`).
+    record: Option<bool>,
 }
 
-/// A WebSocket session's info: a fresh id, and the bot its URL asked for.
-fn session_info(app: &App, bot: Option<String>) -> Result<SessionInfo, ApiError> {
+/// A WebSocket session's info: a fresh id, and the bot its URL asked for and whether it may
+/// be recorded.
+fn session_info(
+    app: &App,
+    bot: Option<String>,
+    record: Option<bool>,
+) -> Result<SessionInfo, ApiError> {
     if let Some(name) = &bot {
         app.bots.find(name)?;
+    }
+    let mut request_data = serde_json::Map::new();
+    if let Some(name) = bot {
+        request_data.insert("bot".into(), Value::String(name));
+    }
+    if let Some(record) = record {
+        request_data.insert("record".into(), Value::Bool(record));
     }
     Ok(SessionInfo {
         id: format!(
@@ -60,7 +77,11 @@ fn session_info(app: &App, bot: Option<String>) -> Result<SessionInfo, ApiError>
             crate::transports::webrtc::random_u32(),
             crate::transports::webrtc::random_u32()
         ),
-        request_data: bot.map_or(Value::Null, |name| json!({ "bot": name })),
+        request_data: if request_data.is_empty() {
+            Value::Null
+        } else {
+            Value::Object(request_data)
+        },
     })
 }
 
@@ -72,7 +93,7 @@ pub(crate) async fn pcm(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let Query(params) = params?;
-    let info = session_info(&app, params.bot)?;
+    let info = session_info(&app, params.bot, params.record)?;
     let upgrade = upgrade?;
     let input_rate = params.sample_rate.unwrap_or(16_000);
     let out_rate = params.out_sample_rate.unwrap_or(24_000);
@@ -104,7 +125,7 @@ pub(crate) async fn twilio(
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
     let Query(params) = params?;
-    let info = session_info(&app, params.bot)?;
+    let info = session_info(&app, params.bot, params.record)?;
     let upgrade = upgrade?;
     let admission = app.admit()?;
     // The pipeline speaks at 16 kHz for telephone calls; the framing narrows it to 8 kHz.
@@ -182,10 +203,23 @@ async fn run_session(
     }
     let receiver = futures_util::stream::iter(first.map(Ok)).chain(receiver);
     let (out_tx, out_rx) = mpsc::channel::<Outbound>(crate::audio::AUDIO_QUEUE);
-    let mut bot = match app
-        .bots
-        .build(&info, out_rate, Box::new(SocketSink(out_tx.clone())))
-    {
+    let transport = if matches!(framing, Framing::Twilio(_)) {
+        "twilio"
+    } else {
+        "websocket"
+    };
+    let mut observing = app.watchers.watch(&Watched {
+        id: &info.id,
+        bot: info.bot(),
+        transport,
+        level: ReportLevel::default(),
+        consent: info.consents_to_recording(),
+    });
+    let mut bot = match app.bots.build(
+        &info,
+        out_rate,
+        observing.sink(Box::new(SocketSink(out_tx.clone()))),
+    ) {
         Ok(bot) => bot,
         Err(e) => {
             tracing::error!(error = %e, "cannot build the bot");
@@ -206,13 +240,19 @@ async fn run_session(
         bot.report_level,
     );
     let report_level = input.report_level();
-    let builder = Session::builder(bot.pipeline)
+    observing.report_level(bot.report_level);
+    let mut builder = Session::builder(bot.pipeline)
         .params(bot.params)
         .resources(bot.resources);
+    if let Some(observer) = observing.observer() {
+        builder = builder.observer(observer);
+    }
     let events = builder.subscribe();
+    let watched = builder.subscribe();
     let session = builder.spawn();
     let handle = session.handle();
     admission.attach(handle.clone());
+    let watching = tokio::spawn(observing.follow(watched, handle.clone()));
 
     // Events go to the metrics and to the client.
     let forward = tokio::spawn(forward_events(
@@ -242,6 +282,7 @@ async fn run_session(
     }
     let _ = session.join().await;
     let _ = forward.await;
+    let _ = watching.await;
     // The session is over: its slot is free before the socket is (a close can wait on a
     // client that reads nothing, up to the write timeout).
     drop(admission);

@@ -3,6 +3,7 @@
 
 pub mod bot_run;
 pub mod llm_stand_in;
+pub mod otlp;
 pub mod scripted;
 
 use std::net::SocketAddr;
@@ -34,12 +35,24 @@ pub async fn start(max_sessions: usize) -> Server {
 
 /// A server of `bots` (the first the default), ready.
 pub async fn start_with(max_sessions: usize, bots: Vec<BotOptions>) -> Server {
-    let options = ServeOptions {
+    start_options(ServeOptions {
         max_sessions,
+        ..test_options(bots)
+    })
+    .await
+}
+
+/// The options the tests' servers share: a loopback port, a short drain.
+pub fn test_options(bots: Vec<BotOptions>) -> ServeOptions {
+    ServeOptions {
         drain_timeout: Duration::from_secs(2),
         node_id: "test".parse().expect("a node id"),
         ..ServeOptions::new("127.0.0.1:0".parse().expect("addr"), bots)
-    };
+    }
+}
+
+/// A server with `options`, ready.
+pub async fn start_options(options: ServeOptions) -> Server {
     let (stop, stopped) = oneshot::channel::<()>();
     let (addr_tx, addr_rx) = oneshot::channel();
     let task = tokio::spawn(async move {

@@ -24,7 +24,7 @@ pub use processor::{FrameContext, FrameProcessor, Job, ProcessorError};
 // Carried by the start frame; defined with the frames.
 pub use crate::frames::{AppResources, Direction};
 pub use session::{
-    DEFAULT_CANCEL_GRACE, DEFAULT_IDLE_TIMEOUT, Session, SessionBuilder, SessionError,
+    DEFAULT_CANCEL_GRACE, DEFAULT_IDLE_TIMEOUT, SOURCE, Session, SessionBuilder, SessionError,
     SessionHandle,
 };
 pub use stage::{Node, Pipeline, Stage};

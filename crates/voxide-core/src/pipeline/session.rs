@@ -22,6 +22,10 @@ use crate::frames::{
 /// Default time without user or bot activity before the idle timeout fires.
 pub const DEFAULT_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
 
+/// The name the session's own pusher goes by: what it queues (the user's audio, a client's
+/// frames) is pushed from `source`, as observers see it.
+pub const SOURCE: &str = "source";
+
 /// How long stages get to stop after a cancel before their tasks are aborted.
 pub const DEFAULT_CANCEL_GRACE: Duration = Duration::from_secs(2);
 
@@ -139,7 +143,7 @@ impl SessionBuilder {
         let observers: Observers = observers.into();
         let shared = Shared::new(observers, self.events.clone());
 
-        let (source_mailbox, source_inbox) = mailbox(Arc::from("source"), &shared.audio);
+        let (source_mailbox, source_inbox) = mailbox(Arc::from(SOURCE), &shared.audio);
         let (sink_mailbox, sink_inbox) = mailbox(Arc::from("sink"), &shared.audio);
         let mut tasks = JoinSet::new();
         let entries = spawn_line(
@@ -151,7 +155,7 @@ impl SessionBuilder {
             "",
         );
         let source = FramePusher {
-            name: Arc::from("source"),
+            name: Arc::from(SOURCE),
             prev: None,
             next: entries.downstream,
             shared: shared.clone(),
