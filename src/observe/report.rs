@@ -127,6 +127,7 @@ fn rows(turn: &Turn) -> usize {
         + turn.llm.len()
         + turn.tools.len()
         + usize::from(!turn.tts.is_empty())
+        + usize::from(turn.bot.is_some())
 }
 
 fn header(page: &mut String, journal: &Journal, end: Millis) {
@@ -384,7 +385,14 @@ fn waterfall(page: &mut String, scale: &Scale, turn: &Turn, mut y: f64) -> f64 {
         };
         bar(page, name, (call.span.start_ms, end), "tool", note);
     }
-    if let Some(first) = turn.tts.first() {
+    // The voice's first answer with a time to first audio (a usage report alone may come
+    // before it).
+    if let Some(first) = turn
+        .tts
+        .iter()
+        .find(|s| s.ttfb_ms.is_some())
+        .or(turn.tts.first())
+    {
         let ttfb = first.ttfb_ms.unwrap_or(0.0).round() as Millis;
         let end = turn.bot.and_then(|b| b.end_ms).unwrap_or(first.at_ms);
         let note = format!("first audio {}", ms_text(first.ttfb_ms));
