@@ -212,9 +212,24 @@ async fn a_recorded_session_is_aligned_with_what_it_reported_and_its_trace_reach
     );
     assert!(metrics.contains("voxide_trace_spans_total{outcome=\"dropped\"} 0"));
 
-    // The report draws it.
-    let page = voxide::observe::report::render(&journal, Some(&stereo), journal.audio.as_deref());
-    assert!(page.contains("voice to voice"));
+    // The operator's pages: the report draws it, the transcript is the file's.
+    let (status, page) = get(addr, &format!("/admin/sessions/{}/report", journal.session)).await;
+    assert_eq!(status, 200);
+    assert!(page.contains("voice to voice") && page.contains("src=\"audio\""));
+    let (status, body) = get(
+        addr,
+        &format!("/admin/sessions/{}/transcript", journal.session),
+    )
+    .await;
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Journal>(&body).expect("a journal"),
+        journal
+    );
+    for bad in ["..%2F..%2Fetc%2Fpasswd", "ws-unknown"] {
+        let (status, _) = get(addr, &format!("/admin/sessions/{bad}/transcript")).await;
+        assert_eq!(status, 404, "{bad}");
+    }
 
     let _ = server.stop.take().map(|s| s.send(()));
     let _ = tokio::time::timeout(Duration::from_secs(10), &mut server.task).await;

@@ -168,7 +168,11 @@ fn a_sessions_page_draws_both_voices_where_they_spoke_and_every_kind_of_work() {
         .arg(&transcript)
         .output()
         .expect("voxide report runs");
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
     let page = dir.join("ws-report.html");
     assert_eq!(
         String::from_utf8_lossy(&made.stdout).trim(),
@@ -193,6 +197,9 @@ fn a_sessions_page_draws_both_voices_where_they_spoke_and_every_kind_of_work() {
     let (user_start, user_end) = waveform_extent(&pixels_of(width, &rgb, [0x51, 0x82, 0xef]));
     let (bot_start, _) = waveform_extent(&pixels_of(width, &rgb, [0xe0, 0x92, 0x38]));
     let ratio = (bot_start - user_start) as f64 / (user_end - user_start) as f64;
-    assert!((ratio - 2.0).abs() < 0.1, "the bot starts at {ratio:.2} user-lengths");
+    assert!(
+        (ratio - 2.0).abs() < 0.1,
+        "the bot starts at {ratio:.2} user-lengths"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -124,8 +124,8 @@ impl Watchers {
     }
 }
 
-/// A session id as a file name: letters, digits, `-` and `_` only.
-fn file_stem(id: &str) -> String {
+/// A session id as a file name: letters, digits, `-` and `_` only (the rest become `_`).
+pub fn file_stem(id: &str) -> String {
     let stem: String = id
         .chars()
         .map(|c| {

@@ -5,6 +5,7 @@ pub mod access;
 pub mod cluster;
 mod error;
 mod metrics;
+mod recorded;
 mod rtvi;
 mod webrtc;
 mod ws;
@@ -477,6 +478,9 @@ fn admin_routes() -> Router<AppState> {
         .route("/status", get(status))
         .route("/metrics", get(prometheus))
         .route("/admin/drain", post(admin_drain))
+        .route("/admin/sessions/{id}/report", get(recorded::report))
+        .route("/admin/sessions/{id}/audio", get(recorded::audio))
+        .route("/admin/sessions/{id}/transcript", get(recorded::transcript))
 }
 
 /// What every route goes through, innermost first: the body limit, the token and the session
