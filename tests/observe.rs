@@ -36,9 +36,20 @@ fn fresh_dir(name: &str) -> PathBuf {
 
 /// Says HELLO over `/ws` (`query` added to the URL) and returns the events until the bot has
 /// answered, then asks the bot to finish and waits for the socket to close.
-async fn say_hello(addr: std::net::SocketAddr, query: &str) -> Vec<Value> {
+async fn say_hello(
+    addr: std::net::SocketAddr,
+    query: &str,
+    traceparent: Option<&str>,
+) -> Vec<Value> {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
     let url = format!("ws://{addr}/ws?sample_rate=16000&out_sample_rate=24000{query}");
-    let (socket, _) = tokio_tungstenite::connect_async(&url)
+    let mut request = url.into_client_request().expect("a request");
+    if let Some(traceparent) = traceparent {
+        request
+            .headers_mut()
+            .insert("traceparent", traceparent.parse().expect("a header"));
+    }
+    let (socket, _) = tokio_tungstenite::connect_async(request)
         .await
         .expect("upgrade");
     let (mut tx, mut rx) = socket.split();
@@ -106,7 +117,9 @@ async fn a_recorded_session_is_aligned_with_what_it_reported_and_its_trace_reach
     })
     .await;
     let addr = server.addr;
-    let events = say_hello(addr, "").await;
+    // The caller's trace: the server's spans of the session join it.
+    let caller = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let events = say_hello(addr, "", Some(caller)).await;
     assert!(
         events.iter().any(|e| e["type"] == "bot_started_speaking"),
         "{events:?}"
@@ -153,6 +166,10 @@ async fn a_recorded_session_is_aligned_with_what_it_reported_and_its_trace_reach
 
     // The trace: the session's root, its turns under it, the LLM request under a turn.
     let trace_id = journal.trace_id.clone().expect("traced");
+    assert_eq!(
+        trace_id, "4bf92f3577b34da6a3ce929d0e0e4736",
+        "the caller's trace"
+    );
     let mut spans = Vec::new();
     for _ in 0..100 {
         spans = received.spans();
@@ -172,7 +189,11 @@ async fn a_recorded_session_is_aligned_with_what_it_reported_and_its_trace_reach
         .map(|(_, s)| s)
         .find(|s| s.name == "voxide.session")
         .expect("the session's span");
-    assert!(root.parent_span_id.is_empty());
+    assert_eq!(
+        root.parent_span_id,
+        [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7],
+        "under the caller's span"
+    );
     let turn_span = spans
         .iter()
         .map(|(_, s)| s)
@@ -247,7 +268,7 @@ async fn a_recording_that_cannot_be_written_or_is_refused_leaves_the_call_runnin
         ..test_options(bot())
     })
     .await;
-    let events = say_hello(server.addr, "").await;
+    let events = say_hello(server.addr, "", None).await;
     let error = events
         .iter()
         .find(|e| e["type"] == "error")
@@ -270,7 +291,7 @@ async fn a_recording_that_cannot_be_written_or_is_refused_leaves_the_call_runnin
         ..test_options(bot())
     })
     .await;
-    let events = say_hello(server.addr, "&record=false").await;
+    let events = say_hello(server.addr, "&record=false", None).await;
     assert!(events.iter().any(|e| e["type"] == "bot_started_speaking"));
     assert!(events.iter().all(|e| e["type"] != "error"), "{events:?}");
     assert_eq!(

@@ -135,6 +135,14 @@ async fn socket(
             .map_err(|_| "bad_auth_token".to_owned())?;
         request.headers_mut().insert("authorization", value);
     }
+    let traceparent = heard
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .traceparent
+        .parse();
+    if let Ok(value) = traceparent {
+        request.headers_mut().insert("traceparent", value);
+    }
     // Without Nagle, as a caller's audio goes: each 20 ms frame leaves when it is sent.
     let (socket, response) = tokio_tungstenite::connect_async_with_config(request, None, true)
         .await

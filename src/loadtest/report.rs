@@ -24,8 +24,9 @@ pub fn write(
     let mut turns = String::from(
         "session,turn,audio,speech_end_ms,onset_ms,v2v_ms,reply_end_ms,barge_in_stop_ms,transcript,word_errors,reference_words,error\n",
     );
-    let mut sessions =
-        String::from("session,started_ms,connect_ms,first_audio_ms,turns,failed_turns,error\n");
+    let mut sessions = String::from(
+        "session,started_ms,connect_ms,first_audio_ms,turns,failed_turns,error,trace_id\n",
+    );
     let ms = |v: Option<f64>| v.map_or(String::new(), |v| format!("{:.1}", v * 1000.0));
     for result in results {
         for turn in &result.turns {
@@ -51,14 +52,15 @@ pub fn write(
         }
         let _ = writeln!(
             sessions,
-            "{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{},{},{}",
             result.session,
             ms(Some(result.started)),
             ms(result.connected.map(|c| c - result.started)),
             ms(result.connected.zip(result.first_audio).map(|(c, f)| f - c)),
             result.turns.len(),
             result.turns.iter().filter(|t| t.error.is_some()).count(),
-            result.error.as_deref().unwrap_or_default()
+            result.error.as_deref().unwrap_or_default(),
+            result.trace_id
         );
     }
     std::fs::write(dir.join("turns.csv"), turns)?;

@@ -126,6 +126,8 @@ pub struct SessionResult {
     pub pacing_lag_ms: Vec<f64>,
     /// The node that answered (`X-Voxide-Node`).
     pub node: Option<String>,
+    /// The trace the server's spans of the session are in, where it traces (`--otlp-endpoint`).
+    pub trace_id: String,
     /// Trickled-candidate `PATCH`es sent.
     pub trickle_sent: usize,
     /// The statuses of those refused (`0`: no answer).
@@ -185,6 +187,9 @@ pub(super) struct Heard {
     pub(super) closed: Option<String>,
     /// The node that answered the connection.
     pub(super) node: Option<String>,
+    /// The W3C `traceparent` the connection carries: the server's trace of the session is
+    /// then the one [`SessionResult::trace_id`] names.
+    pub(super) traceparent: String,
     /// Trickle `PATCH`es sent, and the statuses of those refused.
     pub(super) trickle_sent: usize,
     pub(super) trickle_refused: Vec<u16>,
@@ -368,9 +373,11 @@ pub async fn run(
     live: &super::Live,
 ) -> SessionResult {
     let started = Instant::now();
+    let (trace, traceparent) = crate::observe::trace::new_traceparent();
     let mut result = SessionResult {
         session: index,
         started: plan.secs(started),
+        trace_id: trace.hex(),
         ..SessionResult::default()
     };
     recorder.event(plan.secs(started), index, "connect_started", json!({}));
@@ -381,6 +388,7 @@ pub async fn run(
         events: Vec::new(),
         closed: None,
         node: None,
+        traceparent,
         trickle_sent: 0,
         trickle_refused: Vec::new(),
         transcripts: Vec::new(),
@@ -685,6 +693,7 @@ mod tests {
             events: Vec::new(),
             closed: None,
             node: None,
+            traceparent: String::new(),
             trickle_sent: 0,
             trickle_refused: Vec::new(),
             transcripts: Vec::new(),

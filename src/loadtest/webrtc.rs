@@ -297,7 +297,8 @@ async fn negotiate(
         .await
         .ok_or_else(|| "webrtc_setup".to_owned())?
         .sdp;
-    let (answer, offer_url, node) = signal(plan, &offer_sdp).await?;
+    let traceparent = lock(&heard).traceparent.clone();
+    let (answer, offer_url, node) = signal(plan, &offer_sdp, &traceparent).await?;
     lock(&heard).node = node;
     if let Some(pc_id) = answer["pc_id"].as_str() {
         let to = Trickled {
@@ -591,9 +592,16 @@ async fn trickle(to: Trickled, mut candidates: mpsc::Receiver<Value>) {
 
 /// Posts the offer (after `POST /start` for the runner's flavour); the answer, the URL it
 /// was posted to (where candidates trickle) and the node that answered.
-async fn signal(plan: &Plan, sdp: &str) -> Result<(Value, String, Option<String>), String> {
+async fn signal(
+    plan: &Plan,
+    sdp: &str,
+    traceparent: &str,
+) -> Result<(Value, String, Option<String>), String> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let mut headers = reqwest::header::HeaderMap::new();
+    if let Ok(value) = reqwest::header::HeaderValue::from_str(traceparent) {
+        headers.insert("traceparent", value);
+    }
     if let Some(token) = &plan.auth_token {
         let value = reqwest::header::HeaderValue::from_str(&format!("Bearer {token}"))
             .map_err(|_| "bad_auth_token".to_owned())?;

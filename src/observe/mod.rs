@@ -57,6 +57,9 @@ pub struct Watched<'a> {
     pub level: ReportLevel,
     /// Whether the caller allows a recording (`"record": false` in what it sent refuses).
     pub consent: bool,
+    /// The caller's W3C `traceparent`: the session's trace is then the caller's, under its
+    /// span, traced as the caller sampled it.
+    pub traceparent: Option<&'a str>,
 }
 
 impl Watchers {
@@ -114,10 +117,18 @@ impl Watchers {
             }
         }
         if let Some(exporter) = self.exporter.clone() {
-            let id = TraceId::random();
-            if id.sampled(exporter.options().sample) {
-                watch.journal.set_trace(&id.hex());
-                watch.trace = Some((TraceBuilder::new(id), exporter));
+            // The caller's decision where it made one (OpenTelemetry's parent-based sampling),
+            // else the ratio's.
+            let (builder, sampled) = match session.traceparent.and_then(trace::parse_traceparent) {
+                Some((id, parent, sampled)) => (TraceBuilder::new(id).with_parent(parent), sampled),
+                None => {
+                    let id = TraceId::random();
+                    (TraceBuilder::new(id), id.sampled(exporter.options().sample))
+                }
+            };
+            if sampled {
+                watch.journal.set_trace(&builder.id().hex());
+                watch.trace = Some((builder, exporter));
             }
         }
         watch

@@ -175,6 +175,41 @@ impl TraceId {
     }
 }
 
+/// A W3C `traceparent` header (`00-{trace}-{span}-{flags}`) as the trace it names, the span
+/// it names as the parent, and whether the caller sampled it; `None` when malformed.
+pub fn parse_traceparent(header: &str) -> Option<(TraceId, [u8; 8], bool)> {
+    let mut parts = header.trim().split('-');
+    let (version, trace, span, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if version != "00" || parts.next().is_some() || trace.len() != 32 || span.len() != 16 {
+        return None;
+    }
+    let hex = |text: &str, out: &mut [u8]| -> Option<()> {
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = u8::from_str_radix(text.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(())
+    };
+    let (mut trace_id, mut span_id) = ([0u8; 16], [0u8; 8]);
+    hex(trace, &mut trace_id)?;
+    hex(span, &mut span_id)?;
+    let flags = u8::from_str_radix(flags, 16).ok()?;
+    // All-zero ids are invalid.
+    if trace_id == [0; 16] || span_id == [0; 8] {
+        return None;
+    }
+    Some((TraceId(trace_id), span_id, flags & 1 == 1))
+}
+
+/// A `traceparent` header for a new trace, sampled, as a caller that wants the server's trace
+/// to be its own sends it.
+pub fn new_traceparent() -> (TraceId, String) {
+    let trace = TraceId::random();
+    let span: [u8; 8] = random_bytes();
+    let span: String = span.iter().map(|b| format!("{b:02x}")).collect();
+    (trace, format!("00-{}-{span}-01", trace.hex()))
+}
+
 fn random_bytes<const N: usize>() -> [u8; N] {
     use ring::rand::SecureRandom;
     let mut bytes = [0u8; N];
@@ -193,6 +228,8 @@ fn span_id() -> Vec<u8> {
 pub struct TraceBuilder {
     trace: TraceId,
     root: Vec<u8>,
+    /// The caller's span the session's root hangs under (its `traceparent`).
+    parent: Option<Vec<u8>>,
     /// Turns (by index) whose spans were made.
     exported: std::collections::BTreeSet<usize>,
 }
@@ -203,8 +240,15 @@ impl TraceBuilder {
         Self {
             trace,
             root: span_id(),
+            parent: None,
             exported: Default::default(),
         }
+    }
+
+    /// Hangs the session's root under the caller's span `parent`.
+    pub fn with_parent(mut self, parent: [u8; 8]) -> Self {
+        self.parent = Some(parent.to_vec());
+        self
     }
 
     /// The trace's id.
@@ -255,6 +299,7 @@ impl TraceBuilder {
         }
         let mut root = self.span(journal, "voxide.session", None, (0, end), attributes);
         root.kind = span::SpanKind::Server as i32;
+        root.parent_span_id = self.parent.clone().unwrap_or_default();
         root.events = journal
             .errors
             .iter()
@@ -872,6 +917,29 @@ mod tests {
         let bytes = request.encode_to_vec();
         let back = ExportTraceServiceRequest::decode(bytes.as_slice()).expect("decodes");
         assert_eq!(back, request);
+    }
+
+    #[test]
+    fn a_callers_traceparent_names_the_trace_and_its_parent_and_a_bad_one_is_ignored() {
+        let (trace, header) = new_traceparent();
+        let (parsed, parent, sampled) = parse_traceparent(&header).expect("parses");
+        assert_eq!((parsed, sampled), (trace, true));
+        assert_ne!(parent, [0; 8]);
+        let w3c = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00";
+        let (trace, parent, sampled) = parse_traceparent(w3c).expect("the spec's example");
+        assert_eq!(trace.hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(parent, [0x00, 0xf0, 0x67, 0xaa, 0x0b, 0xa9, 0x02, 0xb7]);
+        assert!(!sampled);
+        for bad in [
+            "",
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-x",
+            "00-4bf92f3577b34da6a3ce929d0e0e47zz-00f067aa0ba902b7-01",
+        ] {
+            assert!(parse_traceparent(bad).is_none(), "{bad:?}");
+        }
     }
 
     #[test]

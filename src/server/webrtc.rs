@@ -177,10 +177,20 @@ pub(super) fn fuzz_bodies(bytes: &[u8]) {
 /// `POST /api/offer`.
 pub(crate) async fn offer(
     State(app): State<Arc<App>>,
+    headers: axum::http::HeaderMap,
     request: Result<Json<OfferRequest>, JsonRejection>,
 ) -> Answer {
     let Json(request) = request?;
-    offer_for(app, request, None).await
+    offer_for(app, request, (None, traceparent(&headers))).await
+}
+
+/// The caller's W3C `traceparent` header, where it sent one.
+pub(crate) fn traceparent(headers: &axum::http::HeaderMap) -> Option<String> {
+    headers
+        .get("traceparent")
+        .and_then(|v| v.to_str().ok())
+        .filter(|v| v.len() <= 64)
+        .map(str::to_owned)
 }
 
 /// `POST /sessions/{id}/api/offer`: the offer of a session `/start` began, which carries what
@@ -188,13 +198,18 @@ pub(crate) async fn offer(
 pub(crate) async fn session_offer(
     State(app): State<Arc<App>>,
     Path(session_id): Path<String>,
+    headers: axum::http::HeaderMap,
     request: Result<Json<OfferRequest>, JsonRejection>,
 ) -> Answer {
     let Json(request) = request?;
-    offer_for(app, request, Some(session_id)).await
+    offer_for(app, request, (Some(session_id), traceparent(&headers))).await
 }
 
-async fn offer_for(app: Arc<App>, request: OfferRequest, session_id: Option<String>) -> Answer {
+async fn offer_for(
+    app: Arc<App>,
+    request: OfferRequest,
+    (session_id, traceparent): (Option<String>, Option<String>),
+) -> Answer {
     let link = request
         .pc_id
         .as_ref()
@@ -220,13 +235,17 @@ async fn offer_for(app: Arc<App>, request: OfferRequest, session_id: Option<Stri
             "no connection {}",
             pc_id.unwrap_or_default()
         ))),
-        _ => new_session(app, request, session_id).await,
+        _ => new_session(app, request, (session_id, traceparent)).await,
     }
 }
 
 /// A new connection and the session behind it; the session id is the one `/start` gave, or
 /// the connection's own.
-async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<String>) -> Answer {
+async fn new_session(
+    app: Arc<App>,
+    request: OfferRequest,
+    (session_id, traceparent): (Option<String>, Option<String>),
+) -> Answer {
     let pc_id = app.cluster.mint();
     let started = session_id
         .as_deref()
@@ -262,6 +281,7 @@ async fn new_session(app: Arc<App>, request: OfferRequest, session_id: Option<St
         transport: "webrtc",
         level: ReportLevel::default(),
         consent: info.consents_to_recording(),
+        traceparent: traceparent.as_deref(),
     });
     let bot = match app
         .bots

@@ -89,6 +89,7 @@ const RATES: std::ops::RangeInclusive<u32> = 8_000..=48_000;
 
 pub(crate) async fn pcm(
     State(app): State<Arc<App>>,
+    headers: axum::http::HeaderMap,
     params: Result<Query<PcmParams>, QueryRejection>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
@@ -114,13 +115,14 @@ pub(crate) async fn pcm(
             socket,
             (framing, flags.skip_tts),
             out_rate,
-            (info, admission),
+            (info, admission, super::webrtc::traceparent(&headers)),
         )
     }))
 }
 
 pub(crate) async fn twilio(
     State(app): State<Arc<App>>,
+    headers: axum::http::HeaderMap,
     params: Result<Query<TwilioParams>, QueryRejection>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
@@ -135,7 +137,7 @@ pub(crate) async fn twilio(
             socket,
             (Framing::twilio(), false),
             16_000,
-            (info, admission),
+            (info, admission, super::webrtc::traceparent(&headers)),
         )
     }))
 }
@@ -182,7 +184,7 @@ async fn run_session(
     socket: WebSocket,
     (mut framing, mut skip_tts): (Framing, bool),
     out_rate: u32,
-    (info, admission): (SessionInfo, Admission),
+    (info, admission, traceparent): (SessionInfo, Admission, Option<String>),
 ) {
     let (mut sender, mut receiver) = socket.split();
     // The bot is built once the client has said something, or has stayed a moment: a client
@@ -214,6 +216,7 @@ async fn run_session(
         transport,
         level: ReportLevel::default(),
         consent: info.consents_to_recording(),
+        traceparent: traceparent.as_deref(),
     });
     let mut bot = match app.bots.build(
         &info,
