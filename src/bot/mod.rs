@@ -249,6 +249,10 @@ pub struct BotOptions {
     pub max_context_tokens: usize,
     /// What clients are told of a function call.
     pub function_call_report_level: ReportLevel,
+    /// Its sessions may be recorded (`voxide serve --record-dir`).
+    pub record: bool,
+    /// Its sessions may be traced (`voxide serve --otlp-endpoint`).
+    pub trace: bool,
     /// The system instruction.
     pub instructions: String,
     /// What the bot says as the session starts.
@@ -309,6 +313,8 @@ impl Default for BotOptions {
             max_tokens: 60,
             max_context_tokens: DEFAULT_MAX_CONTEXT_TOKENS,
             function_call_report_level: ReportLevel::default(),
+            record: true,
+            trace: true,
             instructions: INSTRUCTIONS.to_owned(),
             greeting: None,
             idle: None,

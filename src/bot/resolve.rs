@@ -139,6 +139,8 @@ impl BotConfig {
             max_tokens,
             max_context_tokens,
             function_call_report_level: self.function_call_report_level.unwrap_or_default(),
+            record: self.record.unwrap_or(true),
+            trace: self.trace.unwrap_or(true),
             barge_in,
             denoise: self.denoise.unwrap_or_default(),
             instructions: self.instructions()?.unwrap_or(defaults.instructions),

@@ -172,6 +172,7 @@ pub struct IdleConfig {
 /// llm = "openai,local"
 /// builtin = ["clock"]                  # the built-in tools kept: clock, calculator, timer
 /// function_call_report_level = "name" # what clients see of a tool call: disabled, none, name, full
+/// record = false                       # never recorded (--record-dir); trace = false: never traced
 /// max_context_tokens = 24000           # the oldest turns leave past this
 ///
 /// [idle]                               # when the user goes quiet after the bot has spoken
@@ -230,6 +231,11 @@ pub struct BotConfig {
     /// What clients are told of a function call: `disabled`, `none` (its id), `name` (the
     /// default) or `full` (its arguments and result too).
     pub function_call_report_level: Option<crate::events::ReportLevel>,
+    /// `false`: this bot's sessions are never recorded, whatever `--record-dir` says (a bot
+    /// that takes card numbers, say).
+    pub record: Option<bool>,
+    /// `false`: this bot's sessions are never traced, whatever `--otlp-endpoint` says.
+    pub trace: Option<bool>,
     /// See `--interrupt-min-words`.
     pub interrupt_min_words: Option<usize>,
     /// See `--resume-after-secs`.
@@ -392,6 +398,8 @@ impl BotConfig {
             function_call_report_level: self
                 .function_call_report_level
                 .or(lower.function_call_report_level),
+            record: self.record.or(lower.record),
+            trace: self.trace.or(lower.trace),
             interrupt_min_words: self.interrupt_min_words.or(lower.interrupt_min_words),
             resume_after_secs: self.resume_after_secs.or(lower.resume_after_secs),
             pause_at_onset: self.pause_at_onset.or(lower.pause_at_onset),

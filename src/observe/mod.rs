@@ -60,6 +60,8 @@ pub struct Watched<'a> {
     /// The caller's W3C `traceparent`: the session's trace is then the caller's, under its
     /// span, traced as the caller sampled it.
     pub traceparent: Option<&'a str>,
+    /// Whether its bot may be recorded and traced (a bot file's `record` and `trace`).
+    pub bot_allows: (bool, bool),
 }
 
 impl Watchers {
@@ -85,6 +87,7 @@ impl Watchers {
     pub fn watch(&self, session: &Watched<'_>) -> SessionWatch {
         let journal =
             JournalBuilder::new(session.id, session.transport, session.level).bot(session.bot);
+        let (may_record, may_trace) = session.bot_allows;
         let mut watch = SessionWatch {
             journal,
             recording: None,
@@ -92,7 +95,11 @@ impl Watchers {
             trace: None,
             counts: self.counts.clone(),
         };
-        if let Some(dir) = self.record_dir.as_deref().filter(|_| session.consent) {
+        if let Some(dir) = self
+            .record_dir
+            .as_deref()
+            .filter(|_| may_record && session.consent)
+        {
             let name = file_stem(session.id);
             let audio = dir.join(format!("{name}.wav"));
             match Recorder::create(&audio) {
@@ -116,7 +123,7 @@ impl Watchers {
                 }
             }
         }
-        if let Some(exporter) = self.exporter.clone() {
+        if let Some(exporter) = self.exporter.clone().filter(|_| may_trace) {
             // The caller's decision where it made one (OpenTelemetry's parent-based sampling),
             // else the ratio's.
             let (builder, sampled) = match session.traceparent.and_then(trace::parse_traceparent) {

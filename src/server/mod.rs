@@ -149,6 +149,11 @@ pub trait BotFactory: Send + Sync + 'static {
     fn preload(&self) -> Result<(), BotError>;
     /// Whether a client may ask for the bot `name`; an error names the bots there are.
     fn find(&self, name: &str) -> Result<(), BotError>;
+    /// Whether the bot `name` (the default one for `None`) may be recorded and traced.
+    fn observed(&self, name: Option<&str>) -> (bool, bool) {
+        let _ = name;
+        (true, true)
+    }
     /// The bot `session` asked for (the default one when it named none), speaking at
     /// `out_rate` into `sink`.
     fn build(
@@ -199,6 +204,11 @@ impl BotFactory for Bots {
 
     fn find(&self, name: &str) -> Result<(), BotError> {
         self.pick(Some(name)).map(drop)
+    }
+
+    fn observed(&self, name: Option<&str>) -> (bool, bool) {
+        self.pick(name)
+            .map_or((true, true), |bot| (bot.record, bot.trace))
     }
 
     fn build(

@@ -282,6 +282,7 @@ async fn new_session(
         level: ReportLevel::default(),
         consent: info.consents_to_recording(),
         traceparent: traceparent.as_deref(),
+        bot_allows: app.bots.observed(info.bot()),
     });
     let bot = match app
         .bots

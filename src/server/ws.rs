@@ -217,6 +217,7 @@ async fn run_session(
         level: ReportLevel::default(),
         consent: info.consents_to_recording(),
         traceparent: traceparent.as_deref(),
+        bot_allows: app.bots.observed(info.bot()),
     });
     let mut bot = match app.bots.build(
         &info,
