@@ -35,6 +35,9 @@ scripts/soak.sh --minutes 2 --concurrency 6
 echo "test: voxide's scenarios under pipecat's own eval harness (scripts/evals.sh)"
 scripts/evals.sh
 
+echo "test: recordings uploaded to S3-compatible storage (scripts/record_upload.sh)"
+scripts/record_upload.sh
+
 # Last, so its summary is the closing line.
 echo "test: unit, behaviour and example tests"
 if command -v cargo-nextest >/dev/null 2>&1; then

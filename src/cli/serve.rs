@@ -112,6 +112,12 @@ pub struct ServeArgs {
     /// or `"record": false` in what it sends `/start`. Off by default.
     #[arg(long, env = "VOXIDE_RECORD_DIR", value_name = "DIR")]
     record_dir: Option<PathBuf>,
+    /// Uploads each finished recording and transcript to S3-compatible storage
+    /// (`s3://bucket/prefix`; keys, region and a compatible store's endpoint from `AWS_*`).
+    /// With --record-dir the files stay there too; without it they are written to a folder
+    /// under the system's temporary one and removed once uploaded (kept if the upload fails).
+    #[arg(long, env = "VOXIDE_RECORD_URL", value_name = "URL")]
+    record_url: Option<String>,
     /// Exports a trace per session to this OpenTelemetry collector (OTLP/HTTP protobuf; the
     /// base URL, `/v1/traces` is added). `OTEL_EXPORTER_OTLP_ENDPOINT`, `_HEADERS` and
     /// `_TIMEOUT` (and their `_TRACES_` forms) and `OTEL_SERVICE_NAME` are read too.
@@ -206,8 +212,20 @@ impl ServeArgs {
             peers,
             agent_addr,
             allow_evals: self.allow_evals,
-            record_dir: match &self.record_dir {
-                Some(dir) => Some(record_dir(dir)?),
+            record_dir: match (&self.record_dir, &self.record_url) {
+                (Some(dir), _) => Some(record_dir(dir)?),
+                (None, Some(_)) => {
+                    Some(record_dir(&std::env::temp_dir().join("voxide-recordings"))?)
+                }
+                (None, None) => None,
+            },
+            uploads: match &self.record_url {
+                Some(url) => Some(voxide::observe::Uploads::new(
+                    voxide::observe::upload::S3Target::resolve(url, |name| {
+                        std::env::var(name).ok()
+                    })?,
+                    self.record_dir.is_some(),
+                )),
                 None => None,
             },
             traces: voxide::observe::trace::TraceOptions::resolve(

@@ -11,6 +11,7 @@ pub mod journal;
 pub mod recording;
 pub mod report;
 pub mod trace;
+pub mod upload;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,12 +35,65 @@ pub struct ObserveCounts {
     pub recordings_failed: AtomicU64,
     /// Audio chunks a recording lost (its writer fell behind or failed).
     pub recording_chunks_dropped: AtomicU64,
+    /// Recordings uploaded whole (`--record-url`).
+    pub uploads_done: AtomicU64,
+    /// Recordings whose upload failed (their files stay in the folder).
+    pub uploads_failed: AtomicU64,
+}
+
+/// Where finished recordings are uploaded, and whether their local copies go once they are.
+#[derive(Debug, Clone)]
+pub struct Uploads {
+    target: Arc<upload::S3Target>,
+    client: reqwest::Client,
+    keep_local: bool,
+}
+
+impl Uploads {
+    /// Uploads to `target`; `keep_local`: the files stay in the folder after.
+    pub fn new(target: upload::S3Target, keep_local: bool) -> Self {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        Self {
+            target: Arc::new(target),
+            client: reqwest::Client::builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .build()
+                .unwrap_or_default(),
+            keep_local,
+        }
+    }
+
+    /// Uploads a session's recording and transcript; counts how it went.
+    async fn send(&self, files: [(PathBuf, &'static str); 2], counts: &ObserveCounts) {
+        for (path, content_type) in &files {
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            if let Err(e) = self
+                .target
+                .put(&self.client, path, &name, content_type)
+                .await
+            {
+                tracing::warn!("a recording's upload failed (its files stay in the folder): {e}");
+                counts.uploads_failed.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+        counts.uploads_done.fetch_add(1, Ordering::Relaxed);
+        if !self.keep_local {
+            for (path, _) in &files {
+                let _ = tokio::fs::remove_file(path).await;
+            }
+        }
+    }
 }
 
 /// A server's recording and tracing.
 #[derive(Clone, Default)]
 pub struct Watchers {
     record_dir: Option<PathBuf>,
+    uploads: Option<Uploads>,
     exporter: Option<Arc<Exporter>>,
     counts: Arc<ObserveCounts>,
 }
@@ -73,9 +127,16 @@ impl Watchers {
     ) -> Self {
         Self {
             record_dir,
+            uploads: None,
             exporter,
             counts,
         }
+    }
+
+    /// Uploads each finished recording too.
+    pub fn uploading(mut self, uploads: Option<Uploads>) -> Self {
+        self.uploads = uploads;
+        self
     }
 
     /// Where recordings go.
@@ -93,6 +154,7 @@ impl Watchers {
             recording: None,
             refused: None,
             trace: None,
+            uploads: self.uploads.clone(),
             counts: self.counts.clone(),
         };
         if let Some(dir) = self
@@ -177,6 +239,7 @@ pub struct SessionWatch {
     /// Why the session could not be recorded.
     refused: Option<String>,
     trace: Option<(TraceBuilder, Arc<Exporter>)>,
+    uploads: Option<Uploads>,
     counts: Arc<ObserveCounts>,
 }
 
@@ -259,6 +322,7 @@ impl SessionWatch {
             journal,
             recording,
             trace,
+            uploads,
             counts,
             ..
         } = self;
@@ -279,16 +343,28 @@ impl SessionWatch {
             drop(recorder);
             let audio = done.wait().await;
             let written = match audio {
-                Ok(_) => write_transcript(&transcript, &journal).await,
+                Ok(audio) => write_transcript(&transcript, &journal)
+                    .await
+                    .map(|()| audio),
                 Err(e) => Err(e),
             };
             match written {
-                Ok(()) => counts.recordings_written.fetch_add(1, Ordering::Relaxed),
+                Ok(audio) => {
+                    counts.recordings_written.fetch_add(1, Ordering::Relaxed);
+                    // The session is over: the upload holds up nothing.
+                    if let Some(uploads) = uploads {
+                        let counts = counts.clone();
+                        tokio::spawn(async move {
+                            let files = [(audio, "audio/wav"), (transcript, "application/json")];
+                            uploads.send(files, &counts).await;
+                        });
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(session = %journal.session, "the recording failed: {e}");
-                    counts.recordings_failed.fetch_add(1, Ordering::Relaxed)
+                    counts.recordings_failed.fetch_add(1, Ordering::Relaxed);
                 }
-            };
+            }
         }
         journal
     }

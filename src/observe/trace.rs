@@ -688,6 +688,7 @@ async fn post_batches(
     mut inbox: mpsc::Receiver<Span>,
     counts: Arc<ExportCounts>,
 ) {
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = match reqwest::Client::builder()
         .timeout(options.timeout)
         .redirect(reqwest::redirect::Policy::none())

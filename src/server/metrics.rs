@@ -315,6 +315,17 @@ impl Metrics {
                 ("failed", observed.recordings_failed.load(Ordering::Relaxed)),
             ],
         );
+        out.labelled(
+            (
+                "voxide_recording_uploads_total",
+                "Finished recordings sent to --record-url, by whether the store took them.",
+            ),
+            "outcome",
+            [
+                ("uploaded", observed.uploads_done.load(Ordering::Relaxed)),
+                ("failed", observed.uploads_failed.load(Ordering::Relaxed)),
+            ],
+        );
         out.single(
             "voxide_recording_chunks_dropped_total",
             "Audio chunks recordings lost: their writer fell behind or failed.",

@@ -81,6 +81,8 @@ pub struct ServeOptions {
     pub record_dir: Option<std::path::PathBuf>,
     /// Where each session's trace goes (`--otlp-endpoint`, `OTEL_EXPORTER_OTLP_*`).
     pub traces: Option<crate::observe::trace::TraceOptions>,
+    /// Where finished recordings are uploaded (`--record-url`).
+    pub uploads: Option<crate::observe::Uploads>,
 }
 
 impl ServeOptions {
@@ -105,6 +107,7 @@ impl ServeOptions {
             allow_evals: false,
             record_dir: None,
             traces: None,
+            uploads: None,
         }
     }
 }
@@ -406,7 +409,8 @@ impl Server {
             options.record_dir.clone(),
             exporter,
             metrics.observed.clone(),
-        );
+        )
+        .uploading(options.uploads.clone());
         Self {
             app: Arc::new(App {
                 options,
