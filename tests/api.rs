@@ -378,6 +378,17 @@ async fn start_takes_pipecats_body_and_refuses_one_it_cannot_read() {
     assert_eq!(code(&body), "bad_request");
 }
 
+#[tokio::test]
+async fn the_bots_a_client_may_ask_for_are_listed_and_recordings_are_not_found_where_none_are_kept()
+{
+    let server = server(1);
+    let (status, _, body) = send(&server, get("/bots")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(body, json!({"bots": []}), "one unnamed bot");
+    let (status, _, body) = send(&server, get("/admin/sessions/ws-1/report")).await;
+    assert_eq!((status, code(&body)), (StatusCode::NOT_FOUND, "not_found"));
+}
+
 fn guarded_server(access: AccessOptions) -> Server {
     let options = ServeOptions {
         node_id: "test".parse().expect("a node id"),
@@ -415,6 +426,8 @@ async fn without_the_token_every_guarded_endpoint_answers_401_and_health_stays_o
             json_request("POST", "/sessions/test.1/api/offer", offer),
             get("/ws"),
             get("/ws/twilio"),
+            get("/bots"),
+            get("/admin/sessions/ws-1/report"),
             json_request("POST", "/admin/drain", ""),
         ]
     };

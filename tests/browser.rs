@@ -180,13 +180,26 @@ impl Page {
 
     /// Evaluates `expression` (awaiting a promise) and returns its value.
     async fn eval(&mut self, expression: &str) -> Value {
+        let reply = self
+            .call(
+                "Runtime.evaluate",
+                json!({"expression": expression, "awaitPromise": true, "returnByValue": true}),
+            )
+            .await;
+        if let Some(exception) = reply.get("exceptionDetails") {
+            panic!("the page threw: {exception}");
+        }
+        reply
+            .pointer("/result/value")
+            .cloned()
+            .unwrap_or(Value::Null)
+    }
+
+    /// A DevTools command's result.
+    async fn call(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = self.next_id;
-        let command = json!({
-            "id": id,
-            "method": "Runtime.evaluate",
-            "params": {"expression": expression, "awaitPromise": true, "returnByValue": true},
-        });
+        let command = json!({"id": id, "method": method, "params": params});
         self.socket
             .send(WsMessage::Text(command.to_string().into()))
             .await
@@ -197,16 +210,27 @@ impl Page {
             };
             let reply: Value = serde_json::from_str(&text).expect("DevTools JSON");
             if reply["id"] == id {
-                if let Some(exception) = reply.pointer("/result/exceptionDetails") {
-                    panic!("the page threw: {exception}");
-                }
-                return reply
-                    .pointer("/result/result/value")
-                    .cloned()
-                    .unwrap_or(Value::Null);
+                return reply["result"].clone();
             }
         }
         panic!("DevTools closed");
+    }
+
+    /// A screenshot of the page, kept under `target/test-artifacts/` as `name`.
+    async fn screenshot(&mut self, name: &str) -> PathBuf {
+        let shot = self
+            .call("Page.captureScreenshot", json!({"format": "png"}))
+            .await;
+        let png = base64::Engine::decode(
+            &base64::engine::general_purpose::STANDARD,
+            shot["data"].as_str().expect("a screenshot"),
+        )
+        .expect("base64");
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("target/test-artifacts");
+        std::fs::create_dir_all(&dir).expect("the artifacts folder");
+        let path = dir.join(name);
+        std::fs::write(&path, png).expect("the screenshot");
+        path
     }
 }
 
@@ -228,6 +252,9 @@ const PROBE: &str = r#"(async () => {
     connection: pc ? pc.connectionState : "none",
     energy,
     packets,
+    // Each turn's voice to voice, as its card shows it, and the parts of its bar.
+    v2v: [...document.querySelectorAll(".turn .v2vtext")].map((e) => Number(e.dataset.ms || 0)),
+    segments: document.querySelectorAll(".turn .v2v span").length,
   };
 })()"#;
 
@@ -321,9 +348,36 @@ async fn the_page_talks_to_the_bot_over_webrtc() {
         "no bot audio energy on the track: {last:#}"
     );
     assert_eq!(last["connection"], "connected", "{last:#}");
-    eprintln!("browser: {last}");
+    // The turn's card: its voice to voice (the server's figure, over RTVI) and its bar.
+    let until = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < until
+        && !last["v2v"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|ms| ms.as_f64().unwrap_or(0.0) > 0.0))
+    {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        last = page.eval(PROBE).await;
+    }
+    assert!(
+        last["v2v"]
+            .as_array()
+            .is_some_and(|v| v.iter().any(|ms| ms.as_f64().unwrap_or(0.0) > 0.0)),
+        "no turn showed its voice to voice: {last:#}"
+    );
+    assert!(last["segments"].as_u64().unwrap_or(0) >= 5, "{last:#}");
+    let shot = page.screenshot("console-webrtc.png").await;
+    eprintln!("browser: {last}; screenshot {}", shot.display());
     page.eval("document.getElementById('disconnect').click(); true")
         .await;
+    // The session's summary once it is over.
+    let summary = page
+        .eval("document.getElementById('summary').innerText")
+        .await;
+    let summary = summary.as_str().unwrap_or_default().to_lowercase();
+    assert!(
+        summary.contains("voice to voice, p95") && summary.contains("download"),
+        "{summary}"
+    );
 }
 
 /// pipecat's official client (`@pipecat-ai/client-js` with `@pipecat-ai/small-webrtc-transport`),

@@ -265,8 +265,10 @@ pub fn twilio_signature(auth_token: &str, url: &str) -> String {
 
 /// Paths that open or steer sessions, or administer the node: a token guards them.
 fn guarded(path: &str) -> bool {
-    matches!(path, "/start" | "/api/offer" | "/ws" | "/ws/twilio")
-        || path.starts_with("/sessions/")
+    matches!(
+        path,
+        "/start" | "/api/offer" | "/ws" | "/ws/twilio" | "/bots"
+    ) || path.starts_with("/sessions/")
         || path.starts_with("/admin/")
 }
 

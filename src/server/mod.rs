@@ -152,6 +152,10 @@ pub trait BotFactory: Send + Sync + 'static {
     fn preload(&self) -> Result<(), BotError>;
     /// Whether a client may ask for the bot `name`; an error names the bots there are.
     fn find(&self, name: &str) -> Result<(), BotError>;
+    /// The names clients may ask for, the default first (none: one unnamed bot).
+    fn names(&self) -> Vec<String> {
+        Vec::new()
+    }
     /// Whether the bot `name` (the default one for `None`) may be recorded and traced.
     fn observed(&self, name: Option<&str>) -> (bool, bool) {
         let _ = name;
@@ -465,6 +469,7 @@ fn router(app: Arc<App>) -> Router {
         ));
     let mut routes = Router::new()
         .route("/", get(page))
+        .route("/bots", get(bots))
         .route("/ws", get(ws::pcm))
         .route("/ws/twilio", get(ws::twilio))
         .route("/start", post(webrtc::start))
@@ -784,6 +789,11 @@ async fn admin_drain(State(app): State<Arc<App>>) -> (StatusCode, axum::Json<ser
             "node": app.cluster.node().as_str(),
         })),
     )
+}
+
+/// `GET /bots`: the bots a client may ask for by name, the default first.
+async fn bots(State(app): State<Arc<App>>) -> axum::Json<serde_json::Value> {
+    axum::Json(serde_json::json!({ "bots": app.bots.names() }))
 }
 
 async fn page() -> Html<&'static str> {

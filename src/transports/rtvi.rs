@@ -561,7 +561,8 @@ impl Rtvi {
     }
 
     /// RTVI `metrics` data, as pipecat's server sends it: `ttfb` and `processing` per processor,
-    /// `tokens` per LLM call, `characters` per TTS call. Each `tokens` entry also carries its
+    /// `tokens` per LLM call, `characters` per TTS call; and voxide's `voice_to_voice` and
+    /// `turn_wait` per turn. Each `tokens` entry also carries its
     /// dollars (`cost_usd`, when the model's price is known) and the session's so far
     /// (`session_cost_usd`).
     fn metrics(&mut self, data: &[MetricsData]) -> Option<Value> {
@@ -579,6 +580,16 @@ impl Rtvi {
                 MetricsData::ProcessingTime { processor, seconds } => add(
                     "processing",
                     json!({"processor": processor, "value": seconds}),
+                ),
+                // voxide's own, beside pipecat's keys (clients pass unknown keys through):
+                // the turn's voice-to-voice latency and how long its end waited.
+                MetricsData::VoiceToVoice { seconds } => add(
+                    "voice_to_voice",
+                    json!({"processor": "voxide", "value": seconds}),
+                ),
+                MetricsData::TurnWait { seconds } => add(
+                    "turn_wait",
+                    json!({"processor": "voxide", "value": seconds}),
                 ),
                 MetricsData::LlmUsage {
                     processor,
