@@ -380,6 +380,120 @@ async fn the_page_talks_to_the_bot_over_webrtc() {
     );
 }
 
+/// What the console shows of its turns: each card's text, the tool cards', the struck words.
+const CONSOLE: &str = r#"(() => ({
+  state: document.getElementById("state").textContent,
+  turns: [...document.querySelectorAll(".turn")].map((t) => t.innerText),
+  tools: [...document.querySelectorAll(".tool")].map((t) => t.innerText),
+  cut: document.querySelectorAll(".turn .cutmark").length,
+  struck: document.querySelectorAll(".bubble .cut").length,
+  log: document.getElementById("log").innerText,
+}))()"#;
+
+/// Polls the console until `done` holds of what it shows; fails with the last of it.
+async fn console_until(
+    page: &mut Page,
+    what: &str,
+    secs: u64,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let until = Instant::now() + Duration::from_secs(secs);
+    loop {
+        let shown = page.eval(CONSOLE).await;
+        if done(&shown) {
+            return shown;
+        }
+        assert!(Instant::now() < until, "{what}: {shown:#}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Types `text` into the console and sends it.
+async fn type_in(page: &mut Page, text: &str) {
+    page.eval(&format!(
+        "document.getElementById('text').value = {}; document.getElementById('send').click(); true",
+        json!(text)
+    ))
+    .await;
+}
+
+fn any_contains(shown: &Value, key: &str, needle: &str) -> bool {
+    shown[key].as_array().is_some_and(|items| {
+        items
+            .iter()
+            .any(|i| i.as_str().unwrap_or_default().contains(needle))
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_a_typed_turn_cut_off_and_its_tool_card() {
+    let server = start(2).await;
+    let mut opened = open(&server, "console-webrtc").await;
+    let page = &mut opened.page;
+    page.eval("document.getElementById('connect').click(); true")
+        .await;
+    // The microphone's question is answered; typing over the answer cuts it off.
+    console_until(page, "the bot never spoke", 100, |s| {
+        s["state"] == "speaking"
+    })
+    .await;
+    type_in(page, "What time is it?").await;
+    let shown = console_until(page, "no interruption on the page", 30, |s| {
+        s["cut"].as_u64().unwrap_or(0) >= 1 && s["struck"].as_u64().unwrap_or(0) >= 1
+    })
+    .await;
+    eprintln!("console: {shown}");
+    // The typed question calls the clock: its card, in its turn.
+    let shown = console_until(page, "no clock card", 60, |s| {
+        any_contains(s, "tools", "get_current_time")
+    })
+    .await;
+    assert!(
+        shown["turns"].as_array().is_some_and(|t| t.len() >= 2),
+        "{shown:#}"
+    );
+    let shot = page.screenshot("console-interrupted.png").await;
+    eprintln!("console: {shown}; screenshot {}", shot.display());
+    page.eval("document.getElementById('disconnect').click(); true")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_shows_an_async_tools_progress_and_result_over_the_websocket() {
+    let server = start(2).await;
+    let mut opened = open(&server, "console-ws").await;
+    let page = &mut opened.page;
+    page.eval("document.getElementById('transport').value = 'ws'; document.getElementById('connect').click(); true")
+        .await;
+    console_until(page, "never connected", 30, |s| {
+        s["state"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("connected"))
+    })
+    .await;
+    // The timer runs on while the talk goes on: its card shows it started, its progress at
+    // 5 s, and its ring at 7 s.
+    type_in(page, "Set a timer for 7 seconds.").await;
+    let shown = console_until(page, "no timer card", 60, |s| {
+        any_contains(s, "tools", "set_timer")
+    })
+    .await;
+    eprintln!("console: {shown}");
+    let shown = console_until(page, "no progress and result on the card", 60, |s| {
+        any_contains(s, "tools", "…") && any_contains(s, "tools", "→")
+    })
+    .await;
+    assert!(
+        shown["log"]
+            .as_str()
+            .is_some_and(|l| l.to_lowercase().contains("you: set a timer"))
+    );
+    let shot = page.screenshot("console-async-tool.png").await;
+    eprintln!("console: {shown}; screenshot {}", shot.display());
+    page.eval("document.getElementById('disconnect').click(); true")
+        .await;
+}
+
 /// pipecat's official client (`@pipecat-ai/client-js` with `@pipecat-ai/small-webrtc-transport`),
 /// bundled by `scripts/setup.sh --test` from `tests/pipecat_client`.
 const OFFICIAL_BUNDLE: &str = concat!(
