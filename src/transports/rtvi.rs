@@ -502,6 +502,21 @@ impl Rtvi {
                     ],
                 ),
             ),
+            // RTVI has no message for an async tool's progress: voxide's own, as a
+            // `server-message` (which clients hand to the app).
+            Event::ToolCallIntermediate {
+                name,
+                tool_call_id,
+                result,
+            } => {
+                let mut data = tool_call(
+                    name,
+                    tool_call_id,
+                    [("result", result.clone().unwrap_or(Value::Null))],
+                );
+                data["type"] = json!("llm-function-call-intermediate");
+                ("server-message", data)
+            }
             Event::ToolCallCancelled {
                 name, tool_call_id, ..
             } => (
@@ -814,6 +829,18 @@ mod tests {
                 json!("llm-function-call-started"),
                 json!("llm-function-call-in-progress")
             ]
+        );
+        let progress = rtvi.render(&Event::ToolCallIntermediate {
+            name: "set_timer".into(),
+            tool_call_id: "c2".into(),
+            result: Some(json!({"seconds_left": 2})),
+        });
+        let progress: Value = serde_json::from_str(&progress[0]).expect("json");
+        assert_eq!(progress["type"], "server-message");
+        assert_eq!(
+            progress["data"],
+            json!({"type": "llm-function-call-intermediate", "function_name": "set_timer",
+                "tool_call_id": "c2", "result": {"seconds_left": 2}})
         );
         assert!(rtvi.render(&Event::SessionStarted).is_empty());
     }
