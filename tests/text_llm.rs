@@ -121,6 +121,31 @@ async fn a_429_before_the_first_token_is_retried() {
 }
 
 #[tokio::test]
+async fn a_request_dropped_while_it_waits_to_be_retried_is_not_sent_again() {
+    // The first attempt is refused for a second; the reader goes (a guess thrown away) while
+    // the request waits it out.
+    let (addr, stand_in) = stand_in(vec![Reply::Busy(1), Reply::Stream(text_answer(), 64)]).await;
+    let engine = engine(addr);
+    let stream = engine.generate(request());
+    let refused = tokio::time::Instant::now() + Duration::from_secs(10);
+    while stand_in.posts().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < refused,
+            "the first attempt never came"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    drop(stream);
+    // Twice the wait: a retry would have come.
+    tokio::time::sleep(Duration::from_millis(2_000)).await;
+    assert_eq!(
+        stand_in.posts().len(),
+        1,
+        "asked again after the reader had gone"
+    );
+}
+
+#[tokio::test]
 async fn a_client_error_is_not_retried_and_says_what_the_server_said() {
     let (addr, stand_in) = stand_in(vec![Reply::Status(
         401,

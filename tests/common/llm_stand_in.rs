@@ -23,6 +23,8 @@ pub enum Reply {
     Stream(String, usize),
     /// A status and body, with `retry-after: 0`.
     Status(u16, &'static str),
+    /// `429 Too Many Requests`, asking the client to wait this many seconds.
+    Busy(u32),
     /// This much of a stream, then nothing, forever.
     Stall(String),
     /// A reply chosen from the request.
@@ -152,6 +154,12 @@ fn respond(reply: Reply, request: &Value, stand_in: &StandIn) -> Response {
             StatusCode::from_u16(status).expect("status"),
             [("retry-after", "0")],
             body,
+        )
+            .into_response(),
+        Reply::Busy(seconds) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            [("retry-after", seconds.to_string())],
+            r#"{"error":{"message":"rate limited"}}"#,
         )
             .into_response(),
         Reply::Stall(text) => {

@@ -107,11 +107,18 @@ impl Endpoint {
         };
         let (client, timing) = (self.client.clone(), self.timing);
         let (tx, mut rx) = mpsc::channel(EVENT_QUEUE);
-        // The task ends with the completion, or as soon as the reader drops the stream (its next
-        // send fails), dropping the response and with it the connection.
+        // The task ends with the completion, or as soon as the reader drops the stream,
+        // dropping the response and with it the connection; a request waiting to be retried
+        // is not sent again (a guess thrown away while its provider asked it to wait would
+        // otherwise be asked, and billed, after the turn's own answer).
         tokio::spawn(async move {
-            if let Err(error) = run(&client, &call, timing, &decoder, &tx).await {
-                let _ = tx.send(Err(error)).await;
+            tokio::select! {
+                ran = run(&client, &call, timing, &decoder, &tx) => {
+                    if let Err(error) = ran {
+                        let _ = tx.send(Err(error)).await;
+                    }
+                }
+                () = tx.closed() => {}
             }
         });
         futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx)).boxed()
