@@ -612,7 +612,7 @@ pub fn current_time(now: SystemTime) -> Value {
 
 /// Year, month (1-12) and day of the proleptic Gregorian calendar for days since 1970-01-01
 /// (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);

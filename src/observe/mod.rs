@@ -272,12 +272,17 @@ impl SessionWatch {
 
     /// Follows the session from its start (call it as it is spawned) to its end: folds its
     /// events, exports settled turns' spans, and at the end finishes the recording, writes
-    /// the transcript and exports the rest. Returns the journal.
+    /// the transcript and exports the rest. Returns the journal (empty for a session neither
+    /// recorded nor traced, whose events it does not fold).
     pub async fn follow(
         mut self,
         mut events: broadcast::Receiver<SessionEvent>,
         handle: SessionHandle,
     ) -> Journal {
+        // Neither recorded nor traced: nothing to fold the events into.
+        if self.recording.is_none() && self.trace.is_none() && self.refused.is_none() {
+            return self.journal.finish();
+        }
         if let Some(recording) = &self.recording {
             recording.recorder.start_clock();
         }
