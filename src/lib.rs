@@ -11,6 +11,7 @@ pub mod bench;
 pub mod bot;
 pub mod bpe;
 pub mod config;
+pub mod flows;
 pub mod fuzz;
 pub mod loadtest;
 pub mod models;

@@ -22,6 +22,7 @@ use crate::audio::vad::{VadBatcher, VadParams, VadStage};
 pub use crate::config::{Builtin, Denoise, TurnEnd, Voice};
 use crate::context::{ContextHandle, DEFAULT_MAX_CONTEXT_TOKENS, LlmContext, Message};
 use crate::events::ReportLevel;
+use crate::flows::{Flow, FlowSession};
 use crate::frames::{ControlFrame, DataFrame, Frame, FrameBody, StartParams, SystemFrame};
 use crate::models::ModelError;
 use crate::pipeline::{
@@ -297,6 +298,8 @@ pub struct BotOptions {
     pub stt_prompt: Option<String>,
     /// Who speaks (with a text LLM), likewise (`--tts cartesia,piper`).
     pub tts: Vec<TtsChoice>,
+    /// The nodes the conversation follows, each with its own instructions and tools.
+    pub flow: Option<Arc<Flow>>,
 }
 
 impl Default for BotOptions {
@@ -334,6 +337,7 @@ impl Default for BotOptions {
             stt: vec![SttChoice::Whisper],
             stt_prompt: None,
             tts: vec![TtsChoice::Embedded],
+            flow: None,
         }
     }
 }
@@ -399,12 +403,24 @@ impl BotOptions {
     }
 
     /// Starts the bot's MCP servers (each once) and lists their tools; an error names a server
-    /// that would not start, or a tool name two places give.
+    /// that would not start, a tool name two places give, or a tool a flow's node offers that
+    /// the bot does not have.
     pub async fn start_tools(&self) -> Result<(), BotError> {
         for server in &self.mcp {
             server.start().await.map_err(BotError::Config)?;
         }
-        self.check_tool_names().map_err(BotError::Config)
+        self.check_tool_names().map_err(BotError::Config)?;
+        if let Some(flow) = &self.flow {
+            let mut registry = FunctionRegistry::default();
+            self.register_tools(&mut registry);
+            let names: Vec<String> = registry
+                .direct_schemas()
+                .iter()
+                .map(|s| s.name.clone())
+                .collect();
+            flow.check_tools(&names).map_err(BotError::Config)?;
+        }
+        Ok(())
     }
 
     /// The session parameters the bot runs with.
@@ -547,7 +563,13 @@ pub fn build<S: AudioSink>(
         },
         TurnEnd::Silence => TurnStop::SpeechTimeout(options.turn_timeout),
     };
-    let llm = text_llm(options, text_llms)?;
+    let mut llm = text_llm(options, text_llms)?;
+    let flow = options.flow.as_ref().map(|flow| {
+        let session = FlowSession::new(flow.clone(), &options.instructions);
+        session.register(llm.functions());
+        *context.lock() = session.initial_context();
+        session
+    });
     let voice = voice(options)?;
     let output = OutputOptions {
         speech_end_offset: Duration::from_secs_f32(options.vad.stop_secs),
@@ -573,6 +595,9 @@ pub fn build<S: AudioSink>(
     // Only a bot that greets has the stage: every frame crosses each one.
     if let Some(greeting) = &options.greeting {
         pipeline = pipeline.then(Greeting(Some(greeting.clone())));
+    }
+    if let Some(flow) = &flow {
+        pipeline = pipeline.then(flow.stage(context.clone()));
     }
     if let Some(idle) = &options.idle {
         pipeline = pipeline.then(UserIdle::new(idle.clone()));

@@ -7,6 +7,7 @@ use super::http_tool::HttpTool;
 use super::mcp::McpServer;
 use super::{BotOptions, LlmChoice, SttChoice, TextLlm, TtsChoice, Voice};
 use crate::config::{BotConfig, Builtin, ConfigError, ExampleConfig, IdleConfig};
+use crate::flows::Flow;
 use crate::services::llm::PriceTable;
 use crate::services::llm::anthropic::AnthropicSettings;
 use crate::services::llm::gemini::GeminiSettings;
@@ -128,6 +129,12 @@ impl BotConfig {
             Some(idle) => Some(idle_params(idle)?),
         };
         let (http_tools, mcp) = self.own_tools()?;
+        let flow = self.flow()?;
+        if flow.is_some() && !matches!(llm, LlmChoice::Text(_)) {
+            return Err(invalid(
+                "a flow runs on a text LLM; a realtime provider cannot follow one yet",
+            ));
+        }
         let options = BotOptions {
             name: self.name.clone(),
             llm,
@@ -155,10 +162,19 @@ impl BotConfig {
             stt,
             stt_prompt: self.stt_prompt.clone(),
             tts,
-            builtin: self
-                .builtin
-                .clone()
-                .unwrap_or_else(|| Builtin::ALL.to_vec()),
+            // A flow's nodes name the tools they offer: the built-in ones it names.
+            builtin: self.builtin.clone().unwrap_or_else(|| match &flow {
+                Some(flow) => Builtin::ALL
+                    .into_iter()
+                    .filter(|b| {
+                        let mut registry = crate::services::llm::FunctionRegistry::default();
+                        super::tools::register(&mut registry, &[*b]);
+                        registry.direct_schemas().iter().any(|s| flow.names(&s.name))
+                    })
+                    .collect(),
+                None => Builtin::ALL.to_vec(),
+            }),
+            flow,
             http_tools,
             mcp,
             tool_examples: self.examples.iter().map(example).collect(),
@@ -166,6 +182,24 @@ impl BotConfig {
         };
         options.check_tool_names().map_err(invalid)?;
         Ok(options)
+    }
+
+    /// The bot's flow, checked, if it has one.
+    fn flow(&self) -> Result<Option<std::sync::Arc<Flow>>, ConfigError> {
+        if self.nodes.is_empty() {
+            return Ok(None);
+        }
+        let flow = Flow::new(
+            &self.nodes,
+            self.initial_node.as_deref(),
+            self.context_strategy,
+            &self.global_functions,
+        )
+        .map_err(|e| match &self.flow_file {
+            Some(file) => invalid(format!("{}: {e}", file.display())),
+            None => invalid(e),
+        })?;
+        Ok(Some(std::sync::Arc::new(flow)))
     }
 
     /// When speech over the bot interrupts it.

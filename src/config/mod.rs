@@ -46,10 +46,14 @@
 //! cache_write = 0.40       # default: the input rate
 //! ```
 
+pub mod flow;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
+
+pub use flow::{FlowConfig, NodeConfig};
 
 /// Which embedded voice speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
@@ -199,6 +203,9 @@ pub struct IdleConfig {
 /// call = "lookup_order"
 /// arguments = { order = "1234" }
 /// ```
+///
+/// A bot with a script gives it as `[[node]]`s (see [`flow`]) or as `flow_file`, a Pipecat
+/// Flows JSON file; `--bot flow.json` is such a bot on its own.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BotConfig {
@@ -285,6 +292,19 @@ pub struct BotConfig {
     /// `[[example]]` (larger models need none).
     #[serde(default, rename = "example")]
     pub examples: Vec<ExampleConfig>,
+    /// A flow's first node (default: the first `[[node]]`).
+    pub initial_node: Option<String>,
+    /// How the conversation changes on entering a node, unless the node says: `append`
+    /// (default) or `reset`.
+    pub context_strategy: Option<flow::StrategyConfig>,
+    /// Functions offered at every node of the flow.
+    #[serde(default)]
+    pub global_functions: Vec<flow::FunctionConfig>,
+    /// The flow's nodes: `[[node]]`.
+    #[serde(default, rename = "node")]
+    pub nodes: Vec<NodeConfig>,
+    /// A Pipecat Flows JSON file (relative to the bot file) whose nodes the bot follows.
+    pub flow_file: Option<PathBuf>,
 }
 
 /// `[[example]]`: what a user says, and the tool call it should make (none: answered in words).
@@ -374,6 +394,15 @@ impl BotConfig {
     /// replaces the lower one whole; tool and server lists replace the lower ones when this
     /// layer has any; prices merge, model by model.
     pub fn over(self, lower: BotConfig) -> BotConfig {
+        // A flow is one piece: the layer that has one gives all of it.
+        let flow_here = !self.nodes.is_empty() || self.flow_file.is_some();
+        let (initial_node, context_strategy, global_functions, nodes, flow_file) = if flow_here {
+            let flow = (self.initial_node, self.context_strategy, self.global_functions);
+            (flow.0, flow.1, flow.2, self.nodes, self.flow_file)
+        } else {
+            let flow = (lower.initial_node, lower.context_strategy, lower.global_functions);
+            (flow.0, flow.1, flow.2, lower.nodes, lower.flow_file)
+        };
         let instructions_here = self.instructions.is_some() || self.instructions_file.is_some();
         let (instructions, instructions_file) = if instructions_here {
             (self.instructions, self.instructions_file)
@@ -433,20 +462,59 @@ impl BotConfig {
             } else {
                 self.examples
             },
+            initial_node,
+            context_strategy,
+            global_functions,
+            nodes,
+            flow_file,
         }
     }
 
     /// Reads a bot file: its keys at the top level, its name its file name unless it says one,
     /// its instruction file relative to it.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let mut bot: BotConfig = read_toml(path)?;
+        let mut bot: BotConfig = if path.extension().is_some_and(|e| e == "json") {
+            BotConfig {
+                flow_file: Some(path.to_owned()),
+                ..BotConfig::default()
+            }
+        } else {
+            read_toml(path)?
+        };
         if bot.name.is_none() {
             bot.name = path.file_stem().and_then(|s| s.to_str()).map(str::to_owned);
         }
         if let (Some(file), Some(dir)) = (&bot.instructions_file, path.parent()) {
             bot.instructions_file = Some(dir.join(file));
         }
+        if let Some(file) = bot.flow_file.take() {
+            let file = path.parent().map_or(file.clone(), |dir| dir.join(&file));
+            bot.read_flow_file(&file)?;
+        }
         Ok(bot)
+    }
+
+    /// Reads the Pipecat Flows JSON at `path` into this bot's flow.
+    fn read_flow_file(&mut self, path: &Path) -> Result<(), ConfigError> {
+        let invalid = |message: String| ConfigError::Invalid {
+            path: path.to_owned(),
+            message,
+        };
+        if !self.nodes.is_empty() {
+            return Err(invalid("a bot has [[node]]s or a flow_file, not both".into()));
+        }
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        let json: serde_json::Value =
+            serde_json::from_str(&text).map_err(|e| invalid(e.to_string()))?;
+        let flow = flow::from_pipecat_json(&json).map_err(invalid)?;
+        self.initial_node = self.initial_node.take().or(flow.initial_node);
+        self.global_functions.extend(flow.global_functions);
+        self.nodes = flow.nodes;
+        self.flow_file = Some(path.to_owned());
+        Ok(())
     }
 
     /// Every `*.toml` bot file in `dir`, in name order; two bots of one name are an error.

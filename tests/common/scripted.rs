@@ -110,10 +110,14 @@ impl Bot {
             Message::system("You are a test bot."),
             Message::user("hello"),
         ]));
+        Self::start_in(Pipeline::new().then(llm), context, resources)
+    }
+
+    /// Starts `front` (the LLM service and any stage after it) on `context`.
+    pub fn start_in(front: Pipeline, context: ContextHandle, resources: AppResources) -> Self {
         let (tx, frames) = mpsc::unbounded_channel();
         let (etx, errors) = mpsc::unbounded_channel();
-        let pipeline = Pipeline::new()
-            .then(llm)
+        let pipeline = front
             .then(AssistantAggregator::new(context.clone()))
             .then(Probe(tx));
         let builder = Session::builder(pipeline)

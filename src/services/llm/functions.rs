@@ -218,6 +218,13 @@ impl FunctionRegistry {
         }
     }
 
+    /// Takes the direct functions' schemas off every request and returns them; their handlers
+    /// still answer calls. For a caller that offers tools through the context instead (a flow
+    /// offers each node its own).
+    pub fn withhold_schemas(&mut self) -> Vec<FunctionSchema> {
+        std::mem::take(&mut self.direct)
+    }
+
     /// True when a call to `name` has a handler (its own or the catch-all).
     pub fn has_function(&self, name: &str) -> bool {
         self.named.contains_key(name) || self.catch_all.is_some()

@@ -27,6 +27,7 @@ pub use functions::{
     FunctionCallParams, FunctionHandler, FunctionOptions, FunctionRegistry, ResultCallback,
     ResultProperties,
 };
+pub(crate) use functions::Registered;
 pub use http::Timing;
 pub use realtime::{RealtimeOptions, RealtimeService, ReconnectPolicy};
 pub use service::{LlmService, LlmServiceOptions};

@@ -1,0 +1,137 @@
+//! The flow's stage, after the LLM: what a node does besides its prompt and tools.
+
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::mpsc;
+
+use super::Entered;
+use crate::context::ContextHandle;
+use crate::frames::{ControlFrame, DataFrame, EndFrame, Frame, FrameBody, SystemFrame};
+use crate::pipeline::{Direction, FrameContext, FramePusher, FrameProcessor, ProcessorError};
+
+/// Says a node's pre-action lines as it is entered, then runs the LLM when the node answers at
+/// once; after a node's answer (a response with words) whose post-actions end the call, ends it.
+pub struct FlowStage {
+    context: ContextHandle,
+    first: Option<Entered>,
+    entered: Option<mpsc::Receiver<Entered>>,
+    after_answer: Arc<Mutex<AfterAnswer>>,
+}
+
+/// The end armed by a node's post-actions, and how far its answer has come.
+#[derive(Debug, Default)]
+struct AfterAnswer {
+    end: bool,
+    words: bool,
+}
+
+impl FlowStage {
+    pub(super) fn new(
+        context: ContextHandle,
+        first: Entered,
+        entered: Option<mpsc::Receiver<Entered>>,
+    ) -> Self {
+        Self {
+            context,
+            first: Some(first),
+            entered,
+            after_answer: Arc::default(),
+        }
+    }
+}
+
+/// A response of the bot's own: `line`, spoken and written into the conversation.
+fn said(line: String) -> [Frame; 3] {
+    [
+        ControlFrame::LlmFullResponseStart.into(),
+        DataFrame::LlmText(line).into(),
+        ControlFrame::LlmFullResponseEnd.into(),
+    ]
+}
+
+fn lock(m: &Mutex<AfterAnswer>) -> std::sync::MutexGuard<'_, AfterAnswer> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl FrameProcessor for FlowStage {
+    fn name(&self) -> &str {
+        "FlowStage"
+    }
+
+    fn process(
+        &mut self,
+        frame: Frame,
+        direction: Direction,
+        cx: &mut FrameContext<'_>,
+    ) -> Result<(), ProcessorError> {
+        let starting = matches!(frame.body, FrameBody::System(SystemFrame::Start(_)));
+        let mut ending = false;
+        if direction == Direction::Downstream {
+            let mut after = lock(&self.after_answer);
+            match &frame.body {
+                FrameBody::Data(DataFrame::LlmText(text)) if after.end && !text.trim().is_empty() => {
+                    after.words = true;
+                }
+                FrameBody::Control(ControlFrame::LlmFullResponseEnd) if after.end && after.words => {
+                    *after = AfterAnswer::default();
+                    ending = true;
+                }
+                _ => {}
+            }
+        }
+        cx.push(frame, direction);
+        if ending {
+            let end = EndFrame {
+                reason: Some("the flow's node ends the conversation".into()),
+            };
+            cx.push(ControlFrame::End(end).into(), Direction::Downstream);
+        }
+        if starting && let Some(first) = self.first.take() {
+            let pusher = cx.pusher();
+            let context = self.context.clone();
+            let after = self.after_answer.clone();
+            let entered = self.entered.take();
+            cx.spawn(drive(first, entered, pusher, context, after));
+        }
+        Ok(())
+    }
+}
+
+/// Acts on each node as it is entered, the initial one first.
+async fn drive(
+    first: Entered,
+    entered: Option<mpsc::Receiver<Entered>>,
+    pusher: FramePusher,
+    context: ContextHandle,
+    after_answer: Arc<Mutex<AfterAnswer>>,
+) -> Result<(), ProcessorError> {
+    act(first, &pusher, &context, &after_answer).await;
+    let Some(mut entered) = entered else {
+        return Ok(());
+    };
+    while let Some(node) = entered.recv().await {
+        act(node, &pusher, &context, &after_answer).await;
+    }
+    Ok(())
+}
+
+async fn act(
+    node: Entered,
+    pusher: &FramePusher,
+    context: &ContextHandle,
+    after_answer: &Mutex<AfterAnswer>,
+) {
+    for line in node.say {
+        for frame in said(line) {
+            let _ = pusher.push(frame, Direction::Downstream).await;
+        }
+    }
+    *lock(after_answer) = AfterAnswer {
+        end: node.end_after_answer,
+        words: false,
+    };
+    if node.respond {
+        let run = DataFrame::LlmContext(context.clone());
+        let _ = pusher.push(run.into(), Direction::Upstream).await;
+    }
+}

@@ -1,0 +1,221 @@
+//! Flows: the shipped booking line and a Pipecat Flows JSON file walked node by node through the
+//! LLM service with a scripted model, every request checked for the node's prompt and tools.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use serde_json::json;
+
+use common::scripted::{Bot, ScriptedLlm, call, say};
+use voxide::config::BotConfig;
+use voxide::context::{ContextHandle, Message};
+use voxide::events::EndReason;
+use voxide::flows::{Flow, FlowSession};
+use voxide::pipeline::{AppResources, Pipeline};
+use voxide::services::llm::{FunctionOptions, LlmRequest, LlmService};
+
+fn flow(file: &str) -> (Arc<Flow>, String) {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bots").join(file);
+    let options = BotConfig::load(&path)
+        .expect("the bot file loads")
+        .resolve()
+        .expect("the bot file resolves");
+    (options.flow.expect("a flow"), options.instructions)
+}
+
+/// The scripted model behind a flow session: the LLM service, the flow's stage, the context at
+/// the initial node.
+fn start(flow: Arc<Flow>, instructions: &str, llm: ScriptedLlm, tools: impl FnOnce(&mut LlmService)) -> (Bot, FlowSession) {
+    let session = FlowSession::new(flow, instructions);
+    let mut service = LlmService::new(llm);
+    tools(&mut service);
+    session.register(service.functions());
+    let context = ContextHandle::new(session.initial_context());
+    let front = Pipeline::new()
+        .then(service)
+        .then(session.stage(context.clone()));
+    (Bot::start_in(front, context, AppResources::default()), session)
+}
+
+fn system(request: &LlmRequest) -> String {
+    request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::System(_) => m.text().map(str::to_owned),
+            _ => None,
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn tools(request: &LlmRequest) -> Vec<String> {
+    request
+        .tools
+        .standard_tools
+        .iter()
+        .map(|t| t.name.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_booking_line_walks_its_nodes_and_each_request_carries_the_nodes_task_and_tools() {
+    let (flow, instructions) = flow("booking.toml");
+    let llm = ScriptedLlm::new(vec![
+        vec![say("Chez Voxide, hello! Would you like a table?")],
+        vec![call("c1", "wants_table", json!({}))],
+        vec![say("For how many, and which day?")],
+        vec![call("c2", "collect_booking", json!({"party_size": 4, "day": "Friday"}))],
+        vec![say("A table for four on Friday: is that right?")],
+        vec![call("c3", "confirm_booking", json!({}))],
+        vec![say("Under what name?")],
+        vec![call("c4", "take_name", json!({"name": "Ada"}))],
+        vec![say("Thank you, Ada. Goodbye!")],
+    ]);
+    let (mut bot, session) = start(flow, &instructions, llm.clone(), |_| {});
+    // The initial node answers at once: the bot speaks first.
+    bot.responses(1).await;
+    bot.user_says("Yes, please.", 2).await;
+    bot.user_says("Four of us, on Friday.", 2).await;
+    bot.user_says("Yes, that's right.", 3).await;
+    bot.user_says("Ada.", 2).await;
+    // The goodbye node's post-action ends the call once its answer is out.
+    assert_eq!(bot.session.join().await, EndReason::Completed);
+
+    assert_eq!(
+        session.visited(),
+        ["greet", "collect", "confirm", "book", "goodbye"]
+    );
+    let state = session.state();
+    assert_eq!(state["party_size"], 4);
+    assert_eq!(state["day"], "Friday");
+    assert_eq!(state["name"], "Ada");
+
+    let requests = llm.requests.lock().expect("lock").clone();
+    assert_eq!(requests.len(), 9, "{requests:#?}");
+    // Request by request: the node's task (its state filled in) and only its functions.
+    let expect = [
+        ("Greet the caller", vec!["wants_table"]),
+        ("Greet the caller", vec!["wants_table"]),
+        ("Ask how many people", vec!["collect_booking"]),
+        ("Ask how many people", vec!["collect_booking"]),
+        (
+            "a table for 4 on Friday, and ask",
+            vec!["confirm_booking", "change_booking"],
+        ),
+        (
+            "a table for 4 on Friday, and ask",
+            vec!["confirm_booking", "change_booking"],
+        ),
+        ("A table for 4 on Friday is booked", vec!["take_name"]),
+        ("A table for 4 on Friday is booked", vec!["take_name"]),
+        ("Thank Ada by name", vec![]),
+    ];
+    for (i, (request, (task, offered))) in requests.iter().zip(expect).enumerate() {
+        let system = system(request);
+        assert!(
+            system.starts_with("You are the booking line of Chez Voxide"),
+            "request {i}: {system}"
+        );
+        assert!(system.contains(task), "request {i} lacks {task:?}: {system}");
+        assert_eq!(tools(request), offered, "request {i}");
+    }
+    // Appending, the conversation grows: the confirm node still hears the greeting.
+    let confirm = &requests[4].messages;
+    assert!(confirm.iter().any(|m| m.text() == Some("Yes, please.")), "{confirm:#?}");
+    assert!(!system(&requests[4]).contains("{state."), "filled in");
+    // The book node resets: its role and its task, none of what came before.
+    let book = &requests[6].messages;
+    assert!(book.len() <= 3, "{book:#?}");
+    assert!(system(&requests[6]).contains("is booked. Ask for the name"));
+    assert!(book.iter().all(|m| m.text() != Some("Yes, please.")), "{book:#?}");
+    // Its pre-action was said, and written into the conversation, before its answer.
+    let said: Vec<String> = bot
+        .context
+        .messages()
+        .iter()
+        .filter(|m| matches!(m, Message::Assistant(_)))
+        .filter_map(|m| m.text().map(str::to_owned))
+        .collect();
+    assert_eq!(
+        said,
+        ["Lovely, that's booked.", "Under what name?", "Thank you, Ada. Goodbye!"]
+    );
+}
+
+#[tokio::test]
+async fn a_pipecat_flow_from_json_runs_with_a_bot_tool_that_does_the_work_before_moving_on() {
+    let (flow, instructions) = flow("clinic.json");
+    // The JSON names `pick_slot` as a function of its own; the bot here also has a tool of that
+    // name, which books the slot: its result comes back and the flow moves on.
+    let llm = ScriptedLlm::new(vec![
+        vec![say("Riverside clinic, hello.")],
+        vec![call("c1", "appointment", json!({}))],
+        vec![say("Which slot suits you?")],
+        vec![call("c2", "pick_slot", json!({"slot": "Tuesday morning"}))],
+        vec![say("Booked for Tuesday morning. Goodbye!")],
+    ]);
+    let (mut bot, session) = start(flow, &instructions, llm.clone(), |service| {
+        service.functions().register_function(
+            Some("pick_slot"),
+            |params| async move {
+                let slot = params.arguments["slot"].as_str().unwrap_or_default().to_owned();
+                params.result_callback.done(json!({"booked": slot, "room": 3}));
+            },
+            FunctionOptions::default(),
+        );
+    });
+    bot.responses(1).await;
+    bot.user_says("I'd like an appointment.", 2).await;
+    bot.user_says("Tuesday morning.", 2).await;
+    assert_eq!(bot.session.join().await, EndReason::Completed);
+
+    assert_eq!(
+        session.visited(),
+        ["reception", "appointment", "done"]
+    );
+    let requests = llm.requests.lock().expect("lock").clone();
+    assert!(system(&requests[0]).starts_with("You answer the phone for the Riverside clinic."));
+    assert_eq!(tools(&requests[0]), ["appointment", "billing", "get_current_time"]);
+    assert_eq!(tools(&requests[2]), ["pick_slot", "get_current_time"]);
+    let described = &requests[2].tools.standard_tools[0];
+    assert_eq!(described.description, "Books the slot the caller chose.");
+    // The tool's own result is what the model reads back.
+    let result = requests[4]
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            Message::Tool(t) if t.tool_call_id == "c2" => Some(t.content.joined_text()),
+            _ => None,
+        })
+        .expect("pick_slot's result");
+    assert!(result.contains("\"room\": 3"), "{result}");
+    assert_eq!(session.state()["slot"], "Tuesday morning");
+}
+
+#[test]
+fn a_flow_bot_file_that_leads_nowhere_says_where() {
+    let dir = common::bot_run::scratch();
+    let path = dir.join("broken.toml");
+    std::fs::write(
+        &path,
+        "[[node]]\nname = \"a\"\ntask = \"x\"\n[[node.function]]\nname = \"go\"\ntransition_to = \"b\"\n",
+    )
+    .expect("write");
+    let e = BotConfig::load(&path)
+        .expect("parses")
+        .resolve()
+        .expect_err("b is no node")
+        .to_string();
+    assert!(e.contains("\"b\"") && e.contains("no node"), "{e}");
+    let json = dir.join("bad.json");
+    std::fs::write(&json, r#"{"initial_node": "a", "nodes": {"a": {"task_messages": [], "pre_actions": [{"type": "function", "handler": "h"}]}}}"#).expect("write");
+    let e = BotConfig::load(&json)
+        .expect("parses")
+        .resolve()
+        .expect_err("python")
+        .to_string();
+    assert!(e.contains("bad.json") && e.contains("\"function\""), "{e}");
+}
