@@ -17,7 +17,9 @@ use voxide::pipeline::{AppResources, Pipeline};
 use voxide::services::llm::{FunctionOptions, LlmRequest, LlmService};
 
 fn flow(file: &str) -> (Arc<Flow>, String) {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/bots").join(file);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/bots")
+        .join(file);
     let options = BotConfig::load(&path)
         .expect("the bot file loads")
         .resolve()
@@ -27,7 +29,12 @@ fn flow(file: &str) -> (Arc<Flow>, String) {
 
 /// The scripted model behind a flow session: the LLM service, the flow's stage, the context at
 /// the initial node.
-fn start(flow: Arc<Flow>, instructions: &str, llm: ScriptedLlm, tools: impl FnOnce(&mut LlmService)) -> (Bot, FlowSession) {
+fn start(
+    flow: Arc<Flow>,
+    instructions: &str,
+    llm: ScriptedLlm,
+    tools: impl FnOnce(&mut LlmService),
+) -> (Bot, FlowSession) {
     let session = FlowSession::new(flow, instructions);
     let mut service = LlmService::new(llm);
     tools(&mut service);
@@ -36,7 +43,10 @@ fn start(flow: Arc<Flow>, instructions: &str, llm: ScriptedLlm, tools: impl FnOn
     let front = Pipeline::new()
         .then(service)
         .then(session.stage(context.clone()));
-    (Bot::start_in(front, context, AppResources::default()), session)
+    (
+        Bot::start_in(front, context, AppResources::default()),
+        session,
+    )
 }
 
 fn system(request: &LlmRequest) -> String {
@@ -67,7 +77,11 @@ async fn the_booking_line_walks_its_nodes_and_each_request_carries_the_nodes_tas
         vec![say("Chez Voxide, hello! Would you like a table?")],
         vec![call("c1", "wants_table", json!({}))],
         vec![say("For how many, and which day?")],
-        vec![call("c2", "collect_booking", json!({"party_size": 4, "day": "Friday"}))],
+        vec![call(
+            "c2",
+            "collect_booking",
+            json!({"party_size": 4, "day": "Friday"}),
+        )],
         vec![say("A table for four on Friday: is that right?")],
         vec![call("c3", "confirm_booking", json!({}))],
         vec![say("Under what name?")],
@@ -119,18 +133,27 @@ async fn the_booking_line_walks_its_nodes_and_each_request_carries_the_nodes_tas
             system.starts_with("You are the booking line of Chez Voxide"),
             "request {i}: {system}"
         );
-        assert!(system.contains(task), "request {i} lacks {task:?}: {system}");
+        assert!(
+            system.contains(task),
+            "request {i} lacks {task:?}: {system}"
+        );
         assert_eq!(tools(request), offered, "request {i}");
     }
     // Appending, the conversation grows: the confirm node still hears the greeting.
     let confirm = &requests[4].messages;
-    assert!(confirm.iter().any(|m| m.text() == Some("Yes, please.")), "{confirm:#?}");
+    assert!(
+        confirm.iter().any(|m| m.text() == Some("Yes, please.")),
+        "{confirm:#?}"
+    );
     assert!(!system(&requests[4]).contains("{state."), "filled in");
     // The book node resets: its role and its task, none of what came before.
     let book = &requests[6].messages;
     assert!(book.len() <= 3, "{book:#?}");
     assert!(system(&requests[6]).contains("is booked. Ask for the name"));
-    assert!(book.iter().all(|m| m.text() != Some("Yes, please.")), "{book:#?}");
+    assert!(
+        book.iter().all(|m| m.text() != Some("Yes, please.")),
+        "{book:#?}"
+    );
     // Its pre-action was said, and written into the conversation, before its answer.
     let said: Vec<String> = bot
         .context
@@ -141,7 +164,11 @@ async fn the_booking_line_walks_its_nodes_and_each_request_carries_the_nodes_tas
         .collect();
     assert_eq!(
         said,
-        ["Lovely, that's booked.", "Under what name?", "Thank you, Ada. Goodbye!"]
+        [
+            "Lovely, that's booked.",
+            "Under what name?",
+            "Thank you, Ada. Goodbye!"
+        ]
     );
 }
 
@@ -161,8 +188,13 @@ async fn a_pipecat_flow_from_json_runs_with_a_bot_tool_that_does_the_work_before
         service.functions().register_function(
             Some("pick_slot"),
             |params| async move {
-                let slot = params.arguments["slot"].as_str().unwrap_or_default().to_owned();
-                params.result_callback.done(json!({"booked": slot, "room": 3}));
+                let slot = params.arguments["slot"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_owned();
+                params
+                    .result_callback
+                    .done(json!({"booked": slot, "room": 3}));
             },
             FunctionOptions::default(),
         );
@@ -172,13 +204,13 @@ async fn a_pipecat_flow_from_json_runs_with_a_bot_tool_that_does_the_work_before
     bot.user_says("Tuesday morning.", 2).await;
     assert_eq!(bot.session.join().await, EndReason::Completed);
 
-    assert_eq!(
-        session.visited(),
-        ["reception", "appointment", "done"]
-    );
+    assert_eq!(session.visited(), ["reception", "appointment", "done"]);
     let requests = llm.requests.lock().expect("lock").clone();
     assert!(system(&requests[0]).starts_with("You answer the phone for the Riverside clinic."));
-    assert_eq!(tools(&requests[0]), ["appointment", "billing", "get_current_time"]);
+    assert_eq!(
+        tools(&requests[0]),
+        ["appointment", "billing", "get_current_time"]
+    );
     assert_eq!(tools(&requests[2]), ["pick_slot", "get_current_time"]);
     let described = &requests[2].tools.standard_tools[0];
     assert_eq!(described.description, "Books the slot the caller chose.");

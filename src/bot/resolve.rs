@@ -169,7 +169,10 @@ impl BotConfig {
                     .filter(|b| {
                         let mut registry = crate::services::llm::FunctionRegistry::default();
                         super::tools::register(&mut registry, &[*b]);
-                        registry.direct_schemas().iter().any(|s| flow.names(&s.name))
+                        registry
+                            .direct_schemas()
+                            .iter()
+                            .any(|s| flow.names(&s.name))
                     })
                     .collect(),
                 None => Builtin::ALL.to_vec(),

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 
 use voxide::bot::{BotOptions, Denoise, TurnEnd, Voice};
 use voxide::config::{BotConfig, Config};
@@ -194,6 +194,11 @@ pub struct CheckArgs {
     /// A folder of bot files to check.
     #[arg(long, value_name = "DIR", conflicts_with = "bot")]
     bots: Option<PathBuf>,
+    /// Draws each flow bot's nodes and transitions: NAME.svg and its Mermaid text NAME.mmd in
+    /// this folder (default: the one the command runs in), or at this path when it ends in
+    /// `.svg`.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = ".")]
+    graph: Option<PathBuf>,
     #[command(flatten)]
     bot: BotArgs,
 }
@@ -212,12 +217,49 @@ impl CheckArgs {
             let bot = args.layer().over(file.over(base.clone())).resolve()?;
             let tools = bot.http_tools.len();
             let servers: Vec<&str> = bot.mcp.iter().map(|s| s.name()).collect();
+            let name = bot.name.as_deref().unwrap_or("default");
             println!(
-                "ok: bot {:?}: {} built-in tools, {tools} HTTP tools, MCP servers [{}] (not started)",
-                bot.name.as_deref().unwrap_or("default"),
+                "ok: bot {name:?}: {} built-in tools, {tools} HTTP tools, MCP servers [{}] (not started)",
                 bot.builtin.len(),
                 servers.join(", ")
             );
+            let Some(flow) = &bot.flow else {
+                continue;
+            };
+            if bot.mcp.is_empty() {
+                let mut registry = voxide::services::llm::FunctionRegistry::default();
+                bot.register_tools(&mut registry);
+                let names: Vec<String> = registry
+                    .direct_schemas()
+                    .iter()
+                    .map(|s| s.name.clone())
+                    .collect();
+                flow.check_tools(&names)
+                    .map_err(|e| anyhow::anyhow!("bot {name:?}: {e}"))?;
+            }
+            println!(
+                "    a flow of {} nodes from {:?}{}",
+                flow.node_names().count(),
+                flow.initial(),
+                if bot.mcp.is_empty() {
+                    ""
+                } else {
+                    " (its MCP tools are checked as the servers start)"
+                }
+            );
+            if let Some(graph) = &self.graph {
+                let svg = if graph.extension().is_some_and(|e| e == "svg") {
+                    graph.clone()
+                } else {
+                    graph.join(format!("{name}.svg"))
+                };
+                let mmd = svg.with_extension("mmd");
+                std::fs::write(&svg, voxide::flows::svg(flow))
+                    .with_context(|| format!("writing {}", svg.display()))?;
+                std::fs::write(&mmd, voxide::flows::mermaid(flow))
+                    .with_context(|| format!("writing {}", mmd.display()))?;
+                println!("    drawn: {} and {}", svg.display(), mmd.display());
+            }
         }
         Ok(())
     }

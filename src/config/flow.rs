@@ -154,15 +154,30 @@ pub fn from_pipecat_json(json: &Value) -> Result<FlowConfig, String> {
     match object.get("nodes") {
         Some(Value::Object(nodes)) => flow_config(object, nodes),
         Some(Value::Array(nodes)) => editor_export(nodes),
-        _ => Err("a flow's \"nodes\" is an object of nodes by name (a FlowConfig) or a list \
+        _ => Err(
+            "a flow's \"nodes\" is an object of nodes by name (a FlowConfig) or a list \
                   (the Flows editor's export)"
-            .into()),
+                .into(),
+        ),
     }
 }
 
 /// `{"initial_node", "nodes": {NAME: NODE}, "global_functions"}`.
-fn flow_config(object: &Map<String, Value>, nodes: &Map<String, Value>) -> Result<FlowConfig, String> {
-    known_keys(object, &["initial_node", "nodes", "global_functions", "$schema", "$id"], "the flow")?;
+fn flow_config(
+    object: &Map<String, Value>,
+    nodes: &Map<String, Value>,
+) -> Result<FlowConfig, String> {
+    known_keys(
+        object,
+        &[
+            "initial_node",
+            "nodes",
+            "global_functions",
+            "$schema",
+            "$id",
+        ],
+        "the flow",
+    )?;
     let initial = object
         .get("initial_node")
         .and_then(Value::as_str)
@@ -244,8 +259,9 @@ fn node(name: &str, node: &Value) -> Result<NodeConfig, String> {
     let messages = |key: &str| -> Result<Vec<MessageConfig>, String> {
         match object.get(key) {
             None | Some(Value::Null) => Ok(Vec::new()),
-            Some(list) => serde_json::from_value(list.clone())
-                .map_err(|e| format!("{what}: {key}: {e}")),
+            Some(list) => {
+                serde_json::from_value(list.clone()).map_err(|e| format!("{what}: {key}: {e}"))
+            }
         }
     };
     let role_messages = messages("role_messages")?;
@@ -268,14 +284,18 @@ fn node(name: &str, node: &Value) -> Result<NodeConfig, String> {
     let actions = |key: &str| -> Result<Vec<ActionConfig>, String> {
         match object.get(key) {
             None | Some(Value::Null) => Ok(Vec::new()),
-            Some(list) => serde_json::from_value(list.clone())
-                .map_err(|e| format!("{what}: {key}: {e}")),
+            Some(list) => {
+                serde_json::from_value(list.clone()).map_err(|e| format!("{what}: {key}: {e}"))
+            }
         }
     };
     let context_strategy = match object.get("context_strategy") {
         None | Some(Value::Null) => None,
         // The older form: {"strategy": "RESET", "summary_prompt": …}.
-        Some(Value::Object(spec)) => Some(strategy(spec.get("strategy").unwrap_or(&Value::Null), &what)?),
+        Some(Value::Object(spec)) => Some(strategy(
+            spec.get("strategy").unwrap_or(&Value::Null),
+            &what,
+        )?),
         Some(value) => Some(strategy(value, &what)?),
     };
     Ok(NodeConfig {
@@ -343,7 +363,9 @@ fn function(value: &Value, what: &str) -> Result<FunctionConfig, String> {
         .get("transition_to")
         .or_else(|| object.get("next_node_id"))
         .filter(|v| !v.is_null())
-        .map(|v| serde_json::from_value(v.clone()).map_err(|e| format!("{what}: transition_to: {e}")))
+        .map(|v| {
+            serde_json::from_value(v.clone()).map_err(|e| format!("{what}: transition_to: {e}"))
+        })
         .transpose()?;
     Ok(FunctionConfig {
         name: name.to_owned(),
@@ -384,7 +406,11 @@ mod tests {
         .expect("maps");
         assert_eq!(flow.initial_node.as_deref(), Some("start"));
         assert_eq!(flow.global_functions[0].name, "get_current_time");
-        let start = flow.nodes.iter().find(|n| n.name == "start").expect("start");
+        let start = flow
+            .nodes
+            .iter()
+            .find(|n| n.name == "start")
+            .expect("start");
         assert_eq!(start.role.as_deref(), Some("You are a host."));
         assert_eq!(start.context_strategy, Some(StrategyConfig::Reset));
         assert!(matches!(
@@ -415,8 +441,14 @@ mod tests {
         .expect("maps");
         assert_eq!(flow.initial_node.as_deref(), Some("hello"));
         let pick = &flow.nodes[1].functions[0];
-        assert_eq!(pick.parameters.as_ref().expect("params")["required"], json!(["size"]));
-        assert_eq!(pick.transition_to, Some(TransitionConfig::Node("other".into())));
+        assert_eq!(
+            pick.parameters.as_ref().expect("params")["required"],
+            json!(["size"])
+        );
+        assert_eq!(
+            pick.transition_to,
+            Some(TransitionConfig::Node("other".into()))
+        );
     }
 
     #[test]
@@ -424,7 +456,10 @@ mod tests {
         let e = from_pipecat_json(&json!({"initial_node": "a", "nodes": {"a": {
             "task_messages": [], "context_strategy": "RESET_WITH_SUMMARY"}}}))
         .expect_err("no summaries yet");
-        assert!(e.contains("node \"a\"") && e.contains("RESET_WITH_SUMMARY"), "{e}");
+        assert!(
+            e.contains("node \"a\"") && e.contains("RESET_WITH_SUMMARY"),
+            "{e}"
+        );
         let e = from_pipecat_json(&json!({"initial_node": "a", "nodes": {"a": {
             "task_messages": [], "functions": [{"name": "f", "handler": "x"}]}}}))
         .expect_err("handlers are Python");

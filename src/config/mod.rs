@@ -397,10 +397,18 @@ impl BotConfig {
         // A flow is one piece: the layer that has one gives all of it.
         let flow_here = !self.nodes.is_empty() || self.flow_file.is_some();
         let (initial_node, context_strategy, global_functions, nodes, flow_file) = if flow_here {
-            let flow = (self.initial_node, self.context_strategy, self.global_functions);
+            let flow = (
+                self.initial_node,
+                self.context_strategy,
+                self.global_functions,
+            );
             (flow.0, flow.1, flow.2, self.nodes, self.flow_file)
         } else {
-            let flow = (lower.initial_node, lower.context_strategy, lower.global_functions);
+            let flow = (
+                lower.initial_node,
+                lower.context_strategy,
+                lower.global_functions,
+            );
             (flow.0, flow.1, flow.2, lower.nodes, lower.flow_file)
         };
         let instructions_here = self.instructions.is_some() || self.instructions_file.is_some();
@@ -501,7 +509,9 @@ impl BotConfig {
             message,
         };
         if !self.nodes.is_empty() {
-            return Err(invalid("a bot has [[node]]s or a flow_file, not both".into()));
+            return Err(invalid(
+                "a bot has [[node]]s or a flow_file, not both".into(),
+            ));
         }
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_owned(),

@@ -25,7 +25,9 @@ use crate::config::flow::{
 };
 use crate::context::{ContextHandle, FunctionSchema, LlmContext, Message, ToolsSchema};
 use crate::frames::OnContextUpdated;
-use crate::services::llm::{FunctionCallParams, FunctionRegistry, ResultCallback, ResultProperties};
+use crate::services::llm::{
+    FunctionCallParams, FunctionRegistry, ResultCallback, ResultProperties,
+};
 
 pub use graph::{mermaid, svg};
 pub use stage::FlowStage;
@@ -352,7 +354,11 @@ impl Flow {
     /// Each distinct function name, with its first definition.
     fn functions(&self) -> Vec<&Function> {
         let mut out: Vec<&Function> = Vec::new();
-        let all = self.nodes.iter().flat_map(|n| &n.functions).chain(&self.global);
+        let all = self
+            .nodes
+            .iter()
+            .flat_map(|n| &n.functions)
+            .chain(&self.global);
         for function in all {
             if !out.iter().any(|f| f.name == function.name) {
                 out.push(function);
@@ -493,7 +499,11 @@ impl FlowSession {
             .cloned()
     }
 
-    async fn call(self, params: FunctionCallParams, tool: Option<crate::services::llm::Registered>) {
+    async fn call(
+        self,
+        params: FunctionCallParams,
+        tool: Option<crate::services::llm::Registered>,
+    ) {
         let function = self.function(&params.function_name);
         if function.is_some()
             && let Value::Object(arguments) = &params.arguments
@@ -545,12 +555,21 @@ impl FlowSession {
             end_after_answer: node.post.contains(&Action::End),
         };
         if self.0.entered.try_send(entered).is_err() {
-            tracing::warn!(node = name, "the flow's stage is gone or far behind: the node's actions are dropped");
+            tracing::warn!(
+                node = name,
+                "the flow's stage is gone or far behind: the node's actions are dropped"
+            );
         }
     }
 
     /// `context` at `node` with `strategy`.
-    fn apply(&self, node: &Node, strategy: Strategy, progress: &Progress, context: &mut LlmContext) {
+    fn apply(
+        &self,
+        node: &Node,
+        strategy: Strategy,
+        progress: &Progress,
+        context: &mut LlmContext,
+    ) {
         let role = progress
             .role
             .as_deref()
@@ -689,7 +708,10 @@ mod tests {
         state.insert("party_size".into(), json!(4));
         state.insert("date".into(), json!("Friday"));
         assert_eq!(
-            expand("{state.party_size} on {state.date}, {state.nope} {state.", &state),
+            expand(
+                "{state.party_size} on {state.date}, {state.nope} {state.",
+                &state
+            ),
             "4 on Friday, {state.nope} {state."
         );
     }
@@ -698,11 +720,21 @@ mod tests {
     fn a_branch_picks_its_node_by_the_results_field_as_text() {
         let branch = Transition::Branch {
             field: "available".into(),
-            cases: [("true".into(), "book".into()), ("false".into(), "other".into())].into(),
+            cases: [
+                ("true".into(), "book".into()),
+                ("false".into(), "other".into()),
+            ]
+            .into(),
             default: None,
         };
-        assert_eq!(branch.target(Some(&json!({"available": true}))).as_deref(), Some("book"));
-        assert_eq!(branch.target(Some(&json!({"available": false}))).as_deref(), Some("other"));
+        assert_eq!(
+            branch.target(Some(&json!({"available": true}))).as_deref(),
+            Some("book")
+        );
+        assert_eq!(
+            branch.target(Some(&json!({"available": false}))).as_deref(),
+            Some("other")
+        );
         assert_eq!(branch.target(Some(&json!({}))), None);
         assert_eq!(branch.target(None), None);
     }
@@ -753,7 +785,9 @@ mod tests {
         .expect("flow");
         let e = flow.check_tools(&["book".into()]).expect_err("no lookup");
         assert!(e.contains("lookup"), "{e}");
-        let e = flow.check_tools(&["lookup".into()]).expect_err("book does nothing");
+        let e = flow
+            .check_tools(&["lookup".into()])
+            .expect_err("book does nothing");
         assert!(e.contains("book"), "{e}");
         assert!(flow.check_tools(&["lookup".into(), "book".into()]).is_ok());
     }

@@ -2,12 +2,12 @@
 
 use std::sync::{Arc, Mutex};
 
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 
 use super::Entered;
 use crate::context::ContextHandle;
 use crate::frames::{ControlFrame, DataFrame, EndFrame, Frame, FrameBody, SystemFrame};
-use crate::pipeline::{Direction, FrameContext, FramePusher, FrameProcessor, ProcessorError};
+use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
 
 /// Says a node's pre-action lines as it is entered, then runs the LLM when the node answers at
 /// once; after a node's answer (a response with words) whose post-actions end the call, ends it.
@@ -16,6 +16,8 @@ pub struct FlowStage {
     first: Option<Entered>,
     entered: Option<mpsc::Receiver<Entered>>,
     after_answer: Arc<Mutex<AfterAnswer>>,
+    /// Told when the session ends, so the stage's task ends with it.
+    ended: Arc<Notify>,
 }
 
 /// The end armed by a node's post-actions, and how far its answer has come.
@@ -36,6 +38,7 @@ impl FlowStage {
             first: Some(first),
             entered,
             after_answer: Arc::default(),
+            ended: Arc::default(),
         }
     }
 }
@@ -65,14 +68,25 @@ impl FrameProcessor for FlowStage {
         cx: &mut FrameContext<'_>,
     ) -> Result<(), ProcessorError> {
         let starting = matches!(frame.body, FrameBody::System(SystemFrame::Start(_)));
+        if matches!(
+            frame.body,
+            FrameBody::Control(ControlFrame::End(_))
+                | FrameBody::System(SystemFrame::Cancel { .. })
+        ) {
+            self.ended.notify_one();
+        }
         let mut ending = false;
         if direction == Direction::Downstream {
             let mut after = lock(&self.after_answer);
             match &frame.body {
-                FrameBody::Data(DataFrame::LlmText(text)) if after.end && !text.trim().is_empty() => {
+                FrameBody::Data(DataFrame::LlmText(text))
+                    if after.end && !text.trim().is_empty() =>
+                {
                     after.words = true;
                 }
-                FrameBody::Control(ControlFrame::LlmFullResponseEnd) if after.end && after.words => {
+                FrameBody::Control(ControlFrame::LlmFullResponseEnd)
+                    if after.end && after.words =>
+                {
                     *after = AfterAnswer::default();
                     ending = true;
                 }
@@ -91,7 +105,13 @@ impl FrameProcessor for FlowStage {
             let context = self.context.clone();
             let after = self.after_answer.clone();
             let entered = self.entered.take();
-            cx.spawn(drive(first, entered, pusher, context, after));
+            let ended = self.ended.clone();
+            cx.spawn(async move {
+                tokio::select! {
+                    result = drive(first, entered, pusher, context, after) => result,
+                    () = ended.notified() => Ok(()),
+                }
+            });
         }
         Ok(())
     }

@@ -23,11 +23,11 @@ pub use crate::services::pricing::{
 };
 pub use engine::{LlmEngine, LlmError, LlmEvent, LlmRequest};
 pub use fallback::{FallbackLlm, RETRY_PRIMARY_AFTER};
+pub(crate) use functions::Registered;
 pub use functions::{
     FunctionCallParams, FunctionHandler, FunctionOptions, FunctionRegistry, ResultCallback,
     ResultProperties,
 };
-pub(crate) use functions::Registered;
 pub use http::Timing;
 pub use realtime::{RealtimeOptions, RealtimeService, ReconnectPolicy};
 pub use service::{LlmService, LlmServiceOptions};
