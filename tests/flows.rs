@@ -1,16 +1,19 @@
 //! Flows: the shipped booking line and a Pipecat Flows JSON file walked node by node through the
-//! LLM service with a scripted model, every request checked for the node's prompt and tools.
+//! LLM service with a scripted model, every request checked for the node's prompt and tools; and
+//! no dead air while a tool works (a filler line or a thinking sound, once).
 
 mod common;
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde_json::json;
 
 use common::scripted::{Bot, ScriptedLlm, call, say};
+use voxide::bot::filler::{FillerParams, ToolFiller};
 use voxide::config::BotConfig;
-use voxide::context::{ContextHandle, Message};
+use voxide::context::{ContextHandle, LlmContext, Message};
 use voxide::events::EndReason;
 use voxide::flows::{Flow, FlowSession};
 use voxide::pipeline::{AppResources, Pipeline};
@@ -250,4 +253,85 @@ fn a_flow_bot_file_that_leads_nowhere_says_where() {
         .expect_err("python")
         .to_string();
     assert!(e.contains("bad.json") && e.contains("\"function\""), "{e}");
+}
+
+/// Frame names at the sink until `n` responses have ended.
+async fn frames_until(bot: &mut Bot, n: usize) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut ends = 0;
+    while ends < n {
+        let name = bot.frames.recv().await.expect("the session runs");
+        ends += usize::from(name == "llm_full_response_end");
+        seen.push(name);
+    }
+    seen
+}
+
+/// The LLM service with a tool `lookup` that takes `took`, behind a filler.
+fn waiting_bot(took: Duration, lines: &[&str]) -> Bot {
+    let llm = ScriptedLlm::new(vec![
+        vec![call("c1", "lookup", json!({}))],
+        vec![say("Found it.")],
+    ]);
+    let mut service = LlmService::new(llm);
+    service.functions().register_function(
+        Some("lookup"),
+        move |params| async move {
+            tokio::time::sleep(took).await;
+            params.result_callback.done(json!({"found": true}));
+        },
+        FunctionOptions::default(),
+    );
+    let filler = ToolFiller::new(FillerParams {
+        after: Duration::from_millis(1_500),
+        lines: lines.iter().map(|l| (*l).to_owned()).collect(),
+    });
+    let context = ContextHandle::new(LlmContext::new(vec![
+        Message::system("You are a test bot."),
+        Message::user("Where is my order?"),
+    ]));
+    Bot::start_in(
+        Pipeline::new().then(service).then(filler),
+        context,
+        AppResources::default(),
+    )
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_slow_tool_gets_exactly_one_filler_line_kept_out_of_the_conversation() {
+    let mut bot = waiting_bot(Duration::from_secs(3), &["One moment.", "Still looking."]);
+    bot.run_llm().await;
+    let seen = frames_until(&mut bot, 2).await;
+    assert_eq!(seen.iter().filter(|n| *n == "text").count(), 1, "{seen:?}");
+    let (messages, errors) = bot.stop().await;
+    assert_eq!(errors, Vec::<String>::new());
+    assert!(
+        messages.iter().all(|m| m.text() != Some("One moment.")),
+        "{messages:#?}"
+    );
+    assert_eq!(messages.last().and_then(Message::text), Some("Found it."));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_fast_tool_gets_no_filler() {
+    let mut bot = waiting_bot(Duration::from_millis(300), &["One moment."]);
+    bot.run_llm().await;
+    let seen = frames_until(&mut bot, 2).await;
+    assert!(
+        !seen.iter().any(|n| n == "text" || n == "output_audio"),
+        "{seen:?}"
+    );
+    bot.stop().await;
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_lines_a_slow_tool_gets_one_short_thinking_sound() {
+    let mut bot = waiting_bot(Duration::from_secs(3), &[]);
+    bot.run_llm().await;
+    let seen = frames_until(&mut bot, 2).await;
+    let audio = seen.iter().filter(|n| *n == "output_audio").count();
+    // 0.75 s of sound in 20 ms frames, once.
+    assert_eq!(audio, 38, "{seen:?}");
+    assert!(!seen.iter().any(|n| n == "text"));
+    bot.stop().await;
 }

@@ -4,6 +4,7 @@
 //! file adds its own instruction, greeting, HTTP tools ([`http_tool`]) and MCP servers ([`mcp`]).
 
 pub mod calculator;
+pub mod filler;
 pub mod http_tool;
 pub mod mcp;
 mod resolve;
@@ -56,6 +57,7 @@ use crate::services::tts::{
 };
 use crate::transports::{AudioOutput, AudioSink, OutputOptions};
 use crate::turns::{BargeIn, IdleParams, MuteStrategy, TurnStop, UserIdle, UserMute, UserTurns};
+use filler::{FillerParams, ToolFiller};
 pub use http_tool::HttpTool;
 pub use mcp::McpServer;
 
@@ -260,6 +262,8 @@ pub struct BotOptions {
     pub greeting: Option<String>,
     /// What the bot does when the user goes quiet.
     pub idle: Option<IdleParams>,
+    /// What fills the silence while a tool works.
+    pub filler: Option<FillerParams>,
     /// The built-in tools it keeps.
     pub builtin: Vec<Builtin>,
     /// Its own HTTP tools.
@@ -321,6 +325,7 @@ impl Default for BotOptions {
             instructions: INSTRUCTIONS.to_owned(),
             greeting: None,
             idle: None,
+            filler: None,
             builtin: Builtin::ALL.to_vec(),
             http_tools: Vec::new(),
             mcp: Vec::new(),
@@ -598,6 +603,9 @@ pub fn build<S: AudioSink>(
     }
     if let Some(flow) = &flow {
         pipeline = pipeline.then(flow.stage(context.clone()));
+    }
+    if let Some(filler) = &options.filler {
+        pipeline = pipeline.then(ToolFiller::new(filler.clone()));
     }
     if let Some(idle) = &options.idle {
         pipeline = pipeline.then(UserIdle::new(idle.clone()));

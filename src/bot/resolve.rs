@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
+use super::filler::FillerParams;
 use super::http_tool::HttpTool;
 use super::mcp::McpServer;
 use super::{BotOptions, LlmChoice, SttChoice, TextLlm, TtsChoice, Voice};
-use crate::config::{BotConfig, Builtin, ConfigError, ExampleConfig, IdleConfig};
+use crate::config::{BotConfig, Builtin, ConfigError, ExampleConfig, FillerConfig, IdleConfig};
 use crate::flows::Flow;
 use crate::services::llm::PriceTable;
 use crate::services::llm::anthropic::AnthropicSettings;
@@ -58,6 +59,24 @@ fn idle_params(idle: &IdleConfig) -> Result<IdleParams, ConfigError> {
         after: Duration::from_secs_f64(idle.after_secs),
         check_ins: idle.check_ins.clone(),
         goodbye,
+    })
+}
+
+/// `[filler]`, checked.
+fn filler_params(filler: &FillerConfig) -> Result<FillerParams, ConfigError> {
+    let after = filler.after_secs.unwrap_or(1.5);
+    if !(0.2..=30.0).contains(&after) {
+        return Err(invalid("filler.after_secs must be between 0.2 and 30"));
+    }
+    let line_ok = |line: &String| !line.trim().is_empty() && line.chars().count() <= 200;
+    if filler.lines.len() > 20 || !filler.lines.iter().all(line_ok) {
+        return Err(invalid(
+            "filler.lines: at most 20 lines, each of 1 to 200 characters",
+        ));
+    }
+    Ok(FillerParams {
+        after: Duration::from_secs_f64(after),
+        lines: filler.lines.clone(),
     })
 }
 
@@ -128,6 +147,15 @@ impl BotConfig {
             }
             Some(idle) => Some(idle_params(idle)?),
         };
+        let filler = match &self.filler {
+            None => None,
+            Some(_) if !matches!(llm, LlmChoice::Text(_)) => {
+                return Err(invalid(
+                    "a filler is spoken by the TTS: it needs a text LLM, not a realtime one",
+                ));
+            }
+            Some(filler) => Some(filler_params(filler)?),
+        };
         let (http_tools, mcp) = self.own_tools()?;
         let flow = self.flow()?;
         if flow.is_some() && !matches!(llm, LlmChoice::Text(_)) {
@@ -153,6 +181,7 @@ impl BotConfig {
             instructions: self.instructions()?.unwrap_or(defaults.instructions),
             greeting: self.greeting.clone(),
             idle,
+            filler,
             prices: self
                 .prices
                 .iter()

@@ -179,6 +179,10 @@ pub struct IdleConfig {
 /// record = false                       # never recorded (--record-dir); trace = false: never traced
 /// max_context_tokens = 24000           # the oldest turns leave past this
 ///
+/// [filler]                             # a tool slower than this: a line, or a thinking sound
+/// after_secs = 1.5
+/// lines = ["One moment.", "Let me check that."]
+///
 /// [idle]                               # when the user goes quiet after the bot has spoken
 /// after_secs = 10
 /// check_ins = ["Are you still there?"] # said in turn; the user speaking starts them over
@@ -220,6 +224,8 @@ pub struct BotConfig {
     pub greeting: Option<String>,
     /// What the bot does when the user goes quiet: `[idle]`.
     pub idle: Option<IdleConfig>,
+    /// What fills the silence while a tool works: `[filler]`.
+    pub filler: Option<FillerConfig>,
     /// `piper` or `espeak`.
     pub voice: Option<Voice>,
     /// `smart` or `silence`.
@@ -305,6 +311,18 @@ pub struct BotConfig {
     pub nodes: Vec<NodeConfig>,
     /// A Pipecat Flows JSON file (relative to the bot file) whose nodes the bot follows.
     pub flow_file: Option<PathBuf>,
+}
+
+/// `[filler]`: when a tool keeps the caller waiting, the bot says a line or plays a short
+/// thinking sound, once per wait.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FillerConfig {
+    /// Seconds a tool may take before the bot fills the silence (default 1.5).
+    pub after_secs: Option<f64>,
+    /// Said in turn, one per wait; none: a thinking sound.
+    #[serde(default)]
+    pub lines: Vec<String>,
 }
 
 /// `[[example]]`: what a user says, and the tool call it should make (none: answered in words).
@@ -425,6 +443,7 @@ impl BotConfig {
             instructions_file,
             greeting: self.greeting.or(lower.greeting),
             idle: self.idle.or(lower.idle),
+            filler: self.filler.or(lower.filler),
             voice: self.voice.or(lower.voice),
             turn: self.turn.or(lower.turn),
             turn_timeout_secs: self.turn_timeout_secs.or(lower.turn_timeout_secs),
