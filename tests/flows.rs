@@ -335,3 +335,119 @@ async fn without_lines_a_slow_tool_gets_one_short_thinking_sound() {
     assert!(!seen.iter().any(|n| n == "text"));
     bot.stop().await;
 }
+
+/// The whole bot (VAD, Smart Turn, Whisper, Piper) on a recorded question, its LLM a stand-in
+/// that speaks OpenAI's wire protocol and calls the flow's function.
+mod whole_bot {
+    use std::sync::Arc;
+
+    use serde_json::{Value, json};
+
+    use super::common;
+    use common::bot_run::run_bot;
+    use common::llm_stand_in::{Reply, start as stand_in};
+    use voxide::bot::{LlmChoice, TextLlm, Voice};
+    use voxide::config::BotConfig;
+    use voxide::services::llm::openai::OpenAiSettings;
+
+    const DESK: &str = r#"
+name = "desk"
+instructions = "You are the booking line of a small restaurant."
+
+[[node]]
+name = "greet"
+respond_immediately = false
+task = "Ask whether the caller would like a table."
+
+[[node.function]]
+name = "wants_table"
+description = "The caller wants a table."
+transition_to = "collect"
+
+[[node]]
+name = "collect"
+pre_actions = [{ type = "tts_say", text = "Of course." }]
+task = "Ask how many people and which day."
+
+[[node.function]]
+name = "collect_booking"
+description = "Records the party size and the day."
+parameters = { type = "object", properties = { party_size = { type = "integer" }, day = { type = "string" } } }
+"#;
+
+    fn sse(chunks: &[Value]) -> String {
+        let mut out = String::from(": ping\r\n\r\n");
+        for chunk in chunks {
+            out.push_str(&format!("data: {chunk}\r\n\r\n"));
+        }
+        out + "data: [DONE]\r\n\r\n"
+    }
+
+    fn offered(body: &Value) -> Vec<String> {
+        body["tools"]
+            .as_array()
+            .map(|tools| {
+                tools
+                    .iter()
+                    .filter_map(|t| t["function"]["name"].as_str().map(str::to_owned))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_spoken_question_moves_the_flow_on_and_its_next_node_answers_aloud() {
+        let call = sse(&[
+            json!({"choices": [{"delta": {"role": "assistant", "tool_calls": [
+                {"index": 0, "id": "call_1", "type": "function",
+                 "function": {"name": "wants_table", "arguments": "{}"}}]}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+        ]);
+        let ask = sse(&[
+            json!({"choices": [{"delta": {"role": "assistant", "content": "For how many people, and which day?"}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}),
+        ]);
+        let reply = Reply::With(Arc::new(move |body: &Value| {
+            if offered(body).contains(&"wants_table".to_owned()) {
+                Reply::Stream(call.clone(), 64)
+            } else {
+                Reply::Stream(ask.clone(), 64)
+            }
+        }));
+        let (addr, llm) = stand_in(vec![reply]).await;
+        let path = common::bot_run::scratch().join("desk.toml");
+        std::fs::write(&path, DESK).expect("write the bot file");
+        let mut bot = BotConfig::load(&path)
+            .expect("loads")
+            .resolve()
+            .expect("resolves");
+        bot.llm = LlmChoice::Text(vec![TextLlm::OpenAi(OpenAiSettings {
+            base_url: format!("http://{addr}/v1"),
+            model: "gpt-4.1-mini".into(),
+            ..OpenAiSettings::default()
+        })]);
+        bot.voice = Voice::Piper;
+        let ran = run_bot(bot, std::path::Path::new(common::HELLO), "desk").await;
+
+        assert_eq!(llm.refusals(), Vec::<String>::new());
+        let posts = llm.posts();
+        assert!(posts.len() >= 2, "{} requests", posts.len());
+        // The greet node's request: its task, its one function; then the collect node's.
+        let first = &posts[0].body;
+        assert_eq!(offered(first), ["wants_table"]);
+        assert!(first.to_string().contains("Ask whether the caller would like a table."));
+        let next = &posts.last().expect("a request").body;
+        assert_eq!(offered(next), ["collect_booking"]);
+        assert!(next.to_string().contains("Ask how many people and which day."));
+        // Heard: the pre-action at once, then the node's answer.
+        let said = ran.summary.bot_text.join(" ");
+        assert!(said.starts_with("Of course."), "{said:?}");
+        assert!(said.contains("For how many people"), "{said:?}");
+        assert_eq!(ran.summary.tool_calls, ["wants_table"]);
+        assert_eq!(ran.summary.voice_to_voice_ms.len(), 1, "{:?}", ran.summary);
+        eprintln!(
+            "voice to voice at the node transition: {:.0} ms",
+            ran.summary.voice_to_voice_ms[0]
+        );
+    }
+}
