@@ -1,6 +1,7 @@
 //! Flows: the shipped booking line and a Pipecat Flows JSON file walked node by node through the
 //! LLM service with a scripted model, every request checked for the node's prompt and tools; and
-//! no dead air while a tool works (a filler line or a thinking sound, once).
+//! no dead air while a tool works (a filler line or a thinking sound, once); and a long call
+//! folded into summaries in the background.
 
 mod common;
 
@@ -17,7 +18,9 @@ use voxide::context::{ContextHandle, LlmContext, Message};
 use voxide::events::EndReason;
 use voxide::flows::{Flow, FlowSession};
 use voxide::pipeline::{AppResources, Pipeline};
-use voxide::services::llm::{FunctionOptions, LlmRequest, LlmService};
+use voxide::services::llm::{
+    ContextSummarizer, FunctionOptions, LlmEngine, LlmError, LlmEvent, LlmRequest, LlmService,
+};
 
 fn flow(file: &str) -> (Arc<Flow>, String) {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -435,10 +438,17 @@ parameters = { type = "object", properties = { party_size = { type = "integer" }
         // The greet node's request: its task, its one function; then the collect node's.
         let first = &posts[0].body;
         assert_eq!(offered(first), ["wants_table"]);
-        assert!(first.to_string().contains("Ask whether the caller would like a table."));
+        assert!(
+            first
+                .to_string()
+                .contains("Ask whether the caller would like a table.")
+        );
         let next = &posts.last().expect("a request").body;
         assert_eq!(offered(next), ["collect_booking"]);
-        assert!(next.to_string().contains("Ask how many people and which day."));
+        assert!(
+            next.to_string()
+                .contains("Ask how many people and which day.")
+        );
         // Heard: the pre-action at once, then the node's answer.
         let said = ran.summary.bot_text.join(" ");
         assert!(said.starts_with("Of course."), "{said:?}");
@@ -450,4 +460,185 @@ parameters = { type = "object", properties = { party_size = { type = "integer" }
             ran.summary.voice_to_voice_ms[0]
         );
     }
+}
+
+/// Summaries that take three seconds to write, numbered.
+#[derive(Clone, Default)]
+struct SlowSummaries(Arc<std::sync::atomic::AtomicUsize>);
+
+impl LlmEngine for SlowSummaries {
+    fn model(&self) -> &str {
+        "summaries"
+    }
+
+    fn provider(&self) -> &str {
+        "test"
+    }
+
+    fn generate(
+        &self,
+        request: LlmRequest,
+    ) -> futures_util::stream::BoxStream<'static, Result<LlmEvent, LlmError>> {
+        let n = self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        let asked = request
+            .messages
+            .last()
+            .and_then(Message::text)
+            .unwrap_or_default()
+            .to_owned();
+        Box::pin(futures_util::stream::once(async move {
+            tokio::time::sleep(Duration::from_secs(3)).await;
+            // What it was asked to cover shows in the summary: the last turn it saw.
+            let last = asked
+                .lines()
+                .rev()
+                .find(|l| l.starts_with("User: "))
+                .unwrap_or_default()
+                .to_owned();
+            Ok(LlmEvent::Text(format!("Summary {n}, up to: {last}")))
+        }))
+    }
+}
+
+/// Every async call in `messages` is whole: its call, its started, intermediate and final
+/// messages all there or all gone; a call still running is there with what came so far.
+fn async_calls_whole(messages: &[Message], running: &str) {
+    use voxide::context::async_tool_messages::{AsyncToolMessageKind as Kind, parse_message};
+    let mut calls: std::collections::BTreeMap<String, Vec<&str>> = Default::default();
+    for message in messages {
+        if let Message::Assistant(a) = message {
+            for call in a.tool_calls.iter().flatten() {
+                calls.entry(call.id.clone()).or_default().push("call");
+            }
+        }
+        if let Some(p) = parse_message(message) {
+            let kind = match p.kind {
+                Kind::Started => "started",
+                Kind::Intermediate => "intermediate",
+                Kind::Final => "final",
+            };
+            calls.entry(p.tool_call_id).or_default().push(kind);
+        }
+    }
+    for (id, parts) in &calls {
+        let whole: &[&str] = if id == running {
+            &["call", "started", "intermediate"]
+        } else {
+            &["call", "started", "intermediate", "final"]
+        };
+        assert_eq!(parts, whole, "the async call {id} is not whole");
+    }
+    assert!(calls.contains_key(running), "the running call left");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_200_turn_call_stays_near_its_budget_async_calls_whole_and_no_turn_waits_for_a_summary() {
+    use voxide::context::async_tool_messages::{
+        build_final_result_message, build_intermediate_result_message, build_started_message,
+    };
+    use voxide::context::{AssistantMessage, ToolCall};
+    const BUDGET: usize = 3_000;
+    let summaries = SlowSummaries::default();
+    let llm = ScriptedLlm::default();
+    let context = ContextHandle::new(LlmContext::new(vec![Message::system(
+        "You are a test bot.",
+    )]));
+    let front = Pipeline::new()
+        .then(ContextSummarizer::new(
+            Arc::new(summaries.clone()),
+            context.clone(),
+            BUDGET,
+        ))
+        .then(LlmService::new(llm.clone()));
+    let mut bot = Bot::start_in(front, context.clone(), AppResources::default());
+    let async_call = |id: &str, done: bool| {
+        let mut messages = vec![
+            Message::Assistant(AssistantMessage {
+                tool_calls: Some(vec![ToolCall::function(
+                    id,
+                    "check_stock",
+                    &json!({"item": id}),
+                )]),
+                ..AssistantMessage::default()
+            }),
+            build_started_message(id),
+            build_intermediate_result_message(id, Some(&json!({"progress": 50}))),
+        ];
+        if done {
+            messages.push(build_final_result_message(
+                id,
+                Some(&json!({"in_stock": true})),
+            ));
+        }
+        messages
+    };
+    let mut peak = 0;
+    for turn in 0..200 {
+        if turn % 10 == 5 {
+            let id = format!("call_{turn}");
+            context.lock().messages.extend(async_call(&id, turn != 195));
+        }
+        let started = tokio::time::Instant::now();
+        bot.user_says(
+            &format!("Turn {turn}: I would like to note one more thing about my order, item {turn}, for later."),
+            1,
+        )
+        .await;
+        // A summary being written never holds up the answer.
+        assert_eq!(started.elapsed(), Duration::ZERO, "turn {turn} waited");
+        peak = peak.max(context.lock().estimated_tokens());
+        // The user pauses before the next turn.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (messages, errors, events) = bot.stop_with_events().await;
+    assert_eq!(errors, Vec::<String>::new());
+
+    let folds: Vec<(usize, usize, String)> = events
+        .iter()
+        .filter_map(|e| match e {
+            voxide::events::Event::ContextSummarized {
+                tokens_before,
+                tokens_after,
+                summary,
+                ..
+            } => Some((*tokens_before, *tokens_after, summary.clone())),
+            _ => None,
+        })
+        .collect();
+    eprintln!(
+        "{} summaries over 200 turns; peak {peak} tokens for a budget of {BUDGET}",
+        folds.len()
+    );
+    assert!(folds.len() >= 5, "{} summaries", folds.len());
+    assert!(folds.iter().all(|(before, after, _)| after < before));
+    // Over budget only while a summary is written: three turns at most.
+    assert!(peak < BUDGET + 1_000, "peak {peak}");
+    let now = LlmContext::new(messages.clone());
+    assert!(now.estimated_tokens() < BUDGET + 1_000);
+    // One summary, the latest, right after the instruction; the recent turns as they were.
+    let summary = now.summary().expect("a summary");
+    assert_eq!(summary, folds.last().expect("a fold").2);
+    assert!(matches!(&messages[1], Message::System(_)));
+    assert_eq!(
+        messages
+            .iter()
+            .filter(|m| m.text().is_some_and(|t| t.contains("in summary")))
+            .count(),
+        1
+    );
+    assert!(
+        messages
+            .iter()
+            .any(|m| m.text().is_some_and(|t| t.starts_with("Turn 199:")))
+    );
+    async_calls_whole(&messages, "call_195");
+    // Every request began with the instruction.
+    let requests = llm.requests.lock().expect("lock").clone();
+    assert_eq!(requests.len(), 200);
+    assert!(
+        requests
+            .iter()
+            .all(|r| r.messages[0].text() == Some("You are a test bot."))
+    );
 }

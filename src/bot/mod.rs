@@ -38,8 +38,8 @@ use crate::services::llm::openai::{OpenAiLlm, OpenAiSettings};
 use crate::services::llm::openai_realtime::{OpenAiRealtime, OpenAiRealtimeSettings};
 use crate::services::llm::realtime::RealtimeProtocol;
 use crate::services::llm::{
-    FallbackLlm, LlmEngine, LlmService, LlmServiceOptions, PriceTable, RealtimeOptions,
-    RealtimeService,
+    ContextSummarizer, FallbackLlm, LlmEngine, LlmService, LlmServiceOptions, PriceTable,
+    RealtimeOptions, RealtimeService,
 };
 use crate::services::stt::assemblyai::{AssemblyAiSettings, AssemblyAiStt};
 use crate::services::stt::deepgram::{DeepgramSettings, DeepgramStt};
@@ -60,6 +60,9 @@ use crate::turns::{BargeIn, IdleParams, MuteStrategy, TurnStop, UserIdle, UserMu
 use filler::{FillerParams, ToolFiller};
 pub use http_tool::HttpTool;
 pub use mcp::McpServer;
+
+/// Tokens a summary of the oldest turns may have.
+const SUMMARY_MAX_TOKENS: usize = 400;
 
 /// The default bot's system instruction: short, because the embedded model is small.
 pub const INSTRUCTIONS: &str = "You are voxide, a friendly voice assistant. Your replies are \
@@ -250,6 +253,9 @@ pub struct BotOptions {
     pub max_tokens: usize,
     /// Tokens the conversation may hold (estimated) before its oldest turns are dropped.
     pub max_context_tokens: usize,
+    /// Past `max_context_tokens`, fold the oldest turns into a summary the LLM writes in the
+    /// background; they are dropped only past twice the budget.
+    pub summarize_context: bool,
     /// What clients are told of a function call.
     pub function_call_report_level: ReportLevel,
     /// Its sessions may be recorded (`voxide serve --record-dir`).
@@ -319,6 +325,7 @@ impl Default for BotOptions {
             voice: Voice::Piper,
             max_tokens: 60,
             max_context_tokens: DEFAULT_MAX_CONTEXT_TOKENS,
+            summarize_context: false,
             function_call_report_level: ReportLevel::default(),
             record: true,
             trace: true,
@@ -588,6 +595,11 @@ pub fn build<S: AudioSink>(
         .collect::<Result<Vec<_>, _>>()?;
     let stt = SttFallback::shared(stt).map_err(BotError::Config)?;
     let (front, sink) = input_front(options, sink);
+    // A summarizer keeps the conversation near its budget; turns are dropped only far past it.
+    let hard_cap = match options.summarize_context {
+        true => options.max_context_tokens.saturating_mul(2),
+        false => options.max_context_tokens,
+    };
     let mut pipeline = front
         .then(VadStage::new(VadBatcher::shared()?, options.vad))
         .then(
@@ -595,8 +607,17 @@ pub fn build<S: AudioSink>(
                 .with_speech_end_offset(Duration::from_secs_f32(options.vad.stop_secs)),
         )
         .then(UserTurns::with_barge_in(stop, options.barge_in).preemptive(options.preemptive))
-        .then(UserAggregator::new(context.clone()).with_max_tokens(options.max_context_tokens))
-        .then(llm);
+        .then(UserAggregator::new(context.clone()).with_max_tokens(hard_cap));
+    if options.summarize_context {
+        // Summaries are longer than answers.
+        let engine = text_llms[0].engine(SUMMARY_MAX_TOKENS, &[])?;
+        pipeline = pipeline.then(ContextSummarizer::new(
+            Arc::from(engine),
+            context.clone(),
+            options.max_context_tokens,
+        ));
+    }
+    pipeline = pipeline.then(llm);
     // Only a bot that greets has the stage: every frame crosses each one.
     if let Some(greeting) = &options.greeting {
         pipeline = pipeline.then(Greeting(Some(greeting.clone())));

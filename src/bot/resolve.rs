@@ -158,6 +158,11 @@ impl BotConfig {
         };
         let (http_tools, mcp) = self.own_tools()?;
         let flow = self.flow()?;
+        if self.summarize_context == Some(true) && !matches!(llm, LlmChoice::Text(_)) {
+            return Err(invalid(
+                "summarize_context folds a text LLM's conversation; a realtime provider keeps its own",
+            ));
+        }
         if flow.is_some() && !matches!(llm, LlmChoice::Text(_)) {
             return Err(invalid(
                 "a flow runs on a text LLM; a realtime provider cannot follow one yet",
@@ -173,6 +178,7 @@ impl BotConfig {
             preemptive: self.preemptive.unwrap_or(defaults.preemptive),
             max_tokens,
             max_context_tokens,
+            summarize_context: self.summarize_context.unwrap_or(false),
             function_call_report_level: self.function_call_report_level.unwrap_or_default(),
             record: self.record.unwrap_or(true),
             trace: self.trace.unwrap_or(true),

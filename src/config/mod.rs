@@ -178,6 +178,7 @@ pub struct IdleConfig {
 /// function_call_report_level = "name" # what clients see of a tool call: disabled, none, name, full
 /// record = false                       # never recorded (--record-dir); trace = false: never traced
 /// max_context_tokens = 24000           # the oldest turns leave past this
+/// summarize_context = true             # ... folded into a summary the LLM writes, in the background
 ///
 /// [filler]                             # a tool slower than this: a line, or a thinking sound
 /// after_secs = 1.5
@@ -241,6 +242,10 @@ pub struct BotConfig {
     /// Tokens the conversation may hold (estimated, four characters a token) before its oldest
     /// turns are dropped; the instruction stays, and a tool call leaves with its results.
     pub max_context_tokens: Option<usize>,
+    /// `true`: past `max_context_tokens`, the oldest turns are folded into a summary the LLM
+    /// writes in the background (they are dropped only past twice the budget, or should the
+    /// summary fail), rather than dropped.
+    pub summarize_context: Option<bool>,
     /// What clients are told of a function call: `disabled`, `none` (its id), `name` (the
     /// default) or `full` (its arguments and result too).
     pub function_call_report_level: Option<crate::events::ReportLevel>,
@@ -451,6 +456,7 @@ impl BotConfig {
             preemptive: self.preemptive.or(lower.preemptive),
             max_tokens: self.max_tokens.or(lower.max_tokens),
             max_context_tokens: self.max_context_tokens.or(lower.max_context_tokens),
+            summarize_context: self.summarize_context.or(lower.summarize_context),
             function_call_report_level: self
                 .function_call_report_level
                 .or(lower.function_call_report_level),

@@ -381,6 +381,7 @@ struct Progress {
 /// What the stage does for a node just entered.
 #[derive(Debug)]
 struct Entered {
+    node: String,
     say: Vec<String>,
     respond: bool,
     end_after_answer: bool,
@@ -480,6 +481,7 @@ impl FlowSession {
             flow.node(&flow.initial).expect("checked at Flow::new")
         };
         let first = Entered {
+            node: node.name.clone(),
             say: says(node),
             respond: node.respond_immediately,
             end_after_answer: node.post.contains(&Action::End),
@@ -550,6 +552,7 @@ impl FlowSession {
         self.apply(node, strategy, &progress, &mut context.lock());
         tracing::info!(node = name, ?strategy, "the flow moves on");
         let entered = Entered {
+            node: name.to_owned(),
             say: says(node),
             respond: node.respond_immediately,
             end_after_answer: node.post.contains(&Action::End),

@@ -6,6 +6,7 @@ use tokio::sync::{Notify, mpsc};
 
 use super::Entered;
 use crate::context::ContextHandle;
+use crate::events::Event;
 use crate::frames::{ControlFrame, DataFrame, EndFrame, Frame, FrameBody, SystemFrame};
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
 
@@ -141,6 +142,7 @@ async fn act(
     context: &ContextHandle,
     after_answer: &Mutex<AfterAnswer>,
 ) {
+    pusher.emit(Event::FlowNode { node: node.node });
     for line in node.say {
         for frame in said(line) {
             let _ = pusher.push(frame, Direction::Downstream).await;

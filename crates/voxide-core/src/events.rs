@@ -147,6 +147,23 @@ pub enum Event {
         /// What went wrong.
         reason: String,
     },
+    /// The conversation's oldest turns were folded into a summary the LLM wrote (a long call
+    /// past the bot's budget), in the background.
+    ContextSummarized {
+        /// Messages the summary stands for.
+        messages: usize,
+        /// The conversation's estimated tokens before and after.
+        tokens_before: usize,
+        /// After.
+        tokens_after: usize,
+        /// The summary.
+        summary: String,
+    },
+    /// A flow moved the conversation to a node.
+    FlowNode {
+        /// The node now.
+        node: String,
+    },
     /// The STT gave up for good and the next one in the list listens instead
     /// (`--stt deepgram,whisper`).
     SttFallback {

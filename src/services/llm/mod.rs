@@ -15,6 +15,7 @@ pub mod openai_realtime;
 pub mod realtime;
 mod service;
 pub mod sse;
+mod summary;
 mod tools;
 
 pub use crate::context::IN_PROGRESS;
@@ -31,4 +32,5 @@ pub use functions::{
 pub use http::Timing;
 pub use realtime::{RealtimeOptions, RealtimeService, ReconnectPolicy};
 pub use service::{LlmService, LlmServiceOptions};
+pub use summary::ContextSummarizer;
 pub use tools::cancel_tool_schema;

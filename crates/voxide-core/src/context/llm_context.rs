@@ -28,6 +28,16 @@ pub enum ToolChoice {
 pub const DEFAULT_MAX_CONTEXT_TOKENS: usize = 24_000;
 
 /// A message's tokens, estimated from its JSON: four characters a token.
+/// How a summary of the conversation's oldest turns begins ([`LlmContext::fold`]).
+pub const SUMMARY_PREFIX: &str = "Earlier in this conversation, in summary: ";
+
+fn is_summary(message: &Message) -> bool {
+    matches!(message, Message::System(_))
+        && message
+            .text()
+            .is_some_and(|t| t.starts_with(SUMMARY_PREFIX))
+}
+
 fn estimated_tokens(message: &Message) -> usize {
     serde_json::to_string(message).map_or(0, |json| json.len() / 4 + 1)
 }
@@ -78,10 +88,77 @@ impl LlmContext {
     /// wherever they sit, and a turn whose async call still runs stays, with all after it (its
     /// result is still to come).
     pub fn trim(&mut self, max_tokens: usize) -> usize {
+        let dropped = self.trim_plan(max_tokens);
+        let mut index = 0;
+        self.messages.retain(|_| {
+            index += 1;
+            !dropped[index - 1]
+        });
+        dropped.iter().filter(|d| **d).count()
+    }
+
+    /// The conversation's size, in estimated tokens.
+    pub fn estimated_tokens(&self) -> usize {
+        self.messages.iter().map(estimated_tokens).sum()
+    }
+
+    /// The messages [`trim`](Self::trim) would drop to bring the conversation within
+    /// `max_tokens`, in order: what a summary of the oldest turns would stand for.
+    pub fn oldest_turns(&self, max_tokens: usize) -> Vec<Message> {
+        self.messages
+            .iter()
+            .zip(self.trim_plan(max_tokens))
+            .filter(|(_, dropped)| *dropped)
+            .map(|(m, _)| m.clone())
+            .collect()
+    }
+
+    /// Replaces `folded` (what [`oldest_turns`](Self::oldest_turns) gave) with `summary`, a
+    /// system message starting with [`SUMMARY_PREFIX`], at the end of the instructions; an
+    /// earlier summary leaves (the new one covers it). False, and nothing changed, when the
+    /// folded messages are no longer all there (the conversation was reset meanwhile).
+    pub fn fold(&mut self, folded: &[Message], summary: String) -> bool {
+        let mut dropped = vec![false; self.messages.len()];
+        let mut next = 0;
+        for (i, message) in self.messages.iter().enumerate() {
+            if next < folded.len() && *message == folded[next] {
+                dropped[i] = true;
+                next += 1;
+            } else if is_summary(message) {
+                dropped[i] = true;
+            }
+        }
+        if next < folded.len() || folded.is_empty() {
+            return false;
+        }
+        let mut index = 0;
+        self.messages.retain(|_| {
+            index += 1;
+            !dropped[index - 1]
+        });
+        let head = self
+            .messages
+            .iter()
+            .take_while(|m| matches!(m, Message::System(_) | Message::Developer(_)))
+            .count();
+        self.messages
+            .insert(head, Message::system(format!("{SUMMARY_PREFIX}{summary}")));
+        true
+    }
+
+    /// The summary of earlier turns the conversation holds, if any.
+    pub fn summary(&self) -> Option<&str> {
+        self.messages
+            .iter()
+            .find(|m| is_summary(m))
+            .and_then(|m| m.text()?.strip_prefix(SUMMARY_PREFIX))
+    }
+
+    fn trim_plan(&self, max_tokens: usize) -> Vec<bool> {
         let tokens: Vec<usize> = self.messages.iter().map(estimated_tokens).collect();
         let mut total: usize = tokens.iter().sum();
         if total <= max_tokens {
-            return 0;
+            return vec![false; self.messages.len()];
         }
         let head = self
             .messages
@@ -135,12 +212,7 @@ impl LlmContext {
                 }
             }
         }
-        let mut index = 0;
-        self.messages.retain(|_| {
-            index += 1;
-            !dropped[index - 1]
-        });
-        dropped.iter().filter(|d| **d).count()
+        dropped
     }
 
     /// Tokens and dollars per user turn and in total, from the assistant messages' metadata.

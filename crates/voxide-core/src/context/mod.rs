@@ -9,7 +9,8 @@ mod tools;
 mod usage;
 
 pub use llm_context::{
-    ContextHandle, DEFAULT_MAX_CONTEXT_TOKENS, LlmContext, ToolChoice, TurnUsage, UsageReport,
+    ContextHandle, DEFAULT_MAX_CONTEXT_TOKENS, LlmContext, SUMMARY_PREFIX, ToolChoice, TurnUsage,
+    UsageReport,
 };
 pub use message::{
     AssistantMessage, AssistantMeta, Content, ContentBlock, ContentPart, FunctionCall,
