@@ -642,3 +642,80 @@ async fn a_200_turn_call_stays_near_its_budget_async_calls_whole_and_no_turn_wai
             .all(|r| r.messages[0].text() == Some("You are a test bot."))
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn reset_with_summary_answers_at_once_and_the_summary_joins_the_next_request() {
+    use voxide::config::flow::{FunctionConfig, NodeConfig, StrategyConfig, TransitionConfig};
+    let nodes = [
+        NodeConfig {
+            name: "take".into(),
+            task: Some("Take the booking.".into()),
+            respond_immediately: Some(false),
+            functions: vec![FunctionConfig {
+                name: "done".into(),
+                description: Some("The booking is taken.".into()),
+                transition_to: Some(TransitionConfig::Node("extras".into())),
+                ..FunctionConfig::default()
+            }],
+            ..NodeConfig::default()
+        },
+        NodeConfig {
+            name: "extras".into(),
+            task: Some("Offer extras.".into()),
+            context_strategy: Some(StrategyConfig::ResetWithSummary),
+            ..NodeConfig::default()
+        },
+    ];
+    let flow = Arc::new(Flow::new(&nodes, None, None, &[]).expect("flow"));
+    assert!(flow.summarizes());
+    let llm = ScriptedLlm::new(vec![
+        vec![call("c1", "done", json!({}))],
+        vec![say("Anything else?")],
+        vec![say("A cake, noted.")],
+    ]);
+    let summaries = SlowSummaries::default();
+    let session = FlowSession::new(flow, "You are a booking line.")
+        .with_summaries(Arc::new(summaries.clone()));
+    let mut service = LlmService::new(llm.clone());
+    session.register(service.functions());
+    let context = ContextHandle::new(session.initial_context());
+    let front = Pipeline::new()
+        .then(service)
+        .then(session.stage(context.clone()));
+    let mut bot = Bot::start_in(front, context, AppResources::default());
+    let started = tokio::time::Instant::now();
+    bot.user_says("I'm Ada, a table for four.", 2).await;
+    // The node's answer did not wait for the summary (it takes three seconds).
+    assert_eq!(started.elapsed(), Duration::ZERO);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    bot.user_says("And a cake.", 1).await;
+    bot.stop().await;
+
+    let requests = llm.requests.lock().expect("lock").clone();
+    assert_eq!(requests.len(), 3);
+    // At once: the role and the new task only.
+    let first = &requests[1].messages;
+    assert_eq!(first.len(), 2, "{first:#?}");
+    assert_eq!(
+        system(&requests[1]),
+        "You are a booking line.\nOffer extras."
+    );
+    // Then the summary of what came before, after the role and the task.
+    let later = system(&requests[2]);
+    assert!(
+        later.contains("in summary: Summary 1, up to: User: I'm Ada, a table for four."),
+        "{later}"
+    );
+    assert!(
+        requests[2]
+            .messages
+            .iter()
+            .any(|m| m.text() == Some("And a cake."))
+    );
+    assert!(
+        !requests[2]
+            .messages
+            .iter()
+            .any(|m| m.text() == Some("I'm Ada, a table for four."))
+    );
+}

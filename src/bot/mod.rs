@@ -576,12 +576,19 @@ pub fn build<S: AudioSink>(
         TurnEnd::Silence => TurnStop::SpeechTimeout(options.turn_timeout),
     };
     let mut llm = text_llm(options, text_llms)?;
-    let flow = options.flow.as_ref().map(|flow| {
-        let session = FlowSession::new(flow.clone(), &options.instructions);
-        session.register(llm.functions());
-        *context.lock() = session.initial_context();
-        session
-    });
+    let flow = match &options.flow {
+        None => None,
+        Some(flow) => {
+            let mut session = FlowSession::new(flow.clone(), &options.instructions);
+            if flow.summarizes() {
+                let engine = text_llms[0].engine(SUMMARY_MAX_TOKENS, &[])?;
+                session = session.with_summaries(Arc::from(engine));
+            }
+            session.register(llm.functions());
+            *context.lock() = session.initial_context();
+            Some(session)
+        }
+    };
     let voice = voice(options)?;
     let output = OutputOptions {
         speech_end_offset: Duration::from_secs_f32(options.vad.stop_secs),

@@ -62,6 +62,8 @@ pub struct NodeConfig {
     pub post_actions: Vec<ActionConfig>,
     /// How the conversation changes on entering (default: the flow's).
     pub context_strategy: Option<StrategyConfig>,
+    /// With `reset_with_summary`: what the summary is asked to be.
+    pub summary_prompt: Option<String>,
     /// Whether the bot answers as soon as the node is entered (default: true).
     pub respond_immediately: Option<bool>,
 }
@@ -131,6 +133,10 @@ pub enum StrategyConfig {
     /// The conversation starts over from the node's role and task.
     #[serde(alias = "RESET")]
     Reset,
+    /// It starts over as with `reset`, and a summary of what came before, which the LLM writes
+    /// in the background, joins it once written.
+    #[serde(alias = "RESET_WITH_SUMMARY")]
+    ResetWithSummary,
 }
 
 /// A flow as the bot file holds it.
@@ -252,6 +258,7 @@ fn node(name: &str, node: &Value) -> Result<NodeConfig, String> {
             "pre_actions",
             "post_actions",
             "context_strategy",
+            "summary_prompt",
             "respond_immediately",
         ],
         &what,
@@ -289,13 +296,22 @@ fn node(name: &str, node: &Value) -> Result<NodeConfig, String> {
             }
         }
     };
+    let mut summary_prompt = object
+        .get("summary_prompt")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
     let context_strategy = match object.get("context_strategy") {
         None | Some(Value::Null) => None,
-        // The older form: {"strategy": "RESET", "summary_prompt": …}.
-        Some(Value::Object(spec)) => Some(strategy(
-            spec.get("strategy").unwrap_or(&Value::Null),
-            &what,
-        )?),
+        // The older form: {"strategy": "RESET_WITH_SUMMARY", "summary_prompt": …}.
+        Some(Value::Object(spec)) => {
+            if let Some(prompt) = spec.get("summary_prompt").and_then(Value::as_str) {
+                summary_prompt = Some(prompt.to_owned());
+            }
+            Some(strategy(
+                spec.get("strategy").unwrap_or(&Value::Null),
+                &what,
+            )?)
+        }
         Some(value) => Some(strategy(value, &what)?),
     };
     Ok(NodeConfig {
@@ -308,6 +324,7 @@ fn node(name: &str, node: &Value) -> Result<NodeConfig, String> {
         pre_actions: actions("pre_actions")?,
         post_actions: actions("post_actions")?,
         context_strategy,
+        summary_prompt,
         respond_immediately: object.get("respond_immediately").and_then(Value::as_bool),
     })
 }
@@ -316,8 +333,9 @@ fn strategy(value: &Value, what: &str) -> Result<StrategyConfig, String> {
     match value.as_str().map(str::to_ascii_lowercase).as_deref() {
         Some("append") => Ok(StrategyConfig::Append),
         Some("reset") => Ok(StrategyConfig::Reset),
+        Some("reset_with_summary") => Ok(StrategyConfig::ResetWithSummary),
         _ => Err(format!(
-            "{what}: context_strategy {value}: voxide does append and reset"
+            "{what}: context_strategy {value}: voxide does append, reset and reset_with_summary"
         )),
     }
 }
@@ -453,13 +471,20 @@ mod tests {
 
     #[test]
     fn what_does_not_map_is_named() {
-        let e = from_pipecat_json(&json!({"initial_node": "a", "nodes": {"a": {
-            "task_messages": [], "context_strategy": "RESET_WITH_SUMMARY"}}}))
-        .expect_err("no summaries yet");
-        assert!(
-            e.contains("node \"a\"") && e.contains("RESET_WITH_SUMMARY"),
-            "{e}"
+        let flow = from_pipecat_json(&json!({"initial_node": "a", "nodes": {"a": {
+            "task_messages": [], "context_strategy": {"strategy": "RESET_WITH_SUMMARY",
+            "summary_prompt": "Key facts only."}}}}))
+        .expect("summaries map");
+        let node = &flow.nodes[0];
+        assert_eq!(
+            node.context_strategy,
+            Some(StrategyConfig::ResetWithSummary)
         );
+        assert_eq!(node.summary_prompt.as_deref(), Some("Key facts only."));
+        let e = from_pipecat_json(&json!({"initial_node": "a", "nodes": {"a": {
+            "task_messages": [], "context_strategy": "FORGET"}}}))
+        .expect_err("no such strategy");
+        assert!(e.contains("node \"a\"") && e.contains("FORGET"), "{e}");
         let e = from_pipecat_json(&json!({"initial_node": "a", "nodes": {"a": {
             "task_messages": [], "functions": [{"name": "f", "handler": "x"}]}}}))
         .expect_err("handlers are Python");

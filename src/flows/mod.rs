@@ -26,7 +26,8 @@ use crate::config::flow::{
 use crate::context::{ContextHandle, FunctionSchema, LlmContext, Message, ToolsSchema};
 use crate::frames::OnContextUpdated;
 use crate::services::llm::{
-    FunctionCallParams, FunctionRegistry, ResultCallback, ResultProperties,
+    FunctionCallParams, FunctionRegistry, LlmEngine, ResultCallback, ResultProperties,
+    SUMMARY_INSTRUCTION, write_summary,
 };
 
 pub use graph::{mermaid, svg};
@@ -45,6 +46,9 @@ pub enum Strategy {
     Append,
     /// The conversation starts over from the node's role and task.
     Reset,
+    /// As `Reset`, and a summary of what came before joins it once the LLM has written it (in
+    /// the background: the node's first answer does not wait for it).
+    ResetWithSummary,
 }
 
 impl From<StrategyConfig> for Strategy {
@@ -52,6 +56,7 @@ impl From<StrategyConfig> for Strategy {
         match config {
             StrategyConfig::Append => Strategy::Append,
             StrategyConfig::Reset => Strategy::Reset,
+            StrategyConfig::ResetWithSummary => Strategy::ResetWithSummary,
         }
     }
 }
@@ -195,6 +200,7 @@ struct Node {
     pre: Vec<Action>,
     post: Vec<Action>,
     strategy: Option<Strategy>,
+    summary_prompt: Option<String>,
     respond_immediately: bool,
 }
 
@@ -240,6 +246,7 @@ impl Node {
             pre: actions(&config.pre_actions)?,
             post: actions(&config.post_actions)?,
             strategy: config.context_strategy.map(Strategy::from),
+            summary_prompt: config.summary_prompt.clone(),
             respond_immediately: config.respond_immediately.unwrap_or(true),
         })
     }
@@ -308,6 +315,14 @@ impl Flow {
     /// The nodes' names, in the order given.
     pub fn node_names(&self) -> impl Iterator<Item = &str> {
         self.nodes.iter().map(|n| n.name.as_str())
+    }
+
+    /// Whether a node resets the conversation with a summary of it.
+    pub fn summarizes(&self) -> bool {
+        self.nodes
+            .iter()
+            .any(|n| n.strategy == Some(Strategy::ResetWithSummary))
+            || self.strategy == Strategy::ResetWithSummary
     }
 
     /// Whether a node offers a tool or function of this name.
@@ -394,6 +409,8 @@ struct SessionShared {
     tools: Mutex<BTreeMap<String, FunctionSchema>>,
     entered: mpsc::Sender<Entered>,
     entered_rx: Mutex<Option<mpsc::Receiver<Entered>>>,
+    /// Who writes the summaries of `reset_with_summary`.
+    summaries: Mutex<Option<Arc<dyn LlmEngine>>>,
 }
 
 /// One session's way through a flow.
@@ -420,7 +437,15 @@ impl FlowSession {
             tools: Mutex::new(BTreeMap::new()),
             entered,
             entered_rx: Mutex::new(Some(entered_rx)),
+            summaries: Mutex::new(None),
         }))
+    }
+
+    /// `engine` writes the summaries a node's `reset_with_summary` asks for; without one, such
+    /// a node resets.
+    pub fn with_summaries(self, engine: Arc<dyn LlmEngine>) -> Self {
+        *lock(&self.0.summaries) = Some(engine);
+        self
     }
 
     /// The node the conversation is at.
@@ -549,7 +574,24 @@ impl FlowSession {
         progress.node = name.to_owned();
         progress.visited.push(name.to_owned());
         let strategy = node.strategy.unwrap_or(flow.strategy);
-        self.apply(node, strategy, &progress, &mut context.lock());
+        let earlier = {
+            let mut context = context.lock();
+            let earlier = (strategy == Strategy::ResetWithSummary).then(|| {
+                let summary = context.summary().map(str::to_owned);
+                let said: Vec<Message> = context
+                    .messages
+                    .iter()
+                    .filter(|m| !matches!(m, Message::System(_) | Message::Developer(_)))
+                    .cloned()
+                    .collect();
+                (summary, said)
+            });
+            self.apply(node, strategy, &progress, &mut context);
+            earlier
+        };
+        if let Some((summary, said)) = earlier {
+            self.summarize(node, summary, said, context.clone());
+        }
         tracing::info!(node = name, ?strategy, "the flow moves on");
         let entered = Entered {
             node: name.to_owned(),
@@ -563,6 +605,40 @@ impl FlowSession {
                 "the flow's stage is gone or far behind: the node's actions are dropped"
             );
         }
+    }
+
+    /// Has the summary of what was said before `node` written in the background, and puts it in
+    /// `context` once it is.
+    fn summarize(
+        &self,
+        node: &Node,
+        earlier: Option<String>,
+        said: Vec<Message>,
+        context: ContextHandle,
+    ) {
+        let Some(engine) = lock(&self.0.summaries).clone() else {
+            tracing::warn!(
+                node = node.name,
+                "no LLM writes this flow's summaries: the node resets"
+            );
+            return;
+        };
+        if said.is_empty() && earlier.is_none() {
+            return;
+        }
+        let prompt = node
+            .summary_prompt
+            .clone()
+            .unwrap_or_else(|| SUMMARY_INSTRUCTION.to_owned());
+        let name = node.name.clone();
+        tokio::spawn(async move {
+            match write_summary(engine.as_ref(), &prompt, earlier.as_deref(), &said).await {
+                Ok(summary) => context.lock().set_summary(summary),
+                Err(why) => {
+                    tracing::warn!(node = name, %why, "no summary of the conversation before the node")
+                }
+            }
+        });
     }
 
     /// `context` at `node` with `strategy`.
@@ -586,7 +662,9 @@ impl FlowSession {
             }
         });
         match strategy {
-            Strategy::Reset => context.messages = role.into_iter().chain(task).collect(),
+            Strategy::Reset | Strategy::ResetWithSummary => {
+                context.messages = role.into_iter().chain(task).collect();
+            }
             Strategy::Append => {
                 if let Some(role) = role {
                     match context.messages.first_mut() {

@@ -32,5 +32,5 @@ pub use functions::{
 pub use http::Timing;
 pub use realtime::{RealtimeOptions, RealtimeService, ReconnectPolicy};
 pub use service::{LlmService, LlmServiceOptions};
-pub use summary::ContextSummarizer;
+pub use summary::{ContextSummarizer, INSTRUCTION as SUMMARY_INSTRUCTION, write_summary};
 pub use tools::cancel_tool_schema;

@@ -21,7 +21,7 @@ use crate::frames::{DataFrame, Frame, FrameBody};
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
 
 /// What the summary is asked to be.
-const INSTRUCTION: &str = "You condense conversations between a user and a voice assistant. \
+pub const INSTRUCTION: &str = "You condense conversations between a user and a voice assistant. \
 Write a short summary, in plain sentences, of what the user asked and told, what was decided \
 and what tools returned, keeping names, numbers, dates and commitments. Reply with the summary \
 only.";
@@ -97,32 +97,11 @@ async fn summarize(
     pusher: FramePusher,
 ) -> Result<(), ProcessorError> {
     let earlier = context.lock().summary().map(str::to_owned);
-    let request = LlmRequest {
-        messages: vec![
-            Message::system(INSTRUCTION),
-            Message::user(transcript(earlier.as_deref(), &folded)),
-        ],
-        tools: ToolsSchema::default(),
-        tool_choice: None,
-    };
-    let written = tokio::time::timeout(SUMMARY_TIMEOUT, async {
-        let mut text = String::new();
-        let mut stream = engine.generate(request);
-        while let Some(event) = stream.next().await {
-            match event {
-                Ok(LlmEvent::Text(piece)) => text.push_str(&piece),
-                Ok(_) => {}
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        Ok(text)
-    })
-    .await
-    .unwrap_or_else(|_| Err("no summary in time".into()));
+    let written = write_summary(engine.as_ref(), INSTRUCTION, earlier.as_deref(), &folded).await;
     let mut context_now = context.lock();
     let before = context_now.estimated_tokens();
-    match written.map(|t| t.trim().chars().take(MAX_SUMMARY_CHARS).collect::<String>()) {
-        Ok(summary) if !summary.is_empty() => {
+    match written {
+        Ok(summary) => {
             if context_now.fold(&folded, summary.clone()) {
                 let after = context_now.estimated_tokens();
                 drop(context_now);
@@ -140,14 +119,50 @@ async fn summarize(
                 });
             }
         }
-        other => {
-            let why = other.err().unwrap_or_else(|| "an empty summary".into());
+        Err(why) => {
             tracing::warn!(%why, "no summary of the oldest turns: they leave the conversation");
             context_now.trim(budget);
         }
     }
     busy.store(false, Ordering::Release);
     Ok(())
+}
+
+/// A summary of `messages` (after the summary `earlier`) that `engine` writes as `instruction`
+/// asks; an error says why there is none.
+pub async fn write_summary(
+    engine: &dyn LlmEngine,
+    instruction: &str,
+    earlier: Option<&str>,
+    messages: &[Message],
+) -> Result<String, String> {
+    let request = LlmRequest {
+        messages: vec![
+            Message::system(instruction),
+            Message::user(transcript(earlier, messages)),
+        ],
+        tools: ToolsSchema::default(),
+        tool_choice: None,
+    };
+    let mut stream = engine.generate(request);
+    let text = tokio::time::timeout(SUMMARY_TIMEOUT, async {
+        let mut text = String::new();
+        while let Some(event) = stream.next().await {
+            match event {
+                Ok(LlmEvent::Text(piece)) => text.push_str(&piece),
+                Ok(_) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Ok(text)
+    })
+    .await
+    .unwrap_or_else(|_| Err("no summary in time".into()))?;
+    let text: String = text.trim().chars().take(MAX_SUMMARY_CHARS).collect();
+    if text.is_empty() {
+        return Err("an empty summary".into());
+    }
+    Ok(text)
 }
 
 /// The turns to summarise as plain lines, after the summary before them.

@@ -136,6 +136,14 @@ impl LlmContext {
             index += 1;
             !dropped[index - 1]
         });
+        self.set_summary(summary);
+        true
+    }
+
+    /// Puts `summary` of earlier turns at the end of the instructions, as a system message
+    /// starting with [`SUMMARY_PREFIX`], in place of any summary before it.
+    pub fn set_summary(&mut self, summary: String) {
+        self.messages.retain(|m| !is_summary(m));
         let head = self
             .messages
             .iter()
@@ -143,7 +151,6 @@ impl LlmContext {
             .count();
         self.messages
             .insert(head, Message::system(format!("{SUMMARY_PREFIX}{summary}")));
-        true
     }
 
     /// The summary of earlier turns the conversation holds, if any.
