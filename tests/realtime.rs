@@ -956,3 +956,129 @@ async fn voxide_run_talks_to_a_realtime_provider() {
     assert!(events.contains("\"bot_started_speaking\""));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[tokio::test]
+async fn a_flow_on_openai_realtime_gives_the_session_each_nodes_instructions_and_tools_before_its_answer()
+ {
+    use voxide::config::flow::{FunctionConfig, NodeConfig, TransitionConfig};
+    use voxide::flows::{Flow, FlowSession};
+    let nodes = [
+        NodeConfig {
+            name: "reception".into(),
+            task: Some("Ask what the call is about.".into()),
+            functions: vec![FunctionConfig {
+                name: "to_billing".into(),
+                description: Some("The call is about a bill.".into()),
+                transition_to: Some(TransitionConfig::Node("billing".into())),
+                ..FunctionConfig::default()
+            }],
+            ..NodeConfig::default()
+        },
+        NodeConfig {
+            name: "billing".into(),
+            role: Some("You are the billing desk.".into()),
+            task: Some("Ask for the invoice number.".into()),
+            functions: vec![FunctionConfig {
+                name: "take_invoice".into(),
+                description: Some("Records the invoice number.".into()),
+                ..FunctionConfig::default()
+            }],
+            ..NodeConfig::default()
+        },
+    ];
+    let flow = Arc::new(Flow::new(&nodes, None, None, &[]).expect("flow"));
+    assert_eq!(flow.realtime_gap(), None);
+    let server = FakeServer::start(Dialect::OpenAi).await;
+    let session = FlowSession::new(flow, "You answer the phone.").for_realtime();
+    let context = ContextHandle::new(LlmContext::default());
+    let mut llm = RealtimeService::new(
+        openai(&server, TurnDetection::ServerVad),
+        context.clone(),
+        options(),
+    );
+    session.register(llm.functions());
+    *context.lock() = session.initial_context();
+    let (tx, frames) = mpsc::unbounded_channel();
+    let (etx, errors) = mpsc::unbounded_channel();
+    let pipeline = Pipeline::new()
+        .then(llm)
+        .then(session.stage(context.clone()))
+        .then(Probe(tx))
+        .then(AssistantAggregator::new(context.clone()));
+    let builder = Session::builder(pipeline)
+        .idle_timeout(None)
+        .on_error(move |e| {
+            let _ = etx.send((e.message.clone(), e.fatal));
+        });
+    let events = builder.subscribe();
+    let running = builder.spawn();
+    let mut bot = Bot {
+        handle: running.handle(),
+        session: running,
+        context,
+        frames,
+        errors,
+        events,
+    };
+    let first = server
+        .wait_for("session.update", 0, |v| is_type(v, "session.update"))
+        .await;
+    assert_eq!(
+        first["session"]["instructions"],
+        "You answer the phone.\n\nAsk what the call is about."
+    );
+    let names = |update: &Value| -> Vec<String> {
+        update["session"]["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .map(|t| t["name"].as_str().expect("name").to_owned())
+            .collect()
+    };
+    assert_eq!(names(&first), ["to_billing"]);
+    for event in call_events("resp_1", "call_1", "to_billing", "{}") {
+        server.send(event);
+    }
+    let update = server
+        .wait_for("the billing node's update", 1, |v| {
+            is_type(v, "session.update")
+        })
+        .await;
+    assert_eq!(
+        update["session"]["instructions"],
+        "You are the billing desk.\n\nAsk for the invoice number."
+    );
+    assert_eq!(names(&update), ["take_invoice"]);
+    server
+        .wait_for("response.create", 0, |v| is_type(v, "response.create"))
+        .await;
+    // In order: the new instructions, the function's output, then the ask for an answer.
+    let order: Vec<&str> = server
+        .received()
+        .iter()
+        .filter_map(|(_, v)| {
+            if is_type(v, "session.update") {
+                Some("update")
+            } else if is_output(v, "call_1") {
+                Some("output")
+            } else if is_type(v, "response.create") {
+                Some("respond")
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(order, ["update", "update", "output", "respond"]);
+    for event in spoken_response("resp_2", "item_2", "What is the invoice number?") {
+        server.send(event);
+    }
+    bot.until("the billing node's answer", is_response_end)
+        .await;
+    let (_, errors, events) = bot.stop().await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::FlowNode { node } if node == "billing"))
+    );
+}

@@ -711,9 +711,18 @@ fn realtime<P: RealtimeProtocol, S: AudioSink>(
     };
     let mut service = RealtimeService::new(protocol, context.clone(), realtime_options);
     options.register_tools(service.functions());
+    let flow = options.flow.as_ref().map(|flow| {
+        let session = FlowSession::new(flow.clone(), &options.instructions).for_realtime();
+        session.register(service.functions());
+        *context.lock() = session.initial_context();
+        session
+    });
     let (front, sink) = input_front(options, sink);
-    let pipeline = front
-        .then(service)
+    let mut pipeline = front.then(service);
+    if let Some(flow) = &flow {
+        pipeline = pipeline.then(flow.stage(context.clone()));
+    }
+    let pipeline = pipeline
         .then(AudioOutput::new(sink, output))
         .then(AssistantAggregator::new(context.clone()));
     Bot {

@@ -163,10 +163,19 @@ impl BotConfig {
                 "summarize_context folds a text LLM's conversation; a realtime provider keeps its own",
             ));
         }
-        if flow.is_some() && !matches!(llm, LlmChoice::Text(_)) {
-            return Err(invalid(
-                "a flow runs on a text LLM; a realtime provider cannot follow one yet",
-            ));
+        match (&flow, &llm) {
+            (Some(_), LlmChoice::GeminiLive(_)) => {
+                return Err(invalid(
+                    "Gemini Live fixes its instructions and tools when a session starts: a flow \
+                     runs on a text LLM or OpenAI Realtime",
+                ));
+            }
+            (Some(flow), LlmChoice::OpenAiRealtime(_)) => {
+                if let Some(gap) = flow.realtime_gap() {
+                    return Err(invalid(gap));
+                }
+            }
+            _ => {}
         }
         let options = BotOptions {
             name: self.name.clone(),

@@ -325,6 +325,19 @@ impl Flow {
             || self.strategy == Strategy::ResetWithSummary
     }
 
+    /// What a realtime model cannot follow in this flow (it holds the conversation and speaks
+    /// itself): a reset, or a line to say.
+    pub fn realtime_gap(&self) -> Option<String> {
+        let node = self.nodes.iter().find(|n| {
+            n.strategy.unwrap_or(self.strategy) != Strategy::Append
+                || n.pre.iter().any(|a| matches!(a, Action::Say(_)))
+        })?;
+        Some(format!(
+            "node {:?}: a realtime provider keeps its own conversation and voice, so a flow on              one appends (no reset) and says no tts_say lines",
+            node.name
+        ))
+    }
+
     /// Whether a node offers a tool or function of this name.
     pub fn names(&self, tool: &str) -> bool {
         self.nodes
@@ -411,6 +424,9 @@ struct SessionShared {
     entered_rx: Mutex<Option<mpsc::Receiver<Entered>>>,
     /// Who writes the summaries of `reset_with_summary`.
     summaries: Mutex<Option<Arc<dyn LlmEngine>>>,
+    /// A realtime model's instructions hold the node's task (its conversation is the
+    /// provider's).
+    tasks_in_instructions: std::sync::atomic::AtomicBool,
 }
 
 /// One session's way through a flow.
@@ -438,7 +454,17 @@ impl FlowSession {
             entered,
             entered_rx: Mutex::new(Some(entered_rx)),
             summaries: Mutex::new(None),
+            tasks_in_instructions: std::sync::atomic::AtomicBool::new(false),
         }))
+    }
+
+    /// For a realtime model: each node's role and task become the session's instructions, the
+    /// conversation itself left as it is (the provider holds it; only `append` applies).
+    pub fn for_realtime(self) -> Self {
+        self.0
+            .tasks_in_instructions
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        self
     }
 
     /// `engine` writes the summaries a node's `reset_with_summary` asks for; without one, such
@@ -661,6 +687,25 @@ impl FlowSession {
                 Speaker::User => Message::user(text),
             }
         });
+        if self
+            .0
+            .tasks_in_instructions
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            let head = context
+                .messages
+                .iter()
+                .take_while(|m| matches!(m, Message::System(_) | Message::Developer(_)))
+                .count();
+            let task = task.map(|m| match m {
+                Message::User(_) => Message::system(m.text().unwrap_or_default()),
+                other => other,
+            });
+            let instructions: Vec<Message> = role.into_iter().chain(task).collect();
+            context.messages.splice(..head, instructions);
+            context.tools = self.tools_at(node);
+            return;
+        }
         match strategy {
             Strategy::Reset | Strategy::ResetWithSummary => {
                 context.messages = role.into_iter().chain(task).collect();

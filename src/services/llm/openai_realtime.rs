@@ -156,6 +156,18 @@ impl RealtimeProtocol for OpenAiRealtime {
         vec![json!({"type": "session.update", "session": session})]
     }
 
+    fn update(&self, setup: &SessionSetup) -> Option<Vec<Value>> {
+        let mut session = json!({
+            "type": "realtime",
+            "tools": adapter::tools(&setup.tools),
+            "tool_choice": adapter::tool_choice(setup.tool_choice.as_ref().unwrap_or(&ToolChoice::Auto)),
+        });
+        if let Some(instructions) = adapter::instructions(&setup.messages) {
+            session["instructions"] = Value::String(instructions);
+        }
+        Some(vec![json!({"type": "session.update", "session": session})])
+    }
+
     fn audio(&self, samples: &[i16]) -> Value {
         json!({"type": "input_audio_buffer.append", "audio": pcm_to_base64(samples)})
     }

@@ -101,6 +101,8 @@ pub(super) struct RealtimeCore<P: RealtimeProtocol> {
     delivered: HashSet<String>,
     /// True once a connection has been set up (later ones are reconnects).
     set_up: bool,
+    /// The instructions and tools the session was last given, as the provider's update.
+    configured: Option<String>,
     /// Failed attempts since the last connection was ready.
     attempts: u32,
     response: Response,
@@ -128,6 +130,7 @@ impl<P: RealtimeProtocol> RealtimeCore<P> {
             link: Link::Down,
             delivered: HashSet::new(),
             set_up: false,
+            configured: None,
             attempts: 0,
             response: Response::default(),
             played: None,
@@ -213,6 +216,9 @@ impl<P: RealtimeProtocol> RealtimeCore<P> {
     /// Sends every item not delivered yet: all of them on a fresh session, tool results and
     /// partial results afterwards. Asks for a response when a tool result went out.
     fn deliver(&mut self, history: bool, now: Instant) {
+        if !history {
+            self.reconfigure();
+        }
         let messages = self.context.snapshot().messages;
         let mut answer = false;
         for delivery in self.protocol.deliveries(&messages) {
@@ -231,6 +237,24 @@ impl<P: RealtimeProtocol> RealtimeCore<P> {
         if answer {
             self.respond(now);
         }
+    }
+
+    /// Gives the session the context's instructions and tools if they changed since it was last
+    /// given them (a flow moved on), before what is delivered after.
+    fn reconfigure(&mut self) {
+        let setup = (self.setup)();
+        let Some(update) = self.protocol.update(&setup) else {
+            return;
+        };
+        let fingerprint = serde_json::Value::Array(update.clone()).to_string();
+        if self.configured.as_deref() == Some(fingerprint.as_str()) {
+            return;
+        }
+        tracing::debug!("the realtime session gets new instructions and tools");
+        for message in &update {
+            self.send(message);
+        }
+        self.configured = Some(fingerprint);
     }
 
     /// Asks for a response now, or once the current one has ended.
@@ -499,6 +523,10 @@ impl<P: RealtimeProtocol> WsCore for RealtimeCore<P> {
         for message in self.protocol.setup(&setup) {
             self.send(&message);
         }
+        self.configured = self
+            .protocol
+            .update(&setup)
+            .map(|u| serde_json::Value::Array(u).to_string());
         self.link = Link::SettingUp {
             due: now + self.options.reconnect.setup_timeout,
             waiting: Vec::new(),

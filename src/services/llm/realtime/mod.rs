@@ -204,6 +204,12 @@ pub trait RealtimeProtocol: Send + Sync + 'static {
     fn output_rate(&self) -> u32;
     /// The messages that configure a fresh connection.
     fn setup(&self, setup: &SessionSetup) -> Vec<Value>;
+    /// The messages that give a live session new instructions and tools (a flow moved to
+    /// another node); `None` where the provider fixes them at the set-up.
+    fn update(&self, setup: &SessionSetup) -> Option<Vec<Value>> {
+        let _ = setup;
+        None
+    }
     /// One chunk of user audio at [`Self::input_rate`].
     fn audio(&self, samples: &[i16]) -> Value;
     /// Every deliverable item of the conversation, in order, keyed.
