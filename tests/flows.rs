@@ -288,6 +288,7 @@ fn waiting_bot(took: Duration, lines: &[&str]) -> Bot {
     let filler = ToolFiller::new(FillerParams {
         after: Duration::from_millis(1_500),
         lines: lines.iter().map(|l| (*l).to_owned()).collect(),
+        speak_progress: false,
     });
     let context = ContextHandle::new(LlmContext::new(vec![
         Message::system("You are a test bot."),
@@ -313,6 +314,58 @@ async fn a_slow_tool_gets_exactly_one_filler_line_kept_out_of_the_conversation()
         "{messages:#?}"
     );
     assert_eq!(messages.last().and_then(Message::text), Some("Found it."));
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_async_tools_progress_is_spoken_as_it_comes_and_kept_out_of_the_conversation() {
+    let llm = ScriptedLlm::new(vec![
+        vec![call("c1", "count_stock", json!({}))],
+        vec![say("I'm counting; I'll tell you.")],
+        vec![say("All 40 are in stock.")],
+    ]);
+    let mut service = LlmService::new(llm);
+    service.functions().register_function(
+        Some("count_stock"),
+        |params| async move {
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            params.result_callback.deliver(
+                json!({"message": "Half the shelves are counted.", "counted": 20}),
+                voxide::services::llm::ResultProperties::intermediate(),
+            );
+            tokio::time::sleep(Duration::from_secs(2)).await;
+            params.result_callback.done(json!({"in_stock": 40}));
+        },
+        FunctionOptions::asynchronous(),
+    );
+    let filler = ToolFiller::new(FillerParams {
+        after: Duration::from_millis(1_500),
+        lines: vec!["One moment.".into()],
+        speak_progress: true,
+    });
+    let context = ContextHandle::new(LlmContext::new(vec![
+        Message::system("You are a test bot."),
+        Message::user("How many are in stock?"),
+    ]));
+    let mut bot = Bot::start_in(
+        Pipeline::new().then(service).then(filler),
+        context,
+        AppResources::default(),
+    );
+    bot.run_llm().await;
+    let seen = frames_until(&mut bot, 3).await;
+    // The progress once, said between the answers; no filler (the talk went on).
+    assert_eq!(seen.iter().filter(|n| *n == "text").count(), 1, "{seen:?}");
+    let (messages, errors) = bot.stop().await;
+    assert_eq!(errors, Vec::<String>::new());
+    assert!(
+        !messages
+            .iter()
+            .any(|m| m.text() == Some("Half the shelves are counted."))
+    );
+    assert_eq!(
+        messages.last().and_then(Message::text),
+        Some("All 40 are in stock.")
+    );
 }
 
 #[tokio::test(start_paused = true)]

@@ -1,6 +1,7 @@
 //! No dead air while a tool works: when the answer waits on a tool that has not answered within
 //! a while, the bot says a filler line ("One moment.") or plays a short thinking sound, once
-//! per wait. An async tool keeps nobody waiting (the talk goes on) and gets none.
+//! per wait. An async tool keeps nobody waiting (the talk goes on) and gets none; its progress
+//! may be spoken as it comes instead.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -21,6 +22,9 @@ pub struct FillerParams {
     pub after: Duration,
     /// Said in turn, one per wait; none: a thinking sound.
     pub lines: Vec<String>,
+    /// Speak an async tool's progress as it comes: an intermediate result that is text, or
+    /// carries text under `"message"`.
+    pub speak_progress: bool,
 }
 
 /// The calls the answer waits on, and whether this wait was filled.
@@ -72,7 +76,17 @@ impl FrameProcessor for ToolFiller {
         cx: &mut FrameContext<'_>,
     ) -> Result<(), ProcessorError> {
         let mut changed = true;
+        let mut progress = None;
         match &frame.body {
+            FrameBody::Data(DataFrame::FunctionCallResult(result))
+                if matches!(result.kind, ResultKind::Intermediate)
+                    && !result.cancel_on_interruption =>
+            {
+                changed = false;
+                if self.0.params.speak_progress {
+                    progress = spoken_progress(result.result.as_ref());
+                }
+            }
             FrameBody::System(SystemFrame::Start(start)) => {
                 lock(&self.0).rate = start.params.audio_out_sample_rate;
                 cx.spawn(drive(self.0.clone(), cx.pusher()));
@@ -104,11 +118,25 @@ impl FrameProcessor for ToolFiller {
             _ => changed = false,
         }
         cx.push(frame, direction);
+        if let Some(line) = progress {
+            // Text outside a response: spoken, and kept out of the conversation.
+            cx.push(DataFrame::Text(line).into(), Direction::Downstream);
+        }
         if changed {
             self.0.wake.notify_one();
         }
         Ok(())
     }
+}
+
+/// What of an async tool's intermediate result is said: text, or text under `"message"`.
+fn spoken_progress(result: Option<&serde_json::Value>) -> Option<String> {
+    let text = match result? {
+        serde_json::Value::String(text) => text.as_str(),
+        value => value.get("message")?.as_str()?,
+    };
+    let text = text.trim();
+    (!text.is_empty() && text.chars().count() <= 300).then(|| text.to_owned())
 }
 
 /// What fills one wait.
@@ -193,6 +221,22 @@ pub fn thinking_sound(rate: u32) -> Vec<i16> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn progress_is_said_when_it_is_text_or_carries_a_message() {
+        use serde_json::json;
+        assert_eq!(
+            spoken_progress(Some(&json!("Half way."))).as_deref(),
+            Some("Half way.")
+        );
+        assert_eq!(
+            spoken_progress(Some(&json!({"message": " Two left. ", "n": 2}))).as_deref(),
+            Some("Two left.")
+        );
+        assert_eq!(spoken_progress(Some(&json!({"progress": 50}))), None);
+        assert_eq!(spoken_progress(Some(&json!(""))), None);
+        assert_eq!(spoken_progress(None), None);
+    }
 
     #[test]
     fn the_thinking_sound_is_short_quiet_and_starts_and_ends_silent() {

@@ -77,6 +77,7 @@ fn filler_params(filler: &FillerConfig) -> Result<FillerParams, ConfigError> {
     Ok(FillerParams {
         after: Duration::from_secs_f64(after),
         lines: filler.lines.clone(),
+        speak_progress: filler.speak_progress.unwrap_or(false),
     })
 }
 

@@ -183,6 +183,7 @@ pub struct IdleConfig {
 /// [filler]                             # a tool slower than this: a line, or a thinking sound
 /// after_secs = 1.5
 /// lines = ["One moment.", "Let me check that."]
+/// speak_progress = true                # an async tool's progress ("message") is said
 ///
 /// [idle]                               # when the user goes quiet after the bot has spoken
 /// after_secs = 10
@@ -328,6 +329,9 @@ pub struct FillerConfig {
     /// Said in turn, one per wait; none: a thinking sound.
     #[serde(default)]
     pub lines: Vec<String>,
+    /// `true`: an async tool's progress is spoken as it comes (an intermediate result that is
+    /// text, or carries text under `"message"`).
+    pub speak_progress: Option<bool>,
 }
 
 /// `[[example]]`: what a user says, and the tool call it should make (none: answered in words).
