@@ -67,6 +67,7 @@ $tool
 
 [[node]]
 name = "identify"
+respond_immediately = false   # the caller speaks first, as with the plain bot
 task = "Look up the caller's order when they call."
 
 [[node.function]]

@@ -659,7 +659,14 @@ impl FlowSession {
         let name = node.name.clone();
         tokio::spawn(async move {
             match write_summary(engine.as_ref(), &prompt, earlier.as_deref(), &said).await {
-                Ok(summary) => context.lock().set_summary(summary),
+                Ok(summary) => {
+                    tracing::info!(
+                        node = name,
+                        chars = summary.len(),
+                        "the summary of what came before the node joins it"
+                    );
+                    context.lock().set_summary(summary);
+                }
                 Err(why) => {
                     tracing::warn!(node = name, %why, "no summary of the conversation before the node")
                 }
