@@ -451,6 +451,74 @@ parameters = { type = "object", properties = { party_size = { type = "integer" }
             .unwrap_or_default()
     }
 
+    /// A flow for the embedded SmolLM2, taught its one function by examples.
+    const TRAVEL: &str = r#"
+name = "travel"
+instructions = "You are a travel desk. Answer in one short sentence."
+
+[[node]]
+name = "start"
+respond_immediately = false
+task = "Find out what the caller needs."
+
+[[node.function]]
+name = "ask_weather"
+description = "The caller asks about the weather somewhere."
+parameters = { type = "object", properties = { city = { type = "string" } }, required = ["city"] }
+transition_to = "weather"
+
+[[node]]
+name = "weather"
+pre_actions = [{ type = "tts_say", text = "Let me think about the weather there." }]
+task = "Say that {state.city} is usually mild at this time of year."
+
+[[example]]
+user = "What is the weather like in Rome?"
+call = "ask_weather"
+arguments = { city = "Rome" }
+
+[[example]]
+user = "Is it raining in Oslo today?"
+call = "ask_weather"
+arguments = { city = "Oslo" }
+
+[[example]]
+user = "What's the weather in Paris tomorrow?"
+call = "ask_weather"
+arguments = { city = "Paris" }
+
+[[example]]
+user = "How warm is it in Madrid?"
+call = "ask_weather"
+arguments = { city = "Madrid" }
+"#;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_embedded_model_taught_by_examples_moves_a_flow_on() {
+        let path = common::bot_run::scratch().join("travel.toml");
+        std::fs::write(&path, TRAVEL).expect("write the bot file");
+        let mut bot = BotConfig::load(&path)
+            .expect("loads")
+            .resolve()
+            .expect("resolves");
+        bot.voice = Voice::Piper;
+        let ran = run_bot(bot, std::path::Path::new(common::HELLO), "travel").await;
+        let moves: Vec<&str> = ran
+            .events
+            .iter()
+            .filter(|e| e["type"] == "flow_node")
+            .filter_map(|e| e["node"].as_str())
+            .collect();
+        assert_eq!(moves, ["start", "weather"], "{:?}", ran.summary);
+        assert_eq!(ran.summary.tool_calls, ["ask_weather"]);
+        assert_eq!(
+            ran.summary.bot_text.first().map(String::as_str),
+            Some("Let me think about the weather there."),
+            "{:?}",
+            ran.summary
+        );
+    }
+
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_spoken_question_moves_the_flow_on_and_its_next_node_answers_aloud() {
         let call = sse(&[
