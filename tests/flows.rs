@@ -16,7 +16,7 @@ use voxide::bot::filler::{FillerParams, ToolFiller};
 use voxide::config::BotConfig;
 use voxide::context::{ContextHandle, LlmContext, Message};
 use voxide::events::EndReason;
-use voxide::flows::{Flow, FlowSession};
+use voxide::flows::{Flow, FlowOptions, FlowSession};
 use voxide::pipeline::{AppResources, Pipeline};
 use voxide::services::llm::{
     ContextSummarizer, FunctionOptions, LlmEngine, LlmError, LlmEvent, LlmRequest, LlmService,
@@ -41,7 +41,7 @@ fn start(
     llm: ScriptedLlm,
     tools: impl FnOnce(&mut LlmService),
 ) -> (Bot, FlowSession) {
-    let session = FlowSession::new(flow, instructions);
+    let session = FlowSession::new(flow, instructions, FlowOptions::default());
     let mut service = LlmService::new(llm);
     tools(&mut service);
     session.register(service.functions());
@@ -795,8 +795,14 @@ async fn reset_with_summary_answers_at_once_and_the_summary_joins_the_next_reque
         vec![say("A cake, noted.")],
     ]);
     let summaries = SlowSummaries::default();
-    let session = FlowSession::new(flow, "You are a booking line.")
-        .with_summaries(Arc::new(summaries.clone()));
+    let session = FlowSession::new(
+        flow,
+        "You are a booking line.",
+        FlowOptions {
+            summaries: Some(Arc::new(summaries.clone())),
+            realtime: false,
+        },
+    );
     let mut service = LlmService::new(llm.clone());
     session.register(service.functions());
     let context = ContextHandle::new(session.initial_context());

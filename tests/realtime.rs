@@ -961,7 +961,7 @@ async fn voxide_run_talks_to_a_realtime_provider() {
 async fn a_flow_on_openai_realtime_gives_the_session_each_nodes_instructions_and_tools_before_its_answer()
  {
     use voxide::config::flow::{FunctionConfig, NodeConfig, TransitionConfig};
-    use voxide::flows::{Flow, FlowSession};
+    use voxide::flows::{Flow, FlowOptions, FlowSession};
     let nodes = [
         NodeConfig {
             name: "reception".into(),
@@ -989,7 +989,11 @@ async fn a_flow_on_openai_realtime_gives_the_session_each_nodes_instructions_and
     let flow = Arc::new(Flow::new(&nodes, None, None, &[]).expect("flow"));
     assert_eq!(flow.realtime_gap(), None);
     let server = FakeServer::start(Dialect::OpenAi).await;
-    let session = FlowSession::new(flow, "You answer the phone.").for_realtime();
+    let realtime = FlowOptions {
+        realtime: true,
+        ..FlowOptions::default()
+    };
+    let session = FlowSession::new(flow, "You answer the phone.", realtime);
     let context = ContextHandle::new(LlmContext::default());
     let mut llm = RealtimeService::new(
         openai(&server, TurnDetection::ServerVad),

@@ -23,7 +23,7 @@ use crate::audio::vad::{VadBatcher, VadParams, VadStage};
 pub use crate::config::{Builtin, Denoise, TurnEnd, Voice};
 use crate::context::{ContextHandle, DEFAULT_MAX_CONTEXT_TOKENS, LlmContext, Message};
 use crate::events::ReportLevel;
-use crate::flows::{Flow, FlowSession};
+use crate::flows::{Flow, FlowOptions, FlowSession};
 use crate::frames::{ControlFrame, DataFrame, Frame, FrameBody, StartParams, SystemFrame};
 use crate::models::ModelError;
 use crate::pipeline::{
@@ -579,11 +579,18 @@ pub fn build<S: AudioSink>(
     let flow = match &options.flow {
         None => None,
         Some(flow) => {
-            let mut session = FlowSession::new(flow.clone(), &options.instructions);
-            if flow.summarizes() {
-                let engine = text_llms[0].engine(SUMMARY_MAX_TOKENS, &[])?;
-                session = session.with_summaries(Arc::from(engine));
-            }
+            let summaries = match flow.summarizes() {
+                true => Some(Arc::from(text_llms[0].engine(SUMMARY_MAX_TOKENS, &[])?)),
+                false => None,
+            };
+            let session = FlowSession::new(
+                flow.clone(),
+                &options.instructions,
+                FlowOptions {
+                    summaries,
+                    realtime: false,
+                },
+            );
             session.register(llm.functions());
             *context.lock() = session.initial_context();
             Some(session)
@@ -712,7 +719,11 @@ fn realtime<P: RealtimeProtocol, S: AudioSink>(
     let mut service = RealtimeService::new(protocol, context.clone(), realtime_options);
     options.register_tools(service.functions());
     let flow = options.flow.as_ref().map(|flow| {
-        let session = FlowSession::new(flow.clone(), &options.instructions).for_realtime();
+        let realtime = FlowOptions {
+            realtime: true,
+            ..FlowOptions::default()
+        };
+        let session = FlowSession::new(flow.clone(), &options.instructions, realtime);
         session.register(service.functions());
         *context.lock() = session.initial_context();
         session

@@ -422,11 +422,18 @@ struct SessionShared {
     tools: Mutex<BTreeMap<String, FunctionSchema>>,
     entered: mpsc::Sender<Entered>,
     entered_rx: Mutex<Option<mpsc::Receiver<Entered>>>,
-    /// Who writes the summaries of `reset_with_summary`.
-    summaries: Mutex<Option<Arc<dyn LlmEngine>>>,
-    /// A realtime model's instructions hold the node's task (its conversation is the
-    /// provider's).
-    tasks_in_instructions: std::sync::atomic::AtomicBool,
+    options: FlowOptions,
+}
+
+/// How a session follows its flow.
+#[derive(Clone, Default)]
+pub struct FlowOptions {
+    /// Who writes the summaries of `reset_with_summary`; without one, such a node resets.
+    pub summaries: Option<Arc<dyn LlmEngine>>,
+    /// The model is a realtime one: each node's role and task become the session's
+    /// instructions, the conversation left as it is (the provider holds it; only `append`
+    /// applies).
+    pub realtime: bool,
 }
 
 /// One session's way through a flow.
@@ -439,7 +446,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl FlowSession {
     /// A session at `flow`'s initial node, whose role is `instructions` until a node gives one.
-    pub fn new(flow: Arc<Flow>, instructions: &str) -> Self {
+    pub fn new(flow: Arc<Flow>, instructions: &str, options: FlowOptions) -> Self {
         let (entered, entered_rx) = mpsc::channel(ENTERED_QUEUE);
         let initial = flow.initial.clone();
         Self(Arc::new(SessionShared {
@@ -453,25 +460,8 @@ impl FlowSession {
             tools: Mutex::new(BTreeMap::new()),
             entered,
             entered_rx: Mutex::new(Some(entered_rx)),
-            summaries: Mutex::new(None),
-            tasks_in_instructions: std::sync::atomic::AtomicBool::new(false),
+            options,
         }))
-    }
-
-    /// For a realtime model: each node's role and task become the session's instructions, the
-    /// conversation itself left as it is (the provider holds it; only `append` applies).
-    pub fn for_realtime(self) -> Self {
-        self.0
-            .tasks_in_instructions
-            .store(true, std::sync::atomic::Ordering::Relaxed);
-        self
-    }
-
-    /// `engine` writes the summaries a node's `reset_with_summary` asks for; without one, such
-    /// a node resets.
-    pub fn with_summaries(self, engine: Arc<dyn LlmEngine>) -> Self {
-        *lock(&self.0.summaries) = Some(engine);
-        self
     }
 
     /// The node the conversation is at.
@@ -642,7 +632,7 @@ impl FlowSession {
         said: Vec<Message>,
         context: ContextHandle,
     ) {
-        let Some(engine) = lock(&self.0.summaries).clone() else {
+        let Some(engine) = self.0.options.summaries.clone() else {
             tracing::warn!(
                 node = node.name,
                 "no LLM writes this flow's summaries: the node resets"
@@ -694,11 +684,7 @@ impl FlowSession {
                 Speaker::User => Message::user(text),
             }
         });
-        if self
-            .0
-            .tasks_in_instructions
-            .load(std::sync::atomic::Ordering::Relaxed)
-        {
+        if self.0.options.realtime {
             let head = context
                 .messages
                 .iter()
