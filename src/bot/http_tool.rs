@@ -56,11 +56,7 @@ impl HttpTool {
     pub fn new(config: &HttpToolConfig) -> Result<Self, String> {
         let name = &config.name;
         let what = format!("tool {name:?}");
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_-".contains(c))
-        {
+        if !FunctionSchema::is_valid_name(name) {
             return Err(format!(
                 "{what}: a tool name is letters, digits, _ and - only"
             ));

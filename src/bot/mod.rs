@@ -24,7 +24,7 @@ pub use crate::config::{Builtin, Denoise, TurnEnd, Voice};
 use crate::context::{ContextHandle, DEFAULT_MAX_CONTEXT_TOKENS, LlmContext, Message};
 use crate::events::ReportLevel;
 use crate::flows::{Flow, FlowOptions, FlowSession};
-use crate::frames::{ControlFrame, DataFrame, Frame, FrameBody, StartParams, SystemFrame};
+use crate::frames::{Frame, FrameBody, StartParams, SystemFrame};
 use crate::models::ModelError;
 use crate::pipeline::{
     AppResources, Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError,
@@ -423,16 +423,22 @@ impl BotOptions {
         }
         self.check_tool_names().map_err(BotError::Config)?;
         if let Some(flow) = &self.flow {
-            let mut registry = FunctionRegistry::default();
-            self.register_tools(&mut registry);
-            let names: Vec<String> = registry
-                .direct_schemas()
-                .iter()
-                .map(|s| s.name.clone())
-                .collect();
-            flow.check_tools(&names).map_err(BotError::Config)?;
+            flow.check_tools(&self.tool_names())
+                .map_err(BotError::Config)?;
         }
         Ok(())
+    }
+
+    /// The names of the bot's tools, as the model would see them (an MCP server's once it has
+    /// started).
+    pub fn tool_names(&self) -> Vec<String> {
+        let mut registry = FunctionRegistry::default();
+        self.register_tools(&mut registry);
+        registry
+            .direct_schemas()
+            .iter()
+            .map(|s| s.name.clone())
+            .collect()
     }
 
     /// The session parameters the bot runs with.
@@ -763,15 +769,9 @@ impl FrameProcessor for Greeting {
         let starting = matches!(frame.body, FrameBody::System(SystemFrame::Start(_)));
         cx.push(frame, direction);
         if starting && let Some(greeting) = self.0.take() {
-            cx.push(
-                ControlFrame::LlmFullResponseStart.into(),
-                Direction::Downstream,
-            );
-            cx.push(DataFrame::LlmText(greeting).into(), Direction::Downstream);
-            cx.push(
-                ControlFrame::LlmFullResponseEnd.into(),
-                Direction::Downstream,
-            );
+            for frame in Frame::response(greeting) {
+                cx.push(frame, Direction::Downstream);
+            }
         }
         Ok(())
     }

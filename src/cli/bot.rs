@@ -227,14 +227,7 @@ impl CheckArgs {
                 continue;
             };
             if bot.mcp.is_empty() {
-                let mut registry = voxide::services::llm::FunctionRegistry::default();
-                bot.register_tools(&mut registry);
-                let names: Vec<String> = registry
-                    .direct_schemas()
-                    .iter()
-                    .map(|s| s.name.clone())
-                    .collect();
-                flow.check_tools(&names)
+                flow.check_tools(&bot.tool_names())
                     .map_err(|e| anyhow::anyhow!("bot {name:?}: {e}"))?;
             }
             println!(

@@ -118,11 +118,7 @@ struct Function {
 impl Function {
     fn new(config: &FunctionConfig, what: &str) -> Result<Self, String> {
         let name = &config.name;
-        if name.is_empty()
-            || !name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || "_-".contains(c))
-        {
+        if !FunctionSchema::is_valid_name(name) {
             return Err(format!(
                 "{what}: the function name {name:?} is letters, digits, _ and - only"
             ));

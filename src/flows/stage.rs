@@ -44,15 +44,6 @@ impl FlowStage {
     }
 }
 
-/// A response of the bot's own: `line`, spoken and written into the conversation.
-fn said(line: String) -> [Frame; 3] {
-    [
-        ControlFrame::LlmFullResponseStart.into(),
-        DataFrame::LlmText(line).into(),
-        ControlFrame::LlmFullResponseEnd.into(),
-    ]
-}
-
 fn lock(m: &Mutex<AfterAnswer>) -> std::sync::MutexGuard<'_, AfterAnswer> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -77,17 +68,17 @@ impl FrameProcessor for FlowStage {
             self.ended.notify_one();
         }
         let mut ending = false;
-        if direction == Direction::Downstream {
+        // Only an LLM response's words and end concern the armed end.
+        let words = match &frame.body {
+            FrameBody::Data(DataFrame::LlmText(text)) => Some(!text.trim().is_empty()),
+            FrameBody::Control(ControlFrame::LlmFullResponseEnd) => None,
+            _ => Some(false),
+        };
+        if direction == Direction::Downstream && words != Some(false) {
             let mut after = lock(&self.after_answer);
-            match &frame.body {
-                FrameBody::Data(DataFrame::LlmText(text))
-                    if after.end && !text.trim().is_empty() =>
-                {
-                    after.words = true;
-                }
-                FrameBody::Control(ControlFrame::LlmFullResponseEnd)
-                    if after.end && after.words =>
-                {
+            match words {
+                Some(_) if after.end => after.words = true,
+                None if after.end && after.words => {
                     *after = AfterAnswer::default();
                     ending = true;
                 }
@@ -144,7 +135,7 @@ async fn act(
 ) {
     pusher.emit(Event::FlowNode { node: node.node });
     for line in node.say {
-        for frame in said(line) {
+        for frame in Frame::response(line) {
             let _ = pusher.push(frame, Direction::Downstream).await;
         }
     }

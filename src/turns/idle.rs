@@ -13,7 +13,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::frames::{ControlFrame, DataFrame, EndFrame, Frame, FrameBody, SystemFrame};
+use crate::frames::{ControlFrame, EndFrame, Frame, FrameBody, SystemFrame};
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
 
 /// What the bot does when the user goes quiet.
@@ -214,12 +214,7 @@ async fn drive(shared: Arc<Shared>, pusher: FramePusher) -> Result<(), Processor
             None => continue,
         };
         tracing::info!(ending, "the user went quiet: the bot speaks up");
-        let response: [Frame; 3] = [
-            ControlFrame::LlmFullResponseStart.into(),
-            DataFrame::LlmText(line).into(),
-            ControlFrame::LlmFullResponseEnd.into(),
-        ];
-        for frame in response {
+        for frame in Frame::response(line) {
             let _ = pusher.push(frame, Direction::Downstream).await;
         }
         if ending {
@@ -254,7 +249,7 @@ mod tests {
             direction: Direction,
             cx: &mut FrameContext<'_>,
         ) -> Result<(), ProcessorError> {
-            if let FrameBody::Data(DataFrame::LlmText(text)) = &frame.body {
+            if let FrameBody::Data(crate::frames::DataFrame::LlmText(text)) = &frame.body {
                 let _ = self.0.send(text.clone());
             }
             cx.push(frame, direction);

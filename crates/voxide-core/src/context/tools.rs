@@ -39,6 +39,14 @@ impl FunctionSchema {
         self
     }
 
+    /// Whether `name` may name a function: letters, digits, `_` and `-`, at least one.
+    pub fn is_valid_name(name: &str) -> bool {
+        !name.is_empty()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-".contains(c))
+    }
+
     /// A function whose arguments `parameters` describes: a JSON Schema of an object (its
     /// `properties` and `required` are kept), or null for none.
     pub fn from_parameters(

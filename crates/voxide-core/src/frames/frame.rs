@@ -65,6 +65,17 @@ pub enum FrameBody {
 }
 
 impl Frame {
+    /// A response of the bot's own that is no LLM's (a greeting, a check-in, a flow's line):
+    /// `text` as the frames an LLM response would be, for the voice to speak and the assistant
+    /// aggregator to write into the conversation.
+    pub fn response(text: String) -> [Frame; 3] {
+        [
+            ControlFrame::LlmFullResponseStart.into(),
+            DataFrame::LlmText(text).into(),
+            ControlFrame::LlmFullResponseEnd.into(),
+        ]
+    }
+
     /// A new frame with a fresh id and no timestamp.
     pub fn new(body: impl Into<FrameBody>) -> Self {
         Self {
