@@ -1,8 +1,8 @@
-//! Clients that abuse a session: audio at ten times real time, messages over the size limit.
-//! Each is told why and closed, while a caller beside it is still answered. (A client that never
-//! reads is given up on after `CLIENT_WRITE_TIMEOUT`: `server::ws`'s unit test; sessions opened
-//! in a loop meet the per-address limit: `tests/api.rs`.) Needs the models
-//! (`scripts/setup.sh`).
+//! Clients that abuse a session: audio at ten times real time, messages over the size limit,
+//! a client that never reads. Each is closed (told why where it still reads), while a caller
+//! beside it is still answered. (A write stuck for `CLIENT_WRITE_TIMEOUT` is given up on:
+//! `server::ws`'s unit test; sessions opened in a loop meet the per-address limit:
+//! `tests/api.rs`.) Needs the models (`scripts/setup.sh`).
 
 use std::time::Duration;
 
@@ -182,5 +182,79 @@ mod whole_bot {
             3,
             "{errors:?}"
         );
+    }
+
+    /// A counter's value in the server's `/metrics`.
+    async fn counter(addr: std::net::SocketAddr, name: &str) -> f64 {
+        let (_, text) = common::get(addr, "/metrics").await;
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' '))
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or(0.0)
+    }
+
+    /// Waits until `name` reaches `at_least`, within `within`; its last value.
+    async fn counter_reaches(
+        addr: std::net::SocketAddr,
+        name: &str,
+        at_least: f64,
+        within: Duration,
+    ) -> f64 {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let value = counter(addr, name).await;
+            if value >= at_least || tokio::time::Instant::now() >= deadline {
+                return value;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_client_that_reads_nothing_is_not_listened_to_then_closed_and_kept_out_a_while() {
+        let server = start(2).await;
+        let url = format!("ws://{}/ws?sample_rate=16000", server.addr);
+        let (deaf, _) = tokio_tungstenite::connect_async(&url)
+            .await
+            .expect("upgrade");
+        // It talks in real time and never reads, so it never answers the server's pings.
+        let (mut tx, rx) = deaf.split();
+        let frames = frames();
+        let talk = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(20));
+            for frame in frames.iter().cycle() {
+                tick.tick().await;
+                if tx.send(Message::binary(frame.clone())).await.is_err() {
+                    return;
+                }
+            }
+        });
+        let unheard = counter_reaches(
+            server.addr,
+            "voxide_unheard_audio_frames_total",
+            10.0,
+            Duration::from_secs(20),
+        )
+        .await;
+        assert!(unheard >= 10.0, "its audio is dropped: {unheard}");
+        let closed = counter_reaches(
+            server.addr,
+            "voxide_sessions_not_reading_total",
+            1.0,
+            Duration::from_secs(40),
+        )
+        .await;
+        assert_eq!(closed, 1.0, "it is closed for reading nothing");
+        talk.abort();
+        drop(rx);
+
+        // Its address waits a while for its next session.
+        let again = tokio_tungstenite::connect_async(&url).await;
+        match again {
+            Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
+                assert_eq!(response.status(), 429);
+            }
+            other => panic!("the address is kept out for a while: {:?}", other.map(|_| ())),
+        }
     }
 }

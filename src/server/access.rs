@@ -155,6 +155,15 @@ impl Access {
         })
     }
 
+    /// Keeps `ip` from opening a session for [`COOL_DOWN`]: a session of its was closed for
+    /// abuse (audio faster than real time, nothing read). Nothing without a per-address limit.
+    pub(crate) fn cool_down(&self, ip: IpAddr) {
+        self.limiter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .cool_down(ip, COOL_DOWN, Instant::now());
+    }
+
     /// The client's address: the connection's, or the proxy's word for it.
     fn client(&self, request: &Request) -> Option<IpAddr> {
         if self.options.trust_forwarded_for
@@ -348,7 +357,7 @@ pub(crate) async fn guard(
             return Err(ApiError::Unauthorized);
         }
     }
-    let (request, claim) = from_a_peer(&app, request).await?;
+    let (mut request, claim) = from_a_peer(&app, request).await?;
     let path = request.uri().path();
     // A forwarded request was counted where it came in; a false claim is counted here.
     let first_hop = claim != Some(true);
@@ -367,10 +376,11 @@ pub(crate) async fn guard(
             app.metrics.session_rejected();
             return Err(ApiError::RateLimited(ip.to_string()));
         }
+        request.extensions_mut().insert(ClientAddr(ip));
     }
     if claim == Some(false) {
         tracing::warn!(
-            path,
+            path = request.uri().path(),
             "a request claimed to be forwarded by a node without a valid signature: refused"
         );
         return Err(ApiError::Unauthorized);
@@ -485,6 +495,15 @@ fn subscriber(ip: IpAddr) -> IpAddr {
     }
 }
 
+/// How long an address whose session was closed for abuse waits for its next: a client that
+/// reconnects in a loop costs a session's first second every this long, not every second.
+pub(crate) const COOL_DOWN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// The address a session was opened from, as the per-address limit counted it (a request
+/// extension, set where the limit applies).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ClientAddr(pub(crate) IpAddr);
+
 /// A token bucket per subscriber: `per_minute` sessions a minute, in bursts of as many.
 struct RateLimiter {
     per_minute: u32,
@@ -538,6 +557,21 @@ impl RateLimiter {
         };
         allowed
     }
+
+    /// Empties `ip`'s allowance so that its next session is allowed only after `wait`.
+    fn cool_down(&mut self, ip: IpAddr, wait: std::time::Duration, now: Instant) {
+        if self.per_minute == 0 {
+            return;
+        }
+        let owed = wait.as_secs_f64() * f64::from(self.per_minute) / 60.0;
+        self.buckets.insert(
+            subscriber(ip),
+            Bucket {
+                tokens: 1.0 - owed,
+                at: now,
+            },
+        );
+    }
 }
 
 #[cfg(test)]
@@ -560,6 +594,24 @@ mod tests {
             "a minute / 3"
         );
         assert!(RateLimiter::new(0).allow(a, t0), "0: no limit");
+    }
+
+    #[test]
+    fn an_address_cooled_down_waits_that_long_for_its_next_session_and_others_do_not() {
+        let mut limiter = RateLimiter::new(120);
+        let t0 = Instant::now();
+        let a: IpAddr = [10, 0, 0, 1].into();
+        let b: IpAddr = [10, 0, 0, 2].into();
+        limiter.cool_down(a, COOL_DOWN, t0);
+        assert!(!limiter.allow(a, t0 + COOL_DOWN - Duration::from_millis(100)));
+        assert!(limiter.allow(b, t0), "another client has its own");
+        assert!(
+            limiter.allow(a, t0 + COOL_DOWN + Duration::from_millis(10)),
+            "allowed again after the wait"
+        );
+        let mut unlimited = RateLimiter::new(0);
+        unlimited.cool_down(a, COOL_DOWN, t0);
+        assert!(unlimited.allow(a, t0), "no per-address limit: no cool-down");
     }
 
     #[test]

@@ -22,6 +22,11 @@ pub struct Metrics {
     active: AtomicUsize,
     started: AtomicU64,
     rejected: AtomicU64,
+    /// Sessions closed for abuse: audio faster than real time, and clients that read nothing.
+    too_fast: AtomicU64,
+    not_reading: AtomicU64,
+    /// Audio frames dropped on arrival because their client did not answer its pings.
+    unheard_frames: AtomicU64,
     errors: AtomicU64,
     interruptions: AtomicU64,
     tool_calls: AtomicU64,
@@ -98,6 +103,21 @@ impl Metrics {
 
     pub(crate) fn session_rejected(&self) {
         self.rejected.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A session closed for sending audio faster than real time.
+    pub(crate) fn closed_too_fast(&self) {
+        self.too_fast.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A session closed because its client read nothing.
+    pub(crate) fn closed_not_reading(&self) {
+        self.not_reading.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// An audio frame dropped because its client does not answer its pings.
+    pub(crate) fn unheard_frame(&self) {
+        self.unheard_frames.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Adds what the network did to a session's audio since its last report.
@@ -221,6 +241,26 @@ impl Metrics {
                 "Sessions refused at the session limit.",
                 "counter",
                 self.rejected(),
+            ),
+            (
+                "voxide_sessions_too_fast_total",
+                "Sessions closed for sending audio faster than real time.",
+                "counter",
+                load(&self.too_fast),
+            ),
+            (
+                "voxide_sessions_not_reading_total",
+                "Sessions closed because the client read nothing (a ping unanswered, or a write \
+                 stuck, for the write timeout).",
+                "counter",
+                load(&self.not_reading),
+            ),
+            (
+                "voxide_unheard_audio_frames_total",
+                "Client audio frames dropped on arrival: the client had not answered a ping for \
+                 a second, so it was not hearing the bot either.",
+                "counter",
+                load(&self.unheard_frames),
             ),
             (
                 "voxide_errors_total",

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Query, State};
+use axum::extract::{Extension, Query, State};
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use serde_json::Value;
 
+use super::access::ClientAddr;
 use super::rtvi::{Leave, RtviInput};
 use super::{Admission, ApiError, App};
 use crate::bot::SessionInfo;
@@ -24,6 +25,7 @@ use crate::frames::{AudioFrame, DataFrame};
 use crate::observe::Watched;
 use crate::pipeline::Session;
 use crate::transports::output::AudioSink;
+use crate::transports::heartbeat::Heartbeat;
 use crate::transports::pace::{Pace, TextPace};
 use crate::transports::rtvi::{self, EvalFlags};
 use crate::transports::websocket::{Framing, Inbound, Outbound, WsMessage};
@@ -90,6 +92,7 @@ const RATES: std::ops::RangeInclusive<u32> = 8_000..=48_000;
 pub(crate) async fn pcm(
     State(app): State<Arc<App>>,
     headers: axum::http::HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     params: Result<Query<PcmParams>, QueryRejection>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
@@ -115,7 +118,12 @@ pub(crate) async fn pcm(
             socket,
             (framing, flags.skip_tts),
             out_rate,
-            (info, admission, super::webrtc::traceparent(&headers)),
+            Opening {
+                info,
+                admission,
+                traceparent: super::webrtc::traceparent(&headers),
+                client: client.map(|Extension(ClientAddr(ip))| ip),
+            },
         )
     }))
 }
@@ -123,6 +131,7 @@ pub(crate) async fn pcm(
 pub(crate) async fn twilio(
     State(app): State<Arc<App>>,
     headers: axum::http::HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     params: Result<Query<TwilioParams>, QueryRejection>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
@@ -137,7 +146,12 @@ pub(crate) async fn twilio(
             socket,
             (Framing::twilio(), false),
             16_000,
-            (info, admission, super::webrtc::traceparent(&headers)),
+            Opening {
+                info,
+                admission,
+                traceparent: super::webrtc::traceparent(&headers),
+                client: client.map(|Extension(ClientAddr(ip))| ip),
+            },
         )
     }))
 }
@@ -179,12 +193,27 @@ impl AudioSink for SocketSink {
     }
 }
 
+/// What the upgrade learned of a session before it began.
+struct Opening {
+    info: SessionInfo,
+    admission: Admission,
+    /// The caller's W3C `traceparent`.
+    traceparent: Option<String>,
+    /// The address the per-address limit counted it under.
+    client: Option<std::net::IpAddr>,
+}
+
 async fn run_session(
     app: Arc<App>,
     socket: WebSocket,
     (mut framing, mut skip_tts): (Framing, bool),
     out_rate: u32,
-    (info, admission, traceparent): (SessionInfo, Admission, Option<String>),
+    Opening {
+        info,
+        admission,
+        traceparent,
+        client,
+    }: Opening,
 ) {
     let (mut sender, mut receiver) = socket.split();
     // The bot is built once the client has said something, or has stayed a moment: a client
@@ -266,19 +295,34 @@ async fn run_session(
     ));
     // Reader and writer share the framing: Twilio's stream id arrives in, and is needed out.
     let framing = Arc::new(std::sync::Mutex::new(framing));
-    let (gone_tx, gone) = oneshot::channel::<()>();
+    let beat = Arc::new(std::sync::Mutex::new(Heartbeat::new(
+        Instant::now().into_std(),
+        CLIENT_WRITE_TIMEOUT,
+    )));
+    let (gone_tx, gone) = oneshot::channel::<Gone>();
     let writer = tokio::spawn(write_socket(
         sender,
         out_rx,
-        framing.clone(),
+        (framing.clone(), beat.clone()),
         (CLIENT_WRITE_TIMEOUT, gone_tx),
     ));
     // The writer ends first only when the client cannot be written to: gone, or not reading.
-    let finish_gracefully = tokio::select! {
-        graceful = read_socket(receiver, &framing, (&app, &handle, &mut input), &out_tx) => graceful,
-        _ = gone => false,
+    let ended = tokio::select! {
+        ended = read_socket(receiver, (&framing, &beat), (&app, &handle, &mut input), &out_tx) => ended,
+        gone = gone => match gone {
+            Ok(Gone::NotReading) => Ended::NotReading,
+            _ => Ended::Left,
+        },
     };
-    if finish_gracefully {
+    match ended {
+        Ended::NotReading => app.metrics.closed_not_reading(),
+        Ended::TooFast => app.metrics.closed_too_fast(),
+        Ended::Stopped | Ended::Left => {}
+    }
+    if let (Ended::NotReading | Ended::TooFast, Some(ip)) = (ended, client) {
+        app.access.cool_down(ip);
+    }
+    if ended == Ended::Stopped {
         // Let the bot finish what it is saying.
         let _ = handle.stop_when_done().await;
     } else {
@@ -323,65 +367,129 @@ async fn forward_events(
     }
 }
 
-/// Writes what the session sends, framed, until it is done or the client is gone or has read
-/// nothing for `timeout`; then drops `gone`.
+/// How a session's socket ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// The client asked the bot to finish first (`stop`, an RTVI disconnect).
+    Stopped,
+    /// The client left, or the session ended.
+    Left,
+    /// The client sent audio faster than real time.
+    TooFast,
+    /// The client read nothing for the write timeout: a ping unanswered, or a write stuck.
+    NotReading,
+}
+
+/// Why the writer gave up before the session ended.
+#[derive(Debug)]
+enum Gone {
+    /// The socket failed: the client is gone.
+    Left,
+    /// The client read nothing for the write timeout.
+    NotReading,
+}
+
+/// Writes what the session sends, framed, and the heartbeat's pings, until the session is done
+/// or the client is gone or has read nothing for `timeout`; then says which through `gone`.
 async fn write_socket<S>(
     mut sender: S,
     mut out: mpsc::Receiver<Outbound>,
-    framing: Arc<std::sync::Mutex<Framing>>,
-    (timeout, gone): (std::time::Duration, oneshot::Sender<()>),
+    (framing, beat): (
+        Arc<std::sync::Mutex<Framing>>,
+        Arc<std::sync::Mutex<Heartbeat>>,
+    ),
+    (timeout, gone): (std::time::Duration, oneshot::Sender<Gone>),
 ) where
     S: futures_util::Sink<Message> + Unpin,
 {
-    while let Some(outbound) = out.recv().await {
-        let encoded = framing
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .encode(outbound);
-        for message in encoded {
-            let message = match message {
-                WsMessage::Text(text) => Message::Text(text.into()),
-                WsMessage::Binary(bytes) => Message::Binary(bytes.into()),
-            };
+    let lock_beat = || beat.lock().unwrap_or_else(|p| p.into_inner());
+    let ended = loop {
+        let next_ping = lock_beat().next_ping().map(Instant::from_std);
+        let messages = tokio::select! {
+            outbound = out.recv() => match outbound {
+                Some(outbound) => framing
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .encode(outbound)
+                    .into_iter()
+                    .map(|message| match message {
+                        WsMessage::Text(text) => Message::Text(text.into()),
+                        WsMessage::Binary(bytes) => Message::Binary(bytes.into()),
+                    })
+                    .collect(),
+                None => break None,
+            },
+            () = tokio::time::sleep_until(next_ping.unwrap_or_else(Instant::now)), if next_ping.is_some() => {
+                match lock_beat().ping(Instant::now().into_std()) {
+                    Some(payload) => vec![Message::Ping(payload.to_vec().into())],
+                    None => Vec::new(),
+                }
+            }
+        };
+        let mut failed = None;
+        for message in messages {
             match tokio::time::timeout(timeout, sender.send(message)).await {
                 Ok(Ok(())) => {}
                 Ok(Err(_)) => {
-                    drop(gone);
-                    let _ = tokio::time::timeout(timeout, sender.close()).await;
-                    return;
+                    failed = Some(Gone::Left);
+                    break;
                 }
                 Err(_) => {
-                    tracing::warn!(
-                        timeout_s = timeout.as_secs_f64(),
-                        "the client reads nothing: its session is closed"
-                    );
-                    drop(gone);
-                    return;
+                    failed = Some(Gone::NotReading);
+                    break;
                 }
             }
         }
+        if failed.is_some() {
+            break failed;
+        }
+    };
+    match ended {
+        Some(Gone::NotReading) => {
+            tracing::warn!(
+                timeout_s = timeout.as_secs_f64(),
+                "the client reads nothing: its session is closed"
+            );
+            let _ = gone.send(Gone::NotReading);
+        }
+        Some(Gone::Left) => {
+            let _ = gone.send(Gone::Left);
+            let _ = tokio::time::timeout(timeout, sender.close()).await;
+        }
+        None => {
+            drop(gone);
+            let _ = tokio::time::timeout(timeout, sender.close()).await;
+        }
     }
-    drop(gone);
-    let _ = tokio::time::timeout(timeout, sender.close()).await;
 }
 
-/// Reads the client's messages into the session until it leaves; whether it asked the bot to
-/// finish first (`stop`).
+/// Reads the client's messages into the session until it leaves, and how it ended. Audio that
+/// arrives while the client owes an answer to a ping is dropped (it is not hearing the bot); a
+/// client that owes one for the give-up time is closed.
 async fn read_socket(
     mut receiver: impl futures_util::Stream<Item = Result<Message, axum::Error>> + Unpin,
-    framing: &std::sync::Mutex<Framing>,
+    (framing, beat): (&std::sync::Mutex<Framing>, &std::sync::Mutex<Heartbeat>),
     (app, handle, input): (&App, &crate::pipeline::SessionHandle, &mut RtviInput),
     out: &mpsc::Sender<Outbound>,
-) -> bool {
+) -> Ended {
+    let lock_beat = || beat.lock().unwrap_or_else(|p| p.into_inner());
     let mut pace = Pace::default();
     let mut typed = TextPace::default();
     loop {
         let keypad = input.keypad_deadline().map(Instant::from_std);
+        let give_up = Instant::from_std(lock_beat().give_up_at());
         let message = tokio::select! {
             message = receiver.next() => message,
             () = tokio::time::sleep_until(keypad.unwrap_or_else(Instant::now)), if keypad.is_some() => {
                 if input.keypad_due(handle).await.is_err() {
                     break;
+                }
+                continue;
+            }
+            () = tokio::time::sleep_until(give_up) => {
+                if lock_beat().given_up(Instant::now().into_std()) {
+                    tracing::warn!("the client answers no ping: its session is closed");
+                    return Ended::NotReading;
                 }
                 continue;
             }
@@ -391,7 +499,11 @@ async fn read_socket(
             Ok(Message::Text(text)) => WsMessage::Text(text.to_string()),
             Ok(Message::Binary(bytes)) => WsMessage::Binary(bytes.to_vec()),
             Ok(Message::Close(_)) => break,
-            Ok(Message::Ping(_) | Message::Pong(_)) => continue,
+            Ok(Message::Pong(payload)) => {
+                lock_beat().pong(&payload, Instant::now().into_std());
+                continue;
+            }
+            Ok(Message::Ping(_)) => continue,
             Err(e) => {
                 tracing::debug!(error = %e, "the client's socket failed");
                 break;
@@ -406,12 +518,15 @@ async fn read_socket(
                 samples,
                 sample_rate,
             }) => {
-                if let Err(too_fast) =
-                    pace.take(samples.len(), sample_rate, Instant::now().into_std())
-                {
+                let now = Instant::now().into_std();
+                if let Err(too_fast) = pace.take(samples.len(), sample_rate, now) {
                     tracing::warn!(%too_fast, "a client sends audio faster than real time: closed");
                     let _ = out.send(Outbound::Error(too_fast.to_string())).await;
-                    return false;
+                    return Ended::TooFast;
+                }
+                if !lock_beat().listening(now) {
+                    app.metrics.unheard_frame();
+                    continue;
                 }
                 let audio = AudioFrame::new(samples, sample_rate, 1);
                 handle.queue_live_audio(audio).await
@@ -433,9 +548,15 @@ async fn read_socket(
                 Err(refused) => {
                     tracing::warn!(call_sid = call.call_sid, %refused, "a call's stream refused");
                     let _ = out.send(Outbound::Error(refused.to_string())).await;
-                    return false;
+                    return Ended::Left;
                 }
             },
+            Ok(Inbound::Rtvi(rtvi::ClientMessage::Audio { .. }))
+                if !lock_beat().listening(Instant::now().into_std()) =>
+            {
+                app.metrics.unheard_frame();
+                Ok(())
+            }
             Ok(Inbound::Rtvi(message)) => match input.apply(message, handle).await {
                 Ok(replies) => {
                     for reply in replies {
@@ -443,18 +564,18 @@ async fn read_socket(
                     }
                     Ok(())
                 }
-                Err(Leave::Disconnect) => return true,
-                Err(Leave::Cancel | Leave::Ended) => return false,
+                Err(Leave::Disconnect) => return Ended::Stopped,
+                Err(Leave::Cancel | Leave::Ended) => return Ended::Left,
                 Err(Leave::TooFast(too_fast)) => {
                     tracing::warn!(%too_fast, "a client sends audio faster than real time: closed");
                     let _ = out
                         .send(Outbound::Text(rtvi::fatal_error(&too_fast.to_string())))
                         .await;
-                    return false;
+                    return Ended::TooFast;
                 }
             },
             Ok(Inbound::Dtmf(key)) => input.press(&key.to_string(), handle).await,
-            Ok(Inbound::Stop) => return true,
+            Ok(Inbound::Stop) => return Ended::Stopped,
             Ok(Inbound::Nothing) => Ok(()),
             Err(e) => {
                 // A bad message is answered and skipped; the session goes on.
@@ -467,7 +588,7 @@ async fn read_socket(
             break;
         }
     }
-    false
+    Ended::Left
 }
 
 #[cfg(test)]
@@ -506,17 +627,24 @@ mod tests {
             EvalFlags::default(),
         )));
         let started = Instant::now();
+        let beat = Arc::new(std::sync::Mutex::new(Heartbeat::new(
+            started.into_std(),
+            Duration::from_secs(15),
+        )));
         let writer = tokio::spawn(write_socket(
             NeverReads,
             out_rx,
-            framing,
+            (framing, beat),
             (Duration::from_secs(15), gone_tx),
         ));
         out_tx
             .send(Outbound::Audio(vec![0; 320], 16_000))
             .await
             .expect("queued");
-        assert!(gone.await.is_err(), "the writer gave up");
+        assert!(
+            matches!(gone.await, Ok(Gone::NotReading)),
+            "the writer gave up"
+        );
         assert_eq!(started.elapsed(), Duration::from_secs(15));
         writer.await.expect("the writer ended");
     }

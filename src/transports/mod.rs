@@ -5,6 +5,7 @@
 
 pub mod dtmf;
 pub mod file;
+pub mod heartbeat;
 pub mod jitter;
 pub mod local;
 pub mod opus_in;
