@@ -9,7 +9,7 @@
 # in both phases, and what the server did to each kind of abuser. Exits 1 if a goal is missed:
 # the callers' v2v within 10 % (p50 and p95), no failed caller, RSS bounded (peak under the
 # abused phase within 25 % of the calm one's), every flooding or oversized client closed with a
-# reason, the loop rate-limited.
+# reason, the loop rate-limited, the deaf clients not listened to and closed.
 #
 # With --embedded the server runs the embedded defaults (Whisper, Smart Turn, SmolLM2, Piper)
 # instead of the stand-ins: the abusers then compete with the models for the CPU, and a
@@ -133,8 +133,12 @@ def peak(lo, hi):
 calm["rss_peak_mb"] = peak(calm_from, abused_from)
 abused["rss_peak_mb"] = peak(abused_from, abused_to)
 abusers = json.load(open(f"{out}/abusers.json"))
-dropped = sum(float(l.split()[1]) for l in open(f"{out}/metrics.txt")
-              if l.startswith("voxide_audio_dropped_total"))
+def counter(name):
+    return sum(float(l.split()[1]) for l in open(f"{out}/metrics.txt") if l.startswith(name))
+dropped = counter("voxide_audio_dropped_total")
+server = {"closed_too_fast": counter("voxide_sessions_too_fast_total "),
+          "closed_not_reading": counter("voxide_sessions_not_reading_total "),
+          "unheard_audio_frames": counter("voxide_unheard_audio_frames_total ")}
 
 def within(a, b, share):
     return a is not None and b is not None and abs(b - a) <= share * a
@@ -150,9 +154,11 @@ goals = {
     "oversized_closed": abusers["big"]["clients"] == 0
         or (abusers["big"]["closed_by_server"] > 0 and abusers["big"]["still_open"] == 0),
     "loop_rate_limited": abusers["churn"]["clients"] == 0 or abusers["churn"]["rate_limited"] > 0,
+    "deaf_not_listened_to": abusers["deaf"]["clients"] == 0
+        or (server["closed_not_reading"] > 0 and server["unheard_audio_frames"] > 0),
 }
 result = {"calm": calm, "abused": abused, "abusers": abusers,
-          "audio_dropped_for_slow_readers": dropped, "goals": goals, "pass": all(goals.values())}
+          "audio_dropped_for_slow_readers": dropped, "server": server, "goals": goals, "pass": all(goals.values())}
 print(json.dumps(result))
 sys.exit(0 if result["pass"] else 1)
 PY
