@@ -28,11 +28,15 @@ done
 
 PIPECAT_VERSION=1.14.0
 VENV=target/venv-evals
-if ! "$VENV/bin/pipecat" --version 2>/dev/null | grep -q "$PIPECAT_VERSION"; then
-  echo "evals: installing pipecat-ai[evals]==$PIPECAT_VERSION into $VENV (pip, about 1 GB; a few minutes the first time)"
+# The harness, and what pipecat's own SmallWebRTC bot needs (tests/pipecat_bot/serve.py, for
+# the console's test against it in tests/browser.rs).
+EXTRAS="evals,webrtc,deepgram,cartesia,openai,runner"
+if ! { "$VENV/bin/pipecat" --version 2>/dev/null | grep -q "$PIPECAT_VERSION" &&
+  "$VENV/bin/python" -c "import aiortc, fastapi, uvicorn, pipecat.services.deepgram.stt, pipecat.services.cartesia.tts, pipecat.services.openai.llm" 2>/dev/null; }; then
+  echo "evals: installing pipecat-ai[$EXTRAS]==$PIPECAT_VERSION into $VENV (pip, about 1 GB; a few minutes the first time)"
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q \
-    "pipecat-ai[evals]==$PIPECAT_VERSION"
+    "pipecat-ai[$EXTRAS]==$PIPECAT_VERSION"
 fi
 
 echo "evals: building voxide and the provider stand-ins ($PROFILE)"

@@ -254,7 +254,10 @@ mod whole_bot {
             Err(tokio_tungstenite::tungstenite::Error::Http(response)) => {
                 assert_eq!(response.status(), 429);
             }
-            other => panic!("the address is kept out for a while: {:?}", other.map(|_| ())),
+            other => panic!(
+                "the address is kept out for a while: {:?}",
+                other.map(|_| ())
+            ),
         }
     }
 }

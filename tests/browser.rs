@@ -459,8 +459,20 @@ async fn the_console_shows_a_typed_turn_cut_off_and_its_tool_card() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_console_shows_an_async_tools_progress_and_result_over_the_websocket() {
-    let server = start(2).await;
+async fn the_console_shows_an_async_tools_progress_and_result_over_the_websocket_and_the_recording()
+{
+    // A recording server: the summary links the session's recording.
+    let records = std::env::temp_dir().join(format!("voxide-console-rec-{}", std::process::id()));
+    let bot = voxide::bot::BotOptions {
+        voice: voxide::bot::Voice::Espeak,
+        ..Default::default()
+    };
+    let server = common::start_options(voxide::server::ServeOptions {
+        max_sessions: 2,
+        record_dir: Some(records.clone()),
+        ..common::test_options(vec![bot])
+    })
+    .await;
     let mut opened = open(&server, "console-ws").await;
     let page = &mut opened.page;
     page.eval("document.getElementById('transport').value = 'ws'; document.getElementById('connect').click(); true")
@@ -492,6 +504,29 @@ async fn the_console_shows_an_async_tools_progress_and_result_over_the_websocket
     eprintln!("console: {shown}; screenshot {}", shot.display());
     page.eval("document.getElementById('disconnect').click(); true")
         .await;
+
+    // The summary links the recording, and the link gives the session's stereo WAV once the
+    // server has finished it.
+    let href = poll_until(
+        page,
+        "[...document.querySelectorAll('#summary a')].map((a) => a.href).find((h) => h.includes('/audio')) || ''",
+        30,
+        |v| v.as_str().is_some_and(|h| !h.is_empty()),
+    )
+    .await;
+    let href = href.as_str().unwrap_or_default().to_owned();
+    assert!(!href.is_empty(), "the summary links the recording");
+    let fetch = format!(
+        "fetch({href:?}).then(async (r) => r.status + ' ' + new TextDecoder().decode((await r.arrayBuffer()).slice(0, 4)))"
+    );
+    let got = poll_until(page, &fetch, 30, |v| v == "200 RIFF").await;
+    assert_eq!(got, "200 RIFF");
+    let shot = page.screenshot("console-summary-recorded.png").await;
+    eprintln!(
+        "console: recording at {href}; screenshot {}",
+        shot.display()
+    );
+    let _ = std::fs::remove_dir_all(&records);
 }
 
 /// pipecat's official client (`@pipecat-ai/client-js` with `@pipecat-ai/small-webrtc-transport`),

@@ -194,9 +194,11 @@ async fn a_twilio_media_stream_gets_mulaw_answers() {
     let reader = tokio::spawn(async move {
         let mut loud = 0usize;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while let Ok(Some(Ok(Message::Text(text)))) =
-            tokio::time::timeout_at(deadline, rx.next()).await
-        {
+        // The server's pings (answered by tungstenite as it reads) are not Twilio's messages.
+        while let Ok(Some(Ok(message))) = tokio::time::timeout_at(deadline, rx.next()).await {
+            let Message::Text(text) = message else {
+                continue;
+            };
             let message: Value = serde_json::from_str(&text).expect("JSON");
             assert_eq!(message["streamSid"], "MZtest", "{message}");
             loud += loud_mulaw(&message);
@@ -350,8 +352,11 @@ impl RtviClient {
         let start = self.seen.len();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         while let Ok(Some(Ok(message))) = tokio::time::timeout_at(deadline, self.rx.next()).await {
-            let Message::Text(text) = message else {
-                panic!("an RTVI client gets text messages only: {message:?}");
+            let text = match message {
+                Message::Text(text) => text,
+                // The protocol's own keepalive, answered by tungstenite as it reads.
+                Message::Ping(_) | Message::Pong(_) => continue,
+                other => panic!("an RTVI client gets text messages only: {other:?}"),
             };
             let value: Value = serde_json::from_str(&text).expect("JSON");
             assert_eq!(value["label"], "rtvi-ai", "{value}");
@@ -476,8 +481,10 @@ async fn a_callers_keypad_entry_on_twilio_is_answered_aloud() {
     }
     let mut loud = 0usize;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    while let Ok(Some(Ok(Message::Text(text)))) = tokio::time::timeout_at(deadline, rx.next()).await
-    {
+    while let Ok(Some(Ok(message))) = tokio::time::timeout_at(deadline, rx.next()).await {
+        let Message::Text(text) = message else {
+            continue;
+        };
         let message: Value = serde_json::from_str(&text).expect("JSON");
         loud += loud_mulaw(&message);
         if loud > 2000 {

@@ -252,6 +252,11 @@ impl SessionWatch {
         }
     }
 
+    /// Whether the session is recorded.
+    pub fn recorded(&self) -> bool {
+        self.recording.is_some()
+    }
+
     /// The observer that records the user's audio, when the session is recorded.
     pub fn observer(&self) -> Option<Arc<dyn crate::pipeline::Observer>> {
         self.recording

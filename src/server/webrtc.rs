@@ -311,6 +311,7 @@ async fn new_session(
     let watched = builder.subscribe();
     let session = builder.spawn();
     admission.attach(session.handle());
+    let recorded = observing.recorded();
     let watching = tokio::spawn(observing.follow(watched, session.handle()));
 
     let peer = Arc::new(peer);
@@ -331,7 +332,11 @@ async fn new_session(
         peer_events,
         restarted,
         events,
-        rtvi: Rtvi::new(),
+        rtvi: {
+            let mut rtvi = Rtvi::new();
+            rtvi.set_session(&info.id, recorded);
+            rtvi
+        },
         liveness: Liveness::new(),
         muted: false,
         pace: Pace::default(),

@@ -24,8 +24,8 @@ use crate::events::{Event, ReportLevel, SessionEvent};
 use crate::frames::{AudioFrame, DataFrame};
 use crate::observe::Watched;
 use crate::pipeline::Session;
-use crate::transports::output::AudioSink;
 use crate::transports::heartbeat::Heartbeat;
+use crate::transports::output::AudioSink;
 use crate::transports::pace::{Pace, TextPace};
 use crate::transports::rtvi::{self, EvalFlags};
 use crate::transports::websocket::{Framing, Inbound, Outbound, WsMessage};
@@ -248,6 +248,7 @@ async fn run_session(
         traceparent: traceparent.as_deref(),
         bot_allows: app.bots.observed(info.bot()),
     });
+    framing.set_session(&info.id, observing.recorded());
     let mut bot = match app.bots.build(
         &info,
         out_rate,

@@ -132,7 +132,10 @@ mod tests {
         assert!(beat.ping(start).is_some());
         assert!(beat.listening(start + Duration::from_millis(999)));
         assert!(!beat.listening(start + PONG_WITHIN));
-        assert!(beat.ping(start + PING_EVERY).is_none(), "one ping outstanding at a time");
+        assert!(
+            beat.ping(start + PING_EVERY).is_none(),
+            "one ping outstanding at a time"
+        );
         assert_eq!(beat.give_up_at(), start + GIVE_UP);
         assert!(!beat.given_up(start + GIVE_UP - Duration::from_millis(1)));
         assert!(beat.given_up(start + GIVE_UP));

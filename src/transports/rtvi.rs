@@ -322,12 +322,21 @@ pub struct Rtvi {
     unspoken: String,
     /// Dollars the session's LLM calls cost so far (those with a known price).
     session_cost_usd: f64,
+    /// The session's id and whether it is recorded, for `bot-ready`'s `about`.
+    session: Option<(String, bool)>,
 }
 
 impl Rtvi {
     /// A conversation before `client-ready`: current shapes until the client says otherwise.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The session this conversation is: `bot-ready`'s `about` names it (`session_id`) and
+    /// says whether it is recorded (`recorded`), so a client can fetch its recording and
+    /// transcript afterwards (`/admin/sessions/{id}/…`).
+    pub fn set_session(&mut self, id: &str, recorded: bool) {
+        self.session = Some((id.to_owned(), recorded));
     }
 
     /// A text session (`skip_tts`): the LLM's words are the bot's output.
@@ -394,10 +403,15 @@ impl Rtvi {
                 "client version unknown; compatibility issues may occur",
             )),
         }
+        let mut about = json!({"library": "voxide", "library_version": env!("CARGO_PKG_VERSION")});
+        if let Some((session_id, recorded)) = &self.session {
+            about["session_id"] = json!(session_id);
+            about["recorded"] = json!(recorded);
+        }
         replies.push(message(
             "bot-ready",
             id,
-            json!({"version": answer, "about": {"library": "voxide", "library_version": env!("CARGO_PKG_VERSION")}}),
+            json!({"version": answer, "about": about}),
         ));
         replies
     }
@@ -710,6 +724,19 @@ mod tests {
         assert_eq!(tts["type"], "bot-tts-text");
         assert_eq!(tts["data"]["text"], "It is sunny.");
         serde_json::from_str(&rendered[0]).expect("json")
+    }
+
+    #[test]
+    fn bot_ready_names_the_session_and_whether_it_is_recorded_once_told() {
+        let mut rtvi = Rtvi::new();
+        let about = &ready(&mut rtvi, r#"{"version":"1.0.0"}"#)[0]["data"]["about"];
+        assert_eq!(about["library"], "voxide");
+        assert!(about.get("session_id").is_none(), "{about}");
+        let mut rtvi = Rtvi::new();
+        rtvi.set_session("node.abc", true);
+        let about = &ready(&mut rtvi, r#"{"version":"1.0.0"}"#)[0]["data"]["about"];
+        assert_eq!(about["session_id"], "node.abc");
+        assert_eq!(about["recorded"], true);
     }
 
     #[test]

@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use super::rtvi::{self, ClientMessage, EvalFlags, EvalMessage, Rtvi};
 use crate::audio::resample::StreamResampler;
 use crate::audio::{mulaw, pcm_to_base64};
-use crate::events::SessionEvent;
+use crate::events::{Event, SessionEvent};
 
 /// A message on the socket, either way.
 #[derive(Debug, Clone, PartialEq)]
@@ -110,6 +110,8 @@ pub enum Framing {
         /// Until the client's first message: what an RTVI client asked for in the URL, should
         /// that message be RTVI.
         rtvi: Option<EvalFlags>,
+        /// The session's id and whether it is recorded, for an RTVI client's `bot-ready`.
+        session: Option<(String, bool)>,
     },
     /// RTVI JSON messages.
     Rtvi(Box<RtviState>),
@@ -143,6 +145,17 @@ impl Framing {
         Self::Pcm {
             input_rate,
             rtvi: Some(flags),
+            session: None,
+        }
+    }
+
+    /// The session this connection is: an RTVI client's `bot-ready` names it and says whether
+    /// it is recorded.
+    pub fn set_session(&mut self, id: &str, recorded: bool) {
+        match self {
+            Self::Pcm { session, .. } => *session = Some((id.to_owned(), recorded)),
+            Self::Rtvi(state) => state.rtvi.set_session(id, recorded),
+            Self::Twilio(_) => {}
         }
     }
 
@@ -164,12 +177,16 @@ impl Framing {
 
     /// Reads one client message.
     pub fn decode(&mut self, message: WsMessage) -> Result<Inbound, FramingError> {
-        if let (Self::Pcm { rtvi, .. }, message) = (&mut *self, &message)
+        if let (Self::Pcm { rtvi, session, .. }, message) = (&mut *self, &message)
             && let Some(flags) = rtvi.take()
             && let WsMessage::Text(text) = message
             && rtvi::is_rtvi(text)
         {
+            let session = session.take();
             *self = Self::rtvi(flags);
+            if let Some((id, recorded)) = session {
+                self.set_session(&id, recorded);
+            }
         }
         match (self, message) {
             (Self::Pcm { input_rate, .. }, WsMessage::Binary(bytes)) => {
@@ -230,8 +247,16 @@ impl Framing {
             (Self::Pcm { .. }, Outbound::Audio(samples, _)) => Some(WsMessage::Binary(
                 samples.iter().flat_map(|s| s.to_le_bytes()).collect(),
             )),
-            (Self::Pcm { .. }, Outbound::Event(event)) => {
-                serde_json::to_string(&event).ok().map(WsMessage::Text)
+            (Self::Pcm { session, .. }, Outbound::Event(event)) => {
+                let mut value = serde_json::to_value(&event).ok();
+                // `session_started` names the session and says whether it is recorded.
+                if let (Some(value), Event::SessionStarted, Some((id, recorded))) =
+                    (&mut value, &event.event, session.as_ref())
+                {
+                    value["session_id"] = json!(id);
+                    value["recorded"] = json!(recorded);
+                }
+                value.map(|value| WsMessage::Text(value.to_string()))
             }
             (Self::Pcm { .. } | Self::Rtvi(_), Outbound::Clear) => None,
             (Self::Pcm { .. } | Self::Twilio(_), Outbound::Error(message)) => Some(
@@ -405,6 +430,39 @@ mod tests {
             framing.decode(WsMessage::Binary(vec![1, 2, 3])),
             Err(FramingError::OddAudio(3))
         );
+    }
+
+    #[test]
+    fn session_started_names_the_session_for_a_pcm_client_and_bot_ready_for_an_rtvi_one() {
+        let started = || {
+            Outbound::Event(SessionEvent {
+                elapsed: std::time::Duration::ZERO,
+                event: Event::SessionStarted,
+            })
+        };
+        let mut framing = Framing::pcm(16_000, EvalFlags::default());
+        framing.set_session("ws-1", true);
+        let [WsMessage::Text(out)] = &framing.encode(started())[..] else {
+            panic!("one event");
+        };
+        let out: Value = serde_json::from_str(out).expect("json");
+        assert_eq!(out["type"], "session_started");
+        assert_eq!(out["session_id"], "ws-1");
+        assert_eq!(out["recorded"], true);
+
+        // The same connection turned RTVI by its first message keeps what it was told.
+        let mut framing = Framing::pcm(16_000, EvalFlags::default());
+        framing.set_session("ws-2", false);
+        let ready =
+            r#"{"label":"rtvi-ai","type":"client-ready","id":"r","data":{"version":"1.0.0"}}"#;
+        let Ok(Inbound::Rtvi(ClientMessage::Ready(replies))) =
+            framing.decode(WsMessage::Text(ready.into()))
+        else {
+            panic!("an RTVI client-ready");
+        };
+        let reply: Value = serde_json::from_str(&replies[0]).expect("json");
+        assert_eq!(reply["data"]["about"]["session_id"], "ws-2");
+        assert_eq!(reply["data"]["about"]["recorded"], false);
     }
 
     #[test]
