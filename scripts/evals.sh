@@ -34,7 +34,7 @@ EXTRAS="evals,webrtc,deepgram,cartesia,openai,runner"
 if ! { "$VENV/bin/pipecat" --version 2>/dev/null | grep -q "$PIPECAT_VERSION" &&
   "$VENV/bin/python" -c "import aiortc, fastapi, uvicorn, pipecat.services.deepgram.stt, pipecat.services.cartesia.tts, pipecat.services.openai.llm" 2>/dev/null; }; then
   echo "evals: installing pipecat-ai[$EXTRAS]==$PIPECAT_VERSION into $VENV (pip, about 1 GB; a few minutes the first time)"
-  python3 -m venv "$VENV"
+  [ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
   "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q \
     "pipecat-ai[$EXTRAS]==$PIPECAT_VERSION"
 fi

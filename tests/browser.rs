@@ -266,9 +266,14 @@ struct Opened {
 }
 
 async fn open(server: &common::Server, name: &str) -> Opened {
+    open_url(&format!("http://{}/", server.addr), name).await
+}
+
+/// A browser on the page at `url` (voxide's page, served by whichever server).
+async fn open_url(url: &str, name: &str) -> Opened {
     let dir = std::env::temp_dir().join(format!("voxide-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("temp dir");
-    let browser = launch(&format!("http://{}/", server.addr), &dir);
+    let browser = launch(url, &dir);
     eprintln!("{name}: server ready, Chromium started");
     let port = devtools_port(&dir.join("profile")).await;
     let page_url = page_socket(port).await;
@@ -463,6 +468,7 @@ async fn the_console_shows_an_async_tools_progress_and_result_over_the_websocket
 {
     // A recording server: the summary links the session's recording.
     let records = std::env::temp_dir().join(format!("voxide-console-rec-{}", std::process::id()));
+    std::fs::create_dir_all(&records).expect("a folder for the recordings");
     let bot = voxide::bot::BotOptions {
         voice: voxide::bot::Voice::Espeak,
         ..Default::default()
@@ -527,6 +533,120 @@ async fn the_console_shows_an_async_tools_progress_and_result_over_the_websocket
         shot.display()
     );
     let _ = std::fs::remove_dir_all(&records);
+}
+
+/// pipecat's own SmallWebRTC bot with voxide's page in front (`tests/pipecat_bot/serve.py`), in
+/// the Python `scripts/evals.sh --setup-only` installs; killed when dropped.
+struct PipecatBot(Child);
+
+impl Drop for PipecatBot {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+const PIPECAT_PYTHON: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/target/venv-evals/bin/python");
+
+/// Starts pipecat's bot on the provider stand-ins at `stand_ins`; its address once it answers.
+async fn pipecat_bot(stand_ins: std::net::SocketAddr) -> (PipecatBot, std::net::SocketAddr) {
+    assert!(
+        Path::new(PIPECAT_PYTHON).exists(),
+        "pipecat's bot needs its Python: scripts/evals.sh --setup-only"
+    );
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let child = Command::new(PIPECAT_PYTHON)
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/pipecat_bot/serve.py"
+        ))
+        .args(["--port", &port.to_string()])
+        .env("STAND_INS", stand_ins.to_string())
+        .env("LOG_LEVEL", "WARNING")
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("pipecat's bot starts");
+    let bot = PipecatBot(child);
+    let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let started = Instant::now();
+    while tokio::net::TcpStream::connect(addr).await.is_err()
+        || common::get(addr, "/healthz").await.0 != 200
+    {
+        assert!(
+            started.elapsed() < Duration::from_secs(90),
+            "pipecat's bot never answered"
+        );
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    (bot, addr)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_console_talks_to_pipecats_own_smallwebrtc_bot() {
+    use voxide::bench::providers::Protocol;
+    use voxide::bench::providers::stand_ins::{Delays, Faults, StandIns};
+    let (_stand_ins, stand_ins, _serving) = StandIns::serve(
+        "127.0.0.1:0".parse().expect("addr"),
+        Delays::all(Duration::from_millis(150)),
+        Protocol::Openai,
+        Faults::NONE,
+    )
+    .await
+    .expect("the stand-ins listen");
+    let (_bot, addr) = pipecat_bot(stand_ins).await;
+    let mut opened = open_url(&format!("http://{addr}/"), "console-pipecat").await;
+    let page = &mut opened.page;
+    // The page's default transport, WebRTC, to pipecat's own request handler.
+    page.eval("document.getElementById('connect').click(); true")
+        .await;
+    console_until(page, "pipecat's bot never got ready", 60, |s| {
+        s["state"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("connected"))
+    })
+    .await;
+    // The microphone's question: pipecat's transcription, its answer, and the turn's card with
+    // what pipecat's RTVI carries: no voice to voice, so the page's own from the turn's end to
+    // the bot's first sound, and the services' times to first byte.
+    let shown = console_until(page, "no spoken turn from pipecat's bot", 90, |s| {
+        let log = s["log"].as_str().unwrap_or_default().to_lowercase();
+        log.contains("you: ")
+            && log.contains("bot: ")
+            && any_contains(s, "turns", "ms from the turn's end")
+            && any_contains(s, "turns", "LLM")
+    })
+    .await;
+    eprintln!("console on pipecat: {shown}");
+    // A typed turn (RTVI send-text, which pipecat takes too) is answered in a turn of its own.
+    let answered = shown["turns"].as_array().map_or(0, Vec::len);
+    type_in(page, "What is the weather like in Paris?").await;
+    let shown = console_until(page, "the typed turn was not answered", 60, |s| {
+        let log = s["log"].as_str().unwrap_or_default().to_lowercase();
+        let after = log
+            .split("you: what is the weather")
+            .nth(1)
+            .unwrap_or_default();
+        s["turns"].as_array().map_or(0, Vec::len) > answered
+            && after
+                .lines()
+                .any(|l| l.starts_with("bot: ") && l.len() > "bot: ".len())
+    })
+    .await;
+    let shot = page.screenshot("console-pipecat.png").await;
+    eprintln!("console on pipecat: {shown}; screenshot {}", shot.display());
+    page.eval("document.getElementById('disconnect').click(); true")
+        .await;
+    let summary = page
+        .eval("document.getElementById('summary').innerText")
+        .await;
+    let summary = summary.as_str().unwrap_or_default().to_lowercase();
+    assert!(
+        summary.contains("turns") && summary.contains("download"),
+        "{summary}"
+    );
 }
 
 /// pipecat's official client (`@pipecat-ai/client-js` with `@pipecat-ai/small-webrtc-transport`),

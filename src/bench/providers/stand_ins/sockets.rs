@@ -137,7 +137,13 @@ async fn voice(socket: WebSocket, stand_ins: StandIns, session: String) {
     // Each context's turn name and when its first audio is due.
     let mut contexts: HashMap<String, (String, Instant)> = HashMap::new();
     let mut questions = 0usize;
-    while let Some(Ok(Message::Text(text))) = stream.next().await {
+    while let Some(Ok(message)) = stream.next().await {
+        let text = match message {
+            Message::Text(text) => text,
+            // A client's keepalive pings (pipecat's, every 20 s) are answered by the socket.
+            Message::Binary(_) | Message::Ping(_) | Message::Pong(_) => continue,
+            Message::Close(_) => break,
+        };
         let arrived = Instant::now();
         let Ok(message) = serde_json::from_str::<Value>(&text) else {
             continue;
