@@ -34,12 +34,20 @@ pub use crate::services::ws::ConnectRequest;
 /// The service's name, on its frames and metrics.
 const PROCESSOR: &str = "RealtimeService";
 
-/// Why a realtime service could not be configured or connected.
-#[derive(Debug, Clone, thiserror::Error)]
+/// Why a realtime service could not be configured or connected, or a server message not read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum RealtimeError {
     /// A setting is missing or unusable (e.g. no API key, a malformed URL).
     #[error("realtime LLM configuration: {0}")]
     Config(String),
+    /// A server message that does not read as the provider's wire format says.
+    #[error("unreadable {provider} message: {reason}")]
+    Unreadable {
+        /// The provider (`openai`, `google`).
+        provider: &'static str,
+        /// What did not read.
+        reason: String,
+    },
 }
 
 /// How a lost connection is retried: exponential backoff with jitter, a bounded number of times.
@@ -224,7 +232,7 @@ pub trait RealtimeProtocol: Send + Sync + 'static {
     /// Messages for the end of a user turn detected by voxide.
     fn user_stopped(&self) -> Vec<Value>;
     /// Reads one server message.
-    fn parse(&mut self, text: &str) -> Result<Vec<RealtimeEvent>, String>;
+    fn parse(&mut self, text: &str) -> Result<Vec<RealtimeEvent>, RealtimeError>;
 }
 
 /// A realtime LLM in a pipeline: takes user audio, gives bot audio, runs tools, and delivers their

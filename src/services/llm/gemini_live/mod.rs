@@ -3,6 +3,8 @@
 //!
 //! Use it as `RealtimeService::new(GeminiLive::new(settings), context, options)`.
 
+mod wire;
+
 use serde_json::{Value, json};
 
 use super::realtime::{
@@ -12,6 +14,7 @@ use super::realtime::{
 use crate::context::Message;
 use crate::context::adapters::gemini_live as adapter;
 use crate::frames::{FunctionCallRequest, TokenUsage};
+use wire::{ServerContent, ServerMessage, ToolCall};
 
 /// Gemini Live's endpoint.
 pub const DEFAULT_URL: &str = "wss://generativelanguage.googleapis.com/ws/google.ai.generativelanguage.v1beta.GenerativeService.BidiGenerateContent";
@@ -121,46 +124,37 @@ impl GeminiLive {
 
     fn server_content(
         &mut self,
-        content: &Value,
+        content: ServerContent,
         out: &mut Vec<RealtimeEvent>,
-    ) -> Result<(), String> {
-        if let Some(text) = content
-            .pointer("/inputTranscription/text")
-            .and_then(Value::as_str)
-        {
-            self.user_text.push_str(text);
+    ) -> Result<(), RealtimeError> {
+        if let Some(text) = content.input_transcription.and_then(|t| t.text) {
+            self.user_text.push_str(&text);
             out.push(RealtimeEvent::UserTranscript {
                 text: self.user_text.trim().to_owned(),
                 is_final: false,
             });
         }
-        if content.get("interrupted").and_then(Value::as_bool) == Some(true) {
+        if content.interrupted {
             self.responding = false;
             out.push(RealtimeEvent::Interrupted);
         }
-        if let Some(parts) = content
-            .pointer("/modelTurn/parts")
-            .and_then(Value::as_array)
-        {
-            for part in parts {
-                if let Some(data) = part.pointer("/inlineData/data").and_then(Value::as_str) {
-                    let samples = pcm_from_base64(data)?;
-                    self.start_response(out);
-                    out.push(RealtimeEvent::Audio {
-                        samples,
-                        item_id: None,
-                    });
-                }
-            }
-        }
-        if let Some(text) = content
-            .pointer("/outputTranscription/text")
-            .and_then(Value::as_str)
-        {
+        let parts = content
+            .model_turn
+            .map(|turn| turn.parts)
+            .unwrap_or_default();
+        for data in parts.into_iter().filter_map(|part| part.inline_data) {
+            let samples = pcm_from_base64(&data.data).map_err(unreadable)?;
             self.start_response(out);
-            out.push(RealtimeEvent::BotText(text.to_owned()));
+            out.push(RealtimeEvent::Audio {
+                samples,
+                item_id: None,
+            });
         }
-        if content.get("turnComplete").and_then(Value::as_bool) == Some(true) {
+        if let Some(text) = content.output_transcription.and_then(|t| t.text) {
+            self.start_response(out);
+            out.push(RealtimeEvent::BotText(text));
+        }
+        if content.turn_complete {
             self.flush_user(out);
             if std::mem::take(&mut self.responding) {
                 out.push(RealtimeEvent::ResponseDone { cancelled: false });
@@ -169,37 +163,32 @@ impl GeminiLive {
         Ok(())
     }
 
-    fn tool_call(&mut self, call: &Value, out: &mut Vec<RealtimeEvent>) -> Result<(), String> {
+    fn tool_call(&mut self, call: ToolCall, out: &mut Vec<RealtimeEvent>) {
         let calls = call
-            .get("functionCalls")
-            .and_then(Value::as_array)
-            .ok_or("toolCall without functionCalls")?
-            .iter()
-            .map(|c| {
-                Ok(FunctionCallRequest {
-                    function_name: c
-                        .get("name")
-                        .and_then(Value::as_str)
-                        .ok_or("a function call without a name")?
-                        .to_owned(),
-                    tool_call_id: c
-                        .get("id")
-                        .and_then(Value::as_str)
-                        .ok_or("a function call without an id")?
-                        .to_owned(),
-                    arguments: match c.get("args") {
-                        Some(args @ Value::Object(_)) => args.clone(),
-                        _ => json!({}),
-                    },
-                })
+            .function_calls
+            .into_iter()
+            .map(|c| FunctionCallRequest {
+                function_name: c.name,
+                tool_call_id: c.id,
+                arguments: match c.args {
+                    args @ Value::Object(_) => args,
+                    _ => json!({}),
+                },
             })
-            .collect::<Result<Vec<_>, &str>>()?;
+            .collect();
         self.start_response(out);
         out.push(RealtimeEvent::ToolCalls(calls));
         // Gemini's turn pauses on a call: the response is over until it speaks again.
         self.responding = false;
         out.push(RealtimeEvent::ResponseDone { cancelled: false });
-        Ok(())
+    }
+}
+
+/// A server message that does not read as Gemini Live's.
+fn unreadable(reason: String) -> RealtimeError {
+    RealtimeError::Unreadable {
+        provider: "google",
+        reason,
     }
 }
 
@@ -297,48 +286,39 @@ impl RealtimeProtocol for GeminiLive {
         vec![json!({"realtimeInput": {"activityEnd": {}}})]
     }
 
-    fn parse(&mut self, text: &str) -> Result<Vec<RealtimeEvent>, String> {
-        let message: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
-        if !message.is_object() {
-            return Err("a server message that is not an object".to_owned());
+    fn parse(&mut self, text: &str) -> Result<Vec<RealtimeEvent>, RealtimeError> {
+        // serde would read a struct from an array too; the wire has only objects.
+        if !text.trim_start().starts_with('{') {
+            return Err(unreadable(
+                "a server message that is not an object".to_owned(),
+            ));
         }
+        let message: ServerMessage =
+            serde_json::from_str(text).map_err(|e| unreadable(e.to_string()))?;
         let mut out = Vec::new();
-        if message.get("setupComplete").is_some() {
+        if message.setup_complete.is_some() {
             out.push(RealtimeEvent::Ready);
         }
-        if let Some(content) = message.get("serverContent") {
+        if let Some(content) = message.server_content {
             self.server_content(content, &mut out)?;
         }
-        if let Some(call) = message.get("toolCall") {
-            self.tool_call(call, &mut out)?;
+        if let Some(call) = message.tool_call {
+            self.tool_call(call, &mut out);
         }
-        if let Some(ids) = message
-            .pointer("/toolCallCancellation/ids")
-            .and_then(Value::as_array)
-        {
-            let ids = ids
-                .iter()
-                .filter_map(Value::as_str)
-                .map(str::to_owned)
-                .collect();
-            out.push(RealtimeEvent::ToolCallsCancelled(ids));
+        if let Some(cancellation) = message.tool_call_cancellation {
+            out.push(RealtimeEvent::ToolCallsCancelled(cancellation.ids));
         }
-        if let Some(usage) = message.get("usageMetadata") {
-            let count = |name: &str| usage.get(name).and_then(Value::as_u64).unwrap_or(0);
-            let cached = count("cachedContentTokenCount");
+        if let Some(usage) = message.usage_metadata {
+            let cached = usage.cached_content_token_count;
             out.push(RealtimeEvent::Usage(TokenUsage {
-                input: count("promptTokenCount").saturating_sub(cached),
-                output: count("responseTokenCount"),
+                input: usage.prompt_token_count.saturating_sub(cached),
+                output: usage.response_token_count,
                 cache_read: cached,
                 cache_write: 0,
             }));
         }
-        if let Some(away) = message.get("goAway") {
-            let time_left = away
-                .get("timeLeft")
-                .cloned()
-                .unwrap_or_default()
-                .to_string();
+        if let Some(away) = message.go_away {
+            let time_left = away.time_left.unwrap_or_default();
             tracing::info!(%time_left, "Gemini Live will close this connection soon");
         }
         Ok(out)
@@ -396,7 +376,13 @@ mod tests {
     #[test]
     fn malformed_messages_are_errors() {
         let mut p = GeminiLive::new(GeminiLiveSettings::new("k"));
-        assert!(p.parse("[1]").is_err());
+        assert!(matches!(
+            p.parse("[1]"),
+            Err(RealtimeError::Unreadable {
+                provider: "google",
+                ..
+            })
+        ));
         assert!(
             p.parse(r#"{"toolCall":{"functionCalls":[{"args":{}}]}}"#)
                 .is_err()

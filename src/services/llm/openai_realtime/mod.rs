@@ -3,6 +3,8 @@
 //!
 //! Use it as `RealtimeService::new(OpenAiRealtime::new(settings), context, options)`.
 
+mod wire;
+
 use serde_json::{Value, json};
 
 use super::realtime::{
@@ -12,6 +14,7 @@ use super::realtime::{
 use crate::context::adapters::openai_realtime as adapter;
 use crate::context::{Message, ToolChoice};
 use crate::frames::{FunctionCallRequest, TokenUsage};
+use wire::ServerEvent;
 
 /// OpenAI's Realtime endpoint.
 pub const DEFAULT_URL: &str = "wss://api.openai.com/v1/realtime";
@@ -231,89 +234,78 @@ impl RealtimeProtocol for OpenAiRealtime {
         ]
     }
 
-    fn parse(&mut self, text: &str) -> Result<Vec<RealtimeEvent>, String> {
-        let event: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
-        let kind = field_str(&event, "type")?;
-        Ok(match kind {
-            "session.updated" => vec![RealtimeEvent::Ready],
-            "input_audio_buffer.speech_started" => vec![RealtimeEvent::UserStarted],
-            "input_audio_buffer.speech_stopped" => vec![RealtimeEvent::UserStopped],
-            "conversation.item.input_audio_transcription.delta" => {
+    fn parse(&mut self, text: &str) -> Result<Vec<RealtimeEvent>, RealtimeError> {
+        let unreadable = |reason: String| RealtimeError::Unreadable {
+            provider: "openai",
+            reason,
+        };
+        let event: ServerEvent =
+            serde_json::from_str(text).map_err(|e| unreadable(e.to_string()))?;
+        Ok(match event {
+            ServerEvent::SessionUpdated => vec![RealtimeEvent::Ready],
+            ServerEvent::SpeechStarted => vec![RealtimeEvent::UserStarted],
+            ServerEvent::SpeechStopped => vec![RealtimeEvent::UserStopped],
+            ServerEvent::TranscriptionDelta { delta } => vec![RealtimeEvent::UserTranscript {
+                text: delta,
+                is_final: false,
+            }],
+            ServerEvent::TranscriptionCompleted { transcript } => {
                 vec![RealtimeEvent::UserTranscript {
-                    text: field_str(&event, "delta")?.to_owned(),
-                    is_final: false,
-                }]
-            }
-            "conversation.item.input_audio_transcription.completed" => {
-                vec![RealtimeEvent::UserTranscript {
-                    text: field_str(&event, "transcript")?.to_owned(),
+                    text: transcript,
                     is_final: true,
                 }]
             }
-            "response.created" => {
+            ServerEvent::ResponseCreated => {
                 self.calls.clear();
                 vec![RealtimeEvent::ResponseStarted]
             }
-            "response.output_audio.delta" => {
-                let samples = pcm_from_base64(field_str(&event, "delta")?)?;
-                let item_id = event
-                    .get("item_id")
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
+            ServerEvent::AudioDelta { delta, item_id } => {
+                let samples = pcm_from_base64(&delta).map_err(unreadable)?;
                 vec![RealtimeEvent::Audio { samples, item_id }]
             }
-            "response.output_audio_transcript.delta" | "response.output_text.delta" => {
-                vec![RealtimeEvent::BotText(
-                    field_str(&event, "delta")?.to_owned(),
-                )]
-            }
-            "response.function_call_arguments.done" => {
-                let arguments = field_str(&event, "arguments")?;
+            ServerEvent::TextDelta { delta } => vec![RealtimeEvent::BotText(delta)],
+            ServerEvent::FunctionCallArgumentsDone {
+                name,
+                call_id,
+                arguments,
+            } => {
                 self.calls.push(FunctionCallRequest {
-                    function_name: field_str(&event, "name")?.to_owned(),
-                    tool_call_id: field_str(&event, "call_id")?.to_owned(),
-                    arguments: super::tools::parse_arguments(arguments),
+                    function_name: name,
+                    tool_call_id: call_id,
+                    arguments: super::tools::parse_arguments(&arguments),
                 });
                 Vec::new()
             }
-            "response.done" => self.response_done(&event),
-            "error" => {
-                let message = event
-                    .pointer("/error/message")
-                    .and_then(Value::as_str)
-                    .unwrap_or("unknown error");
-                vec![RealtimeEvent::Error(message.to_owned())]
-            }
-            _ => Vec::new(),
+            ServerEvent::ResponseDone { response } => self.response_done(response),
+            ServerEvent::Error { error } => vec![RealtimeEvent::Error(
+                error.message.unwrap_or_else(|| "unknown error".to_owned()),
+            )],
+            ServerEvent::Other => Vec::new(),
         })
     }
 }
 
 impl OpenAiRealtime {
-    fn response_done(&mut self, event: &Value) -> Vec<RealtimeEvent> {
-        let response = event.get("response").unwrap_or(&Value::Null);
-        let status = response
-            .get("status")
-            .and_then(Value::as_str)
-            .unwrap_or("completed");
+    fn response_done(&mut self, response: wire::Response) -> Vec<RealtimeEvent> {
+        let status = response.status.as_deref().unwrap_or("completed");
         let mut out = Vec::new();
         if status == "failed" {
             let message = response
-                .pointer("/status_details/error/message")
-                .and_then(Value::as_str)
-                .unwrap_or("the response failed");
-            out.push(RealtimeEvent::Error(message.to_owned()));
+                .status_details
+                .and_then(|details| details.error)
+                .and_then(|error| error.message)
+                .unwrap_or_else(|| "the response failed".to_owned());
+            out.push(RealtimeEvent::Error(message));
         }
         let calls = std::mem::take(&mut self.calls);
         if !calls.is_empty() && status == "completed" {
             out.push(RealtimeEvent::ToolCalls(calls));
         }
-        if let Some(usage) = response.get("usage").filter(|u| u.is_object()) {
-            let count = |pointer: &str| usage.pointer(pointer).and_then(Value::as_u64).unwrap_or(0);
-            let cached = count("/input_token_details/cached_tokens");
+        if let Some(usage) = response.usage {
+            let cached = usage.input_token_details.map_or(0, |d| d.cached_tokens);
             out.push(RealtimeEvent::Usage(TokenUsage {
-                input: count("/input_tokens").saturating_sub(cached),
-                output: count("/output_tokens"),
+                input: usage.input_tokens.saturating_sub(cached),
+                output: usage.output_tokens,
                 cache_read: cached,
                 cache_write: 0,
             }));
@@ -323,13 +315,6 @@ impl OpenAiRealtime {
         });
         out
     }
-}
-
-fn field_str<'a>(event: &'a Value, name: &str) -> Result<&'a str, String> {
-    event.get(name).and_then(Value::as_str).ok_or_else(|| {
-        let kind = event.get("type").and_then(Value::as_str).unwrap_or("event");
-        format!("{kind} without a string `{name}`")
-    })
 }
 
 #[cfg(test)]
@@ -376,7 +361,13 @@ mod tests {
     #[test]
     fn malformed_events_are_errors_not_panics() {
         let mut p = protocol(TurnDetection::ServerVad);
-        assert!(p.parse("{").is_err());
+        assert!(matches!(
+            p.parse("{"),
+            Err(RealtimeError::Unreadable {
+                provider: "openai",
+                ..
+            })
+        ));
         assert!(p.parse(r#"{"no":"type"}"#).is_err());
         assert!(
             p.parse(r#"{"type":"response.output_audio.delta","delta":"!!"}"#)
