@@ -147,6 +147,25 @@ pub trait WsCore: Send + 'static {
     }
 }
 
+/// A provider's text message read as its wire type `T`. One that does not read is warned about
+/// (as `kind`, repeats counted, not logged) and skipped: one odd message costs nothing else.
+pub fn read_wire<T: serde::de::DeserializeOwned>(
+    text: &str,
+    provider: &str,
+    kind: &'static str,
+) -> Option<T> {
+    match serde_json::from_str(text) {
+        Ok(parsed) => Some(parsed),
+        Err(e) => {
+            crate::warnings::warn(
+                kind,
+                format_args!("an unreadable {provider} message was skipped ({e}): {text:.200}"),
+            );
+            None
+        }
+    }
+}
+
 /// A connect request for `url` with extra headers.
 pub fn connect_request(url: &str, headers: &[(&str, &str)]) -> Result<ConnectRequest, WsError> {
     let mut request = url

@@ -11,6 +11,7 @@ mod kept;
 pub mod openai;
 mod segmented;
 mod service;
+pub mod socket;
 mod stream;
 pub mod whisper;
 

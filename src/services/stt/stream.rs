@@ -9,8 +9,6 @@
 
 use tokio::sync::mpsc;
 
-use crate::services::ws::{self, ReconnectPolicy, WsCore};
-
 /// Inputs an engine's stream may fall behind by before audio is dropped (10 s of 20 ms frames).
 pub const INPUT_QUEUE: usize = 512;
 /// Events the service may fall behind by.
@@ -82,15 +80,4 @@ pub trait SttEngine: Send + Sync + 'static {
     /// Starts one user's transcription. Called inside the runtime; the stream's tasks end when
     /// its input is dropped.
     fn start(&self) -> SttStream;
-}
-
-/// One user's stream over a provider's socket: `core` run by the shared WebSocket driver.
-pub(crate) fn socket_stream<C>(core: C, policy: ReconnectPolicy) -> SttStream
-where
-    C: WsCore<Input = SttInput, Output = SttEvent>,
-{
-    let (input, inputs) = mpsc::channel(INPUT_QUEUE);
-    let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
-    tokio::spawn(ws::drive(core, inputs, events_tx, policy));
-    SttStream { input, events }
 }

@@ -177,17 +177,12 @@ impl AuraCore {
                 vec![(turn.context.clone(), TtsEvent::Audio(samples))]
             }
             Message::Text(text) => {
-                let parsed: ServerMessage = match serde_json::from_str(&text) {
-                    Ok(parsed) => parsed,
-                    Err(e) => {
-                        crate::warnings::warn(
-                            "aura_unreadable_message",
-                            format_args!(
-                                "an unreadable Deepgram Aura message was skipped ({e}): {text:.200}"
-                            ),
-                        );
-                        return Vec::new();
-                    }
+                let Some(parsed) = crate::services::ws::read_wire::<ServerMessage>(
+                    &text,
+                    "Deepgram Aura",
+                    "aura_unreadable_message",
+                ) else {
+                    return Vec::new();
                 };
                 match parsed {
                     ServerMessage::Cleared => {

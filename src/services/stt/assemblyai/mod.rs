@@ -19,7 +19,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::kept::{KeptAudio, pcm_bytes};
-use super::stream::{SttEngine, SttEvent, SttInput, SttStream, socket_stream};
+use super::socket::{SocketProvider, SocketStt};
+use super::stream::{SttEvent, SttInput};
 use crate::services::ws::{
     self, ConnectRequest, Message, ReconnectPolicy, Step, Tick, WsCore, WsError,
 };
@@ -85,38 +86,23 @@ impl AssemblyAiSettings {
 }
 
 /// The engine.
-pub struct AssemblyAiStt {
-    settings: AssemblyAiSettings,
-}
+pub type AssemblyAiStt = SocketStt<AssemblyAiSettings>;
 
-impl AssemblyAiStt {
-    /// An engine for `settings`.
-    pub fn new(settings: AssemblyAiSettings) -> Self {
-        Self { settings }
-    }
-
-    /// Its settings.
-    pub fn settings(&self) -> &AssemblyAiSettings {
-        &self.settings
-    }
-}
-
-impl SttEngine for AssemblyAiStt {
-    fn name(&self) -> &str {
-        "assemblyai"
-    }
+impl SocketProvider for AssemblyAiSettings {
+    const NAME: &'static str = "assemblyai";
+    const SAMPLE_RATE: u32 = SAMPLE_RATE;
+    type Core = AssemblyAiCore;
 
     fn model(&self) -> &str {
-        &self.settings.model
+        &self.model
     }
 
-    fn sample_rate(&self) -> u32 {
-        SAMPLE_RATE
+    fn core(&self, now: Instant) -> AssemblyAiCore {
+        AssemblyAiCore::new(self.clone(), now)
     }
 
-    fn start(&self) -> SttStream {
-        let core = AssemblyAiCore::new(self.settings.clone(), Instant::now());
-        socket_stream(core, self.settings.reconnect.clone())
+    fn reconnect(&self) -> ReconnectPolicy {
+        self.reconnect.clone()
     }
 }
 
@@ -291,15 +277,10 @@ impl AssemblyAiCore {
         let Message::Text(text) = message else {
             return (Vec::new(), Vec::new());
         };
-        let parsed: ServerMessage = match serde_json::from_str(&text) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                crate::warnings::warn(
-                    "assemblyai_unreadable_message",
-                    format_args!("an unreadable AssemblyAI message was skipped ({e}): {text:.200}"),
-                );
-                return (Vec::new(), Vec::new());
-            }
+        let Some(parsed) =
+            ws::read_wire::<ServerMessage>(&text, "AssemblyAI", "assemblyai_unreadable_message")
+        else {
+            return (Vec::new(), Vec::new());
         };
         match parsed {
             ServerMessage::Begin { id } => {

@@ -15,7 +15,8 @@ use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
 use super::kept::{KeptAudio, pcm_bytes};
-use super::stream::{SttEngine, SttEvent, SttInput, SttStream, socket_stream};
+use super::socket::{SocketProvider, SocketStt};
+use super::stream::{SttEvent, SttInput};
 use crate::services::ws::{
     self, ConnectRequest, Message, ReconnectPolicy, Step, Tick, WsCore, WsError,
 };
@@ -85,38 +86,23 @@ impl DeepgramSettings {
 }
 
 /// The engine.
-pub struct DeepgramStt {
-    settings: DeepgramSettings,
-}
+pub type DeepgramStt = SocketStt<DeepgramSettings>;
 
-impl DeepgramStt {
-    /// An engine for `settings`.
-    pub fn new(settings: DeepgramSettings) -> Self {
-        Self { settings }
-    }
-
-    /// Its settings.
-    pub fn settings(&self) -> &DeepgramSettings {
-        &self.settings
-    }
-}
-
-impl SttEngine for DeepgramStt {
-    fn name(&self) -> &str {
-        "deepgram"
-    }
+impl SocketProvider for DeepgramSettings {
+    const NAME: &'static str = "deepgram";
+    const SAMPLE_RATE: u32 = SAMPLE_RATE;
+    type Core = DeepgramCore;
 
     fn model(&self) -> &str {
-        &self.settings.model
+        &self.model
     }
 
-    fn sample_rate(&self) -> u32 {
-        SAMPLE_RATE
+    fn core(&self, now: Instant) -> DeepgramCore {
+        DeepgramCore::new(self.clone(), now)
     }
 
-    fn start(&self) -> SttStream {
-        let core = DeepgramCore::new(self.settings.clone(), Instant::now());
-        socket_stream(core, self.settings.reconnect.clone())
+    fn reconnect(&self) -> ReconnectPolicy {
+        self.reconnect.clone()
     }
 }
 
@@ -227,15 +213,10 @@ impl DeepgramCore {
             Message::Text(text) => text,
             _ => return Vec::new(),
         };
-        let parsed: ServerMessage = match serde_json::from_str(&text) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                crate::warnings::warn(
-                    "deepgram_unreadable_message",
-                    format_args!("an unreadable Deepgram message was skipped ({e}): {text:.200}"),
-                );
-                return Vec::new();
-            }
+        let Some(parsed) =
+            ws::read_wire::<ServerMessage>(&text, "Deepgram", "deepgram_unreadable_message")
+        else {
+            return Vec::new();
         };
         let ServerMessage::Results(results) = parsed else {
             return Vec::new();

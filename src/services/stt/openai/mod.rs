@@ -15,7 +15,8 @@ mod wire;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use super::stream::{SttEngine, SttEvent, SttInput, SttStream, socket_stream};
+use super::socket::{SocketProvider, SocketStt};
+use super::stream::{SttEvent, SttInput};
 use crate::audio::resample::StreamResampler;
 use crate::services::ws::{
     self, ConnectRequest, Message, ReconnectPolicy, Step, Tick, WsCore, WsError,
@@ -85,38 +86,23 @@ impl OpenAiSttSettings {
 }
 
 /// The engine.
-pub struct OpenAiStt {
-    settings: OpenAiSttSettings,
-}
+pub type OpenAiStt = SocketStt<OpenAiSttSettings>;
 
-impl OpenAiStt {
-    /// An engine for `settings`.
-    pub fn new(settings: OpenAiSttSettings) -> Self {
-        Self { settings }
-    }
-
-    /// Its settings.
-    pub fn settings(&self) -> &OpenAiSttSettings {
-        &self.settings
-    }
-}
-
-impl SttEngine for OpenAiStt {
-    fn name(&self) -> &str {
-        "openai"
-    }
+impl SocketProvider for OpenAiSttSettings {
+    const NAME: &'static str = "openai";
+    const SAMPLE_RATE: u32 = SAMPLE_RATE;
+    type Core = OpenAiSttCore;
 
     fn model(&self) -> &str {
-        &self.settings.model
+        &self.model
     }
 
-    fn sample_rate(&self) -> u32 {
-        SAMPLE_RATE
+    fn core(&self, _now: Instant) -> OpenAiSttCore {
+        OpenAiSttCore::new(self.clone())
     }
 
-    fn start(&self) -> SttStream {
-        let core = OpenAiSttCore::new(self.settings.clone());
-        socket_stream(core, self.settings.reconnect.clone())
+    fn reconnect(&self) -> ReconnectPolicy {
+        self.reconnect.clone()
     }
 }
 
@@ -278,15 +264,10 @@ impl OpenAiSttCore {
         let Message::Text(text) = message else {
             return (Vec::new(), Vec::new());
         };
-        let parsed: ServerEvent = match serde_json::from_str(&text) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                crate::warnings::warn(
-                    "openai_stt_unreadable_message",
-                    format_args!("an unreadable OpenAI message was skipped ({e}): {text:.200}"),
-                );
-                return (Vec::new(), Vec::new());
-            }
+        let Some(parsed) =
+            ws::read_wire::<ServerEvent>(&text, "OpenAI", "openai_stt_unreadable_message")
+        else {
+            return (Vec::new(), Vec::new());
         };
         match parsed {
             ServerEvent::SessionCreated => (vec![self.session_update()], Vec::new()),

@@ -189,15 +189,12 @@ impl CartesiaCore {
         let Message::Text(text) = message else {
             return Vec::new();
         };
-        let parsed: ServerMessage = match serde_json::from_str(&text) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                crate::warnings::warn(
-                    "cartesia_unreadable_message",
-                    format_args!("an unreadable Cartesia message was skipped ({e}): {text:.200}"),
-                );
-                return Vec::new();
-            }
+        let Some(parsed) = crate::services::ws::read_wire::<ServerMessage>(
+            &text,
+            "Cartesia",
+            "cartesia_unreadable_message",
+        ) else {
+            return Vec::new();
         };
         match parsed {
             ServerMessage::Chunk { context_id, data } => self.chunk(context_id, &data),

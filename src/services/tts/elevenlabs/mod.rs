@@ -233,15 +233,12 @@ impl ElevenLabsCore {
         let Message::Text(text) = message else {
             return (Vec::new(), Vec::new());
         };
-        let parsed: ServerMessage = match serde_json::from_str(&text) {
-            Ok(parsed) => parsed,
-            Err(e) => {
-                crate::warnings::warn(
-                    "elevenlabs_unreadable_message",
-                    format_args!("an unreadable ElevenLabs message was skipped ({e}): {text:.200}"),
-                );
-                return (Vec::new(), Vec::new());
-            }
+        let Some(parsed) = crate::services::ws::read_wire::<ServerMessage>(
+            &text,
+            "ElevenLabs",
+            "elevenlabs_unreadable_message",
+        ) else {
+            return (Vec::new(), Vec::new());
         };
         let Some(id) = parsed.context_id.clone() else {
             if let Some(error) = parsed.error.or(parsed.message) {
