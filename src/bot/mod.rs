@@ -7,6 +7,7 @@ pub mod calculator;
 pub mod filler;
 pub mod http_tool;
 pub mod mcp;
+pub mod providers;
 mod resolve;
 pub mod run;
 pub mod tools;

@@ -6,23 +6,14 @@ use std::time::Duration;
 use super::filler::FillerParams;
 use super::http_tool::HttpTool;
 use super::mcp::McpServer;
+use super::providers::{self, Overrides, ProviderSpec};
 use super::{BotOptions, LlmChoice, SttChoice, TextLlm, TtsChoice, Voice};
 use crate::config::{BotConfig, Builtin, ConfigError, ExampleConfig, FillerConfig, IdleConfig};
 use crate::flows::Flow;
 use crate::services::llm::PriceTable;
-use crate::services::llm::anthropic::AnthropicSettings;
-use crate::services::llm::gemini::GeminiSettings;
 use crate::services::llm::gemini_live::GeminiLiveSettings;
 use crate::services::llm::local::ToolExample;
-use crate::services::llm::openai::OpenAiSettings;
 use crate::services::llm::openai_realtime::OpenAiRealtimeSettings;
-use crate::services::stt::assemblyai::AssemblyAiSettings;
-use crate::services::stt::deepgram::DeepgramSettings;
-use crate::services::stt::openai::OpenAiSttSettings;
-use crate::services::tts::cartesia::CartesiaSettings;
-use crate::services::tts::deepgram::AuraSettings;
-use crate::services::tts::elevenlabs::ElevenLabsSettings;
-use crate::services::tts::openai::OpenAiSpeechSettings;
 use crate::turns::{BargeIn, IdleParams};
 
 fn invalid(message: impl Into<String>) -> ConfigError {
@@ -326,47 +317,28 @@ impl BotConfig {
             }
             _ => {}
         }
-        let (mut model, temperature) = (self.llm_model.clone(), self.llm_temperature);
+        let mut overrides = Overrides {
+            model: self.llm_model.clone(),
+            temperature: self.llm_temperature,
+            ..Overrides::default()
+        };
         let mut list = Vec::new();
         for name in names {
-            let llm = match name {
-                "local" => TextLlm::Local,
-                "openai" => {
-                    let mut settings = OpenAiSettings::from_env().map_err(setup)?;
-                    if let Some(model) = model.take() {
-                        settings.model = model;
-                    }
-                    settings.temperature = temperature;
-                    TextLlm::OpenAi(settings)
-                }
-                "anthropic" => {
-                    let mut settings = AnthropicSettings::from_env().map_err(setup)?;
-                    if let Some(model) = model.take() {
-                        settings.model = model;
-                    }
-                    settings.temperature = temperature;
-                    TextLlm::Anthropic(settings)
-                }
-                "gemini" => {
-                    let mut settings = GeminiSettings::from_env().map_err(setup)?;
-                    if let Some(model) = model.take() {
-                        settings.model = model;
-                    }
-                    settings.temperature = temperature;
-                    TextLlm::Gemini(settings)
-                }
-                "openai-realtime" | "gemini-live" => {
-                    return Err(invalid(format!(
-                        "llm {spec:?}: {name} listens and speaks itself and has no fallback list"
-                    )));
-                }
-                other => {
-                    return Err(invalid(format!(
-                        "llm {other:?}: use local, openai, anthropic or gemini (a comma-separated \
-                         list falls back from each to the next), openai-realtime or gemini-live"
-                    )));
-                }
-            };
+            if providers::REALTIME.iter().any(|(realtime, _)| *realtime == name) {
+                return Err(invalid(format!(
+                    "llm {spec:?}: {name} listens and speaks itself and has no fallback list"
+                )));
+            }
+            if !providers::LLM.iter().any(|p| p.name == name) {
+                let realtime: Vec<&str> = providers::REALTIME.iter().map(|(n, _)| *n).collect();
+                return Err(invalid(format!(
+                    "llm {name:?}: use {} (a comma-separated list falls back from each to the \
+                     next), {}",
+                    providers::names(providers::LLM),
+                    realtime.join(" or ")
+                )));
+            }
+            let llm = ProviderSpec::build(providers::LLM, "llm", name, &mut overrides)?;
             if list.contains(&llm) {
                 return Err(invalid(format!("llm {spec:?} names {name} twice")));
             }
@@ -398,111 +370,40 @@ fn tts_choice(
     voice_id: Option<String>,
     voice: &mut Voice,
 ) -> Result<Vec<TtsChoice>, ConfigError> {
-    let (mut model, mut voice_id) = (model, voice_id);
+    let mut overrides = Overrides {
+        model,
+        voice_id,
+        ..Overrides::default()
+    };
     let mut list = Vec::new();
-    let mut embedded = None;
     for name in spec.split(',').map(str::trim) {
-        let tts = match name {
-            "piper" | "espeak" => {
-                let picked = if name == "piper" {
-                    Voice::Piper
-                } else {
-                    Voice::Espeak
-                };
-                if embedded.replace(picked).is_some() {
-                    return Err(invalid(format!("tts {spec:?}: one embedded voice at most")));
+        let tts = ProviderSpec::build(providers::TTS, "tts", name, &mut overrides)
+            .map_err(|e| match e {
+                ConfigError::Value(why) if !why.starts_with("tts ") => {
+                    invalid(format!("tts {spec:?}: {why}"))
                 }
-                *voice = picked;
-                TtsChoice::Embedded
-            }
-            "cartesia" => {
-                let mut settings = CartesiaSettings::from_env().map_err(setup)?;
-                if let Some(model) = model.take() {
-                    settings.model = model;
-                }
-                if let Some(id) = voice_id.take() {
-                    settings.voice = id;
-                }
-                TtsChoice::Cartesia(settings)
-            }
-            "openai" => {
-                let mut settings = OpenAiSpeechSettings::from_env().map_err(setup)?;
-                if let Some(model) = model.take() {
-                    settings.model = model;
-                }
-                if let Some(id) = voice_id.take() {
-                    settings.voice = id;
-                }
-                TtsChoice::OpenAi(settings)
-            }
-            "deepgram" => {
-                let mut settings = AuraSettings::from_env().map_err(setup)?;
-                // Aura's voice is its model.
-                if let Some(voice) = voice_id.take().or_else(|| model.take()) {
-                    settings.model = voice;
-                }
-                TtsChoice::Deepgram(settings)
-            }
-            "elevenlabs" => {
-                let mut settings = ElevenLabsSettings::from_env().map_err(setup)?;
-                if let Some(model) = model.take() {
-                    settings.model = model;
-                }
-                if let Some(id) = voice_id.take() {
-                    settings.voice = id;
-                }
-                TtsChoice::ElevenLabs(settings)
-            }
-            other => {
-                return Err(invalid(format!(
-                    "tts {other:?}: use piper, espeak, cartesia, elevenlabs, openai or deepgram \
-                     (a comma-separated list falls back from each to the next)"
-                )));
-            }
-        };
+                other => other,
+            })?;
         if list.contains(&tts) {
             return Err(invalid(format!("tts {spec:?} names {name} twice")));
         }
         list.push(tts);
+    }
+    if let Some(embedded) = overrides.embedded {
+        *voice = embedded;
     }
     Ok(list)
 }
 
 /// The `stt` value: engines, each the fallback of the one before.
 fn stt_choice(spec: &str, model: Option<String>) -> Result<Vec<SttChoice>, ConfigError> {
-    let mut model = model;
+    let mut overrides = Overrides {
+        model,
+        ..Overrides::default()
+    };
     let mut list = Vec::new();
     for name in spec.split(',').map(str::trim) {
-        let stt = match name {
-            "whisper" => SttChoice::Whisper,
-            "deepgram" => {
-                let mut settings = DeepgramSettings::from_env().map_err(setup)?;
-                if let Some(model) = model.take() {
-                    settings.model = model;
-                }
-                SttChoice::Deepgram(settings)
-            }
-            "assemblyai" => {
-                let mut settings = AssemblyAiSettings::from_env().map_err(setup)?;
-                if let Some(model) = model.take() {
-                    settings.model = model;
-                }
-                SttChoice::AssemblyAi(settings)
-            }
-            "openai" => {
-                let mut settings = OpenAiSttSettings::from_env().map_err(setup)?;
-                if let Some(model) = model.take() {
-                    settings.model = model;
-                }
-                SttChoice::OpenAi(settings)
-            }
-            other => {
-                return Err(invalid(format!(
-                    "stt {other:?}: use whisper, deepgram, assemblyai or openai (a comma-separated \
-                     list falls back from each to the next)"
-                )));
-            }
-        };
+        let stt = ProviderSpec::build(providers::STT, "stt", name, &mut overrides)?;
         if list.contains(&stt) {
             return Err(invalid(format!("stt {spec:?} names {name} twice")));
         }

@@ -4,6 +4,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use voxide::bot::providers;
 use voxide::bot::{BotOptions, Denoise, TurnEnd, Voice};
 use voxide::config::{BotConfig, Config};
 
@@ -68,29 +69,14 @@ pub struct BotArgs {
     /// The system instruction (default: a short one of voxide's own).
     #[arg(long, env = "VOXIDE_INSTRUCTIONS")]
     instructions: Option<String>,
-    /// The model: `local` (embedded, offline); a text LLM over HTTP: `openai` (any
-    /// OpenAI-compatible chat-completions server: OPENAI_API_KEY, OPENAI_BASE_URL, e.g.
-    /// Ollama's http://127.0.0.1:11434/v1 with no key), `anthropic` (ANTHROPIC_API_KEY,
-    /// ANTHROPIC_BASE_URL) or `gemini` (GEMINI_API_KEY, GEMINI_BASE_URL); a comma-separated list
-    /// of those falls back from each to the next (`openai,local`). Or a realtime model that
-    /// listens and speaks itself: `openai-realtime` (OPENAI_API_KEY; OPENAI_REALTIME_URL) or
-    /// `gemini-live` (GEMINI_API_KEY; GEMINI_LIVE_URL). [default: local]
-    #[arg(long, env = "VOXIDE_LLM")]
+    // The providers' flags: their help comes from the tables in `bot::providers`.
+    #[arg(long, env = "VOXIDE_LLM", help = providers::llm_help())]
     llm: Option<String>,
-    /// The text LLM's model (the first of a fallback list). [default: gpt-4.1-mini for
-    /// openai, claude-haiku-4-5 for anthropic, gemini-2.5-flash for gemini]
-    #[arg(long, env = "VOXIDE_LLM_MODEL")]
+    #[arg(long, env = "VOXIDE_LLM_MODEL", help = providers::model_help(providers::LLM, "The text LLM's model"))]
     llm_model: Option<String>,
-    /// Who listens (with a text LLM): `whisper` (embedded, offline), `deepgram` (live
-    /// streaming: DEEPGRAM_API_KEY; DEEPGRAM_URL, scheme and host, for another server),
-    /// `assemblyai` (Universal-Streaming: ASSEMBLYAI_API_KEY; ASSEMBLYAI_URL) or `openai`
-    /// (realtime transcription: OPENAI_API_KEY; OPENAI_BASE_URL); a comma-separated list falls
-    /// back from each to the next (`deepgram,whisper`). [default: whisper]
-    #[arg(long, env = "VOXIDE_STT")]
+    #[arg(long, env = "VOXIDE_STT", help = providers::help(providers::STT, "Who listens (with a text LLM)", "whisper"))]
     stt: Option<String>,
-    /// The STT's model (the first provider of the list). [default: nova-3 for deepgram,
-    /// universal-streaming-english for assemblyai, gpt-4o-transcribe for openai]
-    #[arg(long, env = "VOXIDE_STT_MODEL")]
+    #[arg(long, env = "VOXIDE_STT_MODEL", help = providers::model_help(providers::STT, "The STT's model"))]
     stt_model: Option<String>,
     /// Words the embedded Whisper reads before each utterance, as if said just before it:
     /// names and terms it should expect and spell their way ("Voxide, Piper, Smart Turn."). A
@@ -99,18 +85,9 @@ pub struct BotArgs {
     /// one]
     #[arg(long, env = "VOXIDE_STT_PROMPT")]
     stt_prompt: Option<String>,
-    /// Who speaks (with a text LLM): `piper` or `espeak` (embedded, offline; the same as
-    /// --voice), `cartesia` (streaming: CARTESIA_API_KEY; CARTESIA_URL, scheme and host, for
-    /// another server), `openai` (OpenAI's speech API or a server that speaks it:
-    /// OPENAI_API_KEY, OPENAI_BASE_URL), `deepgram` (Aura, streaming: DEEPGRAM_API_KEY,
-    /// DEEPGRAM_URL) or `elevenlabs` (streaming: ELEVENLABS_API_KEY; ELEVENLABS_URL); a
-    /// comma-separated list falls back from each to the next (`cartesia,piper`).
-    /// [default: the --voice]
-    #[arg(long, env = "VOXIDE_TTS")]
+    #[arg(long, env = "VOXIDE_TTS", help = providers::help(providers::TTS, "Who speaks (with a text LLM)", "the --voice"))]
     tts: Option<String>,
-    /// The TTS provider's model (the first provider of the list). [default: sonic-3.5 for
-    /// cartesia, gpt-4o-mini-tts for openai, eleven_flash_v2_5 for elevenlabs]
-    #[arg(long, env = "VOXIDE_TTS_MODEL")]
+    #[arg(long, env = "VOXIDE_TTS_MODEL", help = providers::model_help(providers::TTS, "The TTS provider's model"))]
     tts_model: Option<String>,
     /// The TTS provider's voice id (the first provider of the list).
     #[arg(long, env = "VOXIDE_TTS_VOICE")]
