@@ -39,10 +39,11 @@ impl Overrides {
 
     /// The list's embedded voice is `voice`: one at most.
     fn embed(&mut self, voice: Voice) -> Result<(), ConfigError> {
-        match self.embedded.replace(voice) {
-            Some(_) => Err(ConfigError::Value("one embedded voice at most".into())),
-            None => Ok(()),
+        if self.embedded.is_some() {
+            return Err(ConfigError::Value("one embedded voice at most".into()));
         }
+        self.embedded = Some(voice);
+        Ok(())
     }
 }
 
@@ -271,10 +272,7 @@ pub const LLM: &[ProviderSpec<TextLlm>] = &[
 
 /// The realtime models, which listen and speak themselves (one, never a list).
 pub const REALTIME: &[(&str, &str)] = &[
-    (
-        "openai-realtime",
-        "OPENAI_API_KEY; OPENAI_REALTIME_URL",
-    ),
+    ("openai-realtime", "OPENAI_API_KEY; OPENAI_REALTIME_URL"),
     ("gemini-live", "GEMINI_API_KEY; GEMINI_LIVE_URL"),
 ];
 

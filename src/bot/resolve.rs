@@ -7,7 +7,7 @@ use super::filler::FillerParams;
 use super::http_tool::HttpTool;
 use super::mcp::McpServer;
 use super::providers::{self, Overrides, ProviderSpec};
-use super::{BotOptions, LlmChoice, SttChoice, TextLlm, TtsChoice, Voice};
+use super::{BotOptions, LlmChoice, SttChoice, TtsChoice, Voice};
 use crate::config::{BotConfig, Builtin, ConfigError, ExampleConfig, FillerConfig, IdleConfig};
 use crate::flows::Flow;
 use crate::services::llm::PriceTable;
@@ -324,7 +324,10 @@ impl BotConfig {
         };
         let mut list = Vec::new();
         for name in names {
-            if providers::REALTIME.iter().any(|(realtime, _)| *realtime == name) {
+            if providers::REALTIME
+                .iter()
+                .any(|(realtime, _)| *realtime == name)
+            {
                 return Err(invalid(format!(
                     "llm {spec:?}: {name} listens and speaks itself and has no fallback list"
                 )));
@@ -377,13 +380,14 @@ fn tts_choice(
     };
     let mut list = Vec::new();
     for name in spec.split(',').map(str::trim) {
-        let tts = ProviderSpec::build(providers::TTS, "tts", name, &mut overrides)
-            .map_err(|e| match e {
+        let tts = ProviderSpec::build(providers::TTS, "tts", name, &mut overrides).map_err(
+            |e| match e {
                 ConfigError::Value(why) if !why.starts_with("tts ") => {
                     invalid(format!("tts {spec:?}: {why}"))
                 }
                 other => other,
-            })?;
+            },
+        )?;
         if list.contains(&tts) {
             return Err(invalid(format!("tts {spec:?} names {name} twice")));
         }

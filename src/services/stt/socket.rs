@@ -63,7 +63,12 @@ impl<P: SocketProvider> SttEngine for SocketStt<P> {
         let (input, inputs) = mpsc::channel(INPUT_QUEUE);
         let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
         let core = self.settings.core(Instant::now());
-        tokio::spawn(ws::drive(core, inputs, events_tx, self.settings.reconnect()));
+        tokio::spawn(ws::drive(
+            core,
+            inputs,
+            events_tx,
+            self.settings.reconnect(),
+        ));
         SttStream { input, events }
     }
 }
