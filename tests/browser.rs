@@ -372,17 +372,21 @@ async fn the_page_talks_to_the_bot_over_webrtc() {
     assert!(last["segments"].as_u64().unwrap_or(0) >= 5, "{last:#}");
     let shot = page.screenshot("console-webrtc.png").await;
     eprintln!("browser: {last}; screenshot {}", shot.display());
-    page.eval("document.getElementById('disconnect').click(); true")
-        .await;
-    // The session's summary once it is over.
-    let summary = page
-        .eval("document.getElementById('summary').innerText")
-        .await;
-    let summary = summary.as_str().unwrap_or_default().to_lowercase();
+    let summary = disconnect(page).await;
     assert!(
         summary.contains("voice to voice, p95") && summary.contains("download"),
         "{summary}"
     );
+}
+
+/// Disconnects the console; the session's summary it then shows, in lower case.
+async fn disconnect(page: &mut Page) -> String {
+    page.eval("document.getElementById('disconnect').click(); true")
+        .await;
+    let summary = page
+        .eval("document.getElementById('summary').innerText")
+        .await;
+    summary.as_str().unwrap_or_default().to_lowercase()
 }
 
 /// What the console shows of its turns: each card's text, the tool cards', the struck words.
@@ -637,12 +641,7 @@ async fn the_console_talks_to_pipecats_own_smallwebrtc_bot() {
     .await;
     let shot = page.screenshot("console-pipecat.png").await;
     eprintln!("console on pipecat: {shown}; screenshot {}", shot.display());
-    page.eval("document.getElementById('disconnect').click(); true")
-        .await;
-    let summary = page
-        .eval("document.getElementById('summary').innerText")
-        .await;
-    let summary = summary.as_str().unwrap_or_default().to_lowercase();
+    let summary = disconnect(page).await;
     assert!(
         summary.contains("turns") && summary.contains("download"),
         "{summary}"
