@@ -329,7 +329,8 @@ impl Flow {
                 || n.pre.iter().any(|a| matches!(a, Action::Say(_)))
         })?;
         Some(format!(
-            "node {:?}: a realtime provider keeps its own conversation and voice, so a flow on              one appends (no reset) and says no tts_say lines",
+            "node {:?}: a realtime provider keeps its own conversation and voice, so a flow on \
+             one appends (no reset) and says no tts_say lines",
             node.name
         ))
     }
