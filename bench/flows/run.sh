@@ -28,17 +28,12 @@ OUT=${OUT:-$HERE/results/$(date -u +%Y%m%dT%H%M%SZ)}
 VOXIDE=$ROOT/target/release/voxide
 mkdir -p "$OUT"
 
-log() { printf '[flows-bench] %s\n' "$*" >&2; }
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
+BENCH=flows-bench
+# shellcheck source=bench/common.sh
+source "$ROOT/bench/common.sh"
 
-log "building voxide and the stand-ins (release)"
-(cd "$ROOT" && cargo build --release --locked --bin voxide --example stand_in_providers)
-command -v espeak-ng >/dev/null && command -v sox >/dev/null || {
-    log "needs espeak-ng and sox: apt-get install -y espeak-ng sox"
-    exit 2
-}
+build_release
+need_speech_tools
 espeak-ng -v en-gb -s 165 -w "$OUT/raw.wav" "Where is my order, please?"
 sox "$OUT/raw.wav" -r 16000 -c 1 -b 16 "$OUT/question.wav"
 rm "$OUT/raw.wav"

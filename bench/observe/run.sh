@@ -24,17 +24,12 @@ OUT=${OUT:-$HERE/results/$(date -u +%Y%m%dT%H%M%SZ)}
 VOXIDE=$ROOT/target/release/voxide
 mkdir -p "$OUT"
 
-log() { printf '[observe-bench] %s\n' "$*" >&2; }
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
+BENCH=observe-bench
+# shellcheck source=bench/common.sh
+source "$ROOT/bench/common.sh"
 
-log "building voxide and the stand-ins (release)"
-(cd "$ROOT" && cargo build --release --locked --bin voxide --example stand_in_providers)
-command -v espeak-ng >/dev/null && command -v sox >/dev/null || {
-    log "needs espeak-ng and sox: apt-get install -y espeak-ng sox"
-    exit 2
-}
+build_release
+need_speech_tools
 text=("" "What time is it?" "What is the weather like in Paris today?")
 for i in 1 2; do
     espeak-ng -v en-gb -s 165 -w "$OUT/raw$i.wav" "${text[$i]}"

@@ -34,10 +34,9 @@ OUT=${OUT:-$HERE/results/$(date -u +%Y%m%dT%H%M%SZ)}
 VOXIDE=${VOXIDE:-$ROOT/target/release/voxide}  # VOXIDE=PATH: another build of it
 mkdir -p "$OUT"
 
-log() { printf '[pipecat-compare] %s\n' "$*" >&2; }
-pids=()
-cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done; wait 2>/dev/null || true; }
-trap cleanup EXIT
+BENCH=pipecat-compare
+# shellcheck source=bench/common.sh
+source "$ROOT/bench/common.sh"
 
 if [[ " $BOTS " == *" pipecat "* && ! -x "$VENV/bin/python" ]]; then
     log "installing pipecat 1.14 into $VENV (a minute or two)"
@@ -45,15 +44,11 @@ if [[ " $BOTS " == *" pipecat "* && ! -x "$VENV/bin/python" ]]; then
     "$VENV/bin/pip" install --progress-bar on \
         'pipecat-ai[deepgram,cartesia,openai,anthropic,webrtc,runner]==1.14.0'
 fi
-log "building voxide and the stand-ins (release)"
-(cd "$ROOT" && cargo build --release --locked --bin voxide --example stand_in_providers)
+build_release
 
 # Two questions that Smart Turn v3 rates finished, so both bots answer at their first pause and
 # the figures measure the bots rather than the turn model's fallback.
-command -v espeak-ng >/dev/null && command -v sox >/dev/null || {
-    log "needs espeak-ng and sox: apt-get install -y espeak-ng sox"
-    exit 2
-}
+need_speech_tools
 for i in 1 2; do
     text=("" "What time is it?" "What is the weather like in Paris today?")
     espeak-ng -v en-gb -s 165 -w "$OUT/raw$i.wav" "${text[$i]}"
