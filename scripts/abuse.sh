@@ -15,7 +15,11 @@
 # instead of the stand-ins: the abusers then compete with the models for the CPU, and a
 # slowdown of the callers shows in their v2v.
 #
-#   scripts/abuse.sh [--sessions C] [--seconds S] [--fast N] [--deaf N] [--big N] [--churn N] [--embedded] [--release] [--out DIR]
+# The callers' microphones are in a quiet room: brown noise at -55 dBFS under the speech and in
+# every gap (--noise-dbfs N to change it, --digital-silence for the lab's digital zero).
+#
+#   scripts/abuse.sh [--sessions C] [--seconds S] [--fast N] [--deaf N] [--big N] [--churn N] [--embedded]
+#                    [--noise-dbfs N | --digital-silence] [--release] [--out DIR]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +29,7 @@ FAST=2 DEAF=2 BIG=1 CHURN=1
 PROFILE=debug
 EMBEDDED=0
 OUT=target/abuse
+NOISE=(--noise-dbfs -55)
 while (($#)); do
   case "$1" in
     --sessions) SESSIONS="$2"; shift 2 ;;
@@ -35,8 +40,10 @@ while (($#)); do
     --churn) CHURN="$2"; shift 2 ;;
     --embedded) EMBEDDED=1; shift ;;
     --release) PROFILE=release; shift ;;
+    --noise-dbfs) NOISE=(--noise-dbfs "$2"); shift 2 ;;
+    --digital-silence) NOISE=(); shift ;;
     --out) OUT="$2"; shift 2 ;;
-    *) echo "usage: scripts/abuse.sh [--sessions C] [--seconds S] [--fast N] [--deaf N] [--big N] [--churn N] [--embedded] [--release] [--out DIR]" >&2; exit 2 ;;
+    *) echo "usage: scripts/abuse.sh [--sessions C] [--seconds S] [--fast N] [--deaf N] [--big N] [--churn N] [--embedded] [--noise-dbfs N | --digital-silence] [--release] [--out DIR]" >&2; exit 2 ;;
   esac
 done
 
@@ -94,7 +101,7 @@ pids+=($!)
 load() {
   "$BIN" loadtest --target "http://127.0.0.1:$PORT" --protocol ws --audio assets/test/hello_16k.wav \
     --concurrency "$SESSIONS" --duration "$SECONDS_EACH" --ramp 5 --turns 3 \
-    --response-timeout 10 --max-pacing-lag-ms 1000 --out "$OUT/$1" >"$OUT/$1.log" 2>&1 || true
+    --response-timeout 10 --max-pacing-lag-ms 1000 "${NOISE[@]}" --out "$OUT/$1" >"$OUT/$1.log" 2>&1 || true
 }
 
 echo "abuse: $SESSIONS callers for $SECONDS_EACH s, alone"
