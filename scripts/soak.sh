@@ -7,7 +7,7 @@
 #
 # Prints one JSON line: the RSS slope per hour after warm-up, descriptors and threads at the
 # start and the end, sessions started/completed/failed, v2v p95 of the first and the last 10 % of
-# the sessions and its drift, the faults struck, each final answered once / lost / twice, and tool
+# the sessions (turns a fault struck apart) and its drift, the faults struck, each final answered once / lost / twice, and tool
 # results finished / delivered / dropped. Exits 1 if a goal is missed (RSS within ±5 % after
 # warm-up, nothing leaked, no failed session, p95 drift within 10 %, no turn lost or answered
 # twice, no tool result dropped).
@@ -166,12 +166,33 @@ spread = max((abs(v - mean_rss) / mean_rss for _, v in rss), default=0.0) if mea
 # more than the others): a tenth of the sessions, or more so that each window holds at least
 # 200 turns (a quarter of the run at most). A p95 of fewer turns is their second-slowest, and
 # one or two turns a fault struck (1 % of requests, each retried) would move it past 10 %.
+#
+# A turn a fault struck (its request refused or answered late, its STT or TTS socket dropped)
+# takes the time the bot needs to make up for it: a retry, a reconnect. Those turns are kept out
+# of the drift, which asks whether the bot slows down as it runs; their count and p95 are
+# reported beside it. The stand-ins name the turns they struck; a turn whose finals come from
+# another STT socket than the turn before it had its socket dropped or refused.
 def p95(values):
     values = sorted(values)
     return values[min(len(values) - 1, int(round(0.95 * (len(values) - 1))))] if values else None
+import re
+struck_keys = set(ledger.get("struck_turns", []))
+last_socket = {}
+def struck(t):
+    finals = re.findall(r"session (\S+) question (\d+)", t["transcript"])
+    sockets = {s for s, _ in finals}
+    before = last_socket.get(t["session"])
+    if finals:
+        last_socket[t["session"]] = finals[-1][0]
+    return (any(f"session {s} question {q}" in struck_keys for s, q in finals)
+            or len(sockets) > 1 or (before is not None and sockets and before not in sockets))
 by_session = {}
-for t in turns:
-    if t["v2v_ms"]:
+struck_v2v = []
+for t in sorted(turns, key=lambda t: (t["session"], int(t["turn"]))):
+    hit = struck(t)
+    if t["v2v_ms"] and hit:
+        struck_v2v.append(float(t["v2v_ms"]))
+    elif t["v2v_ms"]:
         by_session.setdefault(t["session"], []).append((float(t["speech_end_ms"]), float(t["v2v_ms"])))
 sessions_in_order = sorted(by_session.values(), key=lambda ts: min(at for at, _ in ts))
 if sessions_in_order:
@@ -199,7 +220,8 @@ result = {
     "threads": {"start": idle_before["threads"], "end": idle_after["threads"]},
     "active_at_end": idle_after["active"],
     "v2v_p95_ms": {"window_sessions": window, "first_sessions": first, "last_sessions": last,
-                   "drift": drift},
+                   "drift": drift, "struck_turns": len(struck_v2v),
+                   "struck_turns_p95": p95(struck_v2v)},
     "faults": stand_ins["faults"],
     "finals": {k: ledger.get(k) for k in ("finals", "answered_once", "lost", "answered_twice",
                                           "guesses_thrown_away", "follow_ups", "twice_examples")},

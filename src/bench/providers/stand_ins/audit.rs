@@ -1,7 +1,7 @@
 //! What the stand-ins do wrong on purpose, and the ledger that says whether the bot made up for
 //! it: every final answered exactly once, every tool result that finished delivered to the model.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -156,6 +156,8 @@ pub struct Ledger {
     twice_examples: Vec<String>,
     /// By turn, the first request that named it: its text, its shape, when it came.
     first_asked: HashMap<String, (String, String, std::time::Instant)>,
+    /// The turns a fault struck.
+    struck: BTreeSet<String>,
 }
 
 /// Texts kept to show what was answered twice.
@@ -187,6 +189,11 @@ pub struct LedgerCounts {
     pub tools_dropped: usize,
     /// A few of the texts that answered a final a second time, as the model was asked them.
     pub twice_examples: Vec<String>,
+    /// The turns a fault struck (`session S question Q`): the last final of the request refused
+    /// or answered late, the last final the text a dropped TTS socket held named, and the final
+    /// a dropped STT socket left unanswered. A run tells its own latency apart from the time the
+    /// bot took to make up for a fault.
+    pub struck_turns: Vec<String>,
 }
 
 impl Ledger {
@@ -248,6 +255,13 @@ impl Ledger {
         }
     }
 
+    /// A fault struck the turn a text names last (nothing when it names none).
+    pub fn struck(&mut self, text: &str) {
+        if let Some(turn) = turns_named(text).pop() {
+            self.struck.insert(turn);
+        }
+    }
+
     /// The LLM was asked to go on after a tool result or an async tool's message.
     pub fn followed_up(&mut self) {
         self.follow_ups += 1;
@@ -300,6 +314,7 @@ impl Ledger {
                 .difference(&self.tools_delivered)
                 .count(),
             twice_examples: self.twice_examples.clone(),
+            struck_turns: self.struck.iter().cloned().collect(),
         }
     }
 }
@@ -313,7 +328,7 @@ fn session_of(turn: &str) -> &str {
 pub fn turns_named(text: &str) -> Vec<String> {
     let words: Vec<&str> = text
         .split_whitespace()
-        .map(|w| w.trim_end_matches(['.', ',', '?', '!']))
+        .map(|w| w.trim_end_matches(['.', ',', '?', '!', ':']))
         .collect();
     words
         .windows(4)
@@ -415,6 +430,15 @@ mod tests {
         ]);
         let counts = ledger.counts();
         assert_eq!((counts.tools_delivered, counts.tools_dropped), (1, 1));
+    }
+
+    #[test]
+    fn a_struck_text_names_its_last_turn_once() {
+        let mut ledger = Ledger::default();
+        ledger.struck("session s1 question 0. session s1 question 1.");
+        ledger.struck("session s1 question 1: sure, it is noon.");
+        ledger.struck("no turn here");
+        assert_eq!(ledger.counts().struck_turns, ["session s1 question 1"]);
     }
 
     #[test]

@@ -63,7 +63,13 @@ fn shape(messages: &[Value]) -> String {
 }
 
 /// The stream of one answer: the first event holds the first token; the rest follow at once.
-fn answer(protocol: Protocol) -> (String, String) {
+/// The answer begins with the last turn the question names, so that the TTS stand-in knows
+/// which turn it speaks for.
+fn answer(protocol: Protocol, question: &str) -> (String, String) {
+    let first_words = match super::audit::turns_named(question).pop() {
+        Some(turn) => format!("{turn}: sure, "),
+        None => "Sure, ".to_owned(),
+    };
     let sse = |name: Option<&str>, data: Value| match name {
         Some(name) => format!("event: {name}\ndata: {data}\n\n"),
         None => format!("data: {data}\n\n"),
@@ -83,7 +89,7 @@ fn answer(protocol: Protocol) -> (String, String) {
                 json!([{"index": 0, "delta": {"content": content}, "finish_reason": null}])
             };
             (
-                chunk(delta("Sure, "), Value::Null),
+                chunk(delta(&first_words), Value::Null),
                 [
                     chunk(delta("it is noon."), Value::Null),
                     chunk(
@@ -111,7 +117,7 @@ fn answer(protocol: Protocol) -> (String, String) {
                 ),
                 sse(
                     Some("content_block_delta"),
-                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "Sure, "}}),
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": first_words}}),
                 ),
             ]
             .concat(),
@@ -171,10 +177,12 @@ fn calls_tool(protocol: Protocol, request: &Value, messages: &[Value]) -> bool {
 /// (429 with `retry-after`, 500, 503) or its first token comes past the client's deadline.
 pub(super) async fn chat(State(stand_ins): State<StandIns>, body: Bytes) -> Response {
     let arrived = Instant::now();
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let key = marker(&request);
     if let Some(refusal) = stand_ins.refused(Fault::RequestRefused) {
+        stand_ins.ledger().struck(&key);
         return refusal;
     }
-    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     let api = match stand_ins.protocol {
         Protocol::Openai => Api::OpenAi,
         Protocol::Anthropic => Api::Anthropic,
@@ -184,12 +192,14 @@ pub(super) async fn chat(State(stand_ins): State<StandIns>, body: Bytes) -> Resp
         tracing::warn!(%refusal, "the chat stand-in refused a request as the real API would");
         return api.refusal(&refusal);
     }
-    let key = marker(&request);
     stand_ins.note(arrived, key.clone(), |log| &mut log.request_arrived);
     let messages = request["messages"].as_array().cloned().unwrap_or_default();
     let late = stand_ins.faults.strike(Fault::FirstTokenLate);
     let (first, rest) = {
         let mut ledger = stand_ins.ledger();
+        if late {
+            ledger.struck(&key);
+        }
         ledger.delivered(&messages);
         let last = messages.last();
         if !late && last.is_some_and(|m| m["role"] == "user") {
@@ -202,7 +212,7 @@ pub(super) async fn chat(State(stand_ins): State<StandIns>, body: Bytes) -> Resp
             let call = stand_ins.sockets.fetch_add(1, Ordering::Relaxed);
             tool_call(&format!("call_stand_in_{call}"))
         } else {
-            answer(stand_ins.protocol)
+            answer(stand_ins.protocol, &key)
         }
     };
     let delay = if late {

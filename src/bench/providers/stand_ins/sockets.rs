@@ -91,6 +91,12 @@ async fn transcribe(socket: WebSocket, stand_ins: StandIns, session: String) {
             Message::Text(text) if text.contains("\"Finalize\"") => {
                 if stand_ins.faults.strike(Fault::SocketDropped) {
                     // Gone without a word: the finalize and the audio before it unanswered.
+                    // The turn struck is the one of the socket's last final, if it wrote one (a
+                    // final the new socket then writes names a session the turn's earlier
+                    // finals did not).
+                    if let Some(last) = question.checked_sub(1) {
+                        stand_ins.ledger().struck(&turn(&session, last));
+                    }
                     writer.abort();
                     return;
                 }
@@ -158,6 +164,9 @@ async fn voice(socket: WebSocket, stand_ins: StandIns, session: String) {
         let known = contexts.contains_key(&context);
         if !known && stand_ins.faults.strike(Fault::SocketDropped) {
             // Gone without a word, this context's text unanswered.
+            stand_ins
+                .ledger()
+                .struck(message["transcript"].as_str().unwrap_or_default());
             writer.abort();
             return;
         }
