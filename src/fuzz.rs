@@ -17,7 +17,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("signalling", signalling),
     ("http_bodies", http_bodies),
     ("ws_pcm", ws_pcm),
-    ("ws_twilio", ws_twilio),
+    ("ws_carriers", ws_carriers),
     ("wav", wav),
     ("async_tool_message", async_tool_message),
     ("sse", sse),
@@ -86,12 +86,31 @@ fn ws_pcm(bytes: &[u8]) {
     );
 }
 
-/// Twilio Media Streams.
-fn ws_twilio(bytes: &[u8]) {
-    socket(crate::transports::websocket::Framing::twilio(), bytes);
+/// A telephone carrier's media stream (the first byte picks the carrier), then the bot's audio
+/// to it, an interruption and the end of its speech.
+fn ws_carriers(bytes: &[u8]) {
+    use crate::transports::carriers::Carrier;
+    use crate::transports::websocket::{Framing, Outbound};
+    let Some((pick, rest)) = bytes.split_first() else {
+        return;
+    };
+    let carrier = Carrier::ALL[usize::from(*pick) % Carrier::ALL.len()];
+    let mut framing = Framing::phone(carrier);
+    socket_into(&mut framing, rest);
+    let _ = framing.encode(Outbound::Audio(vec![1_000; 333], 16_000));
+    let _ = framing.encode(Outbound::Clear);
+    let _ = framing.encode(Outbound::Audio(vec![-1_000; 4_000], 24_000));
+    let _ = framing.encode(Outbound::Event(crate::events::SessionEvent {
+        elapsed: std::time::Duration::ZERO,
+        event: crate::events::Event::BotStoppedSpeaking,
+    }));
 }
 
 fn socket(mut framing: crate::transports::websocket::Framing, bytes: &[u8]) {
+    socket_into(&mut framing, bytes);
+}
+
+fn socket_into(framing: &mut crate::transports::websocket::Framing, bytes: &[u8]) {
     use crate::transports::websocket::WsMessage;
     for message in messages(bytes) {
         let message = match message.split_first() {

@@ -1,5 +1,5 @@
 //! `voxide serve` over real sockets: health and readiness, a spoken exchange over the
-//! WebSocket transport and over Twilio Media Streams, bad messages, the session limit and the
+//! WebSocket transport and over the carriers' media streams (Twilio, Vonage, Telnyx), bad messages, the session limit and the
 //! graceful shutdown. Needs the models (`scripts/setup.sh`).
 
 use std::time::Duration;
@@ -10,9 +10,9 @@ use futures_util::{SinkExt, StreamExt};
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Message;
 
-use voxide::audio::mulaw;
 use voxide::audio::resample::StreamResampler;
 use voxide::audio::wav;
+use voxide::audio::{alaw, mulaw};
 
 mod common;
 
@@ -249,6 +249,128 @@ async fn a_twilio_media_stream_gets_mulaw_answers() {
     }
     let refused = refused.expect("a reason before the close");
     assert!(refused.contains("opened already"), "{refused}");
+}
+
+/// A call from a carrier at `path`: its `opening` messages, then the hello audio (at `rate`)
+/// and silence, 20 ms a message as `frame` writes it, until `loud` counts 4,000 loud samples
+/// of the bot's answer (or a minute passes). Returns the count and the messages of bot audio.
+async fn carrier_call(
+    path: &str,
+    opening: Vec<Message>,
+    rate: u32,
+    frame: fn(&[i16]) -> Message,
+    loud: fn(&Message) -> usize,
+) -> (usize, Vec<Message>) {
+    let server = start(4).await;
+    let url = format!("ws://{}{path}", server.addr);
+    let (socket, _) = tokio_tungstenite::connect_async(&url)
+        .await
+        .expect("upgrade");
+    let (mut tx, mut rx) = socket.split();
+    for message in opening {
+        tx.send(message).await.expect("send");
+    }
+    let reader = tokio::spawn(async move {
+        let (mut heard, mut audio) = (0usize, Vec::new());
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while let Ok(Some(Ok(message))) = tokio::time::timeout_at(deadline, rx.next()).await {
+            let n = loud(&message);
+            if n > 0 {
+                heard += n;
+                audio.push(message);
+            }
+            if heard > 4000 {
+                break;
+            }
+        }
+        (heard, audio)
+    });
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    let mut audio = StreamResampler::new(16_000, rate)
+        .expect("resampler")
+        .process(&hello);
+    audio.extend(vec![0; rate as usize * 6]);
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    for chunk in audio.chunks(rate as usize / 50) {
+        tick.tick().await;
+        if tx.send(frame(chunk)).await.is_err() || reader.is_finished() {
+            break;
+        }
+    }
+    reader.await.expect("reader")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vonage_call_speaks_binary_pcm_both_ways_in_20_ms_messages() {
+    let connected = json!({"event": "websocket:connected",
+        "content-type": "audio/l16;rate=16000", "caller": "447700900000"});
+    let pcm = |chunk: &[i16]| {
+        Message::binary(
+            chunk
+                .iter()
+                .flat_map(|s| s.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        )
+    };
+    let loud = |message: &Message| match message {
+        Message::Binary(bytes) => bytes
+            .chunks_exact(2)
+            .filter(|b| i16::from_le_bytes([b[0], b[1]]).unsigned_abs() > 1000)
+            .count(),
+        _ => 0,
+    };
+    let (heard, audio) = carrier_call(
+        "/ws/vonage",
+        vec![Message::text(connected.to_string())],
+        16_000,
+        pcm,
+        loud,
+    )
+    .await;
+    assert!(heard > 4000, "the bot answered: {heard} loud samples");
+    assert!(
+        audio.iter().all(|m| m.len() == 640),
+        "20 ms at 16 kHz a message"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_telnyx_call_in_alaw_is_answered_in_alaw() {
+    let start = json!({"event": "start", "sequence_number": "1", "stream_id": "32DE",
+        "start": {"call_control_id": "v3:test-call", "from": "+13122010094", "to": "+13122123456",
+                  "media_format": {"encoding": "PCMA", "sample_rate": 8000, "channels": 1}}});
+    let opening = vec![
+        Message::text(json!({"event": "connected", "version": "1.0.0"}).to_string()),
+        Message::text(start.to_string()),
+    ];
+    let alaw = |chunk: &[i16]| {
+        let payload = STANDARD.encode(chunk.iter().map(|s| alaw::encode(*s)).collect::<Vec<u8>>());
+        Message::text(
+            json!({"event": "media", "stream_id": "32DE",
+            "media": {"track": "inbound", "payload": payload}})
+            .to_string(),
+        )
+    };
+    let loud = |message: &Message| {
+        let Message::Text(text) = message else {
+            return 0;
+        };
+        let message: Value = serde_json::from_str(text).expect("JSON");
+        if message["event"] != "media" {
+            return 0;
+        }
+        STANDARD
+            .decode(message["media"]["payload"].as_str().expect("payload"))
+            .expect("base64")
+            .iter()
+            .filter(|b| alaw::decode(**b).unsigned_abs() > 1000)
+            .count()
+    };
+    let (heard, _) = carrier_call("/ws/telnyx", opening, 8_000, alaw, loud).await;
+    assert!(
+        heard > 4000,
+        "the bot answered in A-law: {heard} loud samples"
+    );
 }
 
 /// What the bot says first to a WebSocket client at `path`: its `bot_text`s until it stops

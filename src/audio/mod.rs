@@ -7,6 +7,7 @@
 pub const AUDIO_QUEUE: usize = 256;
 
 pub mod aec;
+pub mod alaw;
 pub mod denoise;
 pub mod echo;
 pub mod mel;

@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 
 use crate::secret::Secret;
-use crate::transports::websocket::Call;
+use crate::transports::carriers::{Call, Carrier};
 
 use super::cluster::{
     FORWARDED_HEADER, Forwarded, SIGNATURE_HEADER, same_secret, signed, unix_now,
@@ -67,8 +67,12 @@ impl Access {
     /// Takes a telephone call's stream: once per call, and only for the configured account
     /// (a replayed handshake cannot open a call twice).
     pub(crate) fn take_call(&self, call: &Call) -> Result<(), CallRefused> {
-        if let Some(account) = &self.options.twilio_account_sid
-            && !same_secret(call.account_sid.as_bytes(), account.as_bytes())
+        if call.carrier == Carrier::Twilio
+            && let Some(account) = &self.options.twilio_account_sid
+            && !call
+                .account_sid
+                .as_ref()
+                .is_some_and(|sid| same_secret(sid.as_bytes(), account.as_bytes()))
         {
             return Err(CallRefused::OtherAccount);
         }
@@ -222,8 +226,9 @@ pub(crate) fn fuzz_request(bytes: &[u8]) {
     *request.headers_mut() = headers;
     if let Some(ip) = access.client(&request) {
         let _ = access.take_call(&Call {
+            carrier: Carrier::Twilio,
             call_sid: ip.to_string(),
-            account_sid: "AC1".into(),
+            account_sid: Some("AC1".into()),
         });
         let _ = subscriber(ip);
     }
@@ -274,17 +279,16 @@ pub fn twilio_signature(auth_token: &str, url: &str) -> String {
 
 /// Paths that open or steer sessions, or administer the node: a token guards them.
 fn guarded(path: &str) -> bool {
-    matches!(
-        path,
-        "/start" | "/api/offer" | "/ws" | "/ws/twilio" | "/bots"
-    ) || path.starts_with("/sessions/")
+    matches!(path, "/start" | "/api/offer" | "/ws" | "/bots")
+        || Carrier::is_stream_path(path)
+        || path.starts_with("/sessions/")
         || path.starts_with("/admin/")
 }
 
 /// Requests that open a session. The offer of a session a `/start` on this node began was
 /// counted with its start; any other offer to `/sessions/{id}` counts.
 fn opens_session(method: &Method, path: &str, started_here: impl Fn(&str) -> bool) -> bool {
-    if matches!(path, "/start" | "/ws" | "/ws/twilio") {
+    if matches!(path, "/start" | "/ws") || Carrier::is_stream_path(path) {
         return true;
     }
     if method != Method::POST {
@@ -673,8 +677,9 @@ mod tests {
             ..AccessOptions::default()
         });
         let call = |account: &str| Call {
+            carrier: Carrier::Twilio,
             call_sid: format!("CA-{account}"),
-            account_sid: account.into(),
+            account_sid: Some(account.into()),
         };
         assert_eq!(
             access.take_call(&call("AC2")),
@@ -682,6 +687,14 @@ mod tests {
         );
         assert_eq!(access.take_call(&call("AC1")), Ok(()));
         assert_eq!(access.take_call(&call("AC1")), Err(CallRefused::Taken));
+        // Another carrier's call names no Twilio account; it is taken once too.
+        let telnyx = Call {
+            carrier: Carrier::Telnyx,
+            call_sid: "v3:abc".into(),
+            account_sid: None,
+        };
+        assert_eq!(access.take_call(&telnyx), Ok(()));
+        assert_eq!(access.take_call(&telnyx), Err(CallRefused::Taken));
     }
 
     #[test]

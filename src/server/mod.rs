@@ -471,7 +471,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/", get(page))
         .route("/bots", get(bots))
         .route("/ws", get(ws::pcm))
-        .route("/ws/twilio", get(ws::twilio))
+        .route("/ws/{carrier}", get(ws::phone))
         .route("/start", post(webrtc::start))
         .merge(signalling);
     if app.options.admin_addr.is_none() {

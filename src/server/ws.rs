@@ -1,12 +1,13 @@
-//! The WebSocket endpoints: one session per connection, in voxide's PCM framing (`/ws`) or
-//! Twilio's Media Streams (`/ws/twilio`). See [`crate::transports::websocket`] for the framing.
+//! The WebSocket endpoints: one session per connection, in voxide's PCM framing (`/ws`) or a
+//! telephone carrier's media stream (`/ws/{carrier}`). See [`crate::transports::websocket`] for
+//! the framing.
 
 use std::sync::Arc;
 
 use axum::extract::rejection::QueryRejection;
 use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
-use axum::extract::{Extension, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::response::Response;
 use futures_util::{SinkExt, StreamExt};
 use serde::Deserialize;
@@ -24,6 +25,7 @@ use crate::events::{Event, ReportLevel, SessionEvent};
 use crate::frames::{AudioFrame, DataFrame};
 use crate::observe::Watched;
 use crate::pipeline::Session;
+use crate::transports::carriers::Carrier;
 use crate::transports::heartbeat::Heartbeat;
 use crate::transports::output::AudioSink;
 use crate::transports::pace::{Pace, TextPace};
@@ -47,9 +49,9 @@ pub(crate) struct PcmParams {
     record: Option<bool>,
 }
 
-/// Query parameters of `/ws/twilio`.
+/// Query parameters of `/ws/{carrier}`.
 #[derive(Debug, Deserialize)]
-pub(crate) struct TwilioParams {
+pub(crate) struct PhoneParams {
     /// The bot the call goes to (default: the server's first).
     bot: Option<String>,
     /// `false`: the caller refuses to be recorded (`--record-dir`).
@@ -128,23 +130,31 @@ pub(crate) async fn pcm(
     }))
 }
 
-pub(crate) async fn twilio(
+pub(crate) async fn phone(
     State(app): State<Arc<App>>,
+    Path(carrier): Path<String>,
     headers: axum::http::HeaderMap,
     client: Option<Extension<ClientAddr>>,
-    params: Result<Query<TwilioParams>, QueryRejection>,
+    params: Result<Query<PhoneParams>, QueryRejection>,
     upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Result<Response, ApiError> {
+    let carrier = Carrier::from_name(&carrier).ok_or_else(|| {
+        let known: Vec<&str> = Carrier::ALL.iter().map(|c| c.name()).collect();
+        ApiError::NotFound(format!(
+            "no carrier {carrier:?}: the media streams voxide takes are {}",
+            known.join(", ")
+        ))
+    })?;
     let Query(params) = params?;
     let info = session_info(&app, params.bot, params.record)?;
     let upgrade = upgrade?;
     let admission = app.admit()?;
-    // The pipeline speaks at 16 kHz for telephone calls; the framing narrows it to 8 kHz.
+    // The pipeline speaks at 16 kHz for telephone calls; the framing narrows it to the call's.
     Ok(limited(upgrade).on_upgrade(move |socket| {
         run_session(
             app,
             socket,
-            (Framing::twilio(), false),
+            (Framing::phone(carrier), false),
             16_000,
             Opening {
                 info,
@@ -234,10 +244,9 @@ async fn run_session(
     }
     let receiver = futures_util::stream::iter(first.map(Ok)).chain(receiver);
     let (out_tx, out_rx) = mpsc::channel::<Outbound>(crate::audio::AUDIO_QUEUE);
-    let transport = if matches!(framing, Framing::Twilio(_)) {
-        "twilio"
-    } else {
-        "websocket"
+    let transport = match &framing {
+        Framing::Phone(stream) => stream.carrier().name(),
+        _ => "websocket",
     };
     let mut observing = app.watchers.watch(&Watched {
         id: &info.id,

@@ -3,6 +3,7 @@
 //! Every transport feeds input audio frames into its session and plays the bot's audio through
 //! the shared [`AudioOutput`] stage, which paces it and stops it on interruption.
 
+pub mod carriers;
 pub mod dtmf;
 pub mod file;
 pub mod heartbeat;
@@ -13,6 +14,7 @@ pub mod output;
 pub mod pace;
 pub mod rtvi;
 pub mod signalling;
+pub mod socket;
 pub mod talkspurt;
 pub mod webrtc;
 pub mod websocket;

@@ -12,29 +12,19 @@
 //! user's audio comes as `raw-audio`; the bot's goes out as `eval-bot-audio` when the client
 //! asks for it (`?capture_bot_audio=true`, or `eval-connect`), else not at all.
 //!
-//! **Twilio Media Streams** (`/ws/twilio`): JSON text messages only. In: `connected`, `start`
-//! (the stream id), `media` (base64 μ-law at 8 kHz), `mark`, `dtmf` (a key, gathered into an
-//! entry by [`super::dtmf`]), `stop`. Out: `media` with
-//! the bot's audio as base64 μ-law at 8 kHz, and `clear` when the user interrupts, so Twilio
-//! drops the audio it has buffered.
+//! **Telephone carriers' media streams** (`/ws/twilio`, `/ws/telnyx`, `/ws/plivo`,
+//! `/ws/exotel`, `/ws/vonage`): each in the carrier's framing, read and written by
+//! [`super::carriers`]. Keys pressed reach the session one at a time, gathered into an entry by
+//! [`super::dtmf`]; an interruption tells the carrier to drop the bot's audio it holds.
 
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
+pub use super::carriers::Call;
+use super::carriers::{Carrier, Heard, PhoneStream};
 use super::rtvi::{self, ClientMessage, EvalFlags, EvalMessage, Rtvi};
-use crate::audio::resample::StreamResampler;
-use crate::audio::{mulaw, pcm_to_base64};
+pub use super::socket::{FramingError, WsMessage};
+use crate::audio::pcm_to_base64;
 use crate::events::{Event, SessionEvent};
-
-/// A message on the socket, either way.
-#[derive(Debug, Clone, PartialEq)]
-pub enum WsMessage {
-    /// A text message.
-    Text(String),
-    /// A binary message.
-    Binary(Vec<u8>),
-}
 
 /// What a client message means for the session.
 #[derive(Debug, Clone, PartialEq)]
@@ -48,25 +38,16 @@ pub enum Inbound {
     },
     /// The user typed this.
     Text(String),
-    /// A telephone call's stream began (Twilio's `start`).
+    /// A telephone call's stream began (a carrier's `start`).
     Call(Call),
     /// An RTVI message.
     Rtvi(ClientMessage),
-    /// A key pressed on the caller's keypad (Twilio's `dtmf`).
+    /// A key pressed on the caller's keypad (a carrier's `dtmf`).
     Dtmf(char),
     /// The client is done.
     Stop,
     /// Nothing to do (a keep-alive, a mark, the stream's metadata).
     Nothing,
-}
-
-/// The call a Twilio stream carries, as its `start` names it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Call {
-    /// The call's id (`CA…`).
-    pub call_sid: String,
-    /// The account the call belongs to (`AC…`).
-    pub account_sid: String,
 }
 
 /// What the server sends.
@@ -84,23 +65,6 @@ pub enum Outbound {
     Text(String),
 }
 
-/// Why a client message could not be used.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum FramingError {
-    /// Not valid JSON, or not the expected shape.
-    #[error("malformed message: {0}")]
-    Malformed(String),
-    /// A message type this dialect does not know.
-    #[error("unknown message type {0:?}")]
-    Unknown(String),
-    /// Audio that cannot be PCM16 (an odd number of bytes).
-    #[error("audio must be 16-bit PCM: a binary message of {0} bytes has half a sample")]
-    OddAudio(usize),
-    /// Audio in a format this dialect does not take.
-    #[error("unsupported audio format: {0}")]
-    Format(String),
-}
-
 /// One dialect's encoder and decoder, with its per-connection state.
 pub enum Framing {
     /// voxide's PCM + JSON framing.
@@ -115,8 +79,8 @@ pub enum Framing {
     },
     /// RTVI JSON messages.
     Rtvi(Box<RtviState>),
-    /// Twilio Media Streams.
-    Twilio(Box<TwilioState>),
+    /// A telephone carrier's media stream.
+    Phone(Box<PhoneStream>),
 }
 
 /// What an RTVI connection remembers.
@@ -127,16 +91,6 @@ pub struct RtviState {
     /// Messages read so far: only the first may make the session a text one.
     read: u64,
 }
-
-/// What a Twilio connection remembers.
-#[derive(Default)]
-pub struct TwilioState {
-    stream_sid: Option<String>,
-    down: Option<(u32, StreamResampler)>,
-}
-
-/// Twilio's audio rate.
-pub const TWILIO_RATE: u32 = 8_000;
 
 impl Framing {
     /// voxide's framing with input audio at `input_rate`; RTVI, with `flags`, if the client's
@@ -155,7 +109,7 @@ impl Framing {
         match self {
             Self::Pcm { session, .. } => *session = Some((id.to_owned(), recorded)),
             Self::Rtvi(state) => state.rtvi.set_session(id, recorded),
-            Self::Twilio(_) => {}
+            Self::Phone(_) => {}
         }
     }
 
@@ -170,9 +124,9 @@ impl Framing {
         }))
     }
 
-    /// Twilio Media Streams framing.
-    pub fn twilio() -> Self {
-        Self::Twilio(Box::default())
+    /// A telephone carrier's framing.
+    pub fn phone(carrier: Carrier) -> Self {
+        Self::Phone(Box::new(PhoneStream::new(carrier)))
     }
 
     /// Reads one client message.
@@ -233,10 +187,19 @@ impl Framing {
             (Self::Rtvi(_), WsMessage::Binary(_)) => Err(FramingError::Format(
                 "RTVI clients send JSON text messages only (audio as raw-audio)".into(),
             )),
-            (Self::Twilio(_), WsMessage::Binary(_)) => Err(FramingError::Format(
-                "Twilio Media Streams send JSON text messages only".into(),
-            )),
-            (Self::Twilio(state), WsMessage::Text(text)) => state.decode(&text),
+            (Self::Phone(stream), message) => Ok(match stream.decode(message)? {
+                Heard::Audio {
+                    samples,
+                    sample_rate,
+                } => Inbound::Audio {
+                    samples,
+                    sample_rate,
+                },
+                Heard::Call(call) => Inbound::Call(call),
+                Heard::Dtmf(key) => Inbound::Dtmf(key),
+                Heard::Stop => Inbound::Stop,
+                Heard::Nothing => Inbound::Nothing,
+            }),
         }
     }
 
@@ -259,9 +222,9 @@ impl Framing {
                 value.map(|value| WsMessage::Text(value.to_string()))
             }
             (Self::Pcm { .. } | Self::Rtvi(_), Outbound::Clear) => None,
-            (Self::Pcm { .. } | Self::Twilio(_), Outbound::Error(message)) => Some(
-                WsMessage::Text(json!({"type": "error", "message": message}).to_string()),
-            ),
+            (Self::Pcm { .. } | Self::Phone(_), Outbound::Error(message)) => Some(WsMessage::Text(
+                json!({"type": "error", "message": message}).to_string(),
+            )),
             (Self::Rtvi(state), Outbound::Event(event)) => {
                 return state
                     .rtvi
@@ -280,11 +243,17 @@ impl Framing {
             (Self::Rtvi(_), Outbound::Error(message)) => {
                 Some(WsMessage::Text(rtvi::error(&message)))
             }
-            (Self::Twilio(state), Outbound::Audio(samples, rate)) => state.media(&samples, rate),
-            (Self::Twilio(state), Outbound::Clear) => state.stream_sid.as_ref().map(|sid| {
-                WsMessage::Text(json!({"event": "clear", "streamSid": sid}).to_string())
-            }),
-            (Self::Twilio(_), Outbound::Event(_)) => None,
+            (Self::Phone(stream), Outbound::Audio(samples, rate)) => {
+                return stream.play(&samples, rate);
+            }
+            (Self::Phone(stream), Outbound::Clear) => stream.clear(),
+            // Audio held for a whole chunk goes out once the bot stops speaking.
+            (Self::Phone(stream), Outbound::Event(event)) => {
+                return match event.event {
+                    Event::BotStoppedSpeaking => stream.flush(),
+                    _ => Vec::new(),
+                };
+            }
         };
         one.into_iter().collect()
     }
@@ -300,114 +269,11 @@ fn parse(text: &str) -> Result<Value, FramingError> {
     }
 }
 
-impl TwilioState {
-    fn decode(&mut self, text: &str) -> Result<Inbound, FramingError> {
-        let value = parse(text)?;
-        let event = value
-            .get("event")
-            .and_then(Value::as_str)
-            .ok_or_else(|| FramingError::Malformed("no \"event\"".into()))?;
-        match event {
-            "connected" | "mark" => Ok(Inbound::Nothing),
-            "dtmf" => match value["dtmf"]["digit"]
-                .as_str()
-                .map(|d| d.chars().collect::<Vec<_>>())
-            {
-                Some(digit) if digit.len() == 1 && super::dtmf::is_key(digit[0]) => {
-                    Ok(Inbound::Dtmf(digit[0]))
-                }
-                _ => Err(FramingError::Malformed(
-                    "dtmf needs a keypad key in dtmf.digit".into(),
-                )),
-            },
-            "start" => {
-                let start = value
-                    .get("start")
-                    .ok_or_else(|| FramingError::Malformed("start without \"start\"".into()))?;
-                let format = &start["mediaFormat"];
-                let encoding = format["encoding"].as_str().unwrap_or("audio/x-mulaw");
-                let rate = format["sampleRate"]
-                    .as_u64()
-                    .unwrap_or(u64::from(TWILIO_RATE));
-                if encoding != "audio/x-mulaw" || rate != u64::from(TWILIO_RATE) {
-                    return Err(FramingError::Format(format!(
-                        "{encoding} at {rate} Hz (expected audio/x-mulaw at 8000 Hz)"
-                    )));
-                }
-                let sid = |key: &str| {
-                    start
-                        .get(key)
-                        .and_then(Value::as_str)
-                        .filter(|sid| {
-                            (2..=64).contains(&sid.len())
-                                && sid.bytes().all(|b| b.is_ascii_alphanumeric())
-                        })
-                        .map(str::to_owned)
-                        .ok_or_else(|| {
-                            FramingError::Malformed(format!(
-                                "start needs \"{key}\": up to 64 letters and digits"
-                            ))
-                        })
-                };
-                let call = Call {
-                    call_sid: sid("callSid")?,
-                    account_sid: sid("accountSid")?,
-                };
-                self.stream_sid = value
-                    .get("streamSid")
-                    .or_else(|| start.get("streamSid"))
-                    .and_then(Value::as_str)
-                    .map(str::to_owned);
-                Ok(Inbound::Call(call))
-            }
-            "media" => {
-                let media = &value["media"];
-                // Twilio sends only the caller's track; an outbound echo is not the user.
-                if media["track"].as_str().is_some_and(|t| t == "outbound") {
-                    return Ok(Inbound::Nothing);
-                }
-                let payload = media["payload"]
-                    .as_str()
-                    .ok_or_else(|| FramingError::Malformed("media without a payload".into()))?;
-                let bytes = STANDARD
-                    .decode(payload)
-                    .map_err(|e| FramingError::Malformed(format!("payload is not base64: {e}")))?;
-                Ok(Inbound::Audio {
-                    samples: bytes.into_iter().map(mulaw::decode).collect(),
-                    sample_rate: TWILIO_RATE,
-                })
-            }
-            "stop" => Ok(Inbound::Stop),
-            other => Err(FramingError::Unknown(other.to_owned())),
-        }
-    }
-
-    fn media(&mut self, samples: &[i16], rate: u32) -> Option<WsMessage> {
-        let sid = self.stream_sid.clone()?;
-        let narrow = if rate == TWILIO_RATE {
-            samples.to_vec()
-        } else {
-            if self.down.as_ref().is_none_or(|(r, _)| *r != rate) {
-                self.down = Some((rate, StreamResampler::new(rate, TWILIO_RATE).ok()?));
-            }
-            let (_, down) = self.down.as_mut()?;
-            down.process(samples)
-        };
-        let bytes: Vec<u8> = narrow.into_iter().map(mulaw::encode).collect();
-        Some(WsMessage::Text(
-            json!({
-                "event": "media",
-                "streamSid": sid,
-                "media": {"payload": STANDARD.encode(bytes)},
-            })
-            .to_string(),
-        ))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use base64::Engine;
+    use base64::engine::general_purpose::STANDARD;
 
     #[test]
     fn pcm_audio_round_trips_as_little_endian_bytes() {
@@ -497,7 +363,7 @@ mod tests {
 
     #[test]
     fn twilio_media_streams_round_trip() {
-        let mut framing = Framing::twilio();
+        let mut framing = Framing::phone(Carrier::Twilio);
         let text = |v: Value| WsMessage::Text(v.to_string());
         assert_eq!(
             framing.decode(text(
@@ -516,8 +382,9 @@ mod tests {
         assert_eq!(
             framing.decode(text(start)),
             Ok(Inbound::Call(Call {
+                carrier: Carrier::Twilio,
                 call_sid: "CA1".into(),
-                account_sid: "AC1".into()
+                account_sid: Some("AC1".into())
             }))
         );
         let payload = STANDARD.encode([0xffu8, 0x7f, 0x80, 0x00]);
@@ -566,7 +433,7 @@ mod tests {
 
     #[test]
     fn twilio_rejects_what_it_cannot_play() {
-        let mut framing = Framing::twilio();
+        let mut framing = Framing::phone(Carrier::Twilio);
         let start = json!({"event": "start", "start": {"mediaFormat":
             {"encoding": "audio/l16", "sampleRate": 16000, "channels": 1}}});
         assert!(matches!(
