@@ -27,6 +27,7 @@ fn engine(addr: SocketAddr) -> OpenAiLlm {
             first_chunk_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(5),
             retries: 2,
+            hedge_after: None,
         },
         ..OpenAiSettings::default()
     })
@@ -219,6 +220,62 @@ async fn no_first_chunk_in_time_is_retried_then_an_error() {
     assert!(
         matches!(&events[..], [Err(LlmError::Connection(m))] if m.contains("no answer")),
         "{events:?}"
+    );
+    assert_eq!(stand_in.posts().len(), 2);
+}
+
+#[tokio::test]
+async fn a_late_first_token_is_hedged_by_a_second_request_whose_answer_is_read() {
+    let answer = sse(&[json!({"choices": [{"delta": {"content": "It is noon."}}]})]);
+    let (addr, stand_in) = stand_in(vec![
+        Reply::Stall(": thinking\n\n".into()),
+        Reply::Stream(answer, 64),
+    ])
+    .await;
+    let engine = OpenAiLlm::new(OpenAiSettings {
+        base_url: format!("http://{addr}/v1"),
+        timing: Timing {
+            // Past the test's own patience: only the hedge can answer in time.
+            first_chunk_timeout: Duration::from_secs(60),
+            hedge_after: Some(Duration::from_millis(100)),
+            ..Timing::default()
+        },
+        ..OpenAiSettings::default()
+    })
+    .expect("engine");
+    let events = tokio::time::timeout(Duration::from_secs(30), complete(&engine))
+        .await
+        .expect("the hedge answered before the first request's deadline");
+    assert_eq!(
+        events[0].as_ref().expect("the hedge's answer"),
+        &LlmEvent::Text("It is noon.".into())
+    );
+    let posts = stand_in.posts();
+    assert_eq!(posts.len(), 2, "the request and its hedge");
+    assert_eq!(posts[0].body, posts[1].body, "the same request, sent twice");
+}
+
+#[tokio::test]
+async fn a_request_that_is_refused_is_retried_not_hedged() {
+    let answer = sse(&[json!({"choices": [{"delta": {"content": "Here."}}]})]);
+    let (addr, stand_in) = stand_in(vec![
+        Reply::Status(503, r#"{"error":{"message":"busy"}}"#),
+        Reply::Stream(answer, 64),
+    ])
+    .await;
+    let engine = OpenAiLlm::new(OpenAiSettings {
+        base_url: format!("http://{addr}/v1"),
+        timing: Timing {
+            hedge_after: Some(Duration::from_secs(60)),
+            ..Timing::default()
+        },
+        ..OpenAiSettings::default()
+    })
+    .expect("engine");
+    let events = complete(&engine).await;
+    assert_eq!(
+        events[0].as_ref().expect("the retry's answer"),
+        &LlmEvent::Text("Here.".into())
     );
     assert_eq!(stand_in.posts().len(), 2);
 }

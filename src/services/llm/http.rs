@@ -17,6 +17,7 @@ use futures_util::stream::BoxStream;
 use reqwest::header::HeaderMap;
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::sse::{SseDecoder, SseEvent};
 use super::{LlmError, LlmEvent};
@@ -43,17 +44,24 @@ pub struct Timing {
     pub first_chunk_timeout: Duration,
     /// How long the stream may go quiet between chunks.
     pub idle_timeout: Duration,
-    /// Attempts after the first, before any event came.
+    /// Attempts after the first, before any event came (a hedge is one).
     pub retries: u32,
+    /// After this long without a first chunk, a second request races the first (a hedge): the
+    /// first to answer is read, the other dropped. `None`: the first waits out its deadline.
+    pub hedge_after: Option<Duration>,
 }
 
 impl Default for Timing {
-    /// pipecat's Gemini figures, which suit every provider: 5 s to the first chunk, 20 s idle.
+    /// pipecat's Gemini figures, which suit every provider: 5 s to the first chunk, 20 s idle;
+    /// and a hedge halfway to the deadline, when a voice agent's first token is already very
+    /// late (a provider's tail, a request stuck behind others), so that a late first token costs
+    /// the caller 2.5 s and not the 5 s deadline and another request.
     fn default() -> Self {
         Self {
             first_chunk_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(20),
             retries: 2,
+            hedge_after: Some(Duration::from_millis(2_500)),
         }
     }
 }
@@ -172,9 +180,9 @@ async fn run<D: Decode>(
     decoder: &(impl Fn() -> D + Sync),
     out: &Events,
 ) -> Result<(), LlmError> {
-    let mut attempt = 0;
-    loop {
-        let first = tokio::time::timeout(timing.first_chunk_timeout, async {
+    // One request to its first events, within the first-chunk deadline.
+    let attempt = || async {
+        tokio::time::timeout(timing.first_chunk_timeout, async {
             let response = send(client, call).await?;
             first_events(response, decoder()).await
         })
@@ -187,18 +195,44 @@ async fn run<D: Decode>(
                 )),
                 after: None,
             })
-        });
-        match first {
-            Ok(started) => return started.finish(timing.idle_timeout, out).await,
-            Err(Attempt::Fail(error)) => return Err(error),
-            Err(Attempt::Retry { error, after }) => {
-                if attempt >= timing.retries {
-                    return Err(error);
+        })
+    };
+    let hedge_at = || timing.hedge_after.map(|after| Instant::now() + after);
+    let mut racing = futures_util::stream::FuturesUnordered::new();
+    racing.push(attempt());
+    let mut sent = 1;
+    let mut hedge = hedge_at();
+    loop {
+        let hedge_due = async {
+            match hedge {
+                Some(at) => tokio::time::sleep_until(at).await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            Some(first) = racing.next() => match first {
+                // The first to answer is read; the other request is dropped with `racing`.
+                Ok(started) => return started.finish(timing.idle_timeout, out).await,
+                Err(Attempt::Fail(error)) => return Err(error),
+                // The hedge, or the request it hedged, may still answer.
+                Err(Attempt::Retry { .. }) if !racing.is_empty() => {}
+                Err(Attempt::Retry { error, after }) => {
+                    if sent > timing.retries {
+                        return Err(error);
+                    }
+                    let wait = after.unwrap_or(Duration::from_millis(250 << sent));
+                    tracing::warn!(attempt = sent, wait_ms = wait.as_millis() as u64, %error, "LLM request failed before its first token; retrying");
+                    tokio::time::sleep(wait).await;
+                    racing.push(attempt());
+                    sent += 1;
+                    hedge = hedge_at();
                 }
-                attempt += 1;
-                let wait = after.unwrap_or(Duration::from_millis(250 << attempt));
-                tracing::warn!(attempt, wait_ms = wait.as_millis() as u64, %error, "LLM request failed before its first token; retrying");
-                tokio::time::sleep(wait).await;
+            },
+            () = hedge_due, if sent <= timing.retries => {
+                tracing::warn!(after_ms = timing.hedge_after.unwrap_or_default().as_millis() as u64, "no first token yet: a second LLM request races the first");
+                racing.push(attempt());
+                sent += 1;
+                hedge = None;
             }
         }
     }
