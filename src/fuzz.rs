@@ -18,6 +18,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("http_bodies", http_bodies),
     ("ws_pcm", ws_pcm),
     ("ws_carriers", ws_carriers),
+    ("sip", sip),
     ("wav", wav),
     ("async_tool_message", async_tool_message),
     ("sse", sse),
@@ -120,6 +121,39 @@ fn socket_into(framing: &mut crate::transports::websocket::Framing, bytes: &[u8]
         };
         let _ = framing.decode(message);
     }
+}
+
+/// What reaches `--sip-listen` and a call's RTP port: a SIP message (and its SDP offer, and
+/// an answered call taking it), then RTP packets.
+fn sip(bytes: &[u8]) {
+    use crate::transports::sip::{call, message::SipMessage, rtp, sdp};
+    let mut parts = messages(bytes);
+    let Some(first) = parts.next() else {
+        return;
+    };
+    let Ok(message) = SipMessage::parse(first) else {
+        return;
+    };
+    let offer = std::str::from_utf8(&message.body)
+        .ok()
+        .and_then(|text| sdp::Offer::parse(text).ok());
+    let _ = offer.as_ref().map(sdp::Offer::choose);
+    let now = std::time::Instant::now();
+    let (mut answered, _) = call::Call::answer(
+        message.clone(),
+        String::new(),
+        "127.0.0.1:5060".into(),
+        "vx".into(),
+        now,
+    );
+    let _ = answered.receive(&message);
+    let mut keys = rtp::Keys::default();
+    for packet in parts {
+        if let Ok(packet) = rtp::Packet::parse(packet) {
+            let _ = keys.take(&packet);
+        }
+    }
+    let _ = answered.hang_up(now);
 }
 
 /// An uploaded recording.

@@ -23,8 +23,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Runs the HTTP server: the browser page at /, the WebSocket transport at /ws (and the
-    /// telephone carriers' media streams at /ws/{twilio,telnyx,plivo,exotel,vonage}), /healthz,
-    /// /readyz, /status and /metrics. Drains on
+    /// telephone carriers' media streams at /ws/{twilio,telnyx,plivo,exotel,vonage}), SIP calls
+    /// with --sip-listen, /healthz, /readyz, /status and /metrics. Drains on
     /// SIGINT, SIGTERM or `POST /admin/drain`: no new sessions, live ones finish, then it exits.
     Serve(Box<ServeArgs>),
     /// Checks a bot file (or a folder of them, or a config file) without starting anything:

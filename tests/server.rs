@@ -1,6 +1,6 @@
 //! `voxide serve` over real sockets: health and readiness, a spoken exchange over the
-//! WebSocket transport and over the carriers' media streams (Twilio, Vonage, Telnyx), bad messages, the session limit and the
-//! graceful shutdown. Needs the models (`scripts/setup.sh`).
+//! WebSocket transport and over the carriers' media streams (Twilio, Vonage, Telnyx), bad
+//! messages, the session limit and the graceful shutdown. Needs the models (`scripts/setup.sh`).
 
 use std::time::Duration;
 

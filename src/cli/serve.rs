@@ -92,6 +92,33 @@ pub struct ServeArgs {
     /// node's, from the downward API): WebRTC host candidates carry it.
     #[arg(long, env = "VOXIDE_WEBRTC_PUBLIC_IP")]
     webrtc_public_ip: Option<std::net::IpAddr>,
+    /// Takes SIP calls on this UDP address (`0.0.0.0:5060`): INVITEs answered directly, audio
+    /// in G.711 over RTP. [default: no SIP]
+    #[arg(long, env = "VOXIDE_SIP_LISTEN", value_name = "ADDR:PORT")]
+    sip_listen: Option<SocketAddr>,
+    /// SIP's transports: `udp` (TCP is not taken yet).
+    #[arg(
+        long,
+        env = "VOXIDE_SIP_TRANSPORT",
+        default_value = "udp",
+        value_name = "udp"
+    )]
+    sip_transport: String,
+    /// The IP callers reach this host at behind a 1:1 NAT: SIP's Contact and the SDP carry it.
+    #[arg(long, env = "VOXIDE_SIP_PUBLIC_IP")]
+    sip_public_ip: Option<std::net::IpAddr>,
+    /// The UDP ports calls' RTP binds, `A-B`, one port a call.
+    #[arg(
+        long,
+        env = "VOXIDE_SIP_RTP_PORTS",
+        value_name = "A-B",
+        default_value = "10000-10999"
+    )]
+    sip_rtp_ports: String,
+    /// Who may call over SIP: an address or `address/bits` (repeatable; a PBX's or a trunk's
+    /// addresses). [default: loopback only]
+    #[arg(long = "sip-allow", value_name = "NETWORK")]
+    sip_allow: Vec<voxide::server::Network>,
     /// A STUN or TURN server for WebRTC (repeatable). Without one, host candidates only,
     /// which is all a local network or loopback needs.
     #[arg(long = "ice-server", value_name = "URL")]
@@ -197,7 +224,7 @@ impl ServeArgs {
             trust_forwarded_for: self.trust_forwarded_for,
         };
         let webrtc_udp_ports = match &self.webrtc_udp_ports {
-            Some(range) => Some(port_range(range)?),
+            Some(range) => Some(port_range("--webrtc-udp-ports", range)?),
             None => None,
         };
         let options = ServeOptions {
@@ -226,6 +253,27 @@ impl ServeArgs {
                     })?,
                     self.record_dir.is_some(),
                 )),
+                None => None,
+            },
+            sip: match self.sip_listen {
+                Some(listen) => {
+                    if self.sip_transport != "udp" {
+                        anyhow::bail!(
+                            "--sip-transport {:?}: only udp is taken so far",
+                            self.sip_transport
+                        );
+                    }
+                    Some(voxide::server::SipOptions {
+                        listen,
+                        public_ip: self.sip_public_ip,
+                        rtp_ports: port_range("--sip-rtp-ports", &self.sip_rtp_ports)?,
+                        allow: if self.sip_allow.is_empty() {
+                            voxide::server::Network::loopback()
+                        } else {
+                            self.sip_allow.clone()
+                        },
+                    })
+                }
                 None => None,
             },
             traces: voxide::observe::trace::TraceOptions::resolve(
@@ -257,8 +305,8 @@ impl ServeArgs {
 }
 
 /// `--webrtc-udp-ports A-B`.
-fn port_range(text: &str) -> Result<std::ops::RangeInclusive<u16>> {
-    let bad = || anyhow::anyhow!("--webrtc-udp-ports {text:?}: write A-B, 1 <= A <= B <= 65535");
+fn port_range(flag: &str, text: &str) -> Result<std::ops::RangeInclusive<u16>> {
+    let bad = || anyhow::anyhow!("{flag} {text:?}: write A-B, 1 <= A <= B <= 65535");
     let (a, b) = text.split_once('-').ok_or_else(bad)?;
     let (a, b): (u16, u16) = (
         a.trim().parse().map_err(|_| bad())?,

@@ -159,6 +159,15 @@ impl Access {
         })
     }
 
+    /// Whether `ip` may open one more session now (`--sessions-per-minute-per-ip`), for a
+    /// transport outside HTTP (a SIP INVITE).
+    pub(crate) fn allow_session(&self, ip: IpAddr) -> bool {
+        self.limiter
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .allow(ip, Instant::now())
+    }
+
     /// Keeps `ip` from opening a session for [`COOL_DOWN`]: a session of its was closed for
     /// abuse (audio faster than real time, nothing read). Nothing without a per-address limit.
     pub(crate) fn cool_down(&self, ip: IpAddr) {

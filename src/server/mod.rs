@@ -7,6 +7,7 @@ mod error;
 mod metrics;
 mod recorded;
 mod rtvi;
+mod sip;
 mod webrtc;
 mod ws;
 
@@ -32,6 +33,7 @@ pub use access::AccessOptions;
 pub use cluster::{NodeId, Peers};
 pub use error::ApiError;
 pub use metrics::Metrics;
+pub use sip::{Network, SipOptions};
 
 use access::Access;
 use cluster::Cluster;
@@ -83,6 +85,8 @@ pub struct ServeOptions {
     pub traces: Option<crate::observe::trace::TraceOptions>,
     /// Where finished recordings are uploaded (`--record-url`).
     pub uploads: Option<crate::observe::Uploads>,
+    /// SIP calls taken directly (`--sip-listen`); none: no SIP.
+    pub sip: Option<SipOptions>,
 }
 
 impl ServeOptions {
@@ -108,6 +112,7 @@ impl ServeOptions {
             record_dir: None,
             traces: None,
             uploads: None,
+            sip: None,
         }
     }
 }
@@ -134,6 +139,14 @@ pub enum ServeError {
     /// The agent-check address could not be bound.
     #[error("cannot listen for agent checks on {addr}: {source}")]
     BindAgent {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The SIP address could not be bound.
+    #[error("cannot listen for SIP on {addr}: {source}")]
+    BindSip {
         /// The address.
         addr: SocketAddr,
         /// Why.
@@ -584,6 +597,17 @@ pub async fn serve_with(
         source,
     })
     .await?;
+    let sip = match &options.sip {
+        Some(sip) => Some(
+            tokio::net::UdpSocket::bind(sip.listen)
+                .await
+                .map_err(|source| ServeError::BindSip {
+                    addr: sip.listen,
+                    source,
+                })?,
+        ),
+        None => None,
+    };
     let addr = listener.local_addr()?;
     let timeout = options.drain_timeout;
     let app = Server::new(options, bots).app;
@@ -599,6 +623,10 @@ pub async fn serve_with(
         });
     }
     let mut own = own_tasks(&app, agent, admin);
+    if let (Some(socket), Some(options)) = (sip, app.options.sip.clone()) {
+        tracing::info!(addr = %socket.local_addr()?, "taking SIP calls");
+        own.spawn(sip::serve(app.clone(), socket, options));
+    }
     on_listening(addr);
     tracing::info!(%addr, node = %app.cluster.node(), "listening");
     let (stop_tx, mut stop_rx) = watch::channel(false);

@@ -14,6 +14,7 @@ pub mod output;
 pub mod pace;
 pub mod rtvi;
 pub mod signalling;
+pub mod sip;
 pub mod socket;
 pub mod talkspurt;
 pub mod webrtc;

@@ -1,0 +1,666 @@
+//! SIP calls without a carrier (`--sip-listen`): one UDP socket takes every call's signalling,
+//! each answered call gets an RTP port of `--sip-rtp-ports` and a session like any other. The
+//! protocol is `transports::sip`'s, sans-IO; this is its driver.
+//!
+//! Who may call: source addresses in `--sip-allow` (loopback when none is given); a new call
+//! also takes a slot under `--max-sessions` and the per-address limit on new sessions, and is
+//! refused with 503 and `Retry-After` past either, 403 from elsewhere, 488 without a codec both
+//! sides speak.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::Duration;
+
+use tokio::net::UdpSocket;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use super::rtvi::RtviInput;
+use super::{Admission, ApiError, App};
+use crate::audio::{alaw, mulaw};
+use crate::bot::SessionInfo;
+use crate::events::{Event, ReportLevel};
+use crate::frames::AudioFrame;
+use crate::observe::Watched;
+use crate::pipeline::Session;
+use crate::transports::output::AudioSink;
+use crate::transports::sip::SipError;
+use crate::transports::sip::call::{Action, Call, Ending};
+use crate::transports::sip::message::{MAX_MESSAGE, SipMessage, StartLine};
+use crate::transports::sip::rtp::{self, Keys, Packet, Sender};
+use crate::transports::sip::sdp::{self, Chosen, Codec, Offer};
+use crate::transports::webrtc::random_u32;
+
+/// How SIP calls are taken.
+#[derive(Debug, Clone)]
+pub struct SipOptions {
+    /// Where SIP is heard (UDP).
+    pub listen: SocketAddr,
+    /// The address callers reach this host at (behind a 1:1 NAT): in Contact, Via and SDP.
+    pub public_ip: Option<IpAddr>,
+    /// The UDP ports calls' RTP binds, one a call.
+    pub rtp_ports: std::ops::RangeInclusive<u16>,
+    /// Who may call: networks as `address/bits`.
+    pub allow: Vec<Network>,
+}
+
+/// A network, `address/bits` (a bare address is one host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Network {
+    address: IpAddr,
+    bits: u8,
+}
+
+impl std::str::FromStr for Network {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let (address, bits) = match text.split_once('/') {
+            Some((a, b)) => (a, Some(b)),
+            None => (text, None),
+        };
+        let address: IpAddr = address
+            .parse()
+            .map_err(|_| format!("{text:?} is not an address or address/bits"))?;
+        let most = if address.is_ipv4() { 32 } else { 128 };
+        let bits = match bits {
+            Some(b) => b
+                .parse::<u8>()
+                .ok()
+                .filter(|b| *b <= most)
+                .ok_or_else(|| format!("{text:?}: bits must be 0 to {most}"))?,
+            None => most,
+        };
+        Ok(Self { address, bits })
+    }
+}
+
+impl Network {
+    /// Loopback, IPv4 and IPv6: who may call when no network is given.
+    pub fn loopback() -> Vec<Network> {
+        vec![
+            Network {
+                address: IpAddr::from([127, 0, 0, 0]),
+                bits: 8,
+            },
+            Network {
+                address: IpAddr::from([0u16, 0, 0, 0, 0, 0, 0, 1]),
+                bits: 128,
+            },
+        ]
+    }
+
+    /// Whether `ip` is in the network.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+            v4 => v4,
+        };
+        match (self.address, ip) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.bits)).unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.bits))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Messages queued for one call at most (SIP retransmits what is lost).
+const CALL_INBOX: usize = 16;
+/// The header that names the bot a call goes to (before the called user).
+pub const BOT_HEADER: &str = "X-Voxide-Bot";
+/// G.711's rate, and its samples in one 20 ms packet.
+const RATE: u32 = 8_000;
+const PACKET_SAMPLES: usize = 160;
+const FRAME: Duration = Duration::from_millis(20);
+/// How long without the caller's audio before the call's timeline moves on in silence: three
+/// packets' time, past a network's ordinary jitter.
+const QUIET_AFTER: Duration = Duration::from_millis(60);
+/// A call whose caller sends no audio for this long is hung up (a phone gone without a BYE).
+const RTP_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Takes calls on `socket` until the server stops.
+pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, options: SipOptions) {
+    let socket = Arc::new(socket);
+    let listen = socket.local_addr().unwrap_or(options.listen);
+    let options = Arc::new(options);
+    let next_port = Arc::new(AtomicU32::new(0));
+    let mut calls: HashMap<String, mpsc::Sender<SipMessage>> = HashMap::new();
+    let (ended_tx, mut ended) = mpsc::channel::<String>(64);
+    let mut buffer = vec![0u8; MAX_MESSAGE];
+    loop {
+        tokio::select! {
+            Some(id) = ended.recv() => {
+                calls.remove(&id);
+            }
+            received = socket.recv_from(&mut buffer) => {
+                let (n, from) = match received {
+                    Ok(received) => received,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "a SIP datagram could not be read");
+                        continue;
+                    }
+                };
+                let message = match SipMessage::parse(&buffer[..n]) {
+                    Ok(message) => message,
+                    // Nothing to answer to: a message without its headers has no address.
+                    Err(e) => {
+                        tracing::debug!(%from, error = %e, "an unreadable SIP datagram dropped");
+                        continue;
+                    }
+                };
+                let Some(call_id) = message.call_id().map(str::to_owned) else {
+                    continue;
+                };
+                if let Some(call) = calls.get(&call_id) {
+                    // A full inbox drops the message: the caller sends it again.
+                    let _ = call.try_send(message);
+                    continue;
+                }
+                let reply = |response: SipMessage| {
+                    let socket = socket.clone();
+                    async move {
+                        let _ = socket.send_to(&response.render(), from).await;
+                    }
+                };
+                match message.method() {
+                    Some("INVITE") if message.param("To", "tag").is_none() => {
+                        let taken = Taking { app: &app, options: &options, listen, next_port: &next_port };
+                        match taken.take(&message, from).await {
+                            Ok(answering) => {
+                                let (tx, inbox) = mpsc::channel(CALL_INBOX);
+                                calls.insert(call_id.clone(), tx);
+                                tokio::spawn(run_call(
+                                    app.clone(),
+                                    (socket.clone(), from, inbox),
+                                    message,
+                                    answering,
+                                    (call_id, ended_tx.clone()),
+                                ));
+                            }
+                            Err(refused) => {
+                                tracing::info!(%from, status = refused.status, reason = refused.reason, "a SIP call refused");
+                                let mut response = message.response(refused.status, refused.reason, Some("refused"));
+                                if let Some(after) = refused.retry_after {
+                                    response = response.with("Retry-After", after.to_string());
+                                }
+                                if let Some(warning) = refused.warning {
+                                    response = response.with("Warning", format!("399 voxide \"{warning}\""));
+                                }
+                                reply(response).await;
+                            }
+                        }
+                    }
+                    Some("OPTIONS") if allowed(&options, from.ip()) => {
+                        reply(message.response(200, "OK", None).with("Allow", "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO")).await;
+                    }
+                    // An ACK to a refusal, or a stray response: nothing to answer.
+                    Some("ACK") | None => {}
+                    Some(_) => reply(message.response(481, "Call/Transaction Does Not Exist", None)).await,
+                }
+            }
+        }
+    }
+}
+
+fn allowed(options: &SipOptions, ip: IpAddr) -> bool {
+    options.allow.iter().any(|n| n.contains(ip))
+}
+
+/// Why a new call is refused, as SIP says it.
+struct Refused {
+    status: u16,
+    reason: &'static str,
+    retry_after: Option<u32>,
+    warning: Option<String>,
+}
+
+impl Refused {
+    fn new(status: u16, reason: &'static str) -> Self {
+        Self {
+            status,
+            reason,
+            retry_after: None,
+            warning: None,
+        }
+    }
+
+    fn saying(mut self, warning: impl Into<String>) -> Self {
+        self.warning = Some(warning.into());
+        self
+    }
+
+    fn after(mut self, secs: u32) -> Self {
+        self.retry_after = Some(secs);
+        self
+    }
+}
+
+impl From<SipError> for Refused {
+    fn from(error: SipError) -> Self {
+        Refused::new(400, "Bad Request").saying(error.to_string())
+    }
+}
+
+/// What a call taken needs to be answered.
+struct Answering {
+    offer: Offer,
+    chosen: Chosen,
+    rtp: UdpSocket,
+    /// This host as the caller reaches it.
+    host: IpAddr,
+    sip_port: u16,
+    info: SessionInfo,
+    admission: Admission,
+}
+
+/// Deciding on a new call.
+struct Taking<'a> {
+    app: &'a Arc<App>,
+    options: &'a SipOptions,
+    listen: SocketAddr,
+    next_port: &'a AtomicU32,
+}
+
+impl Taking<'_> {
+    async fn take(&self, invite: &SipMessage, from: SocketAddr) -> Result<Answering, Refused> {
+        if !allowed(self.options, from.ip()) {
+            return Err(
+                Refused::new(403, "Forbidden").saying("this address may not call (--sip-allow)")
+            );
+        }
+        if !self.app.access.allow_session(from.ip()) {
+            self.app.metrics.session_rejected();
+            return Err(Refused::new(503, "Service Unavailable")
+                .after(60)
+                .saying("too many calls from this address"));
+        }
+        let kind = invite.header("Content-Type").unwrap_or_default();
+        if invite.body.is_empty() || !kind.to_ascii_lowercase().starts_with("application/sdp") {
+            return Err(
+                Refused::new(488, "Not Acceptable Here").saying("an INVITE needs an SDP offer")
+            );
+        }
+        let text = std::str::from_utf8(&invite.body)
+            .map_err(|_| SipError::BadOffer("not UTF-8".into()))?;
+        let offer = Offer::parse(text)?;
+        let chosen = offer.choose().ok_or_else(|| {
+            Refused::new(488, "Not Acceptable Here").saying("voxide speaks PCMU or PCMA at 8 kHz")
+        })?;
+        let bot = self.bot(invite)?;
+        let admission = self.app.admit().map_err(|e| {
+            let secs = match e {
+                ApiError::Draining => 1,
+                _ => 5,
+            };
+            Refused::new(503, "Service Unavailable")
+                .after(secs)
+                .saying(e.to_string())
+        })?;
+        let host = match self.options.public_ip {
+            Some(ip) => ip,
+            None if !self.listen.ip().is_unspecified() => self.listen.ip(),
+            None => route_to(from).await,
+        };
+        let rtp = self.rtp_socket().await.ok_or_else(|| {
+            Refused::new(503, "Service Unavailable")
+                .after(5)
+                .saying("no RTP port free")
+        })?;
+        let mut request_data = serde_json::Map::new();
+        if let Some(bot) = bot {
+            request_data.insert("bot".into(), serde_json::Value::String(bot));
+        }
+        let info = SessionInfo {
+            id: format!("sip-{:08x}{:08x}", random_u32(), random_u32()),
+            request_data: if request_data.is_empty() {
+                serde_json::Value::Null
+            } else {
+                serde_json::Value::Object(request_data)
+            },
+        };
+        Ok(Answering {
+            offer,
+            chosen,
+            rtp,
+            host,
+            sip_port: self.listen.port(),
+            info,
+            admission,
+        })
+    }
+
+    /// The bot the call goes to: `X-Voxide-Bot`, else the called user if a bot has that name,
+    /// else the default.
+    fn bot(&self, invite: &SipMessage) -> Result<Option<String>, Refused> {
+        if let Some(name) = invite.header(BOT_HEADER) {
+            self.app
+                .bots
+                .find(name)
+                .map_err(|e| Refused::new(404, "Not Found").saying(e.to_string()))?;
+            return Ok(Some(name.to_owned()));
+        }
+        let user = match &invite.start {
+            StartLine::Request { uri, .. } => uri
+                .split_once(':')
+                .map(|(_, rest)| rest.split(['@', ';']).next().unwrap_or_default())
+                .unwrap_or_default(),
+            StartLine::Response { .. } => "",
+        };
+        Ok((!user.is_empty() && self.app.bots.find(user).is_ok()).then(|| user.to_owned()))
+    }
+
+    /// A socket on the next free port of the range.
+    async fn rtp_socket(&self) -> Option<UdpSocket> {
+        let range = &self.options.rtp_ports;
+        let count = u32::from(range.end() - range.start()) + 1;
+        for _ in 0..count.min(1_000) {
+            let n = self.next_port.fetch_add(1, Ordering::Relaxed) % count;
+            let port = range.start() + n as u16;
+            let addr = SocketAddr::new(self.listen.ip(), port);
+            if let Ok(socket) = UdpSocket::bind(addr).await {
+                return Some(socket);
+            }
+        }
+        None
+    }
+}
+
+/// The address this host sends from toward `peer` (what a socket bound to any address uses).
+async fn route_to(peer: SocketAddr) -> IpAddr {
+    let any: SocketAddr = if peer.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        ([0u16; 8], 0).into()
+    };
+    match UdpSocket::bind(any).await {
+        Ok(probe) if probe.connect(peer).await.is_ok() => {
+            probe.local_addr().map_or(any.ip(), |a| a.ip())
+        }
+        _ => any.ip(),
+    }
+}
+
+/// What goes to the caller's RTP: the bot's audio at 8 kHz, or an interruption.
+enum Out {
+    Audio(Vec<i16>),
+    Clear,
+}
+
+/// The bot's audio, to the call's RTP loop; past a bounded queue it is dropped.
+struct CallSink(mpsc::Sender<Out>);
+
+impl AudioSink for CallSink {
+    fn write(&mut self, samples: &[i16], sample_rate: u32) {
+        debug_assert_eq!(sample_rate, RATE);
+        if let Err(mpsc::error::TrySendError::Full(_)) =
+            self.0.try_send(Out::Audio(samples.to_vec()))
+        {
+            crate::warnings::audio_dropped("sip_out");
+        }
+    }
+
+    fn clear(&mut self) {
+        let _ = self.0.try_send(Out::Clear);
+    }
+}
+
+/// One answered call: its signalling, its RTP both ways, and its session.
+async fn run_call(
+    app: Arc<App>,
+    (sip, peer, mut inbox): (Arc<UdpSocket>, SocketAddr, mpsc::Receiver<SipMessage>),
+    invite: SipMessage,
+    answering: Answering,
+    (call_id, ended): (String, mpsc::Sender<String>),
+) {
+    let Answering {
+        offer,
+        chosen,
+        rtp,
+        host,
+        sip_port,
+        info,
+        admission,
+    } = answering;
+    let rtp_port = rtp.local_addr().map(|a| a.port()).unwrap_or_default();
+    let answer = sdp::answer(host, rtp_port, chosen, u64::from(random_u32()));
+    let local = SocketAddr::new(host, sip_port).to_string();
+    let (mut call, actions) = Call::answer(
+        invite,
+        answer,
+        local,
+        format!("{:08x}", random_u32()),
+        Instant::now().into_std(),
+    );
+    send_all(&sip, peer, &actions).await;
+    tracing::info!(session = %info.id, %peer, codec = chosen.codec.name(), rtp_port, "a SIP call answered");
+
+    let (out_tx, mut out_rx) = mpsc::channel::<Out>(crate::audio::AUDIO_QUEUE);
+    let mut observing = app.watchers.watch(&Watched {
+        id: &info.id,
+        bot: info.bot(),
+        transport: "sip",
+        level: ReportLevel::default(),
+        consent: info.consents_to_recording(),
+        traceparent: None,
+        bot_allows: app.bots.observed(info.bot()),
+    });
+    let bot = match app
+        .bots
+        .build(&info, RATE, observing.sink(Box::new(CallSink(out_tx))))
+    {
+        Ok(bot) => bot,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot build the bot; hanging up");
+            let actions = call.hang_up(Instant::now().into_std());
+            send_all(&sip, peer, &actions).await;
+            let _ = ended.send(call_id).await;
+            return;
+        }
+    };
+    let mut input = RtviInput::new(
+        bot.context.clone(),
+        bot.params.skip_tts,
+        false,
+        bot.report_level,
+    );
+    observing.report_level(bot.report_level);
+    let mut builder = Session::builder(bot.pipeline)
+        .params(bot.params)
+        .resources(bot.resources);
+    if let Some(observer) = observing.observer() {
+        builder = builder.observer(observer);
+    }
+    let mut events = builder.subscribe();
+    let watched = builder.subscribe();
+    let session = builder.spawn();
+    let handle = session.handle();
+    admission.attach(handle.clone());
+    let watching = tokio::spawn(observing.follow(watched, handle.clone()));
+
+    // Symmetric RTP: audio goes where the caller's comes from, once it comes (from the
+    // offer's address only); until then, to the offer.
+    let mut remote = SocketAddr::new(offer.address, offer.port);
+    let mut latched = false;
+    let mut sender = Sender::new(chosen.payload_type, random_u32(), random_u32());
+    let mut keys = Keys::default();
+    let mut last_sequence = None;
+    let mut pending: Vec<i16> = Vec::new();
+    let mut buffer = vec![0u8; 2_048];
+    let mut ending = None;
+    let mut session_over = false;
+    // A caller whose phone sends nothing while it is quiet (silence suppression, a line on
+    // hold, a lost stream) is heard as silence, so that its turn still ends.
+    let mut heard_at = Instant::now();
+    let mut timeline = tokio::time::interval(FRAME);
+    timeline.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let deadline = call.deadline().map(Instant::from_std);
+        let keypad = input.keypad_deadline().map(Instant::from_std);
+        tokio::select! {
+            message = inbox.recv() => {
+                let Some(message) = message else { break };
+                let actions = call.receive(&message);
+                ending = ending.or(act(&sip, peer, &actions, &mut input, &handle).await);
+            }
+            received = rtp.recv_from(&mut buffer) => {
+                let Ok((n, from)) = received else { continue };
+                // Only the caller's address is heard: RTP from elsewhere is dropped.
+                if from.ip() != offer.address && !(latched && from == remote) {
+                    continue;
+                }
+                if !latched {
+                    (remote, latched) = (from, true);
+                }
+                let Ok(packet) = Packet::parse(&buffer[..n]) else { continue };
+                if Some(packet.payload_type) == chosen.events {
+                    if let Some(key) = keys.take(&packet) {
+                        let _ = input.press(&key.to_string(), &handle).await;
+                    }
+                } else if packet.payload_type == chosen.payload_type && rtp::newer(packet.sequence, last_sequence) {
+                    last_sequence = Some(packet.sequence);
+                    let samples: Vec<i16> = match chosen.codec {
+                        Codec::Pcmu => packet.payload.iter().map(|b| mulaw::decode(*b)).collect(),
+                        Codec::Pcma => packet.payload.iter().map(|b| alaw::decode(*b)).collect(),
+                    };
+                    heard_at = Instant::now();
+                    if handle.queue_live_audio(AudioFrame::new(samples, RATE, 1)).await.is_err() {
+                        session_over = true;
+                    }
+                }
+            }
+            _ = timeline.tick() => {
+                if heard_at.elapsed() >= RTP_TIMEOUT {
+                    tracing::info!(session = %info.id, "no audio from the caller for a minute: hanging up");
+                    session_over = true;
+                } else if heard_at.elapsed() >= QUIET_AFTER {
+                    let silence = AudioFrame::new(vec![0; PACKET_SAMPLES], RATE, 1);
+                    if handle.queue_live_audio(silence).await.is_err() {
+                        session_over = true;
+                    }
+                }
+            }
+            out = out_rx.recv() => match out {
+                Some(Out::Audio(samples)) => {
+                    pending.extend_from_slice(&samples);
+                    let whole = pending.len() / PACKET_SAMPLES * PACKET_SAMPLES;
+                    for frame in pending.drain(..whole).collect::<Vec<_>>().chunks(PACKET_SAMPLES) {
+                        let payload: Vec<u8> = match chosen.codec {
+                            Codec::Pcmu => frame.iter().map(|s| mulaw::encode(*s)).collect(),
+                            Codec::Pcma => frame.iter().map(|s| alaw::encode(*s)).collect(),
+                        };
+                        let _ = rtp.send_to(&sender.packet(&payload, PACKET_SAMPLES as u32), remote).await;
+                    }
+                }
+                Some(Out::Clear) => {
+                    pending.clear();
+                    sender.pause(0);
+                }
+                None => session_over = true,
+            },
+            event = events.recv() => match event {
+                Ok(event) => {
+                    app.metrics.observe(&event.event);
+                    match event.event {
+                        Event::BotStoppedSpeaking => sender.pause(0),
+                        Event::SessionEnded { .. } => session_over = true,
+                        _ => {}
+                    }
+                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {}
+                Err(_) => session_over = true,
+            },
+            () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                let actions = call.poll(Instant::now().into_std());
+                ending = ending.or(act(&sip, peer, &actions, &mut input, &handle).await);
+            }
+            () = tokio::time::sleep_until(keypad.unwrap_or_else(Instant::now)), if keypad.is_some() => {
+                let _ = input.keypad_due(&handle).await;
+            }
+        }
+        if session_over && ending.is_none() && !call.over() {
+            // The bot ended the call: hang up, and wait for the BYE's answer.
+            let actions = call.hang_up(Instant::now().into_std());
+            send_all(&sip, peer, &actions).await;
+            session_over = false;
+        }
+        if ending.is_some() || call.over() {
+            break;
+        }
+    }
+    tracing::info!(session = %info.id, ending = ?ending, "a SIP call ended");
+    handle.cancel();
+    let _ = session.join().await;
+    let _ = watching.await;
+    drop(admission);
+    let _ = ended.send(call_id).await;
+}
+
+async fn send_all(sip: &UdpSocket, peer: SocketAddr, actions: &[Action]) {
+    for action in actions {
+        if let Action::Send(bytes) = action {
+            let _ = sip.send_to(bytes, peer).await;
+        }
+    }
+}
+
+/// Carries out a call's actions: messages sent, keys pressed; how it ended, if it did.
+async fn act(
+    sip: &UdpSocket,
+    peer: SocketAddr,
+    actions: &[Action],
+    input: &mut RtviInput,
+    handle: &crate::pipeline::SessionHandle,
+) -> Option<Ending> {
+    send_all(sip, peer, actions).await;
+    let mut ending = None;
+    for action in actions {
+        match action {
+            Action::Key(key) => {
+                let _ = input.press(&key.to_string(), handle).await;
+            }
+            Action::Ended(why) => ending = Some(*why),
+            Action::Send(_) => {}
+        }
+    }
+    ending
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn networks_hold_their_addresses_and_no_others() {
+        let lan: Network = "10.1.0.0/16".parse().expect("network");
+        assert!(lan.contains("10.1.200.3".parse().expect("ip")));
+        assert!(!lan.contains("10.2.0.1".parse().expect("ip")));
+        let host: Network = "192.0.2.7".parse().expect("host");
+        assert!(host.contains("192.0.2.7".parse().expect("ip")));
+        assert!(!host.contains("192.0.2.8".parse().expect("ip")));
+        let any: Network = "0.0.0.0/0".parse().expect("any");
+        assert!(any.contains("203.0.113.9".parse().expect("ip")));
+        assert!(
+            Network::loopback()
+                .iter()
+                .any(|n| n.contains("::ffff:127.0.0.1".parse().expect("mapped")))
+        );
+        assert!(
+            Network::loopback()
+                .iter()
+                .any(|n| n.contains("::1".parse().expect("v6")))
+        );
+        for bad in ["10.0.0.0/33", "nope", "::/129", "10.0.0.0/x"] {
+            assert!(bad.parse::<Network>().is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,495 @@
+//! One answered call's signalling, sans-IO (RFC 3261 §13.3, §15, §17.2.1): the 200 OK resent
+//! until the caller's ACK, requests within the call answered, keys sent by SIP INFO heard, and
+//! the hang-up either way. Messages and time go in; what to send and what happened come out.
+
+use std::time::{Duration, Instant};
+
+use super::message::{SipMessage, StartLine};
+
+/// RFC 3261's T1 (a round trip's estimate) and T2 (the longest interval between resends).
+const T1: Duration = Duration::from_millis(500);
+const T2: Duration = Duration::from_secs(4);
+/// How long a 200 OK waits for its ACK, and a BYE for its answer: 64 × T1.
+const GIVE_UP: Duration = Duration::from_secs(32);
+
+/// What the call does next.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Action {
+    /// Send these bytes to the caller's signalling address.
+    Send(Vec<u8>),
+    /// The caller pressed a key (SIP INFO).
+    Key(char),
+    /// The call is over.
+    Ended(Ending),
+}
+
+/// Why a call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// The caller hung up (BYE).
+    CallerHungUp,
+    /// voxide hung up, and the caller answered the BYE (or never did).
+    HungUp,
+    /// The caller never acknowledged the answer.
+    NoAck,
+}
+
+/// A resend schedule: the next time, the interval, and when to give up.
+#[derive(Debug, Clone, Copy)]
+struct Resend {
+    at: Instant,
+    interval: Duration,
+    give_up: Instant,
+}
+
+impl Resend {
+    fn new(now: Instant) -> Self {
+        Self {
+            at: now + T1,
+            interval: T1,
+            give_up: now + GIVE_UP,
+        }
+    }
+
+    fn next(&mut self) {
+        self.interval = (self.interval * 2).min(T2);
+        self.at += self.interval;
+    }
+}
+
+/// Where the call stands.
+#[derive(Debug)]
+enum Phase {
+    /// Answered; the 200 OK is resent until the ACK.
+    Answered(Resend),
+    /// Acknowledged: the call is up.
+    Up,
+    /// voxide hung up; its BYE is resent until answered.
+    Leaving {
+        bye: Vec<u8>,
+        resend: Resend,
+    },
+    Over,
+}
+
+/// voxide's side of one call.
+#[derive(Debug)]
+pub struct Call {
+    invite: SipMessage,
+    local_tag: String,
+    /// `host:port` voxide's signalling is reached at (its Contact and Via).
+    local: String,
+    ok: Vec<u8>,
+    answer: Vec<u8>,
+    phase: Phase,
+}
+
+/// What voxide's Allow header lists.
+const ALLOW: &str = "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO";
+
+impl Call {
+    /// Answers `invite` with the SDP `answer`, as `local` (`host:port`) with dialog tag
+    /// `local_tag`: the 200 OK to send comes back.
+    pub fn answer(
+        invite: SipMessage,
+        answer: String,
+        local: String,
+        local_tag: String,
+        now: Instant,
+    ) -> (Self, Vec<Action>) {
+        let answer = answer.into_bytes();
+        let ok = Self::ok_to(&invite, &local, &local_tag, &answer);
+        let call = Self {
+            invite,
+            local_tag,
+            local,
+            ok: ok.clone(),
+            answer,
+            phase: Phase::Answered(Resend::new(now)),
+        };
+        (call, vec![Action::Send(ok)])
+    }
+
+    fn ok_to(request: &SipMessage, local: &str, tag: &str, sdp: &[u8]) -> Vec<u8> {
+        request
+            .response(200, "OK", Some(tag))
+            .with("Contact", format!("<sip:voxide@{local}>"))
+            .with("Allow", ALLOW)
+            .with("Server", "voxide")
+            .with_body("application/sdp", sdp.to_vec())
+            .render()
+    }
+
+    /// Whether the call is over.
+    pub fn over(&self) -> bool {
+        matches!(self.phase, Phase::Over)
+    }
+
+    /// When [`Call::poll`] has something to do.
+    pub fn deadline(&self) -> Option<Instant> {
+        match &self.phase {
+            Phase::Answered(resend) | Phase::Leaving { resend, .. } => {
+                Some(resend.at.min(resend.give_up))
+            }
+            Phase::Up | Phase::Over => None,
+        }
+    }
+
+    /// Resends what waits for an answer, or gives up on it.
+    pub fn poll(&mut self, now: Instant) -> Vec<Action> {
+        match &mut self.phase {
+            Phase::Answered(resend) if now >= resend.give_up => {
+                // No ACK: the caller is gone or never heard us; hang up as RFC 3261 §13.3.1.4 asks.
+                let mut actions = self.hang_up(now);
+                actions.push(Action::Ended(Ending::NoAck));
+                self.phase = Phase::Over;
+                actions
+            }
+            Phase::Answered(resend) if now >= resend.at => {
+                resend.next();
+                vec![Action::Send(self.ok.clone())]
+            }
+            Phase::Leaving { resend, .. } if now >= resend.give_up => {
+                self.phase = Phase::Over;
+                vec![Action::Ended(Ending::HungUp)]
+            }
+            Phase::Leaving { bye, resend } if now >= resend.at => {
+                resend.next();
+                vec![Action::Send(bye.clone())]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// A message of this call from the caller.
+    pub fn receive(&mut self, message: &SipMessage) -> Vec<Action> {
+        let method = match &message.start {
+            StartLine::Response { status, .. } => {
+                // The answer to voxide's BYE ends the call.
+                if *status >= 200
+                    && message.cseq().is_some_and(|(_, m)| m == "BYE")
+                    && matches!(self.phase, Phase::Leaving { .. })
+                {
+                    self.phase = Phase::Over;
+                    return vec![Action::Ended(Ending::HungUp)];
+                }
+                return Vec::new();
+            }
+            StartLine::Request { method, .. } => method.as_str(),
+        };
+        let reply = |status: u16, reason: &str| {
+            Action::Send(
+                message
+                    .response(status, reason, Some(&self.local_tag))
+                    .render(),
+            )
+        };
+        match method {
+            "ACK" => {
+                if matches!(self.phase, Phase::Answered(_)) {
+                    self.phase = Phase::Up;
+                }
+                Vec::new()
+            }
+            "INVITE" if message.cseq() == self.invite.cseq() => {
+                // The INVITE again: our 200 OK was lost.
+                vec![Action::Send(self.ok.clone())]
+            }
+            // A re-INVITE (a session refresh, a hold): the same audio goes on.
+            "INVITE" => vec![Action::Send(Self::ok_to(
+                message,
+                &self.local,
+                &self.local_tag,
+                &self.answer,
+            ))],
+            "BYE" => {
+                let was_over = self.over();
+                self.phase = Phase::Over;
+                let mut actions = vec![reply(200, "OK")];
+                if !was_over {
+                    actions.push(Action::Ended(Ending::CallerHungUp));
+                }
+                actions
+            }
+            // Too late to cancel an answered call (RFC 3261 §9.2): the CANCEL itself succeeds.
+            "CANCEL" | "OPTIONS" => vec![reply(200, "OK")],
+            "INFO" => {
+                let mut actions = vec![reply(200, "OK")];
+                actions.extend(info_key(message).map(Action::Key));
+                actions
+            }
+            _ => vec![Action::Send(
+                message
+                    .response(501, "Not Implemented", Some(&self.local_tag))
+                    .with("Allow", ALLOW)
+                    .render(),
+            )],
+        }
+    }
+
+    /// voxide hangs up: its BYE (resent until answered). Nothing once the call is over.
+    pub fn hang_up(&mut self, now: Instant) -> Vec<Action> {
+        if matches!(self.phase, Phase::Over | Phase::Leaving { .. }) {
+            return Vec::new();
+        }
+        let bye = self.bye();
+        self.phase = Phase::Leaving {
+            bye: bye.clone(),
+            resend: Resend::new(now),
+        };
+        vec![Action::Send(bye)]
+    }
+
+    /// A BYE within the dialog (RFC 3261 §12.2.1.1): to the caller's Contact, From and To
+    /// swapped, the route the INVITE recorded.
+    fn bye(&self) -> Vec<u8> {
+        let invite = &self.invite;
+        let target = invite
+            .header("Contact")
+            .or_else(|| invite.header("From"))
+            .map(uri_of)
+            .unwrap_or_default();
+        let mut bye = SipMessage {
+            start: StartLine::Request {
+                method: "BYE".into(),
+                uri: target.to_owned(),
+            },
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+        .with(
+            "Via",
+            format!(
+                "SIP/2.0/UDP {};branch=z9hG4bK{:08x}{:08x};rport",
+                self.local,
+                crate::transports::webrtc::random_u32(),
+                crate::transports::webrtc::random_u32()
+            ),
+        )
+        .with("Max-Forwards", "70");
+        for route in invite.all("Record-Route") {
+            bye = bye.with("Route", route);
+        }
+        let to = invite.header("To").unwrap_or_default();
+        let to = if invite.param("To", "tag").is_some() {
+            to.to_owned()
+        } else {
+            format!("{to};tag={}", self.local_tag)
+        };
+        bye.with("From", to)
+            .with("To", invite.header("From").unwrap_or_default())
+            .with("Call-ID", invite.call_id().unwrap_or_default())
+            .with("CSeq", "1 BYE")
+            .render()
+    }
+}
+
+/// The URI of a name-addr (`"Name" <sip:a@b>;tag=x` → `sip:a@b`) or an addr-spec.
+pub fn uri_of(value: &str) -> &str {
+    match (value.find('<'), value.find('>')) {
+        (Some(open), Some(close)) if open < close => &value[open + 1..close],
+        _ => value.split(';').next().unwrap_or(value).trim(),
+    }
+}
+
+/// A key in a SIP INFO body: `application/dtmf-relay` (`Signal=5`) or `application/dtmf` (`5`).
+fn info_key(message: &SipMessage) -> Option<char> {
+    let kind = message.header("Content-Type")?.to_ascii_lowercase();
+    let body = std::str::from_utf8(&message.body).ok()?;
+    let signal = if kind.starts_with("application/dtmf-relay") {
+        body.lines().find_map(|line| {
+            let (key, value) = line.split_once('=')?;
+            key.trim()
+                .eq_ignore_ascii_case("signal")
+                .then(|| value.trim())
+        })?
+    } else if kind.starts_with("application/dtmf") {
+        body.trim()
+    } else {
+        return None;
+    };
+    let mut chars = signal.chars();
+    match (chars.next(), chars.next()) {
+        (Some(key), None) if crate::transports::dtmf::is_key(key) => Some(key),
+        _ => match signal {
+            "10" => Some('*'),
+            "11" => Some('#'),
+            _ => None,
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn invite() -> SipMessage {
+        SipMessage::parse(
+            b"INVITE sip:agent@127.0.0.1:5080 SIP/2.0\r\n\
+            Via: SIP/2.0/UDP 127.0.0.1:5091;branch=z9hG4bK-1\r\n\
+            From: sipp <sip:sipp@127.0.0.1:5091>;tag=caller\r\n\
+            To: agent <sip:agent@127.0.0.1:5080>\r\n\
+            Call-ID: 1-42@127.0.0.1\r\nCSeq: 1 INVITE\r\n\
+            Contact: <sip:sipp@127.0.0.1:5091>\r\nContent-Length: 0\r\n\r\n",
+        )
+        .expect("INVITE")
+    }
+
+    fn request(method: &str, cseq: u32, extra: &str, body: &str) -> SipMessage {
+        let text = format!(
+            "{method} sip:voxide@127.0.0.1:5080 SIP/2.0\r\n\
+            Via: SIP/2.0/UDP 127.0.0.1:5091;branch=z9hG4bK-{cseq}{method}\r\n\
+            From: sipp <sip:sipp@127.0.0.1:5091>;tag=caller\r\n\
+            To: agent <sip:agent@127.0.0.1:5080>;tag=vx\r\n\
+            Call-ID: 1-42@127.0.0.1\r\nCSeq: {cseq} {method}\r\n{extra}\
+            Content-Length: {}\r\n\r\n{body}",
+            body.len()
+        );
+        SipMessage::parse(text.as_bytes()).expect("request")
+    }
+
+    fn sent(actions: &[Action]) -> Vec<SipMessage> {
+        actions
+            .iter()
+            .filter_map(|a| match a {
+                Action::Send(bytes) => Some(SipMessage::parse(bytes).expect("sent SIP")),
+                _ => None,
+            })
+            .collect()
+    }
+
+    fn status(message: &SipMessage) -> u16 {
+        match message.start {
+            StartLine::Response { status, .. } => status,
+            StartLine::Request { .. } => 0,
+        }
+    }
+
+    fn answered(now: Instant) -> (Call, Vec<Action>) {
+        Call::answer(
+            invite(),
+            "v=0\r\n".into(),
+            "127.0.0.1:5080".into(),
+            "vx".into(),
+            now,
+        )
+    }
+
+    #[test]
+    fn the_answer_is_resent_ever_more_slowly_until_the_ack() {
+        let t0 = Instant::now();
+        let (mut call, actions) = answered(t0);
+        let ok = &sent(&actions)[0];
+        assert_eq!(status(ok), 200);
+        assert_eq!(ok.param("To", "tag"), Some("vx"));
+        assert_eq!(ok.header("Content-Type"), Some("application/sdp"));
+        assert_eq!(ok.body, b"v=0\r\n");
+        // Resent at 0.5 s, then 1.5 s (1 s later), then 3.5 s.
+        let mut resent = Vec::new();
+        for ms in (0..4_000).step_by(100) {
+            let now = t0 + Duration::from_millis(ms);
+            if !call.poll(now).is_empty() {
+                resent.push(ms);
+            }
+        }
+        assert_eq!(resent, [500, 1_500, 3_500]);
+        call.receive(&request("ACK", 1, "", ""));
+        assert_eq!(call.deadline(), None);
+        assert!(call.poll(t0 + Duration::from_secs(60)).is_empty());
+    }
+
+    #[test]
+    fn an_answer_never_acknowledged_is_hung_up() {
+        let t0 = Instant::now();
+        let (mut call, _) = answered(t0);
+        let actions = call.poll(t0 + GIVE_UP);
+        let bye = &sent(&actions)[0];
+        assert_eq!(bye.method(), Some("BYE"));
+        assert_eq!(actions.last(), Some(&Action::Ended(Ending::NoAck)));
+        assert!(call.over());
+    }
+
+    #[test]
+    fn the_callers_bye_ends_the_call_and_is_answered_even_twice() {
+        let t0 = Instant::now();
+        let (mut call, _) = answered(t0);
+        call.receive(&request("ACK", 1, "", ""));
+        let bye = request("BYE", 2, "", "");
+        let actions = call.receive(&bye);
+        assert_eq!(status(&sent(&actions)[0]), 200);
+        assert_eq!(actions.last(), Some(&Action::Ended(Ending::CallerHungUp)));
+        let again = call.receive(&bye);
+        assert_eq!(status(&sent(&again)[0]), 200);
+        assert_eq!(again.len(), 1, "ended once");
+    }
+
+    #[test]
+    fn voxides_bye_goes_to_the_callers_contact_with_the_tags_swapped() {
+        let t0 = Instant::now();
+        let (mut call, _) = answered(t0);
+        call.receive(&request("ACK", 1, "", ""));
+        let bye = &sent(&call.hang_up(t0))[0];
+        assert_eq!(
+            bye.start,
+            StartLine::Request {
+                method: "BYE".into(),
+                uri: "sip:sipp@127.0.0.1:5091".into()
+            }
+        );
+        assert_eq!(bye.param("From", "tag"), Some("vx"));
+        assert_eq!(bye.param("To", "tag"), Some("caller"));
+        assert_eq!(bye.cseq(), Some((1, "BYE")));
+        // Resent until answered; the answer ends the call.
+        assert_eq!(sent(&call.poll(t0 + T1)).len(), 1);
+        let ok =
+            SipMessage::parse(b"SIP/2.0 200 OK\r\nCall-ID: 1-42@127.0.0.1\r\nCSeq: 1 BYE\r\n\r\n")
+                .expect("200");
+        assert_eq!(call.receive(&ok), [Action::Ended(Ending::HungUp)]);
+        assert!(call.hang_up(t0).is_empty());
+    }
+
+    #[test]
+    fn requests_within_the_call_are_answered_and_info_keys_heard() {
+        let t0 = Instant::now();
+        let (mut call, _) = answered(t0);
+        assert_eq!(
+            status(&sent(&call.receive(&invite()))[0]),
+            200,
+            "a resent INVITE"
+        );
+        call.receive(&request("ACK", 1, "", ""));
+        let reinvite = call.receive(&request("INVITE", 3, "", ""));
+        assert_eq!(
+            sent(&reinvite)[0].body,
+            b"v=0\r\n",
+            "the same audio goes on"
+        );
+        let relay = "Content-Type: application/dtmf-relay\r\n";
+        let actions = call.receive(&request("INFO", 4, relay, "Signal=5\r\nDuration=160\r\n"));
+        assert_eq!(status(&sent(&actions)[0]), 200);
+        assert_eq!(actions.last(), Some(&Action::Key('5')));
+        let plain = "Content-Type: application/dtmf\r\n";
+        assert_eq!(
+            call.receive(&request("INFO", 5, plain, "11")).last(),
+            Some(&Action::Key('#'))
+        );
+        assert_eq!(
+            call.receive(&request("INFO", 6, relay, "Signal=x")).len(),
+            1
+        );
+        assert_eq!(
+            status(&sent(&call.receive(&request("OPTIONS", 7, "", "")))[0]),
+            200
+        );
+        assert_eq!(
+            status(&sent(&call.receive(&request("SUBSCRIBE", 8, "", "")))[0]),
+            501
+        );
+    }
+
+    #[test]
+    fn a_uri_is_read_from_a_name_addr_or_an_addr_spec() {
+        assert_eq!(uri_of("\"A\" <sip:a@b:5060>;tag=1"), "sip:a@b:5060");
+        assert_eq!(uri_of("sip:a@b;tag=1"), "sip:a@b");
+    }
+}

@@ -1,0 +1,220 @@
+//! RTP for a telephone call (RFC 3550): reading the caller's packets, writing the bot's, and
+//! the keys of RFC 4733 telephone-events, each heard once however often its packets repeat.
+
+use super::SipError;
+
+/// One RTP packet, read.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Packet<'a> {
+    /// The payload type.
+    pub payload_type: u8,
+    /// The marker bit (the first packet of a talkspurt, or of an event).
+    pub marker: bool,
+    /// The sequence number.
+    pub sequence: u16,
+    /// The media clock at the payload's first sample.
+    pub timestamp: u32,
+    /// The sender's source.
+    pub ssrc: u32,
+    /// The payload, without padding.
+    pub payload: &'a [u8],
+}
+
+impl<'a> Packet<'a> {
+    /// Reads a packet: version 2, its CSRCs, extension and padding skipped.
+    pub fn parse(bytes: &'a [u8]) -> Result<Self, SipError> {
+        let bad = |why: &str| Err(SipError::BadRtp(why.into()));
+        if bytes.len() < 12 {
+            return bad("shorter than an RTP header");
+        }
+        if bytes[0] >> 6 != 2 {
+            return bad("not RTP version 2");
+        }
+        let padded = bytes[0] & 0x20 != 0;
+        let extended = bytes[0] & 0x10 != 0;
+        let csrcs = usize::from(bytes[0] & 0x0f);
+        let mut start = 12 + 4 * csrcs;
+        if extended {
+            let Some(header) = bytes.get(start..start + 4) else {
+                return bad("an extension past the packet");
+            };
+            start += 4 + 4 * usize::from(u16::from_be_bytes([header[2], header[3]]));
+        }
+        let mut end = bytes.len();
+        if padded {
+            let pad = usize::from(bytes[end - 1]);
+            if pad == 0 || pad > end {
+                return bad("bad padding");
+            }
+            end -= pad;
+        }
+        if start > end {
+            return bad("the header runs past the payload");
+        }
+        Ok(Self {
+            payload_type: bytes[1] & 0x7f,
+            marker: bytes[1] & 0x80 != 0,
+            sequence: u16::from_be_bytes([bytes[2], bytes[3]]),
+            timestamp: u32::from_be_bytes([bytes[4], bytes[5], bytes[6], bytes[7]]),
+            ssrc: u32::from_be_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]),
+            payload: &bytes[start..end],
+        })
+    }
+}
+
+/// Writes one stream's packets: its source, sequence and clock.
+#[derive(Debug)]
+pub struct Sender {
+    ssrc: u32,
+    sequence: u16,
+    timestamp: u32,
+    payload_type: u8,
+    /// The next packet starts a talkspurt.
+    marker: bool,
+}
+
+impl Sender {
+    /// A stream of `payload_type` from `ssrc`, its sequence and clock starting at `start`
+    /// (random, as RFC 3550 asks).
+    pub fn new(payload_type: u8, ssrc: u32, start: u32) -> Self {
+        Self {
+            ssrc,
+            sequence: start as u16,
+            timestamp: start,
+            payload_type,
+            marker: true,
+        }
+    }
+
+    /// The next packet, holding `payload` of `samples` samples.
+    pub fn packet(&mut self, payload: &[u8], samples: u32) -> Vec<u8> {
+        let mut bytes = Vec::with_capacity(12 + payload.len());
+        bytes.push(0x80);
+        bytes.push(self.payload_type | if self.marker { 0x80 } else { 0 });
+        bytes.extend_from_slice(&self.sequence.to_be_bytes());
+        bytes.extend_from_slice(&self.timestamp.to_be_bytes());
+        bytes.extend_from_slice(&self.ssrc.to_be_bytes());
+        bytes.extend_from_slice(payload);
+        self.sequence = self.sequence.wrapping_add(1);
+        self.timestamp = self.timestamp.wrapping_add(samples);
+        self.marker = false;
+        bytes
+    }
+
+    /// The sender paused (the bot stopped speaking): the clock moves on by `samples`, and the
+    /// next packet is marked as a talkspurt's first.
+    pub fn pause(&mut self, samples: u32) {
+        self.timestamp = self.timestamp.wrapping_add(samples);
+        self.marker = true;
+    }
+}
+
+/// RFC 4733 keys: an event is repeated in several packets (and its end three times); it is
+/// heard once, at its first packet.
+#[derive(Debug, Default)]
+pub struct Keys {
+    /// The timestamp of the last event heard: its packets all carry it.
+    last: Option<u32>,
+}
+
+impl Keys {
+    /// The key a telephone-event packet starts, if it starts one.
+    pub fn take(&mut self, packet: &Packet<'_>) -> Option<char> {
+        let event = *packet.payload.first()?;
+        if packet.payload.len() < 4 || self.last == Some(packet.timestamp) {
+            return None;
+        }
+        self.last = Some(packet.timestamp);
+        match event {
+            0..=9 => char::from_digit(u32::from(event), 10),
+            10 => Some('*'),
+            11 => Some('#'),
+            _ => None,
+        }
+    }
+}
+
+/// A sequence number newer than `last` (within half the space ahead: RFC 3550's arithmetic),
+/// so that duplicates and stragglers are dropped.
+pub fn newer(sequence: u16, last: Option<u16>) -> bool {
+    match last {
+        None => true,
+        Some(last) => {
+            let ahead = sequence.wrapping_sub(last);
+            ahead != 0 && ahead < 0x8000
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_written_packet_reads_back_and_the_clock_moves_by_its_samples() {
+        let mut sender = Sender::new(8, 0xdead_beef, 65_535);
+        let first = sender.packet(&[0xd5; 160], 160);
+        let second = sender.packet(&[0x55; 160], 160);
+        let a = Packet::parse(&first).expect("first");
+        let b = Packet::parse(&second).expect("second");
+        assert_eq!((a.payload_type, a.marker, a.ssrc), (8, true, 0xdead_beef));
+        assert_eq!((a.sequence, b.sequence), (65_535, 0));
+        assert_eq!(b.timestamp.wrapping_sub(a.timestamp), 160);
+        assert!(!b.marker);
+        assert_eq!(b.payload, &[0x55; 160][..]);
+        sender.pause(800);
+        let third = sender.packet(&[0; 160], 160);
+        let c = Packet::parse(&third).expect("third");
+        assert!(c.marker);
+        assert_eq!(c.timestamp.wrapping_sub(b.timestamp), 960);
+    }
+
+    #[test]
+    fn csrcs_extensions_and_padding_are_skipped_and_bad_packets_refused() {
+        let mut bytes = vec![0xb1, 0x00, 0, 1, 0, 0, 0, 160, 0, 0, 0, 9];
+        bytes.extend_from_slice(&[1, 2, 3, 4]); // one CSRC
+        bytes.extend_from_slice(&[0xbe, 0xde, 0, 1, 9, 9, 9, 9]); // a one-word extension
+        bytes.extend_from_slice(&[7, 7, 0, 2]); // payload, then two bytes of padding
+        let packet = Packet::parse(&bytes).expect("packet");
+        assert_eq!(packet.payload, &[7, 7][..]);
+        for bad in [
+            &[0x80u8; 11][..],
+            &[0x40; 12],
+            &[0xa0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0],
+        ] {
+            assert!(Packet::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_key_repeated_over_its_packets_is_heard_once() {
+        let event = |ts: u32, key: u8, end: bool| {
+            let mut bytes = vec![0x80, 101, 0, 0];
+            bytes.extend_from_slice(&ts.to_be_bytes());
+            bytes.extend_from_slice(&[0, 0, 0, 1, key, if end { 0x8a } else { 0x0a }, 0, 160]);
+            bytes
+        };
+        let mut keys = Keys::default();
+        let heard: Vec<char> = [
+            event(8_000, 1, false),
+            event(8_000, 1, false),
+            event(8_000, 1, true),
+            event(8_000, 1, true),
+            event(9_600, 11, false),
+            event(11_200, 14, false),
+        ]
+        .iter()
+        .filter_map(|bytes| keys.take(&Packet::parse(bytes).expect("event")))
+        .collect();
+        assert_eq!(heard, ['1', '#']);
+    }
+
+    #[test]
+    fn a_sequence_is_newer_across_the_wrap_and_a_duplicate_is_not() {
+        assert!(newer(0, None));
+        assert!(newer(1, Some(0)));
+        assert!(newer(0, Some(65_535)));
+        assert!(!newer(5, Some(5)));
+        assert!(!newer(4, Some(5)));
+    }
+}

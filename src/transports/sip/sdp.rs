@@ -1,0 +1,245 @@
+//! SDP offer and answer for a telephone call's audio (RFC 4566, RFC 3264): the caller's
+//! address and port, the codec both sides speak (PCMU or PCMA at 8 kHz), and RFC 4733
+//! telephone-events when the caller offers them.
+
+use std::net::IpAddr;
+
+use super::SipError;
+
+/// An audio codec voxide speaks on a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Codec {
+    /// G.711 μ-law (static payload type 0).
+    Pcmu,
+    /// G.711 A-law (static payload type 8).
+    Pcma,
+}
+
+impl Codec {
+    /// Its name in an `rtpmap`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Codec::Pcmu => "PCMU",
+            Codec::Pcma => "PCMA",
+        }
+    }
+}
+
+/// What the caller offered, as far as audio goes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offer {
+    /// Where the caller takes audio.
+    pub address: IpAddr,
+    /// On which port.
+    pub port: u16,
+    /// The payload types of `m=audio`, in the caller's order of preference.
+    pub formats: Vec<u8>,
+    /// Each payload type's `rtpmap`: name and clock rate.
+    pub maps: Vec<(u8, String, u32)>,
+}
+
+/// The codec and events the call uses: the payload types the caller gave them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Chosen {
+    /// The audio codec.
+    pub codec: Codec,
+    /// Its payload type.
+    pub payload_type: u8,
+    /// The telephone-event payload type, if the caller offered it at 8 kHz.
+    pub events: Option<u8>,
+}
+
+/// The most lines an offer may hold.
+const MAX_LINES: usize = 256;
+
+impl Offer {
+    /// Reads an offer's session address and its first audio stream.
+    pub fn parse(text: &str) -> Result<Self, SipError> {
+        let mut session_address = None;
+        let mut media_address = None;
+        let mut audio: Option<(u16, Vec<u8>)> = None;
+        let mut maps = Vec::new();
+        let mut in_audio = false;
+        for (n, line) in text.lines().enumerate() {
+            if n == MAX_LINES {
+                return Err(SipError::BadOffer(format!("more than {MAX_LINES} lines")));
+            }
+            let line = line.trim_end();
+            if let Some(rest) = line.strip_prefix("m=") {
+                in_audio = false;
+                let mut fields = rest.split_whitespace();
+                if fields.next() != Some("audio") || audio.is_some() {
+                    continue;
+                }
+                let port = fields.next().and_then(|p| p.parse::<u16>().ok());
+                let proto = fields.next();
+                let formats: Vec<u8> = fields.filter_map(|f| f.parse().ok()).collect();
+                match (port, proto) {
+                    (Some(port), Some("RTP/AVP" | "RTP/AVPF")) => {
+                        audio = Some((port, formats));
+                        in_audio = true;
+                    }
+                    _ => {
+                        return Err(SipError::BadOffer(format!(
+                            "m=audio needs a port and plain RTP/AVP: {line:?}"
+                        )));
+                    }
+                }
+            } else if let Some(rest) = line.strip_prefix("c=") {
+                let address = connection(rest)?;
+                if in_audio {
+                    media_address = Some(address);
+                } else if audio.is_none() {
+                    session_address = Some(address);
+                }
+            } else if let Some(rest) = line.strip_prefix("a=rtpmap:")
+                && in_audio
+            {
+                let Some((pt, map)) = rest.split_once(' ') else {
+                    continue;
+                };
+                let mut parts = map.split('/');
+                if let (Ok(pt), Some(name), Some(Ok(rate))) = (
+                    pt.parse::<u8>(),
+                    parts.next(),
+                    parts.next().map(str::parse::<u32>),
+                ) {
+                    maps.push((pt, name.to_owned(), rate));
+                }
+            }
+        }
+        let (port, formats) =
+            audio.ok_or_else(|| SipError::BadOffer("no m=audio stream".into()))?;
+        let address = media_address
+            .or(session_address)
+            .ok_or_else(|| SipError::BadOffer("no c= address".into()))?;
+        Ok(Self {
+            address,
+            port,
+            formats,
+            maps,
+        })
+    }
+
+    /// The payload type's name and rate: its `rtpmap`, or the static table for 0 and 8.
+    fn map(&self, pt: u8) -> Option<(&str, u32)> {
+        if let Some((_, name, rate)) = self.maps.iter().find(|(p, _, _)| *p == pt) {
+            return Some((name.as_str(), *rate));
+        }
+        match pt {
+            0 => Some(("PCMU", 8_000)),
+            8 => Some(("PCMA", 8_000)),
+            _ => None,
+        }
+    }
+
+    /// The first of the caller's formats voxide speaks, and its telephone-events.
+    pub fn choose(&self) -> Option<Chosen> {
+        let (codec, payload_type) = self.formats.iter().find_map(|pt| match self.map(*pt)? {
+            (name, 8_000) if name.eq_ignore_ascii_case("PCMU") => Some((Codec::Pcmu, *pt)),
+            (name, 8_000) if name.eq_ignore_ascii_case("PCMA") => Some((Codec::Pcma, *pt)),
+            _ => None,
+        })?;
+        let events = self.formats.iter().copied().find(|pt| {
+            self.map(*pt).is_some_and(|(name, rate)| {
+                name.eq_ignore_ascii_case("telephone-event") && rate == 8_000
+            })
+        });
+        Some(Chosen {
+            codec,
+            payload_type,
+            events,
+        })
+    }
+}
+
+/// `IN IP4 a.b.c.d` (or IP6).
+fn connection(rest: &str) -> Result<IpAddr, SipError> {
+    let mut fields = rest.split_whitespace();
+    match (fields.next(), fields.next(), fields.next()) {
+        (Some("IN"), Some("IP4" | "IP6"), Some(address)) => address
+            .split('/')
+            .next()
+            .and_then(|a| a.parse().ok())
+            .ok_or_else(|| SipError::BadOffer(format!("c= address {address:?}"))),
+        _ => Err(SipError::BadOffer(format!("c={rest:?}"))),
+    }
+}
+
+/// voxide's answer: audio at `address:port` in `chosen`'s codec, and its telephone-events.
+pub fn answer(address: IpAddr, port: u16, chosen: Chosen, session: u64) -> String {
+    let family = if address.is_ipv4() { "IP4" } else { "IP6" };
+    let mut formats = chosen.payload_type.to_string();
+    if let Some(events) = chosen.events {
+        formats.push_str(&format!(" {events}"));
+    }
+    let mut sdp = format!(
+        "v=0\r\no=voxide {session} {session} IN {family} {address}\r\ns=voxide\r\n\
+         c=IN {family} {address}\r\nt=0 0\r\nm=audio {port} RTP/AVP {formats}\r\n\
+         a=rtpmap:{} {}/8000\r\n",
+        chosen.payload_type,
+        chosen.codec.name()
+    );
+    if let Some(events) = chosen.events {
+        sdp.push_str(&format!(
+            "a=rtpmap:{events} telephone-event/8000\r\na=fmtp:{events} 0-15\r\n"
+        ));
+    }
+    sdp.push_str("a=ptime:20\r\na=sendrecv\r\n");
+    sdp
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// SIPp's `uac_pcap` offer.
+    const SIPP: &str = "v=0\r\no=user1 53655765 2353687637 IN IP4 127.0.0.1\r\ns=-\r\n\
+        c=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 6000 RTP/AVP 8 101\r\n\
+        a=rtpmap:8 PCMA/8000\r\na=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-11,16\r\n";
+
+    #[test]
+    fn sipps_offer_chooses_pcma_with_its_telephone_events() {
+        let offer = Offer::parse(SIPP).expect("offer");
+        assert_eq!(offer.address, "127.0.0.1".parse::<IpAddr>().expect("ip"));
+        assert_eq!(offer.port, 6000);
+        assert_eq!(
+            offer.choose(),
+            Some(Chosen {
+                codec: Codec::Pcma,
+                payload_type: 8,
+                events: Some(101)
+            })
+        );
+    }
+
+    #[test]
+    fn the_callers_order_decides_and_static_types_need_no_rtpmap() {
+        let offer = Offer::parse(
+            "v=0\r\nc=IN IP4 10.0.0.9\r\nm=audio 4000 RTP/AVP 9 0 8\r\na=rtpmap:9 G722/8000\r\n",
+        )
+        .expect("offer");
+        let chosen = offer.choose().expect("PCMU");
+        assert_eq!(
+            (chosen.codec, chosen.payload_type, chosen.events),
+            (Codec::Pcmu, 0, None)
+        );
+        let answer = answer("192.0.2.1".parse().expect("ip"), 10_000, chosen, 7);
+        let back = Offer::parse(&answer).expect("the answer reads as SDP");
+        assert_eq!((back.port, back.formats.clone()), (10_000, vec![0]));
+        assert!(answer.contains("a=rtpmap:0 PCMU/8000"), "{answer}");
+    }
+
+    #[test]
+    fn an_offer_without_a_common_codec_or_an_address_is_told_apart() {
+        let opus = Offer::parse(
+            "v=0\r\nc=IN IP4 10.0.0.9\r\nm=audio 4000 RTP/AVP 111\r\na=rtpmap:111 opus/48000/2\r\n",
+        )
+        .expect("offer");
+        assert_eq!(opus.choose(), None);
+        assert!(Offer::parse("v=0\r\nm=audio 4000 RTP/AVP 0\r\n").is_err());
+        assert!(Offer::parse("v=0\r\nc=IN IP4 10.0.0.9\r\n").is_err());
+        assert!(Offer::parse("v=0\r\nc=IN IP4 x\r\nm=audio 4000 RTP/AVP 0\r\n").is_err());
+        assert!(Offer::parse("v=0\r\nc=IN IP4 10.0.0.9\r\nm=audio 4000 RTP/SAVP 0\r\n").is_err());
+    }
+}

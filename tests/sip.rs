@@ -1,0 +1,373 @@
+//! SIP calls answered by `voxide serve --sip-listen`, placed by a real SIP peer: SIPp (Debian's
+//! `sip-tester`, installed by `scripts/setup.sh --test`). The caller speaks recorded audio in
+//! A-law over RTP, presses a key (RFC 4733) and hangs up; the server's recording shows what it
+//! heard and what the bot said. Needs the models (`scripts/setup.sh`).
+
+use std::net::{SocketAddr, UdpSocket};
+use std::path::Path;
+use std::time::Duration;
+
+use voxide::audio::alaw;
+use voxide::audio::resample::StreamResampler;
+use voxide::audio::wav;
+use voxide::server::{Network, SipOptions};
+
+mod common;
+
+use common::{HELLO, start_options, test_options};
+
+/// A fresh folder of this test's, under the system's temporary folder.
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("voxide-sip-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch folder");
+    dir
+}
+
+/// A free UDP port on loopback.
+fn free_udp_port() -> u16 {
+    UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("a free port")
+        .port()
+}
+
+/// A libpcap file of `payloads` as RTP (payload type `pt`, 20 ms apart) in UDP over IPv4 over
+/// Ethernet, as SIPp's `play_pcap_audio` replays them.
+fn pcap(payloads: &[Vec<u8>], pt: u8) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(&0xa1b2_c3d4u32.to_le_bytes());
+    out.extend_from_slice(&2u16.to_le_bytes());
+    out.extend_from_slice(&4u16.to_le_bytes());
+    out.extend_from_slice(&[0; 8]);
+    out.extend_from_slice(&65_535u32.to_le_bytes());
+    out.extend_from_slice(&1u32.to_le_bytes());
+    for (i, payload) in payloads.iter().enumerate() {
+        let mut rtp = vec![0x80, pt | if i == 0 { 0x80 } else { 0 }];
+        rtp.extend_from_slice(&(i as u16).to_be_bytes());
+        rtp.extend_from_slice(&((i * 160) as u32).to_be_bytes());
+        rtp.extend_from_slice(&0x5151_5151u32.to_be_bytes());
+        rtp.extend_from_slice(payload);
+        let udp_len = 8 + rtp.len();
+        let ip_len = 20 + udp_len;
+        let mut ip = vec![0x45, 0];
+        ip.extend_from_slice(&(ip_len as u16).to_be_bytes());
+        ip.extend_from_slice(&[0, 0, 0, 0, 64, 17, 0, 0, 127, 0, 0, 1, 127, 0, 0, 1]);
+        let sum = ip
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum::<u32>();
+        let sum = !(((sum & 0xffff) + (sum >> 16)) as u16);
+        ip[10..12].copy_from_slice(&sum.to_be_bytes());
+        let mut frame = vec![0u8; 12];
+        frame.extend_from_slice(&[0x08, 0x00]);
+        frame.extend_from_slice(&ip);
+        frame.extend_from_slice(&6_000u16.to_be_bytes());
+        frame.extend_from_slice(&6_000u16.to_be_bytes());
+        frame.extend_from_slice(&(udp_len as u16).to_be_bytes());
+        frame.extend_from_slice(&[0, 0]);
+        frame.extend_from_slice(&rtp);
+        let micros = i as u32 * 20_000;
+        out.extend_from_slice(&(micros / 1_000_000).to_le_bytes());
+        out.extend_from_slice(&(micros % 1_000_000).to_le_bytes());
+        out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        out.extend_from_slice(&(frame.len() as u32).to_le_bytes());
+        out.extend_from_slice(&frame);
+    }
+    out
+}
+
+/// The caller's script: an INVITE offering PCMA and telephone-events, the recorded question,
+/// time for the answer, the key `1` (SIPp's own RFC 4733 capture), time for the entry to end
+/// and be answered, then BYE.
+const SCENARIO: &str = r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
+<scenario name="voxide caller">
+  <send retrans="500"><![CDATA[
+INVITE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: caller <sip:caller@[local_ip]:[local_port]>;tag=[pid]caller[call_number]
+To: <sip:[service]@[remote_ip]:[remote_port]>
+Call-ID: [call_id]
+CSeq: 1 INVITE
+Contact: <sip:caller@[local_ip]:[local_port]>
+Max-Forwards: 70
+Content-Type: application/sdp
+Content-Length: [len]
+
+v=0
+o=caller 1 1 IN IP[local_ip_type] [local_ip]
+s=-
+c=IN IP[media_ip_type] [media_ip]
+t=0 0
+m=audio [auto_media_port] RTP/AVP 8 101
+a=rtpmap:8 PCMA/8000
+a=rtpmap:101 telephone-event/8000
+a=fmtp:101 0-15
+]]></send>
+  <recv response="100" optional="true"/>
+  <recv response="180" optional="true"/>
+  <recv response="200" rtd="true"/>
+  <send><![CDATA[
+ACK sip:[service]@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: caller <sip:caller@[local_ip]:[local_port]>;tag=[pid]caller[call_number]
+To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
+Call-ID: [call_id]
+CSeq: 1 ACK
+Max-Forwards: 70
+Content-Length: 0
+]]></send>
+  <nop><action><exec play_pcap_audio="hello.pcap"/></action></nop>
+  <pause milliseconds="9000"/>
+  <nop><action><exec play_pcap_audio="PCAP_DIR/dtmf_2833_1.pcap"/></action></nop>
+  <pause milliseconds="9000"/>
+  <send retrans="500"><![CDATA[
+BYE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: caller <sip:caller@[local_ip]:[local_port]>;tag=[pid]caller[call_number]
+To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
+Call-ID: [call_id]
+CSeq: 2 BYE
+Max-Forwards: 70
+Content-Length: 0
+]]></send>
+  <recv response="200"/>
+</scenario>
+"#;
+
+/// Where Debian's SIPp keeps its RTP captures.
+const PCAP_DIR: &str = "/usr/share/sip-tester";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sipp_caller_is_answered_heard_and_its_key_reaches_the_conversation() {
+    assert!(
+        Path::new(PCAP_DIR).join("dtmf_2833_1.pcap").exists(),
+        "SIPp is not installed: scripts/setup.sh --test installs sip-tester"
+    );
+    let records = scratch("records");
+    let sip_port = free_udp_port();
+    let mut options = test_options(vec![voxide::bot::BotOptions {
+        voice: voxide::bot::Voice::Espeak,
+        ..voxide::bot::BotOptions::default()
+    }]);
+    options.record_dir = Some(records.clone());
+    options.sip = Some(SipOptions {
+        listen: SocketAddr::from(([127, 0, 0, 1], sip_port)),
+        public_ip: None,
+        rtp_ports: 21_000..=21_999,
+        allow: Network::loopback(),
+    });
+    let _server = start_options(options).await;
+
+    // The recorded question, narrowed to 8 kHz and A-law, 20 ms a packet.
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    let narrow = StreamResampler::new(16_000, 8_000)
+        .expect("resampler")
+        .process(&hello);
+    let payloads: Vec<Vec<u8>> = narrow
+        .chunks(160)
+        .map(|c| {
+            let mut bytes: Vec<u8> = c.iter().map(|s| alaw::encode(*s)).collect();
+            bytes.resize(160, alaw::encode(0));
+            bytes
+        })
+        .collect();
+    let work = scratch("caller");
+    std::fs::write(work.join("hello.pcap"), pcap(&payloads, 8)).expect("pcap");
+    let scenario = SCENARIO.replace("PCAP_DIR", PCAP_DIR);
+    std::fs::write(work.join("caller.xml"), scenario).expect("scenario");
+
+    let caller_port = free_udp_port();
+    let sipp = tokio::process::Command::new("sipp")
+        .current_dir(&work)
+        .args([
+            "-sf",
+            "caller.xml",
+            &format!("127.0.0.1:{sip_port}"),
+            "-s",
+            "agent",
+        ])
+        .args([
+            "-i",
+            "127.0.0.1",
+            "-mi",
+            "127.0.0.1",
+            "-p",
+            &caller_port.to_string(),
+        ])
+        .args([
+            "-m",
+            "1",
+            "-timeout",
+            "60",
+            "-timeout_error",
+            "-nostdin",
+            "-trace_err",
+        ])
+        .output();
+    let sipp = tokio::time::timeout(Duration::from_secs(90), sipp)
+        .await
+        .expect("SIPp finished")
+        .expect("SIPp runs");
+    assert!(
+        sipp.status.success(),
+        "SIPp's call failed: {}\n{}",
+        String::from_utf8_lossy(&sipp.stdout),
+        String::from_utf8_lossy(&sipp.stderr)
+    );
+
+    // The session's report and recording are written as it ends.
+    let mut report = None;
+    for _ in 0..100 {
+        report = std::fs::read_dir(&records)
+            .expect("records")
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "json"));
+        if report.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let report = report.expect("the call's report");
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("JSON");
+    assert_eq!(report["transport"], "sip");
+    let said: Vec<String> = report["turns"]
+        .as_array()
+        .expect("turns")
+        .iter()
+        .flat_map(|t| t["user_text"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t.as_str().map(str::to_lowercase))
+        .collect();
+    // "What's the weather like?", narrowed to a telephone's 8 kHz and A-law.
+    assert!(
+        said.iter().any(|t| t.contains("weather")),
+        "the question was heard: {said:?}"
+    );
+    assert!(
+        said.iter().any(|t| t.contains("dtmf: 1")),
+        "the key was heard: {said:?}"
+    );
+    let answers: usize = report["turns"]
+        .as_array()
+        .expect("turns")
+        .iter()
+        .map(|t| t["llm"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert!(
+        answers >= 2,
+        "the bot answered the question and the key: {report}"
+    );
+    let recording = wav::read(records.join(report["audio"].as_str().expect("the recording")))
+        .expect("the recording reads");
+    let loud_bot = recording
+        .samples
+        .chunks(2)
+        .filter(|frame| frame.get(1).is_some_and(|s| s.unsigned_abs() > 1000))
+        .count();
+    assert!(
+        loud_bot > 4000,
+        "the bot's voice went out: {loud_bot} loud samples"
+    );
+}
+
+/// Sends `message` to `to` from a fresh socket; the status of the answer, and the answer.
+async fn ask(to: SocketAddr, message: &str) -> Option<(u16, String)> {
+    let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("a socket");
+    socket.send_to(message.as_bytes(), to).await.expect("sent");
+    let mut buffer = vec![0u8; 65_535];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(2), socket.recv_from(&mut buffer))
+        .await
+        .ok()?
+        .expect("received");
+    let text = String::from_utf8_lossy(&buffer[..n]).into_owned();
+    let status = text.split(' ').nth(1)?.parse().ok()?;
+    Some((status, text))
+}
+
+/// An INVITE with `sdp` as its offer, in call `call_id`.
+fn invite(to: SocketAddr, call_id: &str, sdp: &str) -> String {
+    format!(
+        "INVITE sip:agent@{to} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5999;branch=z9hG4bK-{call_id}\r\n\
+         From: <sip:caller@127.0.0.1>;tag=c-{call_id}\r\nTo: <sip:agent@{to}>\r\n\
+         Call-ID: {call_id}\r\nCSeq: 1 INVITE\r\nContact: <sip:caller@127.0.0.1:5999>\r\n\
+         Content-Type: application/sdp\r\nContent-Length: {}\r\n\r\n{sdp}",
+        sdp.len()
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_or_unwelcome_invite_is_refused_with_the_status_sip_gives_it() {
+    let sip_port = free_udp_port();
+    let sip = SocketAddr::from(([127, 0, 0, 1], sip_port));
+    let mut options = test_options(vec![voxide::bot::BotOptions {
+        voice: voxide::bot::Voice::Espeak,
+        ..voxide::bot::BotOptions::default()
+    }]);
+    options.access.sessions_per_minute = 2;
+    options.sip = Some(SipOptions {
+        listen: sip,
+        public_ip: None,
+        rtp_ports: 22_000..=22_099,
+        allow: Network::loopback(),
+    });
+    let _server = start_options(options).await;
+    let opus = "v=0\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 7000 RTP/AVP 111\r\na=rtpmap:111 opus/48000/2\r\n";
+
+    // No codec in common: 488, saying what voxide speaks.
+    let (status, answer) = ask(sip, &invite(sip, "opus-1", opus))
+        .await
+        .expect("an answer");
+    assert_eq!(status, 488, "{answer}");
+    assert!(answer.contains("PCMU or PCMA"), "{answer}");
+    // A broken offer: 400.
+    let (status, _) = ask(
+        sip,
+        &invite(sip, "broken-1", "v=0\r\nm=audio x RTP/AVP 0\r\n"),
+    )
+    .await
+    .expect("an answer");
+    assert_eq!(status, 400);
+    // A call nobody opened: 481. A probe: 200.
+    let bye = "BYE sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5999;branch=z9hG4bK-b\r\n\
+               From: <sip:c@127.0.0.1>;tag=1\r\nTo: <sip:a@127.0.0.1>;tag=2\r\nCall-ID: nobody\r\n\
+               CSeq: 2 BYE\r\nContent-Length: 0\r\n\r\n";
+    assert_eq!(ask(sip, bye).await.map(|a| a.0), Some(481));
+    let options_probe = bye.replace("BYE", "OPTIONS");
+    assert_eq!(ask(sip, &options_probe).await.map(|a| a.0), Some(200));
+    // Not SIP at all: no answer, and the server goes on.
+    assert_eq!(ask(sip, "\u{1}\u{2} hello").await, None);
+    // A flood of INVITEs: past the per-address limit, 503 with Retry-After.
+    let (status, answer) = ask(sip, &invite(sip, "opus-2", opus))
+        .await
+        .expect("an answer");
+    assert_eq!(
+        status, 503,
+        "the third call from one address in a minute: {answer}"
+    );
+    assert!(answer.contains("Retry-After: 60"), "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_outside_the_allowed_networks_is_forbidden() {
+    let sip = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
+    let mut options = test_options(vec![voxide::bot::BotOptions {
+        voice: voxide::bot::Voice::Espeak,
+        ..voxide::bot::BotOptions::default()
+    }]);
+    options.sip = Some(SipOptions {
+        listen: sip,
+        public_ip: None,
+        rtp_ports: 22_100..=22_199,
+        allow: vec!["192.0.2.0/24".parse().expect("a network")],
+    });
+    let _server = start_options(options).await;
+    let pcmu = "v=0\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 7000 RTP/AVP 0\r\n";
+    let (status, answer) = ask(sip, &invite(sip, "outsider", pcmu))
+        .await
+        .expect("an answer");
+    assert_eq!(status, 403, "{answer}");
+}
