@@ -12,7 +12,7 @@ APT_PACKAGES=(pkg-config python3 python3-pip libespeak-ng-dev libasound2-dev cma
 # PulseAudio (the daemon, pacat/parecord,
 # ALSA's pulse plugin) for `voxide local` on a virtual sound server (tests/local.rs), HAProxy
 # for the cluster check (scripts/cluster.sh), python3-venv for the deployment files' checkers
-# (scripts/deploy_check.sh) and SIPp (sip-tester), the SIP caller of tests/sip.rs.
+# (scripts/deploy_check.sh) and SIPp (sip-tester), the SIP caller of tests/telephony.rs.
 TEST=0
 if [ "${1:-}" = "--test" ]; then
   TEST=1

@@ -19,6 +19,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("ws_pcm", ws_pcm),
     ("ws_carriers", ws_carriers),
     ("sip", sip),
+    ("audiosocket", audiosocket),
     ("wav", wav),
     ("async_tool_message", async_tool_message),
     ("sse", sse),
@@ -154,6 +155,16 @@ fn sip(bytes: &[u8]) {
         }
     }
     let _ = answered.hang_up(now);
+}
+
+/// What Asterisk's AudioSocket sends, in pieces split anywhere.
+fn audiosocket(bytes: &[u8]) {
+    let mut reader = crate::transports::audiosocket::Reader::default();
+    for piece in messages(bytes) {
+        if reader.push(piece).is_err() {
+            break;
+        }
+    }
 }
 
 /// An uploaded recording.

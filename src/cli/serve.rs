@@ -115,8 +115,12 @@ pub struct ServeArgs {
         default_value = "10000-10999"
     )]
     sip_rtp_ports: String,
-    /// Who may call over SIP: an address or `address/bits` (repeatable; a PBX's or a trunk's
-    /// addresses). [default: loopback only]
+    /// Takes Asterisk's AudioSocket connections on this TCP address (`AudioSocket(uuid,host:port)`
+    /// in a dialplan): each a call with the default bot. [default: none]
+    #[arg(long, env = "VOXIDE_AUDIOSOCKET_LISTEN", value_name = "ADDR:PORT")]
+    audiosocket_listen: Option<SocketAddr>,
+    /// Who may call over SIP or AudioSocket: an address or `address/bits` (repeatable; a PBX's
+    /// or a trunk's addresses). [default: loopback only]
     #[arg(long = "sip-allow", value_name = "NETWORK")]
     sip_allow: Vec<voxide::server::Network>,
     /// A STUN or TURN server for WebRTC (repeatable). Without one, host candidates only,
@@ -163,6 +167,15 @@ pub struct ServeArgs {
 }
 
 impl ServeArgs {
+    /// Who may call over SIP or AudioSocket: `--sip-allow`, or loopback.
+    fn callers(&self) -> Vec<voxide::server::Network> {
+        if self.sip_allow.is_empty() {
+            voxide::server::Network::loopback()
+        } else {
+            self.sip_allow.clone()
+        }
+    }
+
     /// Serves until SIGINT or SIGTERM.
     pub async fn run(self) -> Result<()> {
         let config = self.bot.config()?;
@@ -267,15 +280,12 @@ impl ServeArgs {
                         listen,
                         public_ip: self.sip_public_ip,
                         rtp_ports: port_range("--sip-rtp-ports", &self.sip_rtp_ports)?,
-                        allow: if self.sip_allow.is_empty() {
-                            voxide::server::Network::loopback()
-                        } else {
-                            self.sip_allow.clone()
-                        },
+                        allow: self.callers(),
                     })
                 }
                 None => None,
             },
+            audiosocket: self.audiosocket_listen.map(|addr| (addr, self.callers())),
             traces: voxide::observe::trace::TraceOptions::resolve(
                 self.otlp_endpoint.as_deref(),
                 self.trace_sample,

@@ -2,9 +2,11 @@
 //! readiness, status and Prometheus metrics, with a session limit and a graceful shutdown.
 
 pub mod access;
+mod audiosocket;
 pub mod cluster;
 mod error;
 mod metrics;
+mod phone;
 mod recorded;
 mod rtvi;
 mod sip;
@@ -87,6 +89,8 @@ pub struct ServeOptions {
     pub uploads: Option<crate::observe::Uploads>,
     /// SIP calls taken directly (`--sip-listen`); none: no SIP.
     pub sip: Option<SipOptions>,
+    /// Asterisk's AudioSocket connections (`--audiosocket-listen`), and who may open them.
+    pub audiosocket: Option<(SocketAddr, Vec<Network>)>,
 }
 
 impl ServeOptions {
@@ -113,6 +117,7 @@ impl ServeOptions {
             traces: None,
             uploads: None,
             sip: None,
+            audiosocket: None,
         }
     }
 }
@@ -147,6 +152,14 @@ pub enum ServeError {
     /// The SIP address could not be bound.
     #[error("cannot listen for SIP on {addr}: {source}")]
     BindSip {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The AudioSocket address could not be bound.
+    #[error("cannot listen for AudioSocket on {addr}: {source}")]
+    BindAudioSocket {
         /// The address.
         addr: SocketAddr,
         /// Why.
@@ -608,6 +621,11 @@ pub async fn serve_with(
         ),
         None => None,
     };
+    let audiosocket = bind_optional(
+        options.audiosocket.as_ref().map(|(addr, _)| *addr),
+        |addr, source| ServeError::BindAudioSocket { addr, source },
+    )
+    .await?;
     let addr = listener.local_addr()?;
     let timeout = options.drain_timeout;
     let app = Server::new(options, bots).app;
@@ -626,6 +644,10 @@ pub async fn serve_with(
     if let (Some(socket), Some(options)) = (sip, app.options.sip.clone()) {
         tracing::info!(addr = %socket.local_addr()?, "taking SIP calls");
         own.spawn(sip::serve(app.clone(), socket, options));
+    }
+    if let (Some(listener), Some((_, allow))) = (audiosocket, app.options.audiosocket.clone()) {
+        tracing::info!(addr = %listener.local_addr()?, "taking AudioSocket calls");
+        own.spawn(audiosocket::serve(app.clone(), listener, allow));
     }
     on_listening(addr);
     tracing::info!(%addr, node = %app.cluster.node(), "listening");

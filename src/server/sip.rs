@@ -17,14 +17,13 @@ use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::phone::CallSession;
 use super::rtvi::RtviInput;
 use super::{Admission, ApiError, App};
 use crate::audio::{alaw, mulaw};
 use crate::bot::SessionInfo;
-use crate::events::{Event, ReportLevel};
+use crate::events::Event;
 use crate::frames::AudioFrame;
-use crate::observe::Watched;
-use crate::pipeline::Session;
 use crate::transports::output::AudioSink;
 use crate::transports::sip::SipError;
 use crate::transports::sip::call::{Action, Call, Ending};
@@ -445,20 +444,10 @@ async fn run_call(
     tracing::info!(session = %info.id, %peer, codec = chosen.codec.name(), rtp_port, "a SIP call answered");
 
     let (out_tx, mut out_rx) = mpsc::channel::<Out>(crate::audio::AUDIO_QUEUE);
-    let mut observing = app.watchers.watch(&Watched {
-        id: &info.id,
-        bot: info.bot(),
-        transport: "sip",
-        level: ReportLevel::default(),
-        consent: info.consents_to_recording(),
-        traceparent: None,
-        bot_allows: app.bots.observed(info.bot()),
-    });
-    let bot = match app
-        .bots
-        .build(&info, RATE, observing.sink(Box::new(CallSink(out_tx))))
-    {
-        Ok(bot) => bot,
+    let sink: Box<dyn AudioSink> = Box::new(CallSink(out_tx));
+    let started = CallSession::start(&app, &info, "sip", (RATE, sink), admission);
+    let mut phone = match started {
+        Ok(started) => started,
         Err(e) => {
             tracing::error!(error = %e, "cannot build the bot; hanging up");
             let actions = call.hang_up(Instant::now().into_std());
@@ -467,25 +456,6 @@ async fn run_call(
             return;
         }
     };
-    let mut input = RtviInput::new(
-        bot.context.clone(),
-        bot.params.skip_tts,
-        false,
-        bot.report_level,
-    );
-    observing.report_level(bot.report_level);
-    let mut builder = Session::builder(bot.pipeline)
-        .params(bot.params)
-        .resources(bot.resources);
-    if let Some(observer) = observing.observer() {
-        builder = builder.observer(observer);
-    }
-    let mut events = builder.subscribe();
-    let watched = builder.subscribe();
-    let session = builder.spawn();
-    let handle = session.handle();
-    admission.attach(handle.clone());
-    let watching = tokio::spawn(observing.follow(watched, handle.clone()));
 
     // Symmetric RTP: audio goes where the caller's comes from, once it comes (from the
     // offer's address only); until then, to the offer.
@@ -505,12 +475,12 @@ async fn run_call(
     timeline.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let deadline = call.deadline().map(Instant::from_std);
-        let keypad = input.keypad_deadline().map(Instant::from_std);
+        let keypad = phone.input.keypad_deadline().map(Instant::from_std);
         tokio::select! {
             message = inbox.recv() => {
                 let Some(message) = message else { break };
                 let actions = call.receive(&message);
-                ending = ending.or(act(&sip, peer, &actions, &mut input, &handle).await);
+                ending = ending.or(act(&sip, peer, &actions, &mut phone.input, &phone.handle).await);
             }
             received = rtp.recv_from(&mut buffer) => {
                 let Ok((n, from)) = received else { continue };
@@ -524,7 +494,7 @@ async fn run_call(
                 let Ok(packet) = Packet::parse(&buffer[..n]) else { continue };
                 if Some(packet.payload_type) == chosen.events {
                     if let Some(key) = keys.take(&packet) {
-                        let _ = input.press(&key.to_string(), &handle).await;
+                        let _ = phone.input.press(&key.to_string(), &phone.handle).await;
                     }
                 } else if packet.payload_type == chosen.payload_type && rtp::newer(packet.sequence, last_sequence) {
                     last_sequence = Some(packet.sequence);
@@ -533,7 +503,7 @@ async fn run_call(
                         Codec::Pcma => packet.payload.iter().map(|b| alaw::decode(*b)).collect(),
                     };
                     heard_at = Instant::now();
-                    if handle.queue_live_audio(AudioFrame::new(samples, RATE, 1)).await.is_err() {
+                    if phone.handle.queue_live_audio(AudioFrame::new(samples, RATE, 1)).await.is_err() {
                         session_over = true;
                     }
                 }
@@ -544,7 +514,7 @@ async fn run_call(
                     session_over = true;
                 } else if heard_at.elapsed() >= QUIET_AFTER {
                     let silence = AudioFrame::new(vec![0; PACKET_SAMPLES], RATE, 1);
-                    if handle.queue_live_audio(silence).await.is_err() {
+                    if phone.handle.queue_live_audio(silence).await.is_err() {
                         session_over = true;
                     }
                 }
@@ -567,7 +537,7 @@ async fn run_call(
                 }
                 None => session_over = true,
             },
-            event = events.recv() => match event {
+            event = phone.events.recv() => match event {
                 Ok(event) => {
                     app.metrics.observe(&event.event);
                     match event.event {
@@ -581,10 +551,10 @@ async fn run_call(
             },
             () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                 let actions = call.poll(Instant::now().into_std());
-                ending = ending.or(act(&sip, peer, &actions, &mut input, &handle).await);
+                ending = ending.or(act(&sip, peer, &actions, &mut phone.input, &phone.handle).await);
             }
             () = tokio::time::sleep_until(keypad.unwrap_or_else(Instant::now)), if keypad.is_some() => {
-                let _ = input.keypad_due(&handle).await;
+                let _ = phone.input.keypad_due(&phone.handle).await;
             }
         }
         if session_over && ending.is_none() && !call.over() {
@@ -598,10 +568,7 @@ async fn run_call(
         }
     }
     tracing::info!(session = %info.id, ending = ?ending, "a SIP call ended");
-    handle.cancel();
-    let _ = session.join().await;
-    let _ = watching.await;
-    drop(admission);
+    phone.end().await;
     let _ = ended.send(call_id).await;
 }
 

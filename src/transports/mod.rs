@@ -3,6 +3,7 @@
 //! Every transport feeds input audio frames into its session and plays the bot's audio through
 //! the shared [`AudioOutput`] stage, which paces it and stops it on interruption.
 
+pub mod audiosocket;
 pub mod carriers;
 pub mod dtmf;
 pub mod file;

@@ -1,7 +1,9 @@
-//! SIP calls answered by `voxide serve --sip-listen`, placed by a real SIP peer: SIPp (Debian's
-//! `sip-tester`, installed by `scripts/setup.sh --test`). The caller speaks recorded audio in
-//! A-law over RTP, presses a key (RFC 4733) and hangs up; the server's recording shows what it
-//! heard and what the bot said. Needs the models (`scripts/setup.sh`).
+//! Phone calls without a carrier. SIP calls answered by `voxide serve --sip-listen`, placed by a
+//! real SIP peer: SIPp (Debian's `sip-tester`, installed by `scripts/setup.sh --test`). The
+//! caller speaks recorded audio in A-law over RTP, presses a key (RFC 4733) and hangs up; the
+//! server's recording shows what it heard and what the bot said. And Asterisk's AudioSocket
+//! (`--audiosocket-listen`), with a client that speaks it as Asterisk does. Needs the models
+//! (`scripts/setup.sh`).
 
 use std::net::{SocketAddr, UdpSocket};
 use std::path::Path;
@@ -18,7 +20,7 @@ use common::{HELLO, start_options, test_options};
 
 /// A fresh folder of this test's, under the system's temporary folder.
 fn scratch(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("voxide-sip-{name}-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("voxide-telephony-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("a scratch folder");
     dir
@@ -370,4 +372,101 @@ async fn a_caller_outside_the_allowed_networks_is_forbidden() {
         .await
         .expect("an answer");
     assert_eq!(status, 403, "{answer}");
+}
+
+/// An AudioSocket message: type, big-endian length, payload.
+fn audiosocket_message(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut bytes = vec![kind];
+    bytes.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    bytes.extend_from_slice(payload);
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_asterisk_audiosocket_call_is_answered_at_its_own_rate() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listen = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+        probe.local_addr().expect("its address")
+    };
+    let mut options = test_options(vec![voxide::bot::BotOptions {
+        voice: voxide::bot::Voice::Espeak,
+        ..voxide::bot::BotOptions::default()
+    }]);
+    options.audiosocket = Some((listen, Network::loopback()));
+    let _server = start_options(options).await;
+
+    // A connection that names no call first is hung up.
+    let mut stray = tokio::net::TcpStream::connect(listen)
+        .await
+        .expect("connect");
+    stray
+        .write_all(&audiosocket_message(0x10, &[0; 320]))
+        .await
+        .expect("write");
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(10), stray.read_to_end(&mut answer)).await;
+    assert_eq!(answer, [0, 0, 0], "a hang-up, then the close");
+
+    let stream = tokio::net::TcpStream::connect(listen)
+        .await
+        .expect("connect");
+    let (mut rx, mut tx) = stream.into_split();
+    tx.write_all(&audiosocket_message(0x01, &[7; 16]))
+        .await
+        .expect("the call's UUID");
+    let reader = tokio::spawn(async move {
+        let (mut loud, mut sizes) = (0usize, std::collections::BTreeSet::new());
+        let mut pending: Vec<u8> = Vec::new();
+        let mut buffer = vec![0u8; 8_192];
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while loud <= 4000 {
+            let Ok(Ok(n)) = tokio::time::timeout_at(deadline, rx.read(&mut buffer)).await else {
+                break;
+            };
+            if n == 0 {
+                break;
+            }
+            pending.extend_from_slice(&buffer[..n]);
+            while pending.len() >= 3 {
+                let length = usize::from(u16::from_be_bytes([pending[1], pending[2]]));
+                if pending.len() < 3 + length {
+                    break;
+                }
+                let message: Vec<u8> = pending.drain(..3 + length).collect();
+                assert_eq!(message[0], 0x10, "audio at 8 kHz, the call's rate");
+                sizes.insert(length);
+                loud += message[3..]
+                    .chunks_exact(2)
+                    .filter(|b| i16::from_le_bytes([b[0], b[1]]).unsigned_abs() > 1000)
+                    .count();
+            }
+        }
+        (loud, sizes)
+    });
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    let mut audio = StreamResampler::new(16_000, 8_000)
+        .expect("resampler")
+        .process(&hello);
+    audio.extend(vec![0; 8_000 * 6]);
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    for chunk in audio.chunks(160) {
+        tick.tick().await;
+        let bytes: Vec<u8> = chunk.iter().flat_map(|s| s.to_le_bytes()).collect();
+        if tx
+            .write_all(&audiosocket_message(0x10, &bytes))
+            .await
+            .is_err()
+            || reader.is_finished()
+        {
+            break;
+        }
+    }
+    let (loud, sizes) = reader.await.expect("reader");
+    assert!(loud > 4000, "the bot answered: {loud} loud samples");
+    assert!(
+        sizes.iter().all(|s| *s <= 320),
+        "20 ms a message at most: {sizes:?}"
+    );
+    let _ = tx.write_all(&[0, 0, 0]).await;
 }
