@@ -1,5 +1,5 @@
-//! A caller's connection to the bot: a WebSocket (voxide's `/ws`, Twilio Media Streams) or a
-//! WebRTC peer connection. It sends the caller's 20 ms frames, and a reader feeds what comes
+//! A caller's connection to the bot: a WebSocket (voxide's `/ws`, Twilio Media Streams), a
+//! WebRTC peer connection, or a SIP call. It sends the caller's 20 ms frames, and a reader feeds what comes
 //! back (the bot's audio, the server's events) into the session's [`Heard`].
 
 use std::collections::VecDeque;
@@ -17,6 +17,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::impair::Fate;
 use super::session::{Heard, Plan};
+use super::sip::SipCall;
 use super::webrtc::Call;
 use super::{Protocol, Recorder};
 use crate::audio::mulaw;
@@ -37,6 +38,8 @@ pub(super) enum Link {
     },
     /// SmallWebRTC.
     WebRtc(Box<Call>),
+    /// A SIP call.
+    Sip(Box<SipCall>),
 }
 
 impl Link {
@@ -52,6 +55,10 @@ impl Link {
             Protocol::WebRtc | Protocol::WebRtcStart => {
                 let call = Call::connect(plan, index, heard, recorder).await?;
                 Ok(Link::WebRtc(Box::new(call)))
+            }
+            Protocol::Sip => {
+                let call = SipCall::connect(plan, index, heard, recorder).await?;
+                Ok(Link::Sip(Box::new(call)))
             }
         }
     }
@@ -89,6 +96,7 @@ impl Link {
                 Ok(())
             }
             Link::WebRtc(call) => call.send(frame, n, fate).await,
+            Link::Sip(call) => call.send(frame, n, fate).await,
         }
     }
 
@@ -113,6 +121,7 @@ impl Link {
                 reader.abort();
             }
             Link::WebRtc(call) => call.close().await,
+            Link::Sip(call) => call.close().await,
         }
     }
 }

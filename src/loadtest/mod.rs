@@ -17,6 +17,7 @@ mod report;
 pub mod room;
 mod session;
 pub mod signal;
+mod sip;
 pub mod stats;
 mod webrtc;
 
@@ -46,6 +47,8 @@ pub enum Protocol {
     /// pipecat's runner and Pipecat Cloud: `POST /start`, then `/sessions/{id}/api/offer`.
     #[serde(rename = "webrtc-start")]
     WebRtcStart,
+    /// A phone call over SIP (`sip:[user@]host[:port]`): PCMU over RTP at 8 kHz.
+    Sip,
 }
 
 impl Protocol {
@@ -53,7 +56,7 @@ impl Protocol {
     fn output_rate(self) -> u32 {
         match self {
             Protocol::Ws => 16_000,
-            Protocol::Twilio => 8_000,
+            Protocol::Twilio | Protocol::Sip => 8_000,
             Protocol::WebRtc | Protocol::WebRtcStart => 48_000,
         }
     }
@@ -62,7 +65,9 @@ impl Protocol {
     fn silence(self) -> Vec<u8> {
         match self {
             Protocol::Ws => vec![0; session::FRAME * 2],
-            Protocol::Twilio => vec![crate::audio::mulaw::encode(0); session::FRAME / 2],
+            Protocol::Twilio | Protocol::Sip => {
+                vec![crate::audio::mulaw::encode(0); session::FRAME / 2]
+            }
             Protocol::WebRtc | Protocol::WebRtcStart => webrtc::opus_silence(),
         }
     }
@@ -318,6 +323,10 @@ impl Recorder {
 /// The WebSocket URL of `target` for `protocol`: `http(s)://` becomes `ws(s)://`; with no path,
 /// voxide's (`/ws?…`, `/ws/twilio`); with one, that path (a pipecat bot's `/ws`).
 fn socket_url(target: &str, protocol: Protocol) -> Result<String, LoadtestError> {
+    if protocol == Protocol::Sip {
+        sip::target(target).map_err(LoadtestError::Usage)?;
+        return Ok(target.to_owned());
+    }
     let (scheme, rest) = target.split_once("://").ok_or_else(|| {
         LoadtestError::Usage(format!("--target {target:?}: write http://host:port"))
     })?;
@@ -348,11 +357,12 @@ fn socket_url(target: &str, protocol: Protocol) -> Result<String, LoadtestError>
         (true, Protocol::Twilio) => "/ws/twilio".to_owned(),
         (true, Protocol::WebRtc) => "/api/offer".to_owned(),
         (true, Protocol::WebRtcStart) => "/start".to_owned(),
+        (true, Protocol::Sip) => String::new(),
     };
     let scheme = match protocol {
         // Signalling is HTTP.
         Protocol::WebRtc | Protocol::WebRtcStart => scheme.replacen("ws", "http", 1),
-        Protocol::Ws | Protocol::Twilio => scheme.to_owned(),
+        Protocol::Ws | Protocol::Twilio | Protocol::Sip => scheme.to_owned(),
     };
     Ok(format!("{scheme}://{host}{path}"))
 }
@@ -1190,6 +1200,12 @@ mod tests {
         assert!(socket_url("127.0.0.1:8080", Protocol::Ws).is_err());
         assert!(socket_url("ftp://h", Protocol::Ws).is_err());
         assert!(socket_url("http:///ws", Protocol::Ws).is_err());
+        assert_eq!(
+            url("sip:night-desk@127.0.0.1:5080", Protocol::Sip),
+            "sip:night-desk@127.0.0.1:5080"
+        );
+        assert!(socket_url("http://127.0.0.1:5080", Protocol::Sip).is_err());
+        assert!(socket_url("sip:", Protocol::Sip).is_err());
         let a: Vec<f64> = (0..5).map(|i| offset(7, i)).collect();
         assert_eq!(a, (0..5).map(|i| offset(7, i)).collect::<Vec<_>>());
         assert_ne!(a, (0..5).map(|i| offset(8, i)).collect::<Vec<_>>());

@@ -53,7 +53,7 @@ impl TurnAudio {
 }
 
 /// `samples` (mono 16 kHz) as the 20 ms frames `protocol` carries: PCM bytes, μ-law bytes for
-/// Twilio, Opus packets for WebRTC.
+/// Twilio and SIP, Opus packets for WebRTC.
 pub(super) fn encode(samples: &[i16], protocol: Protocol) -> Option<Vec<Vec<u8>>> {
     Some(match protocol {
         Protocol::Ws => samples
@@ -65,7 +65,7 @@ pub(super) fn encode(samples: &[i16], protocol: Protocol) -> Option<Vec<Vec<u8>>
             })
             .collect(),
         Protocol::WebRtc | Protocol::WebRtcStart => super::webrtc::opus_frames(samples)?,
-        Protocol::Twilio => {
+        Protocol::Twilio | Protocol::Sip => {
             let narrow = StreamResampler::new(16_000, 8_000)
                 .map(|mut r| r.process(samples))
                 .unwrap_or_default();
