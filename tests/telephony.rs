@@ -174,6 +174,7 @@ async fn a_sipp_caller_is_answered_heard_and_its_keys_reach_the_conversation() {
         public_ip: None,
         rtp_ports: 21_000..=21_999,
         allow: Network::loopback(),
+        register: None,
     });
     let _server = start_options(options).await;
 
@@ -333,6 +334,7 @@ async fn a_bad_or_unwelcome_invite_is_refused_with_the_status_sip_gives_it() {
         public_ip: None,
         rtp_ports: 22_000..=22_099,
         allow: Network::loopback(),
+        register: None,
     });
     let _server = start_options(options).await;
     let opus = "v=0\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 7000 RTP/AVP 111\r\na=rtpmap:111 opus/48000/2\r\n";
@@ -383,6 +385,7 @@ async fn a_caller_outside_the_allowed_networks_is_forbidden() {
         public_ip: None,
         rtp_ports: 22_100..=22_199,
         allow: vec!["192.0.2.0/24".parse().expect("a network")],
+        register: None,
     });
     let _server = start_options(options).await;
     let pcmu = "v=0\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 7000 RTP/AVP 0\r\n";
@@ -501,6 +504,7 @@ async fn the_load_tester_calls_over_sip_and_times_the_answer_from_the_rtp() {
         public_ip: None,
         rtp_ports: 22_200..=22_299,
         allow: Network::loopback(),
+        register: None,
     });
     let _server = start_options(options).await;
     let load = voxide::loadtest::LoadtestOptions {
@@ -532,5 +536,95 @@ async fn the_load_tester_calls_over_sip_and_times_the_answer_from_the_rtp() {
     assert!(
         v2v.p50 > 150.0 && v2v.p50 < 15_000.0,
         "the answer came after the question: {v2v:?}"
+    );
+}
+
+/// A registrar as SIPp plays one: a 401 digest challenge, then 200 only when the answer to it
+/// checks out for 1001 / `secret` (else 403, and the call fails).
+const REGISTRAR: &str = r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
+<scenario name="registrar">
+  <recv request="REGISTER"/>
+  <send><![CDATA[
+SIP/2.0 401 Unauthorized
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]registrar
+[last_Call-ID:]
+[last_CSeq:]
+WWW-Authenticate: Digest realm="voxide-test", nonce="[pid]nonce[call_number]"
+Content-Length: 0
+]]></send>
+  <recv request="REGISTER">
+    <action>
+      <verifyauth assign_to="valid" username="1001" password="secret"/>
+    </action>
+  </recv>
+  <nop hide="true" test="valid" next="good"/>
+  <send><![CDATA[
+SIP/2.0 403 Forbidden
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]registrar
+[last_Call-ID:]
+[last_CSeq:]
+Content-Length: 0
+]]></send>
+  <recv request="NEVER" timeout="200"/>
+  <label id="good"/>
+  <send><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]registrar
+[last_Call-ID:]
+[last_CSeq:]
+[last_Contact:];expires=300
+Expires: 300
+Content-Length: 0
+]]></send>
+</scenario>
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn voxide_registers_with_a_pbx_answering_its_digest_challenge() {
+    let registrar_port = free_udp_port();
+    let work = scratch("registrar");
+    std::fs::write(work.join("registrar.xml"), REGISTRAR).expect("scenario");
+    let sipp = tokio::process::Command::new("sipp")
+        .current_dir(&work)
+        .args(["-sf", "registrar.xml", "-i", "127.0.0.1"])
+        .args(["-p", &registrar_port.to_string(), "-m", "1"])
+        .args(["-timeout", "30", "-timeout_error", "-nostdin", "-trace_err"])
+        .kill_on_drop(true)
+        .output();
+    let sipp = tokio::spawn(sipp);
+    let mut options = test_options(vec![voxide::bot::BotOptions {
+        voice: voxide::bot::Voice::Espeak,
+        ..voxide::bot::BotOptions::default()
+    }]);
+    options.sip = Some(SipOptions {
+        listen: SocketAddr::from(([127, 0, 0, 1], free_udp_port())),
+        public_ip: None,
+        rtp_ports: 22_300..=22_399,
+        allow: Network::loopback(),
+        register: Some(
+            voxide::transports::sip::register::Account::parse(
+                &format!("sip:1001@127.0.0.1:{registrar_port}"),
+                "secret".into(),
+            )
+            .expect("an account"),
+        ),
+    });
+    let _server = start_options(options).await;
+    let sipp = tokio::time::timeout(Duration::from_secs(60), sipp)
+        .await
+        .expect("SIPp finished")
+        .expect("joined")
+        .expect("SIPp runs");
+    assert!(
+        sipp.status.success(),
+        "the registrar did not take the registration: {}\n{}",
+        String::from_utf8_lossy(&sipp.stdout),
+        String::from_utf8_lossy(&sipp.stderr)
     );
 }

@@ -115,6 +115,14 @@ pub struct ServeArgs {
         default_value = "10000-10999"
     )]
     sip_rtp_ports: String,
+    /// Registers as a PBX's extension, `sip:USER@HOST[:PORT]` (digest authentication with
+    /// `--sip-password`; renewed before it expires); the PBX may then call in.
+    #[arg(long, env = "VOXIDE_SIP_REGISTER", value_name = "sip:USER@HOST")]
+    sip_register: Option<String>,
+    /// The extension's password for `--sip-register` (better in the environment than on the
+    /// command line).
+    #[arg(long, env = "VOXIDE_SIP_PASSWORD", hide_env_values = true)]
+    sip_password: Option<String>,
     /// Takes Asterisk's AudioSocket connections on this TCP address (`AudioSocket(uuid,host:port)`
     /// in a dialplan): each a call with the default bot. [default: none]
     #[arg(long, env = "VOXIDE_AUDIOSOCKET_LISTEN", value_name = "ADDR:PORT")]
@@ -269,6 +277,9 @@ impl ServeArgs {
                 None => None,
             },
             sip: match self.sip_listen {
+                None if self.sip_register.is_some() => {
+                    anyhow::bail!("--sip-register needs --sip-listen: the PBX calls in there")
+                }
                 Some(listen) => {
                     if self.sip_transport != "udp" {
                         anyhow::bail!(
@@ -281,6 +292,16 @@ impl ServeArgs {
                         public_ip: self.sip_public_ip,
                         rtp_ports: port_range("--sip-rtp-ports", &self.sip_rtp_ports)?,
                         allow: self.callers(),
+                        register: match &self.sip_register {
+                            Some(aor) => Some(
+                                voxide::transports::sip::register::Account::parse(
+                                    aor,
+                                    self.sip_password.clone().unwrap_or_default(),
+                                )
+                                .map_err(|e| anyhow::anyhow!(e))?,
+                            ),
+                            None => None,
+                        },
                     })
                 }
                 None => None,

@@ -28,6 +28,7 @@ use crate::transports::output::AudioSink;
 use crate::transports::sip::SipError;
 use crate::transports::sip::call::{Action, Call, Ending};
 use crate::transports::sip::message::{MAX_MESSAGE, SipMessage, StartLine};
+use crate::transports::sip::register::{Account, Registration};
 use crate::transports::sip::rtp::{self, Keys, Packet, Sender};
 use crate::transports::sip::sdp::{self, Chosen, Codec, Offer};
 use crate::transports::webrtc::random_u32;
@@ -43,6 +44,8 @@ pub struct SipOptions {
     pub rtp_ports: std::ops::RangeInclusive<u16>,
     /// Who may call: networks as `address/bits`.
     pub allow: Vec<Network>,
+    /// The PBX voxide registers with as an extension (`--sip-register`); its address may call.
+    pub register: Option<Account>,
 }
 
 /// A network, `address/bits` (a bare address is one host).
@@ -91,6 +94,12 @@ impl Network {
         ]
     }
 
+    /// One host.
+    pub fn host(address: IpAddr) -> Self {
+        let bits = if address.is_ipv4() { 32 } else { 128 };
+        Self { address, bits }
+    }
+
     /// Whether `ip` is in the network.
     pub fn contains(&self, ip: IpAddr) -> bool {
         let ip = match ip {
@@ -128,18 +137,32 @@ const QUIET_AFTER: Duration = Duration::from_millis(60);
 const RTP_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Takes calls on `socket` until the server stops.
-pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, options: SipOptions) {
+pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, mut options: SipOptions) {
     let socket = Arc::new(socket);
     let listen = socket.local_addr().unwrap_or(options.listen);
+    let mut registration = match options.register.clone() {
+        Some(account) => registering(account, &mut options, listen).await,
+        None => None,
+    };
     let options = Arc::new(options);
     let next_port = Arc::new(AtomicU32::new(0));
     let mut calls: HashMap<String, mpsc::Sender<SipMessage>> = HashMap::new();
     let (ended_tx, mut ended) = mpsc::channel::<String>(64);
     let mut buffer = vec![0u8; MAX_MESSAGE];
     loop {
+        let renewal = registration
+            .as_ref()
+            .map(|(r, _)| tokio::time::Instant::from_std(r.deadline()));
         tokio::select! {
             Some(id) = ended.recv() => {
                 calls.remove(&id);
+            }
+            () = tokio::time::sleep_until(renewal.unwrap_or_else(Instant::now)), if renewal.is_some() => {
+                if let Some((registration, registrar)) = &mut registration
+                    && let Some(register) = registration.poll(Instant::now().into_std())
+                {
+                    let _ = socket.send_to(&register, *registrar).await;
+                }
             }
             received = socket.recv_from(&mut buffer) => {
                 let (n, from) = match received {
@@ -163,6 +186,14 @@ pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, options: SipOptions)
                 if let Some(call) = calls.get(&call_id) {
                     // A full inbox drops the message: the caller sends it again.
                     let _ = call.try_send(message);
+                    continue;
+                }
+                if let Some((registration, registrar)) = &mut registration
+                    && registration.owns(&message)
+                {
+                    if let Some(register) = registration.receive(&message, Instant::now().into_std()) {
+                        let _ = socket.send_to(&register, *registrar).await;
+                    }
                     continue;
                 }
                 let reply = |response: SipMessage| {
@@ -209,6 +240,48 @@ pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, options: SipOptions)
             }
         }
     }
+}
+
+/// Registration with `account`'s registrar, whose address may then call in too; `None` (and a
+/// warning) when its host does not resolve.
+async fn registering(
+    account: Account,
+    options: &mut SipOptions,
+    listen: SocketAddr,
+) -> Option<(Registration, SocketAddr)> {
+    let host = account.registrar().to_owned();
+    let host = if host
+        .rsplit_once(':')
+        .is_some_and(|(_, p)| p.parse::<u16>().is_ok())
+    {
+        host
+    } else {
+        format!("{host}:5060")
+    };
+    let Some(registrar) = tokio::net::lookup_host(&host)
+        .await
+        .ok()
+        .and_then(|mut a| a.next())
+    else {
+        tracing::warn!(%host, "the registrar's address does not resolve: not registering");
+        return None;
+    };
+    options.allow.push(Network::host(registrar.ip()));
+    let ip = match options.public_ip {
+        Some(ip) => ip,
+        None if !listen.ip().is_unspecified() => listen.ip(),
+        None => route_to(registrar).await,
+    };
+    let contact = SocketAddr::new(ip, listen.port()).to_string();
+    let ids = (
+        format!("reg-{:08x}{:08x}@voxide", random_u32(), random_u32()),
+        format!("{:08x}", random_u32()),
+    );
+    tracing::info!(aor = %account.aor, %registrar, %contact, "registering with the PBX");
+    Some((
+        Registration::new(account, contact, ids, Instant::now().into_std()),
+        registrar,
+    ))
 }
 
 fn allowed(options: &SipOptions, ip: IpAddr) -> bool {

@@ -6,11 +6,14 @@
 //!   neither is offered), and voxide's answer with RFC 4733 telephone-events when offered.
 //! - [`call`]: one answered call: the 200 OK resent until the ACK, requests within the call
 //!   (BYE, re-INVITE, INFO keys, OPTIONS, CANCEL), voxide's own BYE.
+//! - [`register`]: voxide as a PBX's extension: REGISTER, the digest challenge answered, the
+//!   binding renewed.
 //! - [`rtp`]: packets read and written, keys of telephone-events heard once, stale or repeated
 //!   packets told apart.
 
 pub mod call;
 pub mod message;
+pub mod register;
 pub mod rtp;
 pub mod sdp;
 
