@@ -17,7 +17,7 @@ use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::impair::Fate;
 use super::session::{Heard, Plan};
-use super::sip::SipCall;
+use super::sip::{Hooks, SipCall};
 use super::webrtc::Call;
 use super::{Protocol, Recorder};
 use crate::audio::mulaw;
@@ -57,7 +57,28 @@ impl Link {
                 Ok(Link::WebRtc(Box::new(call)))
             }
             Protocol::Sip => {
-                let call = SipCall::connect(plan, index, heard, recorder).await?;
+                let traceparent = heard
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .traceparent
+                    .clone();
+                let origin = plan.origin;
+                let (listening, hanging) = (heard.clone(), recorder.clone());
+                let hooks = Hooks {
+                    audio: Box::new(move |samples| {
+                        let now = Instant::now().duration_since(origin).as_secs_f64();
+                        let mut heard = listening.lock().unwrap_or_else(|p| p.into_inner());
+                        let changes = heard.voice.feed(samples, now);
+                        heard.note(changes, index, &recorder);
+                    }),
+                    hung_up: Box::new(move || {
+                        let now = Instant::now().duration_since(origin).as_secs_f64();
+                        hanging.event(now, index, "server", json!({"type": "bye"}));
+                        heard.lock().unwrap_or_else(|p| p.into_inner()).closed =
+                            Some("hung_up".into());
+                    }),
+                };
+                let call = SipCall::connect(&plan.url, index, traceparent, hooks).await?;
                 Ok(Link::Sip(Box::new(call)))
             }
         }

@@ -4,16 +4,13 @@
 //! PCMU.
 
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::json;
 use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
-use super::Recorder;
 use super::impair::Fate;
-use super::session::{Heard, Plan};
 use crate::audio::mulaw;
 use crate::transports::sip::message::{SipMessage, StartLine};
 use crate::transports::sip::rtp::{Packet, Sender};
@@ -96,15 +93,27 @@ impl Dialog {
     }
 }
 
+/// Where the bot's audio (8 kHz) goes, each packet as it comes.
+pub(super) type Listener = Box<dyn FnMut(&[i16]) + Send>;
+
+/// What a call tells whoever placed it.
+pub(super) struct Hooks {
+    /// The bot's audio.
+    pub(super) audio: Listener,
+    /// The server hung up (its BYE).
+    pub(super) hung_up: Box<dyn FnOnce() + Send>,
+}
+
 impl SipCall {
-    /// Places the call `plan` targets; the error is its kind (`sip_503`, `sip_timeout`, …).
+    /// Places call number `index` to `url`, carrying `traceparent`; the error is its kind
+    /// (`sip_503`, `sip_timeout`, …).
     pub(super) async fn connect(
-        plan: &Plan,
+        url: &str,
         index: usize,
-        heard: Arc<Mutex<Heard>>,
-        recorder: Recorder,
+        traceparent: String,
+        hooks: Hooks,
     ) -> Result<Self, String> {
-        let (user, host) = target(&plan.url)?;
+        let (user, host) = target(url)?;
         let server = tokio::net::lookup_host(&host)
             .await
             .ok()
@@ -148,14 +157,7 @@ impl SipCall {
         let invite = dialog
             .request("INVITE", 1, branch)
             .with("Contact", format!("<sip:loadtest@{local}>"))
-            .with(
-                "traceparent",
-                heard
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .traceparent
-                    .clone(),
-            )
+            .with("traceparent", traceparent)
             .with_body("application/sdp", offer.into_bytes())
             .render();
         let answer = invite_and_wait(&sip, &invite).await?;
@@ -173,20 +175,8 @@ impl SipCall {
         }
         let remote_rtp = SocketAddr::new(answer.address, answer.port);
         let (sip, rtp) = (Arc::new(sip), Arc::new(rtp));
-        let listening = tokio::spawn(hear(
-            rtp.clone(),
-            plan.origin,
-            index,
-            recorder.clone(),
-            heard.clone(),
-        ));
-        let answering = tokio::spawn(answer_requests(
-            sip.clone(),
-            plan.origin,
-            index,
-            recorder,
-            heard,
-        ));
+        let listening = tokio::spawn(hear(rtp.clone(), hooks.audio));
+        let answering = tokio::spawn(answer_requests(sip.clone(), hooks.hung_up));
         Ok(Self {
             sip,
             rtp,
@@ -294,38 +284,22 @@ async fn invite_and_wait(sip: &UdpSocket, invite: &[u8]) -> Result<SipMessage, S
     }
 }
 
-/// The bot's RTP, decoded into the voice detector.
-async fn hear(
-    rtp: Arc<UdpSocket>,
-    origin: Instant,
-    index: usize,
-    recorder: Recorder,
-    heard: Arc<Mutex<Heard>>,
-) {
+/// The bot's RTP, decoded and handed on.
+async fn hear(rtp: Arc<UdpSocket>, mut audio: Listener) {
     let mut buffer = vec![0u8; 2_048];
     while let Ok(n) = rtp.recv(&mut buffer).await {
         let Ok(packet) = Packet::parse(&buffer[..n]) else {
             continue;
         };
-        if packet.payload_type != PCMU {
-            continue;
+        if packet.payload_type == PCMU {
+            let samples: Vec<i16> = packet.payload.iter().map(|b| mulaw::decode(*b)).collect();
+            audio(&samples);
         }
-        let samples: Vec<i16> = packet.payload.iter().map(|b| mulaw::decode(*b)).collect();
-        let now = Instant::now().duration_since(origin).as_secs_f64();
-        let mut heard = heard.lock().unwrap_or_else(|p| p.into_inner());
-        let changes = heard.voice.feed(&samples, now);
-        heard.note(changes, index, &recorder);
     }
 }
 
 /// Requests from the server within the call: a BYE ends it (answered 200), others get 200.
-async fn answer_requests(
-    sip: Arc<UdpSocket>,
-    origin: Instant,
-    index: usize,
-    recorder: Recorder,
-    heard: Arc<Mutex<Heard>>,
-) {
+async fn answer_requests(sip: Arc<UdpSocket>, hung_up: Box<dyn FnOnce() + Send>) {
     let mut buffer = vec![0u8; 65_535];
     while let Ok(n) = sip.recv(&mut buffer).await {
         let Ok(message) = SipMessage::parse(&buffer[..n]) else {
@@ -336,9 +310,7 @@ async fn answer_requests(
         };
         let _ = sip.send(&message.response(200, "OK", None).render()).await;
         if method == "BYE" {
-            let now = Instant::now().duration_since(origin).as_secs_f64();
-            recorder.event(now, index, "server", json!({"type": "bye"}));
-            heard.lock().unwrap_or_else(|p| p.into_inner()).closed = Some("hung_up".into());
+            hung_up();
             return;
         }
     }
