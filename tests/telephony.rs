@@ -18,6 +18,32 @@ mod common;
 
 use common::{HELLO, start_options, test_options};
 
+/// A bot on the embedded models that speaks with espeak-ng (quick to start).
+fn espeak_bot() -> voxide::bot::BotOptions {
+    voxide::bot::BotOptions {
+        voice: voxide::bot::Voice::Espeak,
+        ..voxide::bot::BotOptions::default()
+    }
+}
+
+/// A test server of [`espeak_bot`] that takes SIP calls at `listen` from `allow`, their RTP on
+/// `rtp_ports`.
+fn sip_options(
+    listen: SocketAddr,
+    rtp_ports: std::ops::RangeInclusive<u16>,
+    allow: Vec<Network>,
+) -> voxide::server::ServeOptions {
+    let mut options = test_options(vec![espeak_bot()]);
+    options.sip = Some(SipOptions {
+        listen,
+        public_ip: None,
+        rtp_ports,
+        allow,
+        register: None,
+    });
+    options
+}
+
 /// A fresh folder of this test's, under the system's temporary folder.
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("voxide-telephony-{name}-{}", std::process::id()));
@@ -164,18 +190,12 @@ async fn a_sipp_caller_is_answered_heard_and_its_keys_reach_the_conversation() {
     );
     let records = scratch("records");
     let sip_port = free_udp_port();
-    let mut options = test_options(vec![voxide::bot::BotOptions {
-        voice: voxide::bot::Voice::Espeak,
-        ..voxide::bot::BotOptions::default()
-    }]);
+    let mut options = sip_options(
+        SocketAddr::from(([127, 0, 0, 1], sip_port)),
+        21_000..=21_999,
+        Network::loopback(),
+    );
     options.record_dir = Some(records.clone());
-    options.sip = Some(SipOptions {
-        listen: SocketAddr::from(([127, 0, 0, 1], sip_port)),
-        public_ip: None,
-        rtp_ports: 21_000..=21_999,
-        allow: Network::loopback(),
-        register: None,
-    });
     let _server = start_options(options).await;
 
     // The recorded question, narrowed to 8 kHz and A-law, 20 ms a packet.
@@ -324,18 +344,8 @@ fn invite(to: SocketAddr, call_id: &str, sdp: &str) -> String {
 async fn a_bad_or_unwelcome_invite_is_refused_with_the_status_sip_gives_it() {
     let sip_port = free_udp_port();
     let sip = SocketAddr::from(([127, 0, 0, 1], sip_port));
-    let mut options = test_options(vec![voxide::bot::BotOptions {
-        voice: voxide::bot::Voice::Espeak,
-        ..voxide::bot::BotOptions::default()
-    }]);
+    let mut options = sip_options(sip, 22_000..=22_099, Network::loopback());
     options.access.sessions_per_minute = 2;
-    options.sip = Some(SipOptions {
-        listen: sip,
-        public_ip: None,
-        rtp_ports: 22_000..=22_099,
-        allow: Network::loopback(),
-        register: None,
-    });
     let _server = start_options(options).await;
     let opus = "v=0\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 7000 RTP/AVP 111\r\na=rtpmap:111 opus/48000/2\r\n";
 
@@ -376,17 +386,11 @@ async fn a_bad_or_unwelcome_invite_is_refused_with_the_status_sip_gives_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_outside_the_allowed_networks_is_forbidden() {
     let sip = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
-    let mut options = test_options(vec![voxide::bot::BotOptions {
-        voice: voxide::bot::Voice::Espeak,
-        ..voxide::bot::BotOptions::default()
-    }]);
-    options.sip = Some(SipOptions {
-        listen: sip,
-        public_ip: None,
-        rtp_ports: 22_100..=22_199,
-        allow: vec!["192.0.2.0/24".parse().expect("a network")],
-        register: None,
-    });
+    let options = sip_options(
+        sip,
+        22_100..=22_199,
+        vec!["192.0.2.0/24".parse().expect("a network")],
+    );
     let _server = start_options(options).await;
     let pcmu = "v=0\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 7000 RTP/AVP 0\r\n";
     let (status, answer) = ask(sip, &invite(sip, "outsider", pcmu))
@@ -410,10 +414,7 @@ async fn an_asterisk_audiosocket_call_is_answered_at_its_own_rate() {
         let probe = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
         probe.local_addr().expect("its address")
     };
-    let mut options = test_options(vec![voxide::bot::BotOptions {
-        voice: voxide::bot::Voice::Espeak,
-        ..voxide::bot::BotOptions::default()
-    }]);
+    let mut options = test_options(vec![espeak_bot()]);
     options.audiosocket = Some((listen, Network::loopback()));
     let _server = start_options(options).await;
 
@@ -495,17 +496,7 @@ async fn an_asterisk_audiosocket_call_is_answered_at_its_own_rate() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_load_tester_calls_over_sip_and_times_the_answer_from_the_rtp() {
     let sip = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
-    let mut options = test_options(vec![voxide::bot::BotOptions {
-        voice: voxide::bot::Voice::Espeak,
-        ..voxide::bot::BotOptions::default()
-    }]);
-    options.sip = Some(SipOptions {
-        listen: sip,
-        public_ip: None,
-        rtp_ports: 22_200..=22_299,
-        allow: Network::loopback(),
-        register: None,
-    });
+    let options = sip_options(sip, 22_200..=22_299, Network::loopback());
     let _server = start_options(options).await;
     let load = voxide::loadtest::LoadtestOptions {
         target: format!("sip:agent@{sip}"),
@@ -598,10 +589,7 @@ async fn voxide_registers_with_a_pbx_answering_its_digest_challenge() {
         .kill_on_drop(true)
         .output();
     let sipp = tokio::spawn(sipp);
-    let mut options = test_options(vec![voxide::bot::BotOptions {
-        voice: voxide::bot::Voice::Espeak,
-        ..voxide::bot::BotOptions::default()
-    }]);
+    let mut options = test_options(vec![espeak_bot()]);
     options.sip = Some(SipOptions {
         listen: SocketAddr::from(([127, 0, 0, 1], free_udp_port())),
         public_ip: None,

@@ -46,15 +46,7 @@ if [[ " $BOTS " == *" pipecat "* && ! -x "$VENV/bin/python" ]]; then
 fi
 build_release
 
-# Two questions that Smart Turn v3 rates finished, so both bots answer at their first pause and
-# the figures measure the bots rather than the turn model's fallback.
-need_speech_tools
-for i in 1 2; do
-    text=("" "What time is it?" "What is the weather like in Paris today?")
-    espeak-ng -v en-gb -s 165 -w "$OUT/raw$i.wav" "${text[$i]}"
-    sox "$OUT/raw$i.wav" -r 16000 -c 1 -b 16 "$OUT/question$i.wav"
-    rm "$OUT/raw$i.wav"
-done
+make_questions "$OUT"
 AUDIO=(--audio "$OUT/question1.wav" --audio "$OUT/question2.wav")
 [ "$NOISE_DBFS" = off ] || AUDIO+=(--noise-dbfs "$NOISE_DBFS")
 VOXIDE_TURN=()

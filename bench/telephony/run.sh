@@ -29,15 +29,8 @@ BENCH=telephony
 # shellcheck source=bench/common.sh
 source "$ROOT/bench/common.sh"
 build_release
-need_speech_tools
 VOXIDE=$ROOT/target/release/voxide
-
-for i in 1 2; do
-    text=("" "What time is it?" "What is the weather like in Paris today?")
-    espeak-ng -v en-gb -s 165 -w "$OUT/raw$i.wav" "${text[$i]}"
-    sox "$OUT/raw$i.wav" -r 16000 -c 1 -b 16 "$OUT/question$i.wav"
-    rm "$OUT/raw$i.wav"
-done
+make_questions "$OUT"
 AUDIO=(--audio "$OUT/question1.wav" --audio "$OUT/question2.wav")
 [ "$NOISE_DBFS" = off ] || AUDIO+=(--noise-dbfs "$NOISE_DBFS")
 
