@@ -616,3 +616,124 @@ async fn voxide_registers_with_a_pbx_answering_its_digest_challenge() {
         String::from_utf8_lossy(&sipp.stderr)
     );
 }
+
+/// One call from a raw SIP socket offering PCMU at `rtp` (its address in the offer): the
+/// question spoken into the call from `speaker`, then a BYE. The caller's side of the call's
+/// recording comes back.
+async fn call_speaking_from(
+    sip: SocketAddr,
+    rtp: SocketAddr,
+    speaker: &tokio::net::UdpSocket,
+    records: &Path,
+) -> Vec<i16> {
+    use voxide::transports::sip::message::SipMessage;
+    use voxide::transports::sip::rtp::Sender;
+    use voxide::transports::sip::sdp::Offer;
+    let signalling = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("a socket");
+    let call_id = format!("spoof-{}", rtp.port());
+    let sdp = format!(
+        "v=0\r\nc=IN IP4 {}\r\nt=0 0\r\nm=audio {} RTP/AVP 0\r\n",
+        rtp.ip(),
+        rtp.port()
+    );
+    signalling
+        .send_to(invite(sip, &call_id, &sdp).as_bytes(), sip)
+        .await
+        .expect("INVITE");
+    let mut buffer = vec![0u8; 65_535];
+    let (n, _) = tokio::time::timeout(Duration::from_secs(5), signalling.recv_from(&mut buffer))
+        .await
+        .expect("an answer")
+        .expect("received");
+    let ok = SipMessage::parse(&buffer[..n]).expect("SIP");
+    let answer = Offer::parse(std::str::from_utf8(&ok.body).expect("SDP")).expect("an answer");
+    let to_tag = ok.param("To", "tag").expect("a tag").to_owned();
+    let in_dialog = |method: &str, cseq: u32| {
+        format!(
+            "{method} sip:agent@{sip} SIP/2.0\r\nVia: SIP/2.0/UDP 127.0.0.1:5999;branch=z9hG4bK-{call_id}-{cseq}\r\n\
+             From: <sip:caller@127.0.0.1>;tag=c-{call_id}\r\nTo: <sip:agent@{sip}>;tag={to_tag}\r\n\
+             Call-ID: {call_id}\r\nCSeq: {cseq} {method}\r\nContent-Length: 0\r\n\r\n"
+        )
+    };
+    signalling
+        .send_to(in_dialog("ACK", 1).as_bytes(), sip)
+        .await
+        .expect("ACK");
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    let narrow = StreamResampler::new(16_000, 8_000)
+        .expect("resampler")
+        .process(&hello);
+    let mut sender = Sender::new(0, 7, 7);
+    let to = SocketAddr::new(answer.address, answer.port);
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    for chunk in narrow.chunks(160) {
+        tick.tick().await;
+        let payload: Vec<u8> = chunk
+            .iter()
+            .map(|s| voxide::audio::mulaw::encode(*s))
+            .collect();
+        speaker
+            .send_to(&sender.packet(&payload, 160), to)
+            .await
+            .expect("RTP");
+    }
+    signalling
+        .send_to(in_dialog("BYE", 2).as_bytes(), sip)
+        .await
+        .expect("BYE");
+    let id_part = "sip-";
+    for _ in 0..100 {
+        let recording = std::fs::read_dir(records)
+            .expect("records")
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| {
+                p.extension().is_some_and(|x| x == "json")
+                    && p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with(id_part))
+            });
+        if let Some(report) = recording {
+            let report: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&report).expect("report"))
+                    .expect("JSON");
+            let wav = wav::read(records.join(report["audio"].as_str().expect("audio")))
+                .expect("the recording");
+            let _ = std::fs::remove_dir_all(records);
+            std::fs::create_dir_all(records).expect("records again");
+            return wav.samples.chunks(2).map(|frame| frame[0]).collect();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no recording of the call");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rtp_from_another_address_than_the_offer_is_not_heard() {
+    let sip = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
+    let records = scratch("spoof-records");
+    let mut options = sip_options(sip, 22_400..=22_499, Network::loopback());
+    options.record_dir = Some(records.clone());
+    let _server = start_options(options).await;
+    let loud = |caller: &[i16]| caller.iter().filter(|s| s.unsigned_abs() > 1000).count();
+
+    // The caller's own address: heard.
+    let speaker = tokio::net::UdpSocket::bind("127.0.0.1:0")
+        .await
+        .expect("a socket");
+    let own = speaker.local_addr().expect("address");
+    let heard = call_speaking_from(sip, own, &speaker, &records).await;
+    assert!(
+        loud(&heard) > 4000,
+        "the caller was heard: {}",
+        loud(&heard)
+    );
+
+    // The same audio from 127.0.0.2, while the offer named 127.0.0.1: dropped.
+    let intruder = tokio::net::UdpSocket::bind("127.0.0.2:0")
+        .await
+        .expect("a second loopback address");
+    let heard = call_speaking_from(sip, own, &intruder, &records).await;
+    assert_eq!(loud(&heard), 0, "RTP from another address was heard");
+}
