@@ -7,9 +7,10 @@
 #   bench/telephony/run.sh                  # results in bench/telephony/results/<time>/
 #   CALLS=50 TURNS=2 bench/telephony/run.sh
 #   NOISE_DBFS=off bench/telephony/run.sh   # digital silence between the words (the lab)
+#   IMPAIR="--loss 2 --jitter-ms 30" bench/telephony/run.sh   # a lossy, jittery network
 #
-# Prints one JSON line: p50/p95 v2v of one WebRTC caller, of one SIP caller, their difference,
-# and of CALLS SIP calls at once.
+# Prints one JSON line: p50/p95 v2v (and the WER of the bot's transcripts) of one WebRTC caller,
+# of one SIP caller, their difference, and of CALLS SIP calls at once.
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -55,7 +56,7 @@ load() {
     log "$name: $concurrency $protocol caller(s), $turns turns each"
     taskset -c "$CLIENT_CORE" "$VOXIDE" loadtest --protocol "$protocol" --target "$target" \
         "${AUDIO[@]}" --sessions "$concurrency" --concurrency "$concurrency" --turns "$turns" \
-        --ramp 4 --response-timeout 10 --out "$OUT/$name" >"$OUT/$name.log" 2>&1 || true
+        --ramp 4 --response-timeout 10 ${IMPAIR:-} --out "$OUT/$name" >"$OUT/$name.log" 2>&1 || true
 }
 load webrtc "http://127.0.0.1:$HTTP_PORT" 1 "$TURNS" webrtc-one
 load sip "sip:agent@127.0.0.1:$SIP_PORT" 1 "$TURNS" sip-one
@@ -68,7 +69,7 @@ def figures(name):
     s = json.load(open(f"{out}/{name}/summary.json"))
     v = s["metrics"].get("v2v") or {}
     return {"p50": v.get("p50"), "p95": v.get("p95"), "n": v.get("n"),
-            "failed": s["sessions"]["failed"], "room": s.get("room")}
+            "failed": s["sessions"]["failed"], "room": s.get("room"), "wer": s.get("wer")}
 one_webrtc, one_sip, many = figures("webrtc-one"), figures("sip-one"), figures("sip-many")
 result = {"webrtc_one": one_webrtc, "sip_one": one_sip,
           "sip_minus_webrtc_p50_ms": (one_sip["p50"] or 0) - (one_webrtc["p50"] or 0),
