@@ -20,10 +20,8 @@ need_speech_tools() {
 }
 
 # The two recorded questions the latency benchmarks ask, in $1/question1.wav and question2.wav
-# (espeak-ng, 16 kHz mono), each with its words beside it (question1.txt: the load tester scores
-# the bot's transcripts against them): both are ones Smart Turn v3 rates finished, so a bot
-# answers at its first pause and the figures measure the bots rather than the turn model's
-# fallback.
+# (espeak-ng, 16 kHz mono): both are ones Smart Turn v3 rates finished, so a bot answers at its
+# first pause and the figures measure the bots rather than the turn model's fallback.
 make_questions() {
     local out=$1 i
     local text=("" "What time is it?" "What is the weather like in Paris today?")
@@ -32,6 +30,5 @@ make_questions() {
         espeak-ng -v en-gb -s 165 -w "$out/raw$i.wav" "${text[$i]}"
         sox "$out/raw$i.wav" -r 16000 -c 1 -b 16 "$out/question$i.wav"
         rm "$out/raw$i.wav"
-        printf '%s\n' "${text[$i]}" >"$out/question$i.txt"
     done
 }

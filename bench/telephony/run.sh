@@ -9,8 +9,8 @@
 #   NOISE_DBFS=off bench/telephony/run.sh   # digital silence between the words (the lab)
 #   IMPAIR="--loss 2 --jitter-ms 30" bench/telephony/run.sh   # a lossy, jittery network
 #
-# Prints one JSON line: p50/p95 v2v (and the WER of the bot's transcripts) of one WebRTC caller,
-# of one SIP caller, their difference, and of CALLS SIP calls at once.
+# Prints one JSON line: p50/p95 v2v of one WebRTC caller, of one SIP caller, their difference,
+# and of CALLS SIP calls at once (with the network each ran over).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -69,7 +69,8 @@ def figures(name):
     s = json.load(open(f"{out}/{name}/summary.json"))
     v = s["metrics"].get("v2v") or {}
     return {"p50": v.get("p50"), "p95": v.get("p95"), "n": v.get("n"),
-            "failed": s["sessions"]["failed"], "room": s.get("room"), "wer": s.get("wer")}
+            "failed": s["sessions"]["failed"], "room": s.get("room"),
+            "network": s.get("network")}
 one_webrtc, one_sip, many = figures("webrtc-one"), figures("sip-one"), figures("sip-many")
 result = {"webrtc_one": one_webrtc, "sip_one": one_sip,
           "sip_minus_webrtc_p50_ms": (one_sip["p50"] or 0) - (one_webrtc["p50"] or 0),
