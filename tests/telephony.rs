@@ -603,7 +603,7 @@ async fn voxide_registers_with_a_pbx_answering_its_digest_challenge() {
             .expect("an account"),
         ),
     });
-    let _server = start_options(options).await;
+    let server = start_options(options).await;
     let sipp = tokio::time::timeout(Duration::from_secs(60), sipp)
         .await
         .expect("SIPp finished")
@@ -614,6 +614,19 @@ async fn voxide_registers_with_a_pbx_answering_its_digest_challenge() {
         "the registrar did not take the registration: {}\n{}",
         String::from_utf8_lossy(&sipp.stdout),
         String::from_utf8_lossy(&sipp.stderr)
+    );
+    // The registrar's 200 may still be on its way when SIPp exits.
+    let mut metrics = String::new();
+    for _ in 0..50 {
+        metrics = common::get(server.addr, "/metrics").await.1;
+        if metrics.contains("\nvoxide_sip_registered 1\n") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        metrics.contains("\nvoxide_sip_registered 1\n"),
+        "the node says it is registered: {metrics}"
     );
 }
 

@@ -60,6 +60,8 @@ pub struct NodeGauges {
     pub capacity: usize,
     /// It is draining.
     pub draining: bool,
+    /// Whether it is registered with its PBX (`--sip-register`); `None`: it does not register.
+    pub sip_registered: Option<bool>,
 }
 
 /// How often the scheduling lag is measured.
@@ -289,6 +291,14 @@ impl Metrics {
         ];
         for (name, help, kind, value) in singles {
             out.single(name, help, kind, value);
+        }
+        if let Some(registered) = node.sip_registered {
+            out.single(
+                "voxide_sip_registered",
+                "1 while the node is registered with its PBX (--sip-register).",
+                "gauge",
+                u64::from(registered),
+            );
         }
         out.single(
             "voxide_preemptive_wasted_usd_total",
@@ -520,6 +530,7 @@ mod tests {
         let node = NodeGauges {
             capacity: 32,
             draining: true,
+            sip_registered: None,
         };
         let text = metrics.render(node);
         assert!(text.contains("\nvoxide_active_sessions 1\n"), "{text}");

@@ -276,6 +276,9 @@ pub(crate) struct App {
     next_id: AtomicU64,
     /// A session ended (a drain waits on it).
     session_ended: tokio::sync::Notify,
+    /// Where the registration with the PBX stands (`sip::NOT_REGISTERING`, `sip::UNREGISTERED`,
+    /// `sip::REGISTERED`).
+    sip_registration: std::sync::atomic::AtomicU8,
 }
 
 /// Whether the server takes sessions: loading, ready, draining.
@@ -456,6 +459,7 @@ impl Server {
                 restarting: tokio::sync::Semaphore::new(max_sessions),
                 next_id: AtomicU64::new(1),
                 session_ended: tokio::sync::Notify::new(),
+                sip_registration: std::sync::atomic::AtomicU8::new(sip::NOT_REGISTERING),
             }),
         }
     }
@@ -820,6 +824,10 @@ impl App {
         metrics::NodeGauges {
             capacity: self.options.max_sessions,
             draining: self.lifecycle.is_draining(),
+            sip_registered: match self.sip_registration.load(Ordering::Relaxed) {
+                sip::NOT_REGISTERING => None,
+                standing => Some(standing == sip::REGISTERED),
+            },
         }
     }
 }

@@ -28,7 +28,7 @@ use crate::transports::output::AudioSink;
 use crate::transports::sip::SipError;
 use crate::transports::sip::call::{Action, Call, Ending};
 use crate::transports::sip::message::{MAX_MESSAGE, SipMessage, StartLine};
-use crate::transports::sip::register::{Account, Registration};
+use crate::transports::sip::register::{Account, Registration, Standing};
 use crate::transports::sip::rtp::{self, Keys, Packet, Sender};
 use crate::transports::sip::sdp::{self, Chosen, Codec, Offer};
 use crate::transports::webrtc::random_u32;
@@ -122,6 +122,11 @@ impl Network {
     }
 }
 
+/// Where the registration with the PBX stands, for `/metrics` (`App::sip_registration`).
+pub(crate) const NOT_REGISTERING: u8 = 0;
+pub(crate) const UNREGISTERED: u8 = 1;
+pub(crate) const REGISTERED: u8 = 2;
+
 /// Messages queued for one call at most (SIP retransmits what is lost).
 const CALL_INBOX: usize = 16;
 /// The header that names the bot a call goes to (before the called user).
@@ -144,6 +149,9 @@ pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, mut options: SipOpti
         Some(account) => registering(account, &mut options, listen).await,
         None => None,
     };
+    if let Some((registration, _)) = &registration {
+        app.note_registration(registration.standing());
+    }
     let options = Arc::new(options);
     let next_port = Arc::new(AtomicU32::new(0));
     let mut calls: HashMap<String, mpsc::Sender<SipMessage>> = HashMap::new();
@@ -158,10 +166,11 @@ pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, mut options: SipOpti
                 calls.remove(&id);
             }
             () = tokio::time::sleep_until(renewal.unwrap_or_else(Instant::now)), if renewal.is_some() => {
-                if let Some((registration, registrar)) = &mut registration
-                    && let Some(register) = registration.poll(Instant::now().into_std())
-                {
-                    let _ = socket.send_to(&register, *registrar).await;
+                if let Some((registration, registrar)) = &mut registration {
+                    if let Some(register) = registration.poll(Instant::now().into_std()) {
+                        let _ = socket.send_to(&register, *registrar).await;
+                    }
+                    app.note_registration(registration.standing());
                 }
             }
             received = socket.recv_from(&mut buffer) => {
@@ -194,6 +203,7 @@ pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, mut options: SipOpti
                     if let Some(register) = registration.receive(&message, Instant::now().into_std()) {
                         let _ = socket.send_to(&register, *registrar).await;
                     }
+                    app.note_registration(registration.standing());
                     continue;
                 }
                 let reply = |response: SipMessage| {
@@ -282,6 +292,17 @@ async fn registering(
         Registration::new(account, contact, ids, Instant::now().into_std()),
         registrar,
     ))
+}
+
+impl App {
+    /// Notes where the registration with the PBX stands, for `/metrics`.
+    fn note_registration(&self, standing: Standing) {
+        let value = match standing {
+            Standing::Registered => REGISTERED,
+            Standing::Unregistered => UNREGISTERED,
+        };
+        self.sip_registration.store(value, Ordering::Relaxed);
+    }
 }
 
 fn allowed(options: &SipOptions, ip: IpAddr) -> bool {
