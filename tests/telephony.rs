@@ -345,7 +345,7 @@ async fn a_bad_or_unwelcome_invite_is_refused_with_the_status_sip_gives_it() {
     let sip_port = free_udp_port();
     let sip = SocketAddr::from(([127, 0, 0, 1], sip_port));
     let mut options = sip_options(sip, 22_000..=22_099, Network::loopback());
-    options.access.sessions_per_minute = 2;
+    options.access.sessions_per_minute = 3;
     let _server = start_options(options).await;
     let opus = "v=0\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 7000 RTP/AVP 111\r\na=rtpmap:111 opus/48000/2\r\n";
 
@@ -355,6 +355,14 @@ async fn a_bad_or_unwelcome_invite_is_refused_with_the_status_sip_gives_it() {
         .expect("an answer");
     assert_eq!(status, 488, "{answer}");
     assert!(answer.contains("PCMU or PCMA"), "{answer}");
+    // Media sent anywhere but to a network that may call: refused, so no caller points
+    // voxide's audio at an address of its choosing.
+    let elsewhere = "v=0\r\nc=IN IP4 10.9.9.9\r\nt=0 0\r\nm=audio 7000 RTP/AVP 0\r\n";
+    let (status, answer) = ask(sip, &invite(sip, "elsewhere-1", elsewhere))
+        .await
+        .expect("an answer");
+    assert_eq!(status, 488, "{answer}");
+    assert!(answer.contains("media address"), "{answer}");
     // A broken offer: 400.
     let (status, _) = ask(
         sip,
@@ -378,7 +386,7 @@ async fn a_bad_or_unwelcome_invite_is_refused_with_the_status_sip_gives_it() {
         .expect("an answer");
     assert_eq!(
         status, 503,
-        "the third call from one address in a minute: {answer}"
+        "the fourth call from one address in a minute: {answer}"
     );
     assert!(answer.contains("Retry-After: 60"), "{answer}");
 }

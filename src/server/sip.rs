@@ -386,6 +386,12 @@ impl Taking<'_> {
         let text = std::str::from_utf8(&invite.body)
             .map_err(|_| SipError::BadOffer("not UTF-8".into()))?;
         let offer = Offer::parse(text)?;
+        // The offer says where voxide's audio goes: only to a network that may call, so that a
+        // caller cannot point voxide's RTP at an address of its choosing.
+        if !allowed(self.options, offer.address) {
+            return Err(Refused::new(488, "Not Acceptable Here")
+                .saying("the offer's media address is not in --sip-allow"));
+        }
         let chosen = offer.choose().ok_or_else(|| {
             Refused::new(488, "Not Acceptable Here").saying("voxide speaks PCMU or PCMA at 8 kHz")
         })?;
