@@ -363,6 +363,15 @@ mod tests {
         assert!(Challenge::parse("Digest realm=\"x\", nonce=\"n\", algorithm=SHA-256").is_none());
     }
 
+    fn registration(t0: Instant) -> Registration {
+        Registration::new(
+            account(),
+            "127.0.0.1:5080".into(),
+            ("reg-1".into(), "t".into()),
+            t0,
+        )
+    }
+
     fn response(status: u16, cseq: u32, extra: &str) -> SipMessage {
         SipMessage::parse(
             format!(
@@ -376,12 +385,7 @@ mod tests {
     #[test]
     fn a_challenge_is_answered_then_the_binding_is_renewed_before_it_expires() {
         let t0 = Instant::now();
-        let mut registration = Registration::new(
-            account(),
-            "127.0.0.1:5080".into(),
-            ("reg-1".into(), "t".into()),
-            t0,
-        );
+        let mut registration = registration(t0);
         let first = SipMessage::parse(&registration.poll(t0).expect("REGISTER")).expect("SIP");
         assert_eq!(first.method(), Some("REGISTER"));
         assert_eq!(first.header("Contact"), Some("<sip:1001@127.0.0.1:5080>"));
@@ -413,12 +417,7 @@ mod tests {
     #[test]
     fn a_wrong_password_or_a_refusal_is_retried_a_minute_later() {
         let t0 = Instant::now();
-        let mut registration = Registration::new(
-            account(),
-            "127.0.0.1:5080".into(),
-            ("reg-1".into(), "t".into()),
-            t0,
-        );
+        let mut registration = registration(t0);
         registration.poll(t0);
         let challenge = "WWW-Authenticate: Digest realm=\"sipp\", nonce=\"abc\"\r\n";
         assert!(
