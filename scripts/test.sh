@@ -3,43 +3,46 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each step says when it starts, so CI's output shows where its time goes.
+step() { echo "test: [${SECONDS} s] $*"; }
+
 scripts/setup.sh --test
 
-echo "test: cargo fmt --check"
+step "cargo fmt --check"
 cargo fmt --check
 
-echo "test: cargo clippy"
+step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-echo "test: the layers (no module cycle, voxide-core free of engines and networks)"
+step "the layers (no module cycle, voxide-core free of engines and networks)"
 scripts/layers.py
 
-echo "test: the docs (links, the README's length, the book builds)"
+step "the docs (links, the README's length, the book builds)"
 scripts/docs_check.py
 
-echo "test: doc tests"
+step "doc tests"
 cargo test --workspace --doc --locked
 
-echo "test: deployment files"
+step "deployment files"
 scripts/deploy_check.sh
 
-echo "test: the security probes against a live server (scripts/security.sh)"
+step "the security probes against a live server (scripts/security.sh)"
 scripts/security.sh
 
-echo "test: three nodes behind HAProxy (scripts/cluster.sh, small)"
+step "three nodes behind HAProxy (scripts/cluster.sh, small)"
 scripts/cluster.sh --sessions 6
 
-echo "test: a 2-minute soak on the stand-ins, its goals enforced (scripts/soak.sh)"
+step "a 2-minute soak on the stand-ins, its goals enforced (scripts/soak.sh)"
 scripts/soak.sh --minutes 2 --concurrency 6
 
-echo "test: voxide's scenarios under pipecat's own eval harness (scripts/evals.sh)"
+step "voxide's scenarios under pipecat's own eval harness (scripts/evals.sh)"
 scripts/evals.sh
 
-echo "test: recordings uploaded to S3-compatible storage (scripts/record_upload.sh)"
+step "recordings uploaded to S3-compatible storage (scripts/record_upload.sh)"
 scripts/record_upload.sh
 
 # Last, so its summary is the closing line.
-echo "test: unit, behaviour and example tests"
+step "unit, behaviour and example tests"
 if command -v cargo-nextest >/dev/null 2>&1; then
   cargo nextest run --workspace --all-targets --locked --no-fail-fast
 else

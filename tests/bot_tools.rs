@@ -656,7 +656,7 @@ mod whole_bot {
     async fn a_spoken_request_runs_the_mcp_tool_as_an_async_tool_and_the_talk_goes_on() {
         let start_it = sse(&[
             json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "call_op", "type": "function",
-                "function": {"name": "trigger-long-running-operation", "arguments": "{\"duration\": 12, \"steps\": 4}"}}]}}]}),
+                "function": {"name": "trigger-long-running-operation", "arguments": "{\"duration\": 20, \"steps\": 4}"}}]}}]}),
             json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
         ]);
         let reply = Reply::With(Arc::new(move |body: &Value| {

@@ -434,9 +434,61 @@ fn any_contains(shown: &Value, key: &str, needle: &str) -> bool {
     })
 }
 
+/// A bot on the OpenAI stand-in: the microphone's question gets a long answer, a question about
+/// the time a `get_current_time` call, and the call's result a line. The page is under test,
+/// not the model's choices.
+async fn scripted_bot() -> (voxide::bot::BotOptions, common::llm_stand_in::StandIn) {
+    use common::llm_stand_in::{self, Reply};
+    use std::sync::Arc;
+    fn stream(chunks: &[Value]) -> Reply {
+        let mut out: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+        out.push_str("data: [DONE]\n\n");
+        Reply::Stream(out, 64)
+    }
+    fn words(text: &str) -> Reply {
+        stream(&[
+            json!({"choices": [{"delta": {"content": text}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "stop"}]}),
+        ])
+    }
+    let reply = Reply::With(Arc::new(|body: &Value| {
+        let messages = body["messages"].as_array().cloned().unwrap_or_default();
+        let last = messages.last().cloned().unwrap_or_default();
+        let text = last["content"].as_str().unwrap_or_default().to_lowercase();
+        match last["role"].as_str() {
+            Some("tool") => words("It is a quarter past ten in the morning."),
+            Some("user") if text.contains("time") => stream(&[
+                json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "call_clock", "type": "function",
+                    "function": {"name": "get_current_time", "arguments": "{}"}}]}}]}),
+                json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+            ]),
+            _ => words(
+                "Paris today is mild and mostly cloudy, with a light breeze from the west. \
+                 The morning stays grey, the afternoon brings some sun, and the evening turns \
+                 cool, so take a jacket if you walk along the river after dinner. Tomorrow \
+                 looks much the same, with a chance of rain late in the day.",
+            ),
+        }
+    }));
+    let (addr, stand_in) = llm_stand_in::start(vec![reply]).await;
+    let bot = voxide::bot::BotOptions {
+        llm: voxide::bot::LlmChoice::Text(vec![voxide::bot::TextLlm::OpenAi(
+            voxide::services::llm::openai::OpenAiSettings {
+                base_url: format!("http://{addr}/v1"),
+                model: "gpt-4.1-mini".into(),
+                ..Default::default()
+            },
+        )]),
+        voice: voxide::bot::Voice::Espeak,
+        ..Default::default()
+    };
+    (bot, stand_in)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_a_typed_turn_cut_off_and_its_tool_card() {
-    let server = start(2).await;
+    let (bot, _stand_in) = scripted_bot().await;
+    let server = common::start_with(2, vec![bot]).await;
     let mut opened = open(&server, "console-webrtc").await;
     let page = &mut opened.page;
     page.eval("document.getElementById('connect').click(); true")

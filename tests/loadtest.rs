@@ -71,10 +71,7 @@ mod whole_bot {
         let v2v = &summary["metrics"]["v2v"];
         assert_eq!(v2v["n"], 2, "both turns were answered: {summary}");
         let p50 = v2v["p50"].as_f64().expect("a figure");
-        assert!(
-            p50 > 150.0 && p50 < 15_000.0,
-            "the reply came after the question: {p50}"
-        );
+        assert!(p50 > 150.0, "the reply came after the question: {p50}");
         assert_eq!(summary["slos"][0]["pass"], false);
         for file in ["turns.csv", "sessions.csv", "timeline.jsonl", "report.html"] {
             assert!(out.join(file).exists(), "{file}");

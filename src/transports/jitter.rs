@@ -253,6 +253,12 @@ impl JitterBuffer {
             self.stats.duplicated += 1;
             return;
         }
+        if self.stalled > MAX_CONCEALED_RUN
+            && sequence >= next
+            && timestamp + u64::from(packet.samples) <= self.played_to
+        {
+            self.resume(timestamp, now);
+        }
         self.observe_transit(timestamp, now);
         if sequence < self.highest {
             self.stats.reordered += 1;
@@ -377,6 +383,17 @@ impl JitterBuffer {
             }
         };
         Step::Play(playout)
+    }
+
+    /// A sender that fell quiet long enough to be played as silence, and comes back behind the
+    /// timeline: it paused without moving its clock on (webrtc-rs and aiortc do, for a paused
+    /// track). Its pause was played already, so the timeline restarts at the packet that came,
+    /// and transit times count from there; else every packet after the pause would be late.
+    fn resume(&mut self, timestamp: u64, now: Instant) {
+        self.played_to = timestamp;
+        self.origin = Some((now, timestamp));
+        self.fastest = 0.0;
+        self.last_transit = None;
     }
 
     /// When the audio at the timeline's end, not yet here, is given up for lost: when it would
@@ -637,6 +654,35 @@ mod tests {
             0,
             "the sender was quiet, nothing was lost"
         );
+    }
+
+    #[test]
+    fn a_sender_that_pauses_without_moving_its_clock_on_is_heard_whole_when_it_resumes() {
+        let mut s = Script::new(0, 0);
+        for n in 0..10 {
+            s.arrive(n, 0);
+        }
+        // A second of nothing, played as concealment and then silence.
+        let mut played = Vec::new();
+        while let Some(deadline) = s.buffer.deadline()
+            && deadline < s.at(1_200)
+        {
+            played.extend(s.drain(deadline));
+        }
+        assert!(played.len() > MAX_CONCEALED_RUN as usize, "{played:?}");
+        // Then packets 10 to 59 with the timestamps they would have had without the pause.
+        for n in 10..60u16 {
+            let now = s.at(1_200 + u64::from(n - 10) * 20);
+            s.buffer.push(s.packet(n), now);
+            assert_eq!(s.drain(now), vec![packet(n as u8)], "packet {n}");
+        }
+        let stats = s.buffer.stats();
+        assert_eq!(
+            (stats.late, stats.lost, stats.concealed),
+            (0, 0, 0),
+            "{stats:?}"
+        );
+        assert_eq!(s.buffer.depth(), MIN_DEPTH, "the pause is not jitter");
     }
 
     #[test]
