@@ -5,18 +5,16 @@
 //! back out as speech. `ARCHITECTURE.md` describes the design and its vocabulary.
 
 pub use voxide_core::{aggregators, context, events, frames, pipeline, text, warnings};
+pub use voxide_engines::{bpe, models, onnx};
 
 pub mod audio;
 pub mod bench;
 pub mod bot;
-pub mod bpe;
 pub mod config;
 pub mod flows;
 pub mod fuzz;
 pub mod loadtest;
-pub mod models;
 pub mod observe;
-pub mod onnx;
 pub mod secret;
 pub mod server;
 pub mod services;

@@ -10,16 +10,13 @@ pub mod aec;
 pub mod alaw;
 pub mod denoise;
 pub mod echo;
-pub mod mel;
 pub mod mulaw;
-pub mod onnx_file;
-pub mod resample;
 mod sink;
 pub mod turn;
 pub mod vad;
-pub mod wav;
 
 pub use sink::AudioSink;
+pub use voxide_engines::audio::{mel, onnx_file, resample, wav};
 
 /// Base64 16-bit little-endian PCM back to samples (a trailing odd byte is dropped).
 pub fn pcm_from_base64(data: &str) -> Result<Vec<i16>, String> {

@@ -14,7 +14,7 @@ use super::{Protocol, Recorder};
 use crate::audio::mulaw;
 use crate::audio::resample::StreamResampler;
 use crate::bot::calculator::{format_number, read_number};
-use crate::services::text::{word_edits, word_list};
+use crate::text::{word_edits, word_list};
 
 /// The bot's audio is over after this much quiet.
 const HANGOVER_SECS: f64 = 0.8;

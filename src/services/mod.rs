@@ -4,7 +4,6 @@
 pub mod llm;
 pub mod pricing;
 pub mod stt;
-pub mod text;
 pub mod tts;
 pub mod ws;
 

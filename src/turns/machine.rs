@@ -178,11 +178,9 @@ pub enum Action {
     },
 }
 
-/// An interruption waiting for the user's words.
-#[derive(Debug, Default)]
-struct Pending {
-    /// Speech started over the bot and no transcript has confirmed it yet.
-    active: bool,
+/// Speech over the bot that no words have confirmed as an interruption yet.
+#[derive(Debug, Default, Clone, Copy)]
+struct Unconfirmed {
     /// The bot's playback is paused for it.
     paused: bool,
     /// The turn it started has ended.
@@ -209,6 +207,77 @@ struct Awaited {
     by: Instant,
 }
 
+/// Where the user's turn stands: what a phase needs lives in it, so ending a turn is leaving
+/// the phase, and nothing of one turn is left over in the next.
+#[derive(Debug)]
+enum Phase {
+    /// No turn is open.
+    Idle,
+    /// A user turn is open: the user speaks, or pauses.
+    Open(OpenTurn),
+}
+
+/// An open user turn.
+#[derive(Debug, Default)]
+struct OpenTurn {
+    /// It was started by a transcript, not the VAD: words keep it open.
+    by_transcript: bool,
+    /// When it ends (silence, or an unfinished-sounding pause running out).
+    end: Option<Instant>,
+    /// The pause being judged, on the turn model's rule.
+    pause: Option<Pause>,
+    /// Its latest interim transcript (finals are in [`TurnMachine::turn`]).
+    interim: String,
+    /// The words last guessed since the user last spoke.
+    guess: Option<Guess>,
+    /// The VAD heard the turn's first silence and no speech since, before its stop.
+    quiet: bool,
+    /// The VAD heard what may be the user going on in the turn's pause: its end waits until
+    /// that becomes speech or fades.
+    onset_in_pause: bool,
+}
+
+impl OpenTurn {
+    /// When the verdict awaited on its pause is given up.
+    fn verdict_by(&self) -> Option<Instant> {
+        match self.pause.as_ref()?.judging {
+            Judging::Asked(awaited) => Some(awaited.by),
+            _ => None,
+        }
+    }
+}
+
+/// A pause after the VAD's stop, judged by the turn model or the words.
+#[derive(Debug)]
+struct Pause {
+    /// The VAD's stop.
+    at: Instant,
+    judging: Judging,
+}
+
+/// How far a pause is judged.
+#[derive(Debug)]
+enum Judging {
+    /// Its words are on their way and may settle it alone: the audio, kept for the model in
+    /// case they leave the turn in doubt.
+    Words(Vec<i16>),
+    /// The model was asked.
+    Asked(Awaited),
+    /// The model skipped it: the pause ends at its deadline.
+    Skipped,
+    /// Finished, or not: the model's verdict, or the words' alone when they make a whole
+    /// sentence and the answer is guessed ([`TurnMachine::judge_by_words`]).
+    Judged(bool),
+}
+
+/// Words guessed as the turn's, for the LLM to start on.
+#[derive(Debug)]
+struct Guess {
+    words: String,
+    /// The answer's first words are spoken, held to play.
+    spoken: bool,
+}
+
 /// The user-turn machine. See the module docs.
 pub struct TurnMachine {
     stop: StopRule,
@@ -219,48 +288,23 @@ pub struct TurnMachine {
     /// Finals the STT announced and has not delivered yet.
     owed: usize,
     bot_speaking: bool,
-    /// A user turn is open.
-    in_turn: bool,
-    /// The open turn was started by a transcript, not the VAD: words keep it open.
-    by_transcript: bool,
-    /// The words of the turn to hand on.
+    phase: Phase,
+    /// The words of the turn to hand on (kept past the turn's end, for its owed finals).
     turn: TurnWords,
     /// The LLM was asked for an answer and the bot has not started speaking since.
     unspoken: bool,
     /// The bot's audio is held for a VAD onset that has neither started nor faded yet.
     onset_paused: bool,
-    pending: Pending,
-    /// The turn's end (silence, or an unfinished-sounding pause running out).
-    deadline: Option<Instant>,
+    unconfirmed: Option<Unconfirmed>,
     /// When a paused bot resumes if no words confirm the interruption.
     resume_at: Option<Instant>,
-    verdict: Option<Awaited>,
     verdicts_asked: u64,
-    /// The VAD's stop of the pause being judged, and the verdict on it once there is one
-    /// (finished or not): the model's, or the words' alone when they make a whole sentence
-    /// and the answer is guessed ([`TurnMachine::judge_by_words`]).
-    paused_at: Option<Instant>,
-    said: Option<bool>,
-    /// The pause's audio, kept for the model until its words are in: asked only if they leave
-    /// the turn in doubt.
-    unjudged: Option<Vec<i16>>,
-    /// The open turn's latest interim transcript (finals are in `turn`).
-    interim: String,
     /// The user's recent audio, for the turn model.
     audio: TurnAudio,
     /// Guess the turn's words at each pause ([`Action::Guess`]).
     preemptive: bool,
-    /// The words last guessed in the open turn since the user last spoke.
-    guessed: Option<String>,
     /// Guesses made, the last one's number.
     guesses: u64,
-    /// The last guess's first words are spoken, held to play.
-    guess_spoken: bool,
-    /// The VAD heard the open turn's first silence and no speech since, before its stop.
-    quiet: bool,
-    /// The VAD heard what may be the user going on in the open turn's pause: its end waits
-    /// until that becomes speech or fades.
-    onset_in_pause: bool,
     actions: Vec<Action>,
 }
 
@@ -275,27 +319,16 @@ impl TurnMachine {
             vad_speaking: false,
             owed: 0,
             bot_speaking: false,
-            in_turn: false,
-            by_transcript: false,
+            phase: Phase::Idle,
             turn: TurnWords::default(),
             unspoken: false,
             onset_paused: false,
-            pending: Pending::default(),
-            deadline: None,
+            unconfirmed: None,
             resume_at: None,
-            verdict: None,
             verdicts_asked: 0,
-            paused_at: None,
-            said: None,
-            unjudged: None,
-            interim: String::new(),
             audio: TurnAudio::default(),
             preemptive: false,
-            guessed: None,
             guesses: 0,
-            guess_spoken: false,
-            quiet: false,
-            onset_in_pause: false,
             actions: Vec::new(),
         }
     }
@@ -308,21 +341,32 @@ impl TurnMachine {
 
     /// When the machine next wants an [`Input::Tick`].
     pub fn next_deadline(&self) -> Option<Instant> {
-        let end = self.deadline.filter(|_| !self.onset_in_pause);
-        [end, self.resume_at, self.verdict.map(|v| v.by)]
-            .into_iter()
-            .flatten()
-            .min()
+        let (end, verdict) = match &self.phase {
+            Phase::Open(turn) => (turn.end.filter(|_| !turn.onset_in_pause), turn.verdict_by()),
+            Phase::Idle => (None, None),
+        };
+        [end, self.resume_at, verdict].into_iter().flatten().min()
     }
 
     /// Whether the verdict `id` is still wanted.
     pub fn awaits(&self, id: u64) -> bool {
-        self.verdict.is_some_and(|v| v.id == id)
+        let Phase::Open(turn) = &self.phase else {
+            return false;
+        };
+        matches!(turn.pause, Some(Pause { judging: Judging::Asked(a), .. }) if a.id == id)
     }
 
     /// A user turn is open.
     pub fn in_turn(&self) -> bool {
-        self.in_turn
+        matches!(self.phase, Phase::Open(_))
+    }
+
+    /// The open turn, if any.
+    fn open(&mut self) -> Option<&mut OpenTurn> {
+        match &mut self.phase {
+            Phase::Open(turn) => Some(turn),
+            Phase::Idle => None,
+        }
     }
 
     /// Takes `input`, seen at `now`; returns what to do, in order.
@@ -339,7 +383,10 @@ impl TurnMachine {
             Input::Onset => {
                 self.on_onset();
                 self.audio.onset();
-                self.onset_in_pause = self.in_turn && !self.vad_speaking;
+                let vad_speaking = self.vad_speaking;
+                if let Some(turn) = self.open() {
+                    turn.onset_in_pause = !vad_speaking;
+                }
                 self.forward();
             }
             Input::OnsetFaded => {
@@ -347,7 +394,9 @@ impl TurnMachine {
                     tracing::debug!("the onset faded: the bot plays on");
                     self.push(SystemFrame::ResumePlayback);
                 }
-                self.onset_in_pause = false;
+                if let Some(turn) = self.open() {
+                    turn.onset_in_pause = false;
+                }
                 self.forward();
                 self.on_tick(now);
             }
@@ -360,23 +409,32 @@ impl TurnMachine {
             }
             Input::VadStarted => {
                 self.vad_speaking = true;
-                self.onset_in_pause = false;
+                if let Some(turn) = self.open() {
+                    turn.onset_in_pause = false;
+                }
                 self.forward();
                 self.on_speech_started();
             }
             Input::SilenceStarted => {
-                self.quiet = self.in_turn && self.vad_speaking;
+                let vad_speaking = self.vad_speaking;
+                if let Some(turn) = self.open() {
+                    turn.quiet = vad_speaking;
+                }
                 self.forward();
             }
             Input::SpeechResumed => {
                 // The LLM and the voice throw away a guess made in the silence.
-                self.quiet = false;
-                self.forget_guess();
+                if let Some(turn) = self.open() {
+                    turn.quiet = false;
+                    turn.guess = None;
+                }
                 self.forward();
             }
             Input::VadStopped => {
                 self.vad_speaking = false;
-                self.quiet = false;
+                if let Some(turn) = self.open() {
+                    turn.quiet = false;
+                }
                 self.forward();
                 self.on_pause(now);
             }
@@ -399,8 +457,8 @@ impl TurnMachine {
             Input::BotStopped => {
                 self.bot_speaking = false;
                 // The bot finished on its own: what the user says now is a plain turn.
-                if self.pending.active && !self.pending.paused {
-                    self.pending = Pending::default();
+                if self.unconfirmed.is_some_and(|u| !u.paused) {
+                    self.unconfirmed = None;
                 }
                 self.forward();
             }
@@ -415,8 +473,11 @@ impl TurnMachine {
             }
             Input::GuessSpoken(id) => {
                 // Addressed here: it goes no further.
-                if self.guessed.is_some() && id == self.guesses {
-                    self.guess_spoken = true;
+                let latest = id == self.guesses;
+                if let Some(guess) = self.open().and_then(|turn| turn.guess.as_mut())
+                    && latest
+                {
+                    guess.spoken = true;
                     self.reconsider(now);
                 }
             }
@@ -445,10 +506,10 @@ impl TurnMachine {
     /// Hands the ended turn's words on once its announced finals are in. A remark over the bot
     /// that no words have confirmed as an interruption is not a turn to answer.
     fn hand_on(&mut self) {
-        if self.in_turn || !self.turn.ended || self.owed > 0 {
+        if self.in_turn() || !self.turn.ended || self.owed > 0 {
             return;
         }
-        if self.pending.active {
+        if self.unconfirmed.is_some() {
             // Held until words confirm it as an interruption, or the next turn takes it in.
             return;
         }
@@ -468,10 +529,10 @@ impl TurnMachine {
     /// start; if the user goes on, the guess is thrown away.
     fn guess(&mut self) {
         let ready = self.preemptive
-            && self.in_turn
+            && self.in_turn()
             && !self.vad_speaking
             && self.owed == 0
-            && !self.pending.active
+            && self.unconfirmed.is_none()
             && !self.turn.text.is_empty();
         if ready {
             self.offer_guess(self.turn.text.clone());
@@ -481,11 +542,11 @@ impl TurnMachine {
     /// In the silence before the VAD's stop, once the STT has all the words spoken before it:
     /// the guess starts there rather than at the stop. Should the user go on, it is dropped.
     fn guess_settled(&mut self, settled: &str) {
+        let quiet = matches!(&self.phase, Phase::Open(turn) if turn.quiet);
         let ready = self.preemptive
-            && self.in_turn
-            && self.quiet
+            && quiet
             && self.owed == 0
-            && !self.pending.active
+            && self.unconfirmed.is_none()
             && !settled.trim().is_empty();
         if ready {
             let mut words = self.turn.text.clone();
@@ -497,29 +558,29 @@ impl TurnMachine {
         }
     }
 
-    /// Guesses `words`, unless they are the words guessed already.
+    /// Guesses `words` in the open turn, unless they are the words guessed already.
     fn offer_guess(&mut self, words: String) {
-        if self.guessed.as_deref() == Some(words.as_str()) {
+        let Phase::Open(turn) = &mut self.phase else {
+            return;
+        };
+        if turn.guess.as_ref().is_some_and(|g| g.words == words) {
             return;
         }
         self.guesses += 1;
-        self.guess_spoken = false;
-        self.guessed = Some(words.clone());
+        turn.guess = Some(Guess {
+            words: words.clone(),
+            spoken: false,
+        });
         self.actions.push(Action::Guess {
             id: self.guesses,
             text: words,
         });
     }
 
-    /// The user spoke again: the LLM and the voice have thrown the guess away.
-    fn forget_guess(&mut self) {
-        self.guessed = None;
-        self.guess_spoken = false;
-    }
-
     /// The answer to the turn's words as they stand is guessed and its first words spoken.
     fn answer_ready(&self) -> bool {
-        self.guess_spoken && self.guessed.as_deref() == Some(self.turn.text.as_str())
+        matches!(&self.phase, Phase::Open(OpenTurn { guess: Some(g), .. })
+            if g.spoken && g.words == self.turn.text)
     }
 
     /// A final transcript's words belong to the turn.
@@ -540,8 +601,8 @@ impl TurnMachine {
             && self.bot_speaking
             && self.interruptions
             && !self.onset_paused
-            && !self.in_turn
-            && !self.pending.paused;
+            && !self.in_turn()
+            && !self.unconfirmed.is_some_and(|u| u.paused);
         if hold {
             self.onset_paused = true;
             self.push(SystemFrame::PausePlayback);
@@ -551,25 +612,22 @@ impl TurnMachine {
     /// The VAD confirmed speech: a turn starts, or the open one goes on past its pause.
     fn on_speech_started(&mut self) {
         let mut held = std::mem::take(&mut self.onset_paused);
-        // The LLM and the voice throw away the guess as the user goes on.
-        self.forget_guess();
-        self.quiet = false;
-        self.deadline = None;
-        self.by_transcript = false;
-        // The pause being judged was not the end.
-        self.verdict = None;
-        self.paused_at = None;
-        self.said = None;
-        self.unjudged = None;
-        if !self.in_turn {
-            self.in_turn = true;
+        if let Some(turn) = self.open() {
+            // The LLM and the voice throw away the guess as the user goes on, and the pause
+            // being judged was not the end.
+            *turn = OpenTurn {
+                interim: std::mem::take(&mut turn.interim),
+                ..OpenTurn::default()
+            };
+        } else {
+            self.phase = Phase::Open(OpenTurn::default());
             self.audio.start_turn();
             self.push(SystemFrame::UserStartedSpeaking);
             if self.bot_speaking && self.interruptions {
                 held = self.barge_in_started(held);
             } else {
                 // A turn over silence is a plain turn, whatever came before it.
-                self.pending = Pending::default();
+                self.unconfirmed = None;
                 if self.unspoken && self.interruptions {
                     // The user went on: the answer being worked out is to half of what they
                     // meant. Should this turn bring no words (a cough, a door), it is worked
@@ -594,12 +652,11 @@ impl TurnMachine {
             return false;
         }
         let pause = self.barge_in.resume_after.is_some();
-        let was_paused = self.pending.paused;
-        self.pending = Pending {
-            active: true,
+        let was_paused = self.unconfirmed.is_some_and(|u| u.paused);
+        self.unconfirmed = Some(Unconfirmed {
             paused: was_paused || pause,
-            ..Pending::default()
-        };
+            ..Unconfirmed::default()
+        });
         self.resume_at = None;
         if pause && !was_paused && !held {
             self.push(SystemFrame::PausePlayback);
@@ -609,39 +666,47 @@ impl TurnMachine {
 
     /// The VAD heard silence: the turn ends after a while, or sooner if the model says so.
     fn on_pause(&mut self, now: Instant) {
-        if !self.in_turn {
+        let (stop, preemptive, owed) = (self.stop, self.preemptive, self.owed);
+        let Phase::Open(turn) = &mut self.phase else {
             return;
-        }
-        match self.stop {
-            StopRule::Silence(silence) => self.deadline = Some(now + silence),
+        };
+        match stop {
+            StopRule::Silence(silence) => turn.end = Some(now + silence),
             StopRule::Model {
                 incomplete_timeout,
                 words,
             } => {
                 // The turn ends by this time whatever the model says, or however long it
                 // takes to say it (sessions share it, so under load it queues).
-                self.deadline = Some(now + incomplete_timeout);
-                self.paused_at = Some(now);
-                self.said = None;
+                turn.end = Some(now + incomplete_timeout);
                 let audio = self.audio.turn();
-                if words && self.preemptive && self.owed > 0 {
+                if words && preemptive && owed > 0 {
                     // The pause's words are on their way, and they may settle it alone.
-                    self.unjudged = Some(audio);
+                    turn.pause = Some(Pause {
+                        at: now,
+                        judging: Judging::Words(audio),
+                    });
                 } else {
+                    turn.pause = Some(Pause {
+                        at: now,
+                        judging: Judging::Skipped,
+                    });
                     self.ask_model(audio, now);
                 }
             }
         }
     }
 
-    /// Asks the turn model about the pause, from its audio.
+    /// Asks the turn model about the open turn's pause, from its audio.
     fn ask_model(&mut self, audio: Vec<i16>, now: Instant) {
         self.verdicts_asked += 1;
         let id = self.verdicts_asked;
-        self.verdict = Some(Awaited {
-            id,
-            by: now + VERDICT_WAIT,
-        });
+        if let Some(pause) = self.open().and_then(|turn| turn.pause.as_mut()) {
+            pause.judging = Judging::Asked(Awaited {
+                id,
+                by: now + VERDICT_WAIT,
+            });
+        }
         self.actions.push(Action::Judge { id, audio });
     }
 
@@ -650,16 +715,22 @@ impl TurnMachine {
     /// [`FINISHED_TURN_HOLD`] and [`FINISHED_WORDS_WAIT`], and the hold already lets a user who
     /// was pausing go on. Words in doubt go to the model, with the pause's audio.
     fn judge_by_words(&mut self, now: Instant) {
-        if self.owed > 0 || self.vad_speaking || !self.in_turn {
+        if self.owed > 0 || self.vad_speaking {
             return;
         }
-        let Some(audio) = self.unjudged.take() else {
+        let heard = self.heard();
+        let Some(pause) = self.open().and_then(|turn| turn.pause.as_mut()) else {
             return;
         };
-        if words::judge(&self.heard()) == Words::Finished {
+        let Judging::Words(_) = pause.judging else {
+            return;
+        };
+        if words::judge(&heard) == Words::Finished {
             tracing::debug!("whole words: the turn model is not asked");
-            self.said = Some(true);
-        } else {
+            pause.judging = Judging::Judged(true);
+        } else if let Judging::Words(audio) =
+            std::mem::replace(&mut pause.judging, Judging::Skipped)
+        {
             self.ask_model(audio, now);
         }
     }
@@ -668,48 +739,59 @@ impl TurnMachine {
     fn heard(&self) -> String {
         let mut heard = self.turn.text.clone();
         heard.push(' ');
-        heard.push_str(&self.interim);
+        if let Phase::Open(turn) = &self.phase {
+            heard.push_str(&turn.interim);
+        }
         heard
     }
 
     fn on_transcript(&mut self, text: &str, is_final: bool, now: Instant) {
-        if is_final {
-            self.interim.clear();
-        } else if self.in_turn {
-            text.clone_into(&mut self.interim);
+        if let Some(turn) = self.open() {
+            if is_final {
+                turn.interim.clear();
+            } else {
+                text.clone_into(&mut turn.interim);
+            }
         }
         if self.missed_speech(text) {
             self.forward();
             if is_final {
                 self.keep_words(text);
             }
-            self.by_transcript = true;
-            self.pending = Pending::default();
-            self.deadline = Some(now + TRANSCRIPT_TURN_TIMEOUT);
+            self.unconfirmed = None;
+            if let Some(turn) = self.open() {
+                turn.by_transcript = true;
+                turn.end = Some(now + TRANSCRIPT_TURN_TIMEOUT);
+            }
             return;
         }
-        if !self.vad_speaking && self.owed == 0 && self.in_turn && self.by_transcript {
+        let (vad_speaking, owed) = (self.vad_speaking, self.owed);
+        if let Some(turn) = self.open()
+            && !vad_speaking
+            && owed == 0
+            && turn.by_transcript
+        {
             // Words keep a turn the VAD did not hear open.
-            self.deadline = Some(now + TRANSCRIPT_TURN_TIMEOUT);
+            turn.end = Some(now + TRANSCRIPT_TURN_TIMEOUT);
         }
         // Words outside any turn and not owed to one (a remark over the bot the VAD did not
         // hear) are no turn's.
-        let turns = self.in_turn || self.turn.ended || self.owed > 0;
-        if !self.pending.active {
+        let turns = self.in_turn() || self.turn.ended || self.owed > 0;
+        let Some(unconfirmed) = self.unconfirmed else {
             self.forward();
             if is_final && turns {
                 self.keep_words(text);
                 self.hand_on();
             }
             return;
-        }
+        };
         let words = self.barge_in.words_in(text);
-        let heard = self.pending.final_words + words;
-        if is_final {
-            self.pending.final_words += words;
+        let heard = unconfirmed.final_words + words;
+        if is_final && let Some(u) = self.unconfirmed.as_mut() {
+            u.final_words += words;
         }
         if heard >= self.barge_in.words_needed() {
-            self.pending = Pending::default();
+            self.unconfirmed = None;
             self.resume_at = None;
             tracing::debug!(words = heard, "barge-in confirmed");
             self.onset_paused = false;
@@ -719,7 +801,7 @@ impl TurnMachine {
                 self.keep_words(text);
                 self.hand_on();
             }
-        } else if self.pending.turn_over {
+        } else if unconfirmed.turn_over {
             // Too short to interrupt: while the bot talks on, the remark is not a turn.
             tracing::debug!(text, "remark over the bot dropped");
         } else {
@@ -736,7 +818,12 @@ impl TurnMachine {
     fn missed_speech(&mut self, text: &str) -> bool {
         let words = word_count(text);
         // Words of a barge-in still waiting for them belong to that barge-in.
-        if words == 0 || self.vad_speaking || self.owed > 0 || self.in_turn || self.pending.active {
+        if words == 0
+            || self.vad_speaking
+            || self.owed > 0
+            || self.in_turn()
+            || self.unconfirmed.is_some()
+        {
             return false;
         }
         if self.bot_speaking
@@ -751,7 +838,7 @@ impl TurnMachine {
             text,
             "transcript without VAD speech: the user's turn starts"
         );
-        self.in_turn = true;
+        self.phase = Phase::Open(OpenTurn::default());
         self.push(SystemFrame::UserStartedSpeaking);
         if self.interruptions && (self.bot_speaking || self.unspoken) {
             self.onset_paused = false;
@@ -772,19 +859,24 @@ impl TurnMachine {
             // it says), or the turn has ended already.
             return;
         }
-        self.verdict = None;
-        match judged {
+        let judging = match &judged {
             // Skipped: the user spoke again before the model was free.
-            Ok(None) => {}
+            Ok(None) | Err(_) => Judging::Skipped,
             Ok(Some(p)) => {
                 tracing::debug!(
                     probability = p.probability,
                     complete = p.complete,
                     "verdict"
                 );
-                self.said = Some(p.complete);
-                self.reconsider(now);
+                Judging::Judged(p.complete)
             }
+        };
+        if let Some(pause) = self.open().and_then(|turn| turn.pause.as_mut()) {
+            pause.judging = judging;
+        }
+        match judged {
+            Ok(None) => {}
+            Ok(Some(_)) => self.reconsider(now),
             Err(e) => {
                 tracing::warn!(error = %e, "turn model failed; ending the turn");
                 self.end_turn(now);
@@ -793,18 +885,24 @@ impl TurnMachine {
     }
 
     fn on_tick(&mut self, now: Instant) {
-        if self.verdict.is_some_and(|v| v.by <= now) {
-            tracing::debug!("no verdict in time: the turn ends on its silence");
-            self.deadline = Some(now);
+        let mut end = false;
+        if let Some(turn) = self.open() {
+            if turn.verdict_by().is_some_and(|by| by <= now) {
+                tracing::debug!("no verdict in time: the turn ends on its silence");
+                turn.end = Some(now);
+            }
+            end = turn.end.is_some_and(|d| d <= now) && !turn.onset_in_pause;
         }
-        if self.deadline.is_some_and(|d| d <= now) && !self.onset_in_pause {
+        if end {
             self.end_turn(now);
         }
         if self.resume_at.is_some_and(|r| r <= now) {
             self.resume_at = None;
             // A paused bot whose interruption no words confirmed plays on.
-            if self.pending.active && self.pending.paused {
-                self.pending.paused = false;
+            if let Some(unconfirmed) = self.unconfirmed.as_mut()
+                && unconfirmed.paused
+            {
+                unconfirmed.paused = false;
                 tracing::debug!("false interruption: the bot resumes");
                 self.push(SystemFrame::ResumePlayback);
             }
@@ -816,18 +914,25 @@ impl TurnMachine {
     /// since the turn cannot be answered without them), and sets when the turn ends, or ends it.
     fn reconsider(&mut self, now: Instant) {
         self.judge_by_words(now);
-        let (
-            Some(paused),
-            Some(finished),
-            StopRule::Model {
-                incomplete_timeout,
-                words,
-            },
-        ) = (self.paused_at, self.said, self.stop)
+        let StopRule::Model {
+            incomplete_timeout,
+            words,
+        } = self.stop
         else {
             return;
         };
-        if !self.in_turn || self.vad_speaking {
+        let Phase::Open(OpenTurn {
+            pause:
+                Some(Pause {
+                    at: paused,
+                    judging: Judging::Judged(finished),
+                }),
+            ..
+        }) = self.phase
+        else {
+            return;
+        };
+        if self.vad_speaking {
             return;
         }
         if words && self.owed > 0 {
@@ -846,34 +951,29 @@ impl TurnMachine {
             (false, _) => incomplete_timeout,
         };
         let due = paused + wait.min(incomplete_timeout);
-        if due <= now && !self.onset_in_pause {
+        let Some(turn) = self.open() else {
+            return;
+        };
+        if due <= now && !turn.onset_in_pause {
             self.end_turn(now);
         } else {
-            self.deadline = Some(due);
+            turn.end = Some(due);
         }
     }
 
+    /// Leaves the open turn: what it held goes with it (a verdict still to come is too late),
+    /// and its words are handed on once their finals are in.
     fn end_turn(&mut self, now: Instant) {
-        self.forget_guess();
-        self.quiet = false;
-        self.onset_in_pause = false;
-        self.paused_at = None;
-        self.said = None;
-        self.unjudged = None;
-        self.interim.clear();
-        self.in_turn = false;
-        self.by_transcript = false;
-        self.deadline = None;
-        // A verdict still to come is too late: the turn ends now, judged or not.
-        self.verdict = None;
+        self.phase = Phase::Idle;
         self.audio.end_turn();
-        self.pending.turn_over = self.pending.active;
         self.turn.ended = true;
-        if self.pending.active
-            && self.pending.paused
-            && let Some(after) = self.barge_in.resume_after
-        {
-            self.resume_at = Some(now + after);
+        if let Some(unconfirmed) = self.unconfirmed.as_mut() {
+            unconfirmed.turn_over = true;
+            if unconfirmed.paused
+                && let Some(after) = self.barge_in.resume_after
+            {
+                self.resume_at = Some(now + after);
+            }
         }
         self.push(SystemFrame::UserStoppedSpeaking);
         self.hand_on();

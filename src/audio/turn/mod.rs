@@ -1,6 +1,3 @@
-//! End-of-turn detection: the Smart Turn model.
+//! End-of-turn detection: the Smart Turn model (in `voxide-engines`).
 
-pub mod engine;
-pub mod smart_turn;
-
-pub use smart_turn::{SmartTurn, SmartTurnEngine, SmartTurnStats, TurnPrediction};
+pub use voxide_engines::turn::*;

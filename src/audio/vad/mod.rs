@@ -1,17 +1,7 @@
-//! Voice activity detection: the Silero model (run by voxide itself, batched across sessions on
-//! one thread), the speech state machine built on it, and the pipeline stage.
+//! Voice activity detection: the Silero engine and the speech state machine on it (in
+//! `voxide-engines`), and the pipeline stage.
 
-pub mod analyzer;
-pub mod batcher;
-mod engine;
-mod kernel;
-pub mod silero;
 mod stage;
 
-pub use analyzer::{
-    QuickChange, RoomFloor, SPEAKING_TICK_SECS, VadAnalyzer, VadError, VadEvent, VadParams,
-    VadState,
-};
-pub use batcher::VadBatcher;
-pub use silero::{SileroState, SileroVad};
 pub use stage::VadStage;
+pub use voxide_engines::vad::*;

@@ -20,7 +20,7 @@ use crate::frames::{
 };
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
 use crate::services::pricing::{PriceTable, account_response};
-use crate::services::text::first_words_end;
+use crate::text::first_words_end;
 
 /// Service-wide options.
 #[derive(Debug, Clone)]

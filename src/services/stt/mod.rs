@@ -3,8 +3,6 @@
 //! user's turns.
 
 pub mod assemblyai;
-pub mod ct2;
-mod decoder;
 pub mod deepgram;
 mod fallback;
 mod kept;
@@ -13,10 +11,11 @@ mod segmented;
 mod service;
 pub mod socket;
 mod stream;
-pub mod whisper;
 
 pub use fallback::SttFallback;
 pub use segmented::{Segmented, Transcriber};
 pub use service::SttService;
 pub use stream::{EVENT_QUEUE, INPUT_QUEUE, SttEngine, SttEvent, SttInput, SttStream};
-pub use whisper::{PromptedWhisper, Reader, Reading, SttError, Whisper, WindowPolicy};
+pub use voxide_engines::stt::{
+    PromptedWhisper, Reader, Reading, SttError, Whisper, WindowPolicy, ct2, whisper,
+};

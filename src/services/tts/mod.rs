@@ -5,44 +5,22 @@
 pub mod cartesia;
 pub mod deepgram;
 pub mod elevenlabs;
-pub mod espeak;
 mod fallback;
 pub mod openai;
-pub mod piper;
 mod sentences;
 mod service;
 mod socket;
 mod stream;
 
-pub use crate::services::text::first_words_end;
-pub use espeak::EspeakVoice;
+pub use crate::text::first_words_end;
 pub use fallback::TtsFallback;
-pub use piper::PiperVoice;
-pub use sentences::{Sentences, Synthesizer};
+pub use sentences::Sentences;
 pub use service::TtsService;
 pub use socket::{Command, SocketProvider, SocketVoice};
 pub use stream::{EVENT_QUEUE, INPUT_QUEUE, TextUnit, TtsContext, TtsEngine, TtsEvent, TtsInput};
-
-/// Synthesised speech for one piece of text.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Speech {
-    /// Mono 16-bit samples.
-    pub samples: Vec<i16>,
-    /// Their rate.
-    pub sample_rate: u32,
-    /// When each word is spoken, from the start of `samples`.
-    pub words: Vec<WordTiming>,
-}
-
-pub use crate::frames::WordTiming;
-
-/// Why synthesis failed.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum TtsError {
-    /// The engine failed.
-    #[error("speech synthesis failed: {0}")]
-    Engine(String),
-}
+pub use voxide_engines::tts::{
+    EspeakVoice, PiperVoice, Speech, Synthesizer, TtsError, WordTiming, espeak, piper,
+};
 
 /// Characters a second of speech holds, for timing the words of a voice that times none.
 const CHARS_PER_SEC: f64 = 15.0;

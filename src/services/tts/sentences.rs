@@ -9,20 +9,7 @@ use tokio::sync::mpsc;
 use super::stream::{
     EVENT_QUEUE, INPUT_QUEUE, TextUnit, TtsContext, TtsEngine, TtsEvent, TtsInput,
 };
-use super::{Speech, TtsError, WordTiming};
-
-/// Something that turns a sentence or so into speech. Blocking: the context calls it off the
-/// async workers.
-pub trait Synthesizer: Send + Sync + 'static {
-    /// The voice's name, for metrics.
-    fn name(&self) -> &str;
-
-    /// The rate of the audio it makes.
-    fn sample_rate(&self) -> u32;
-
-    /// Speech for `text` (a sentence or so).
-    fn synthesize(&self, text: &str) -> Result<Speech, TtsError>;
-}
+use super::{Synthesizer, WordTiming};
 
 /// A [`Synthesizer`] as a [`TtsEngine`].
 pub struct Sentences(Arc<dyn Synthesizer>);

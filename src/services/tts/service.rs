@@ -27,7 +27,7 @@ use crate::frames::{
     TtsText,
 };
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
-use crate::services::text::{first_words_end, sentence_end};
+use crate::text::{first_words_end, sentence_end};
 
 /// Audio frames are cut to this length, so playback can stop within one of them.
 const CHUNK_MS: u32 = 20;

@@ -7,7 +7,6 @@
 //! added since the last one.
 
 mod grammar;
-pub mod llama;
 mod tool_call;
 
 use std::collections::HashMap;
@@ -22,8 +21,10 @@ use tokio::sync::mpsc;
 use crate::bpe::Digits;
 pub use crate::bpe::Tokenizer;
 pub use grammar::{ArgumentsGrammar, Field, ValueKind, Verdict};
-use llama::{KvCache, Llama, Prefill};
 pub use tool_call::{Decision, Outcome, ToolExample, ToolSet, ToolWords};
+pub use voxide_engines::llm::llama;
+use voxide_engines::llm::llama::{KvCache, Llama, Prefill};
+use voxide_engines::llm::{FILE, NAME};
 
 use super::{LlmEngine, LlmError, LlmEvent, LlmRequest};
 use crate::context::async_tool_messages::{
@@ -35,8 +36,6 @@ use crate::frames::TokenUsage;
 use crate::models::{ModelError, model_path};
 use crate::services::llm::IN_PROGRESS;
 
-const NAME: &str = "smollm2-135m";
-const FILE: &str = "SmolLM2-135M-Instruct.Q4_1.gguf";
 /// The model name reported in metrics and the price table.
 pub const MODEL: &str = "SmolLM2-135M-Instruct";
 

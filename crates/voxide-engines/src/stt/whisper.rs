@@ -21,7 +21,7 @@ use super::decoder::{CachedDecoder, DecoderState};
 use crate::audio::mel::{self, LogMel};
 use crate::bpe::{Digits, Tokenizer};
 use crate::models::{ModelError, model_path};
-use crate::services::text::{word_edits, word_list};
+use voxide_core::text::{word_edits, word_list};
 
 const NAME: &str = "whisper-tiny.en";
 const DIR: &str = "whisper-tiny.en";

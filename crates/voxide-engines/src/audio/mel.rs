@@ -161,7 +161,10 @@ mod tests {
     fn features_match_the_python_reference() {
         // Reference: pipecat 1.14's vendored WhisperFeatureExtractor (numpy) on the shipped test
         // file placed at the end of an 8 s window, normalised, as Smart Turn feeds it.
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../assets/test/hello_16k.wav"
+        );
         let audio = crate::audio::wav::to_f32(&crate::audio::wav::read(path).expect("wav").samples);
         let mut window = vec![0.0f32; 128_000 - audio.len()];
         window.extend_from_slice(&audio);

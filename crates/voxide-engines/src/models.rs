@@ -52,7 +52,7 @@ pub fn models_dir() -> PathBuf {
     if local.is_dir() {
         return local;
     }
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("assets/models")
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../assets/models")
 }
 
 /// The path of `file` in the models folder, or [`ModelError::Missing`] naming `name`.
@@ -127,7 +127,7 @@ impl Manifest {
     pub fn builtin() -> Self {
         // The manifest is part of the source tree: a parse failure is a build defect, caught by
         // the unit test below.
-        serde_json::from_str(include_str!("../assets/models.json"))
+        serde_json::from_str(include_str!("../../../assets/models.json"))
             .unwrap_or(Manifest { models: Vec::new() })
     }
 }
@@ -169,8 +169,8 @@ mod tests {
 
     #[test]
     fn the_builtin_manifest_parses_and_names_every_engine() {
-        let manifest: Manifest =
-            serde_json::from_str(include_str!("../assets/models.json")).expect("manifest parses");
+        let manifest: Manifest = serde_json::from_str(include_str!("../../../assets/models.json"))
+            .expect("manifest parses");
         let names: Vec<_> = manifest.models.iter().map(|m| m.name.as_str()).collect();
         for needed in ["silero-vad", "smart-turn-v3.2", "onnxruntime"] {
             assert!(names.contains(&needed), "{needed} missing from {names:?}");

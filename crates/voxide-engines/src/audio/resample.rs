@@ -78,7 +78,7 @@ impl StreamResampler {
                         .iter()
                         .map(|&s| (s.clamp(-1.0, 1.0) * 32767.0) as i16),
                 ),
-                Err(e) => crate::warnings::warn(
+                Err(e) => voxide_core::warnings::warn(
                     "resample_chunk",
                     format_args!("resampling failed for one chunk: {e}"),
                 ),

@@ -728,7 +728,10 @@ mod tests {
 
     /// A recorded question between a second of quiet and two, with `floor` under all of it.
     fn question_in(floor: Option<f32>) -> (Vec<i16>, usize) {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../assets/test/hello_16k.wav"
+        );
         let wav = crate::audio::wav::read(std::path::Path::new(path)).expect("the test voice");
         let mut audio = vec![0i16; 16_000];
         audio.extend(wav.to_mono());
