@@ -124,10 +124,11 @@ fn socket_into(framing: &mut crate::transports::websocket::Framing, bytes: &[u8]
     }
 }
 
-/// What reaches `--sip-listen` and a call's RTP port: a SIP message (and its SDP offer, and
-/// an answered call taking it), then RTP packets.
+/// What reaches `--sip-listen` and a call's RTP port: a SIP message (and its SDP offer, its
+/// answer to a digest challenge, and an answered call taking it), then RTP packets.
 fn sip(bytes: &[u8]) {
-    use crate::transports::sip::{call, message::SipMessage, rtp, sdp};
+    use crate::transports::sip::{auth, call, message::SipMessage, rtp, sdp};
+    static CALLERS: std::sync::OnceLock<Option<auth::Callers>> = std::sync::OnceLock::new();
     let mut parts = messages(bytes);
     let Some(first) = parts.next() else {
         return;
@@ -139,6 +140,13 @@ fn sip(bytes: &[u8]) {
         .ok()
         .and_then(|text| sdp::Offer::parse(text).ok());
     let _ = offer.as_ref().map(sdp::Offer::choose);
+    if let Some(callers) = CALLERS.get_or_init(|| auth::Callers::parse("alice:secret").ok()) {
+        let _ = callers.judge(
+            &message,
+            [127, 0, 0, 1].into(),
+            std::time::SystemTime::now(),
+        );
+    }
     let now = std::time::Instant::now();
     let (mut answered, _) = call::Call::answer(
         message.clone(),

@@ -42,6 +42,16 @@ impl From<&str> for Secret {
     }
 }
 
+/// Compares two secrets in time that depends only on their lengths.
+pub fn same_secret(given: &[u8], expected: &[u8]) -> bool {
+    given.len() == expected.len()
+        && given
+            .iter()
+            .zip(expected)
+            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
+            == 0
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

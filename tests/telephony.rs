@@ -40,6 +40,7 @@ fn sip_options(
         rtp_ports,
         allow,
         register: None,
+        users: None,
     });
     options
 }
@@ -182,27 +183,18 @@ Content-Length: 0
 /// Where Debian's SIPp keeps its RTP captures.
 const PCAP_DIR: &str = "/usr/share/sip-tester";
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_sipp_caller_is_answered_heard_and_its_keys_reach_the_conversation() {
-    assert!(
-        Path::new(PCAP_DIR).join("dtmf_2833_1.pcap").exists(),
-        "SIPp is not installed: scripts/setup.sh --test installs sip-tester"
-    );
-    let records = scratch("records");
-    let sip_port = free_udp_port();
-    let mut options = sip_options(
-        SocketAddr::from(([127, 0, 0, 1], sip_port)),
-        21_000..=21_999,
-        Network::loopback(),
-    );
-    options.record_dir = Some(records.clone());
-    let _server = start_options(options).await;
-
-    // The recorded question, narrowed to 8 kHz and A-law, 20 ms a packet.
+/// The recorded question, narrowed to a telephone's 8 kHz.
+fn question_at_8k() -> Vec<i16> {
     let hello = wav::read(HELLO).expect("test audio").to_mono();
-    let narrow = StreamResampler::new(16_000, 8_000)
+    StreamResampler::new(16_000, 8_000)
         .expect("resampler")
-        .process(&hello);
+        .process(&hello)
+}
+
+/// A folder for a SIPp caller: `scenario` as `caller.xml` (`PCAP_DIR` in it replaced), and the
+/// recorded question, narrowed to 8 kHz and A-law, 20 ms a packet, as `hello.pcap`.
+fn caller_folder(name: &str, scenario: &str) -> std::path::PathBuf {
+    let narrow = question_at_8k();
     let payloads: Vec<Vec<u8>> = narrow
         .chunks(160)
         .map(|c| {
@@ -211,14 +203,21 @@ async fn a_sipp_caller_is_answered_heard_and_its_keys_reach_the_conversation() {
             bytes
         })
         .collect();
-    let work = scratch("caller");
+    let work = scratch(name);
     std::fs::write(work.join("hello.pcap"), pcap(&payloads, 8)).expect("pcap");
-    let scenario = SCENARIO.replace("PCAP_DIR", PCAP_DIR);
-    std::fs::write(work.join("caller.xml"), scenario).expect("scenario");
+    std::fs::write(
+        work.join("caller.xml"),
+        scenario.replace("PCAP_DIR", PCAP_DIR),
+    )
+    .expect("scenario");
+    work
+}
 
+/// SIPp placing one call from loopback to voxide's `sip_port`, as `work/caller.xml` says.
+async fn sipp_caller(work: &Path, sip_port: u16, extra: &[&str]) -> std::process::Output {
     let caller_port = free_udp_port();
     let sipp = tokio::process::Command::new("sipp")
-        .current_dir(&work)
+        .current_dir(work)
         .args([
             "-sf",
             "caller.xml",
@@ -243,11 +242,64 @@ async fn a_sipp_caller_is_answered_heard_and_its_keys_reach_the_conversation() {
             "-nostdin",
             "-trace_err",
         ])
+        .args(extra)
         .output();
-    let sipp = tokio::time::timeout(Duration::from_secs(90), sipp)
+    tokio::time::timeout(Duration::from_secs(90), sipp)
         .await
         .expect("SIPp finished")
-        .expect("SIPp runs");
+        .expect("SIPp runs")
+}
+
+/// [`SCENARIO`] for a caller that must authenticate: its first INVITE is challenged (401), it
+/// acknowledges the challenge and sends the INVITE again with SIPp's own digest answer
+/// (`-au`/`-ap`); the rest of the call follows one CSeq on.
+fn authenticating(scenario: &str) -> String {
+    let first_send = scenario.find("  <send").expect("an INVITE");
+    let invite_end = scenario.find("]]></send>").expect("its end") + "]]></send>\n".len();
+    let (head, invite, rest) = (
+        &scenario[..first_send],
+        &scenario[first_send..invite_end],
+        &scenario[invite_end..],
+    );
+    let challenged = r#"  <recv response="100" optional="true"/>
+  <recv response="401" auth="true"/>
+  <send><![CDATA[
+ACK sip:[service]@[remote_ip]:[remote_port] SIP/2.0
+[last_Via:]
+[last_From:]
+[last_To:]
+[last_Call-ID:]
+CSeq: 1 ACK
+Max-Forwards: 70
+Content-Length: 0
+]]></send>
+"#;
+    let again = invite.replace("CSeq: 1 INVITE", "CSeq: 2 INVITE\n[authentication]");
+    let rest = rest
+        .replace("CSeq: 3 BYE", "CSeq: 4 BYE")
+        .replace("CSeq: 2 INFO", "CSeq: 3 INFO")
+        .replace("CSeq: 1 ACK", "CSeq: 2 ACK");
+    format!("{head}{invite}{challenged}{again}{rest}")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sipp_caller_is_answered_heard_and_its_keys_reach_the_conversation() {
+    assert!(
+        Path::new(PCAP_DIR).join("dtmf_2833_1.pcap").exists(),
+        "SIPp is not installed: scripts/setup.sh --test installs sip-tester"
+    );
+    let records = scratch("records");
+    let sip_port = free_udp_port();
+    let mut options = sip_options(
+        SocketAddr::from(([127, 0, 0, 1], sip_port)),
+        21_000..=21_999,
+        Network::loopback(),
+    );
+    options.record_dir = Some(records.clone());
+    let _server = start_options(options).await;
+
+    let work = caller_folder("caller", SCENARIO);
+    let sipp = sipp_caller(&work, sip_port, &[]).await;
     assert!(
         sipp.status.success(),
         "SIPp's call failed: {}\n{}",
@@ -403,6 +455,59 @@ async fn a_caller_outside_the_allowed_networks_is_forbidden() {
         .await
         .expect("an answer");
     assert_eq!(status, 403, "{answer}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_from_outside_gets_in_by_digest_with_the_right_password_only() {
+    use voxide::transports::sip::auth::Callers;
+    use voxide::transports::sip::register::{Account, Challenge};
+    let sip_port = free_udp_port();
+    let sip = SocketAddr::from(([127, 0, 0, 1], sip_port));
+    let mut options = sip_options(
+        sip,
+        22_400..=22_499,
+        vec!["192.0.2.0/24".parse().expect("a network")],
+    );
+    if let Some(sip) = options.sip.as_mut() {
+        sip.users = Some(std::sync::Arc::new(
+            Callers::parse("alice:wonderland").expect("users"),
+        ));
+    }
+    let _server = start_options(options).await;
+
+    // Challenged, then refused with a wrong password (answered with voxide's own digest code,
+    // the one it registers with).
+    let pcmu = "v=0\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 7000 RTP/AVP 0\r\n";
+    let (status, answer) = ask(sip, &invite(sip, "guess-1", pcmu))
+        .await
+        .expect("an answer");
+    assert_eq!(status, 401, "{answer}");
+    let challenge = answer
+        .lines()
+        .find_map(|l| l.strip_prefix("WWW-Authenticate: "))
+        .and_then(Challenge::parse)
+        .expect("a digest challenge");
+    let guess = Account::parse("sip:alice@127.0.0.1", "looking-glass".into()).expect("account");
+    let uri = format!("sip:agent@{sip}");
+    let authorization = challenge.answer(&guess, "INVITE", &uri, 1);
+    let guessed = invite(sip, "guess-2", pcmu).replacen(
+        "Content-Type:",
+        &format!("Authorization: {authorization}\r\nContent-Type:"),
+        1,
+    );
+    let (status, answer) = ask(sip, &guessed).await.expect("an answer");
+    assert_eq!(status, 403, "{answer}");
+
+    // SIPp's own digest client, with the right password: challenged, answers, is taken, talks
+    // and hangs up.
+    let work = caller_folder("digest", &authenticating(SCENARIO));
+    let sipp = sipp_caller(&work, sip_port, &["-au", "alice", "-ap", "wonderland"]).await;
+    assert!(
+        sipp.status.success(),
+        "SIPp's call failed: {}\n{}",
+        String::from_utf8_lossy(&sipp.stdout),
+        String::from_utf8_lossy(&sipp.stderr)
+    );
 }
 
 /// An AudioSocket message: type, big-endian length, payload.
@@ -608,6 +713,7 @@ async fn voxide_registers_with_a_pbx_answering_its_digest_challenge() {
             )
             .expect("an account"),
         ),
+        users: None,
     });
     let server = start_options(options).await;
     let sipp = tokio::time::timeout(Duration::from_secs(60), sipp)
@@ -680,10 +786,7 @@ async fn call_speaking_from(
         .send_to(in_dialog("ACK", 1).as_bytes(), sip)
         .await
         .expect("ACK");
-    let hello = wav::read(HELLO).expect("test audio").to_mono();
-    let narrow = StreamResampler::new(16_000, 8_000)
-        .expect("resampler")
-        .process(&hello);
+    let narrow = question_at_8k();
     let mut sender = Sender::new(0, 7, 7);
     let to = SocketAddr::new(answer.address, answer.port);
     let mut tick = tokio::time::interval(Duration::from_millis(20));

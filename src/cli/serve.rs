@@ -131,6 +131,11 @@ pub struct ServeArgs {
     /// or a trunk's addresses). [default: loopback only]
     #[arg(long = "sip-allow", value_name = "NETWORK")]
     sip_allow: Vec<voxide::server::Network>,
+    /// SIP callers from outside --sip-allow who may call with a password: a file of
+    /// `user:password` lines. Such a caller is challenged (digest, MD5) and taken when its
+    /// answer holds; its offer must put its audio at its own address. [default: none]
+    #[arg(long, env = "VOXIDE_SIP_USERS", value_name = "FILE")]
+    sip_users: Option<PathBuf>,
     /// A STUN or TURN server for WebRTC (repeatable). Without one, host candidates only,
     /// which is all a local network or loopback needs.
     #[arg(long = "ice-server", value_name = "URL")]
@@ -280,6 +285,9 @@ impl ServeArgs {
                 None if self.sip_register.is_some() => {
                     anyhow::bail!("--sip-register needs --sip-listen: the PBX calls in there")
                 }
+                None if self.sip_users.is_some() => {
+                    anyhow::bail!("--sip-users needs --sip-listen: its users call in there")
+                }
                 Some(listen) => {
                     if self.sip_transport != "udp" {
                         anyhow::bail!(
@@ -300,6 +308,12 @@ impl ServeArgs {
                                 )
                                 .map_err(|e| anyhow::anyhow!(e))?,
                             ),
+                            None => None,
+                        },
+                        users: match &self.sip_users {
+                            Some(path) => Some(std::sync::Arc::new(
+                                voxide::transports::sip::auth::Callers::load(path)?,
+                            )),
                             None => None,
                         },
                     })

@@ -15,12 +15,10 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 
-use crate::secret::Secret;
+use crate::secret::{Secret, same_secret};
 use crate::transports::carriers::{Call, Carrier};
 
-use super::cluster::{
-    FORWARDED_HEADER, Forwarded, SIGNATURE_HEADER, same_secret, signed, unix_now,
-};
+use super::cluster::{FORWARDED_HEADER, Forwarded, SIGNATURE_HEADER, signed, unix_now};
 use super::{ApiError, App, MAX_BODY_BYTES};
 
 /// How the server decides who may use it.

@@ -27,7 +27,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::{ApiError, App, MAX_BODY_BYTES};
-use crate::secret::Secret;
+use crate::secret::{Secret, same_secret};
 use crate::transports::webrtc::random_u32;
 
 /// The header every answer carries: the node that answered (for a forwarded request, the
@@ -424,16 +424,6 @@ pub(crate) async fn name_the_node(
         .entry(HeaderName::from_static(NODE_HEADER))
         .or_insert_with(|| app.cluster.node_header.clone());
     response
-}
-
-/// Compares two secrets in time that depends only on their lengths.
-pub(super) fn same_secret(given: &[u8], expected: &[u8]) -> bool {
-    given.len() == expected.len()
-        && given
-            .iter()
-            .zip(expected)
-            .fold(0u8, |diff, (a, b)| diff | (a ^ b))
-            == 0
 }
 
 #[cfg(test)]

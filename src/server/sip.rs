@@ -2,10 +2,12 @@
 //! each answered call gets an RTP port of `--sip-rtp-ports` and a session like any other. The
 //! protocol is `transports::sip`'s, sans-IO; this is its driver.
 //!
-//! Who may call: source addresses in `--sip-allow` (loopback when none is given); a new call
-//! also takes a slot under `--max-sessions` and the per-address limit on new sessions, and is
-//! refused with 503 and `Retry-After` past either, 403 from elsewhere, 488 without a codec both
-//! sides speak.
+//! Who may call: source addresses in `--sip-allow` (loopback when none is given), and from
+//! anywhere the users of `--sip-users` who answer a digest challenge (401, then 403 for a wrong
+//! answer); every INVITE from outside counts against the per-address limit, challenged or not,
+//! so passwords are not guessed faster than calls are let in. A new call also takes a slot under
+//! `--max-sessions` and the per-address limit on new sessions, and is refused with 503 and
+//! `Retry-After` past either, 403 from elsewhere, 488 without a codec both sides speak.
 
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
@@ -26,6 +28,7 @@ use crate::events::Event;
 use crate::frames::AudioFrame;
 use crate::transports::output::AudioSink;
 use crate::transports::sip::SipError;
+use crate::transports::sip::auth::{Callers, Verdict};
 use crate::transports::sip::call::{Action, Call, Ending};
 use crate::transports::sip::message::{MAX_MESSAGE, SipMessage, StartLine};
 use crate::transports::sip::register::{Account, Registration, Standing};
@@ -46,6 +49,8 @@ pub struct SipOptions {
     pub allow: Vec<Network>,
     /// The PBX voxide registers with as an extension (`--sip-register`); its address may call.
     pub register: Option<Account>,
+    /// Callers from anywhere with a password (`--sip-users`).
+    pub users: Option<Arc<Callers>>,
 }
 
 /// A network, `address/bits` (a bare address is one host).
@@ -236,6 +241,9 @@ pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, mut options: SipOpti
                                 if let Some(warning) = refused.warning {
                                     response = response.with("Warning", format!("399 voxide \"{warning}\""));
                                 }
+                                if let Some(challenge) = refused.challenge {
+                                    response = response.with("WWW-Authenticate", challenge);
+                                }
                                 reply(response).await;
                             }
                         }
@@ -315,6 +323,8 @@ struct Refused {
     reason: &'static str,
     retry_after: Option<u32>,
     warning: Option<String>,
+    /// A digest challenge (`WWW-Authenticate`), with 401.
+    challenge: Option<String>,
 }
 
 impl Refused {
@@ -324,6 +334,7 @@ impl Refused {
             reason,
             retry_after: None,
             warning: None,
+            challenge: None,
         }
     }
 
@@ -366,16 +377,33 @@ struct Taking<'a> {
 
 impl Taking<'_> {
     async fn take(&self, invite: &SipMessage, from: SocketAddr) -> Result<Answering, Refused> {
-        if !allowed(self.options, from.ip()) {
+        let from_outside = !allowed(self.options, from.ip());
+        if from_outside && self.options.users.is_none() {
             return Err(
                 Refused::new(403, "Forbidden").saying("this address may not call (--sip-allow)")
             );
         }
+        // From outside, a challenge counts as a call: passwords are guessed no faster.
         if !self.app.access.allow_session(from.ip()) {
             self.app.metrics.session_rejected();
             return Err(Refused::new(503, "Service Unavailable")
                 .after(60)
                 .saying("too many calls from this address"));
+        }
+        if from_outside && let Some(users) = &self.options.users {
+            match users.judge(invite, from.ip(), std::time::SystemTime::now()) {
+                Verdict::Welcome(user) => {
+                    tracing::info!(%from, user, "a SIP caller let in by its password")
+                }
+                Verdict::Challenge(challenge) => {
+                    let mut refused = Refused::new(401, "Unauthorized");
+                    refused.challenge = Some(challenge);
+                    return Err(refused);
+                }
+                Verdict::Wrong => {
+                    return Err(Refused::new(403, "Forbidden").saying("wrong credentials"));
+                }
+            }
         }
         let kind = invite.header("Content-Type").unwrap_or_default();
         if invite.body.is_empty() || !kind.to_ascii_lowercase().starts_with("application/sdp") {
@@ -388,9 +416,15 @@ impl Taking<'_> {
         let offer = Offer::parse(text)?;
         // The offer says where voxide's audio goes: only to a network that may call, so that a
         // caller cannot point voxide's RTP at an address of its choosing.
-        if !allowed(self.options, offer.address) {
+        let media_allowed = if from_outside {
+            // A caller from outside sends and hears its audio at its own address only.
+            offer.address == from.ip()
+        } else {
+            allowed(self.options, offer.address)
+        };
+        if !media_allowed {
             return Err(Refused::new(488, "Not Acceptable Here")
-                .saying("the offer's media address is not in --sip-allow"));
+                .saying("the offer's media address is not the caller's or in --sip-allow"));
         }
         let chosen = offer.choose().ok_or_else(|| {
             Refused::new(488, "Not Acceptable Here").saying("voxide speaks PCMU or PCMA at 8 kHz")

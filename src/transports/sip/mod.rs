@@ -6,11 +6,13 @@
 //!   neither is offered), and voxide's answer with RFC 4733 telephone-events when offered.
 //! - [`call`]: one answered call: the 200 OK resent until the ACK, requests within the call
 //!   (BYE, re-INVITE, INFO keys, OPTIONS, CANCEL), voxide's own BYE.
+//! - [`auth`]: callers from outside the allowed networks let in by digest authentication.
 //! - [`register`]: voxide as a PBX's extension: REGISTER, the digest challenge answered, the
 //!   binding renewed.
 //! - [`rtp`]: packets read and written, keys of telephone-events heard once, stale or repeated
 //!   packets told apart.
 
+pub mod auth;
 pub mod call;
 pub mod message;
 pub mod register;

@@ -253,15 +253,7 @@ pub struct Challenge {
 impl Challenge {
     /// Reads a Digest challenge with MD5 (the algorithm SIP registrars use).
     pub fn parse(value: &str) -> Option<Self> {
-        let rest = value.trim().strip_prefix("Digest")?;
-        let mut fields = std::collections::HashMap::new();
-        for part in split_params(rest) {
-            let (key, value) = part.split_once('=')?;
-            fields.insert(
-                key.trim().to_ascii_lowercase(),
-                value.trim().trim_matches('"').to_owned(),
-            );
-        }
+        let fields = digest_fields(value)?;
         if let Some(algorithm) = fields.get("algorithm")
             && !algorithm.eq_ignore_ascii_case("MD5")
         {
@@ -307,6 +299,21 @@ impl Challenge {
     }
 }
 
+/// The fields of a `Digest` challenge or answer (`Digest realm="…", nonce="…"`), names in lower
+/// case and values unquoted; `None` for another scheme or a broken list.
+pub(super) fn digest_fields(value: &str) -> Option<std::collections::HashMap<String, String>> {
+    let rest = value.trim().strip_prefix("Digest")?;
+    let mut fields = std::collections::HashMap::new();
+    for part in split_params(rest) {
+        let (key, value) = part.split_once('=')?;
+        fields.insert(
+            key.trim().to_ascii_lowercase(),
+            value.trim().trim_matches('"').to_owned(),
+        );
+    }
+    Some(fields)
+}
+
 /// Splits `a="x, y", b=z` at the commas outside quotes.
 fn split_params(text: &str) -> Vec<&str> {
     let (mut parts, mut start, mut quoted) = (Vec::new(), 0, false);
@@ -324,7 +331,7 @@ fn split_params(text: &str) -> Vec<&str> {
     parts.into_iter().filter(|p| !p.is_empty()).collect()
 }
 
-fn md5_hex(text: &str) -> String {
+pub(super) fn md5_hex(text: &str) -> String {
     Md5::digest(text.as_bytes())
         .iter()
         .map(|b| format!("{b:02x}"))
