@@ -343,6 +343,11 @@ impl Refused {
         self
     }
 
+    fn challenging(mut self, challenge: String) -> Self {
+        self.challenge = Some(challenge);
+        self
+    }
+
     fn after(mut self, secs: u32) -> Self {
         self.retry_after = Some(secs);
         self
@@ -396,9 +401,7 @@ impl Taking<'_> {
                     tracing::info!(%from, user, "a SIP caller let in by its password")
                 }
                 Verdict::Challenge(challenge) => {
-                    let mut refused = Refused::new(401, "Unauthorized");
-                    refused.challenge = Some(challenge);
-                    return Err(refused);
+                    return Err(Refused::new(401, "Unauthorized").challenging(challenge));
                 }
                 Verdict::Wrong => {
                     return Err(Refused::new(403, "Forbidden").saying("wrong credentials"));
