@@ -307,30 +307,9 @@ async fn a_sipp_caller_is_answered_heard_and_its_keys_reach_the_conversation() {
         String::from_utf8_lossy(&sipp.stderr)
     );
 
-    // The session's report and recording are written as it ends.
-    let mut report = None;
-    for _ in 0..100 {
-        report = std::fs::read_dir(&records)
-            .expect("records")
-            .filter_map(Result::ok)
-            .map(|e| e.path())
-            .find(|p| p.extension().is_some_and(|x| x == "json"));
-        if report.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let report = report.expect("the call's report");
-    let report: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&report).expect("report")).expect("JSON");
+    let report = report_in(&records).await;
     assert_eq!(report["transport"], "sip");
-    let said: Vec<String> = report["turns"]
-        .as_array()
-        .expect("turns")
-        .iter()
-        .flat_map(|t| t["user_text"].as_array().cloned().unwrap_or_default())
-        .filter_map(|t| t.as_str().map(str::to_lowercase))
-        .collect();
+    let said = user_said(&report);
     // "What's the weather like?", narrowed to a telephone's 8 kHz and A-law: the embedded
     // Whisper hears words of it (the exact words are the recogniser's, not the line's).
     assert!(
@@ -352,14 +331,152 @@ async fn a_sipp_caller_is_answered_heard_and_its_keys_reach_the_conversation() {
     assert!(answers >= 1, "the bot answered: {report}");
     let recording = wav::read(records.join(report["audio"].as_str().expect("the recording")))
         .expect("the recording reads");
-    let loud_bot = recording
-        .samples
-        .chunks(2)
-        .filter(|frame| frame.get(1).is_some_and(|s| s.unsigned_abs() > 1000))
-        .count();
+    let loud_bot = loud_samples(&recording, 1);
     assert!(
         loud_bot > 4000,
         "the bot's voice went out: {loud_bot} loud samples"
+    );
+}
+
+/// The report of the one session recorded in `records`, once it is written (as the session
+/// ends).
+async fn report_in(records: &Path) -> serde_json::Value {
+    for _ in 0..100 {
+        let report = std::fs::read_dir(records)
+            .expect("records")
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .find(|p| p.extension().is_some_and(|x| x == "json"));
+        if let Some(report) = report {
+            let text = std::fs::read_to_string(&report).expect("report");
+            return serde_json::from_str(&text).expect("JSON");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("no report in {}", records.display());
+}
+
+/// How many of a stereo recording's samples on `channel` (0 the user, 1 the bot) are loud.
+fn loud_samples(recording: &wav::Wav, channel: usize) -> usize {
+    recording
+        .samples
+        .chunks(2)
+        .filter(|frame| frame.get(channel).is_some_and(|s| s.unsigned_abs() > 1000))
+        .count()
+}
+
+/// What the user said in a session's `report`, lower-cased.
+fn user_said(report: &serde_json::Value) -> Vec<String> {
+    report["turns"]
+        .as_array()
+        .expect("turns")
+        .iter()
+        .flat_map(|t| t["user_text"].as_array().cloned().unwrap_or_default())
+        .filter_map(|t| t.as_str().map(str::to_lowercase))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_placed_to_a_sipp_callee_is_answered_and_hears_its_own_voice_echoed_back() {
+    let records = scratch("placed");
+    let sip_port = free_udp_port();
+    let mut options = sip_options(
+        SocketAddr::from(([127, 0, 0, 1], sip_port)),
+        22_000..=22_999,
+        Network::loopback(),
+    );
+    options.record_dir = Some(records.clone());
+    options.access.auth_token = Some(voxide::secret::Secret::new("t0k3n"));
+    options.bots[0].greeting = Some("Hello, this is the bakery calling about your cake.".into());
+    let server = start_options(options).await;
+    let token = [("Authorization", "Bearer t0k3n")];
+
+    // SIPp as the callee: it rings, answers in PCMU and sends voxide's audio back.
+    let callee_port = free_udp_port();
+    let media_port = 23_000 + 2 * (std::process::id() % 500) as u16;
+    let callee = tokio::process::Command::new("sipp")
+        .args([
+            "-sn",
+            "uas",
+            "-rtp_echo",
+            "-i",
+            "127.0.0.1",
+            "-mi",
+            "127.0.0.1",
+        ])
+        .args([
+            "-p",
+            &callee_port.to_string(),
+            "-mp",
+            &media_port.to_string(),
+        ])
+        .args(["-m", "1", "-timeout", "90", "-timeout_error", "-nostdin"])
+        .current_dir(scratch("callee"))
+        .output();
+    let callee = tokio::spawn(callee);
+
+    // Without the token, or to an address the operator did not allow, nothing is dialled.
+    let to = format!(r#"{{"to": "sip:bob@127.0.0.1:{callee_port}", "time_limit_s": 20}}"#);
+    let (status, _) = common::request(server.addr, "POST", "/calls", &to).await;
+    assert_eq!(status, 401);
+    let elsewhere = r#"{"to": "sip:bob@192.0.2.1:5060"}"#;
+    let (status, body) =
+        common::request_with(server.addr, "POST", "/calls", &token, elsewhere).await;
+    assert_eq!(status, 403, "{body}");
+
+    let mut placed = (0, String::new());
+    for _ in 0..50 {
+        // SIPp may not listen yet: a call it never heard would ring out; wait for its port.
+        if UdpSocket::bind(("127.0.0.1", callee_port)).is_err() {
+            placed = common::request_with(server.addr, "POST", "/calls", &token, &to).await;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(placed.0, 201, "{}", placed.1);
+    let placed: serde_json::Value = serde_json::from_str(&placed.1).expect("JSON");
+    let id = placed["session_id"]
+        .as_str()
+        .expect("a session id")
+        .to_owned();
+    let state = |id: String| {
+        let addr = server.addr;
+        async move {
+            let (status, body) =
+                common::request_with(addr, "GET", &format!("/calls/{id}"), &token, "").await;
+            assert_eq!(status, 200, "{body}");
+            serde_json::from_str::<serde_json::Value>(&body).expect("JSON")
+        }
+    };
+
+    // voxide hangs up at the time limit; SIPp, answered by voxide's BYE, ends its one call.
+    let callee = tokio::time::timeout(Duration::from_secs(90), callee)
+        .await
+        .expect("SIPp finished")
+        .expect("SIPp's task")
+        .expect("SIPp runs");
+    assert!(
+        callee.status.success(),
+        "SIPp's call failed: {}\n{}",
+        String::from_utf8_lossy(&callee.stdout),
+        String::from_utf8_lossy(&callee.stderr)
+    );
+    let report = report_in(&records).await;
+    assert_eq!(report["transport"], "sip");
+    let ended = state(id.clone()).await;
+    assert_eq!(ended["state"], "ended", "{ended}");
+    assert_eq!(ended["reason"], "hung_up", "{ended}");
+    // The greeting went out over RTP and came back from SIPp's echo: SIPp sends no audio
+    // of its own, so what voxide heard of the callee is its own voice.
+    let recording = wav::read(records.join(report["audio"].as_str().expect("the recording")))
+        .expect("the recording reads");
+    let loud = |channel| loud_samples(&recording, channel);
+    assert!(loud(1) > 4000, "the bot's voice went out: {}", loud(1));
+    assert!(
+        loud(0) > loud(1) / 2,
+        "the callee sent it back: {} of {} loud samples",
+        loud(0),
+        loud(1)
     );
 }
 

@@ -83,6 +83,11 @@ impl Access {
     /// Whether `request` may go on, as far as tokens go.
     /// With a Twilio token set, a media stream needs Twilio's signature (or the bearer token,
     /// where there is one): a Twilio token alone never leaves `/ws/twilio` open.
+    /// The rules as given.
+    pub(crate) fn options(&self) -> &AccessOptions {
+        &self.options
+    }
+
     fn authorized(&self, parts: &RequestView<'_>) -> bool {
         let twilio_stream = match &self.options.twilio_auth_token {
             Some(twilio) if parts.path == "/ws/twilio" => {
@@ -286,8 +291,9 @@ pub fn twilio_signature(auth_token: &str, url: &str) -> String {
 
 /// Paths that open or steer sessions, or administer the node: a token guards them.
 fn guarded(path: &str) -> bool {
-    matches!(path, "/start" | "/api/offer" | "/ws" | "/bots")
+    matches!(path, "/start" | "/api/offer" | "/ws" | "/bots" | "/calls")
         || Carrier::is_stream_path(path)
+        || path.starts_with("/calls/")
         || path.starts_with("/sessions/")
         || path.starts_with("/admin/")
 }
@@ -301,7 +307,7 @@ fn opens_session(method: &Method, path: &str, started_here: impl Fn(&str) -> boo
     if method != Method::POST {
         return false;
     }
-    if path == "/api/offer" {
+    if path == "/api/offer" || path == "/calls" {
         return true;
     }
     match path

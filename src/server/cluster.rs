@@ -373,10 +373,13 @@ struct ForConnection {
     pc_id: Option<String>,
 }
 
-/// The id whose node owns a signalling request: the session in `/sessions/{id}/...`, else the
-/// `pc_id` in the body.
+/// The id whose node owns a signalling request: the session in `/sessions/{id}/...` or
+/// `/calls/{id}`, else the `pc_id` in the body.
 pub(super) fn owning_id(path: &str, body: &[u8]) -> Option<String> {
-    if let Some(rest) = path.strip_prefix("/sessions/") {
+    if let Some(rest) = path
+        .strip_prefix("/sessions/")
+        .or_else(|| path.strip_prefix("/calls/"))
+    {
         return rest.split('/').next().map(str::to_owned);
     }
     serde_json::from_slice::<ForConnection>(body)

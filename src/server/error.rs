@@ -25,6 +25,9 @@ pub enum ApiError {
     /// The body is over [`super::MAX_BODY_BYTES`].
     #[error("{0}")]
     TooLarge(String),
+    /// It asks for what this node does not allow (a call to an address it may not reach).
+    #[error("{0}")]
+    Forbidden(String),
     /// It names a connection that does not exist (or no longer does).
     #[error("{0}")]
     NotFound(String),
@@ -77,6 +80,7 @@ impl ApiError {
         match self {
             Self::BadRequest(_) => StatusCode::BAD_REQUEST,
             Self::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Forbidden(_) => StatusCode::FORBIDDEN,
             Self::NotFound(_) => StatusCode::NOT_FOUND,
             Self::Full(_) | Self::NotReady | Self::Draining => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
@@ -91,6 +95,7 @@ impl ApiError {
         match self {
             Self::BadRequest(_) => "bad_request",
             Self::TooLarge(_) => "too_large",
+            Self::Forbidden(_) => "forbidden",
             Self::NotFound(_) => "not_found",
             Self::Full(_) => "at_capacity",
             Self::NotReady => "not_ready",

@@ -3,6 +3,7 @@
 
 pub mod access;
 mod audiosocket;
+mod calls;
 pub mod cluster;
 mod error;
 mod metrics;
@@ -279,6 +280,8 @@ pub(crate) struct App {
     /// Where the registration with the PBX stands (`sip::NOT_REGISTERING`, `sip::UNREGISTERED`,
     /// `sip::REGISTERED`).
     sip_registration: std::sync::atomic::AtomicU8,
+    /// Calls placed (`POST /calls`).
+    outbound: calls::Outbound,
 }
 
 /// Whether the server takes sessions: loading, ready, draining.
@@ -460,6 +463,7 @@ impl Server {
                 next_id: AtomicU64::new(1),
                 session_ended: tokio::sync::Notify::new(),
                 sip_registration: std::sync::atomic::AtomicU8::new(sip::NOT_REGISTERING),
+                outbound: calls::Outbound::default(),
             }),
         }
     }
@@ -493,6 +497,7 @@ fn router(app: Arc<App>) -> Router {
             "/sessions/{session_id}/api/offer",
             post(webrtc::session_offer).patch(webrtc::candidates),
         )
+        .route("/calls/{id}", get(calls::state))
         .route_layer(axum::middleware::from_fn_with_state(
             app.clone(),
             cluster::route_to_owner,
@@ -503,6 +508,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/ws", get(ws::pcm))
         .route("/ws/{carrier}", get(ws::phone))
         .route("/start", post(webrtc::start))
+        .route("/calls", post(calls::place))
         .merge(signalling);
     if app.options.admin_addr.is_none() {
         routes = routes.merge(admin_routes());

@@ -19,6 +19,7 @@ use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+use super::calls::{CallState, Placing, plain_user};
 use super::phone::CallSession;
 use super::rtvi::RtviInput;
 use super::{Admission, ApiError, App};
@@ -30,6 +31,7 @@ use crate::transports::output::AudioSink;
 use crate::transports::sip::SipError;
 use crate::transports::sip::auth::{Callers, Verdict};
 use crate::transports::sip::call::{Action, Call, Ending};
+use crate::transports::sip::dial::{Dial, Dialer, Dialing};
 use crate::transports::sip::message::{MAX_MESSAGE, SipMessage, StartLine};
 use crate::transports::sip::register::{Account, Registration, Standing};
 use crate::transports::sip::rtp::{self, Keys, Packet, Sender};
@@ -161,6 +163,7 @@ pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, mut options: SipOpti
     let next_port = Arc::new(AtomicU32::new(0));
     let mut calls: HashMap<String, mpsc::Sender<SipMessage>> = HashMap::new();
     let (ended_tx, mut ended) = mpsc::channel::<String>(64);
+    let mut placing = app.outbound.open();
     let mut buffer = vec![0u8; MAX_MESSAGE];
     loop {
         let renewal = registration
@@ -169,6 +172,28 @@ pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, mut options: SipOpti
         tokio::select! {
             Some(id) = ended.recv() => {
                 calls.remove(&id);
+            }
+            Some(placing) = placing.recv() => {
+                let taken = Taking { app: &app, options: &options, listen, next_port: &next_port };
+                let pbx = registration.as_ref().map(|(_, registrar)| *registrar);
+                let Placing { to, from, info, admission, ring_for, time_limit, placed } = placing;
+                match taken.dial(&to, from.as_deref(), pbx, ring_for).await {
+                    Ok((dial, peer, rtp)) => {
+                        let (dialer, actions) = Dialer::start(dial, Instant::now().into_std());
+                        send_dialing(&socket, peer, &actions).await;
+                        let call_id = dialer.call_id().to_owned();
+                        let (tx, inbox) = mpsc::channel(CALL_INBOX);
+                        calls.insert(call_id.clone(), tx);
+                        tracing::info!(session = %info.id, %to, %peer, "placing a SIP call");
+                        let _ = placed.send(Ok(()));
+                        let line = Line { sip: socket.clone(), peer, inbox };
+                        let media = Pending { rtp, options: options.clone(), info, admission, time_limit };
+                        tokio::spawn(run_placed(app.clone(), line, dialer, media, (call_id, ended_tx.clone())));
+                    }
+                    Err(e) => {
+                        let _ = placed.send(Err(e));
+                    }
+                }
             }
             () = tokio::time::sleep_until(renewal.unwrap_or_else(Instant::now)), if renewal.is_some() => {
                 if let Some((registration, registrar)) = &mut registration {
@@ -475,6 +500,86 @@ impl Taking<'_> {
         })
     }
 
+    /// A call to place to `to`: where its INVITE goes, its RTP socket and this host's address.
+    /// `to` is a `sip:` URI at an address that may call (`--sip-allow`), or a number for the
+    /// PBX (`pbx`, the registrar's address) to route; nothing else is dialled.
+    async fn dial(
+        &self,
+        to: &str,
+        from: Option<&str>,
+        pbx: Option<SocketAddr>,
+        ring_for: Duration,
+    ) -> Result<(Dial, SocketAddr, UdpSocket), ApiError> {
+        let account = self.options.register.as_ref();
+        let (uri, peer, through_pbx) = match to.strip_prefix("sip:") {
+            Some(rest) => {
+                let (user, host) = rest
+                    .split_once('@')
+                    .filter(|(user, _)| plain_user(user))
+                    .ok_or_else(|| {
+                        ApiError::BadRequest(format!(
+                            "to {to:.80?}: write sip:user@address[:port] (an IP address)"
+                        ))
+                    })?;
+                let peer = host
+                    .parse::<SocketAddr>()
+                    .or_else(|_| host.parse::<IpAddr>().map(|ip| SocketAddr::new(ip, 5060)))
+                    .map_err(|_| {
+                        ApiError::BadRequest(format!(
+                            "to {to:.80?}: the host must be an IP address in --sip-allow"
+                        ))
+                    })?;
+                if Some(peer) != pbx && !allowed(self.options, peer.ip()) {
+                    return Err(ApiError::Forbidden(format!(
+                        "{peer} is not in --sip-allow: voxide calls only the networks its operator allows"
+                    )));
+                }
+                (format!("sip:{user}@{peer}"), peer, Some(peer) == pbx)
+            }
+            None if plain_user(to) => {
+                let (Some(account), Some(pbx)) = (account, pbx) else {
+                    return Err(ApiError::BadRequest(format!(
+                        "to {to:.80?}: a number is called through a PBX (--sip-register); else write sip:user@address"
+                    )));
+                };
+                (format!("sip:{to}@{}", account.registrar()), pbx, true)
+            }
+            None => {
+                return Err(ApiError::BadRequest(format!(
+                    "to {to:.80?}: a sip: URI, or a number or extension"
+                )));
+            }
+        };
+        let host = match self.options.public_ip {
+            Some(ip) => ip,
+            None if !self.listen.ip().is_unspecified() => self.listen.ip(),
+            None => route_to(peer).await,
+        };
+        let rtp = self
+            .rtp_socket()
+            .await
+            .ok_or_else(|| ApiError::TooOften("no RTP port free".into()))?;
+        let rtp_port = rtp.local_addr().map(|a| a.port()).unwrap_or_default();
+        let local = SocketAddr::new(host, self.listen.port()).to_string();
+        let from = match (through_pbx, account) {
+            (true, Some(account)) => format!("<{}>", account.aor),
+            _ => format!("<sip:{}@{local}>", from.unwrap_or("voxide")),
+        };
+        let dial = Dial {
+            to: uri,
+            from,
+            local,
+            offer: sdp::offer(host, rtp_port, u64::from(random_u32())),
+            account: account.filter(|_| through_pbx).cloned(),
+            ring_for,
+            ids: (
+                format!("out-{:08x}{:08x}@voxide", random_u32(), random_u32()),
+                format!("{:08x}", random_u32()),
+            ),
+        };
+        Ok((dial, peer, rtp))
+    }
+
     /// The bot the call goes to: `X-Voxide-Bot`, else the called user if a bot has that name,
     /// else the default.
     fn bot(&self, invite: &SipMessage) -> Result<Option<String>, Refused> {
@@ -550,10 +655,36 @@ impl AudioSink for CallSink {
     }
 }
 
+/// A call's signalling: the shared SIP socket, the other side's address, and the messages of
+/// this call the SIP loop hands on.
+struct Line {
+    sip: Arc<UdpSocket>,
+    peer: SocketAddr,
+    inbox: mpsc::Receiver<SipMessage>,
+}
+
+/// What a call placed needs once answered.
+struct Pending {
+    rtp: UdpSocket,
+    /// Who may call, which is where the callee's audio may be.
+    options: Arc<SipOptions>,
+    info: SessionInfo,
+    admission: Admission,
+    time_limit: Option<Duration>,
+}
+
+/// The audio of a call, as the SDP settled it.
+struct Media {
+    rtp: UdpSocket,
+    /// Where the other side takes audio (and sends it from).
+    remote: SocketAddr,
+    chosen: Chosen,
+}
+
 /// One answered call: its signalling, its RTP both ways, and its session.
 async fn run_call(
     app: Arc<App>,
-    (sip, peer, mut inbox): (Arc<UdpSocket>, SocketAddr, mpsc::Receiver<SipMessage>),
+    (sip, peer, inbox): (Arc<UdpSocket>, SocketAddr, mpsc::Receiver<SipMessage>),
     invite: SipMessage,
     answering: Answering,
     (call_id, ended): (String, mpsc::Sender<String>),
@@ -570,7 +701,7 @@ async fn run_call(
     let rtp_port = rtp.local_addr().map(|a| a.port()).unwrap_or_default();
     let answer = sdp::answer(host, rtp_port, chosen, u64::from(random_u32()));
     let local = SocketAddr::new(host, sip_port).to_string();
-    let (mut call, actions) = Call::answer(
+    let (call, actions) = Call::answer(
         invite,
         answer,
         local,
@@ -579,24 +710,157 @@ async fn run_call(
     );
     send_all(&sip, peer, &actions).await;
     tracing::info!(session = %info.id, %peer, codec = chosen.codec.name(), rtp_port, "a SIP call answered");
+    let media = Media {
+        rtp,
+        remote: SocketAddr::new(offer.address, offer.port),
+        chosen,
+    };
+    let ending = talk(
+        &app,
+        Line { sip, peer, inbox },
+        call,
+        media,
+        (&info, admission),
+        None,
+    )
+    .await;
+    tracing::info!(session = %info.id, ending = ?ending, "a SIP call ended");
+    let _ = ended.send(call_id).await;
+}
 
+/// One call voxide placed: dialled until answered or not, then talked like any other.
+async fn run_placed(
+    app: Arc<App>,
+    mut line: Line,
+    mut dialer: Dialer,
+    pending: Pending,
+    (call_id, ended): (String, mpsc::Sender<String>),
+) {
+    let Pending {
+        rtp,
+        options,
+        info,
+        admission,
+        time_limit,
+    } = pending;
+    let mut answered = None;
+    while answered.is_none() && !dialer.over() {
+        let deadline = dialer.deadline().map(Instant::from_std);
+        let actions = tokio::select! {
+            message = line.inbox.recv() => match message {
+                Some(message) => dialer.receive(&message, Instant::now().into_std()),
+                None => break,
+            },
+            () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
+                dialer.poll(Instant::now().into_std())
+            }
+        };
+        for action in actions {
+            match action {
+                Dialing::Send(bytes) => {
+                    let _ = line.sip.send_to(&bytes, line.peer).await;
+                }
+                Dialing::Ringing => app.outbound.note(&info.id, CallState::Ringing),
+                Dialing::Answered(call, sdp) => answered = Some((call, sdp)),
+                Dialing::Failed(failure) => {
+                    tracing::info!(session = %info.id, %failure, "a SIP call placed was not answered");
+                    app.outbound.note(
+                        &info.id,
+                        CallState::Failed {
+                            reason: failure.to_string(),
+                        },
+                    );
+                }
+            }
+        }
+    }
+    let Some((mut call, sdp)) = answered else {
+        drop(admission);
+        let _ = ended.send(call_id).await;
+        return;
+    };
+    // The callee's answer says where its audio goes: to a network that may call only.
+    let media = std::str::from_utf8(&sdp)
+        .ok()
+        .and_then(|text| Offer::parse(text).ok())
+        .filter(|answer| answer.address == line.peer.ip() || allowed(&options, answer.address))
+        .and_then(|answer| {
+            let chosen = answer.choose()?;
+            Some(Media {
+                rtp,
+                remote: SocketAddr::new(answer.address, answer.port),
+                chosen,
+            })
+        });
+    let Some(media) = media else {
+        tracing::warn!(session = %info.id, "the callee's answer has no codec voxide speaks, or audio elsewhere: hanging up");
+        let actions = call.hang_up(Instant::now().into_std());
+        send_all(&line.sip, line.peer, &actions).await;
+        app.outbound.note(
+            &info.id,
+            CallState::Failed {
+                reason: "488 the answer is unusable".into(),
+            },
+        );
+        let _ = ended.send(call_id).await;
+        return;
+    };
+    tracing::info!(session = %info.id, peer = %line.peer, codec = media.chosen.codec.name(), "a SIP call placed was answered");
+    app.outbound.note(&info.id, CallState::Answered);
+    let hang_up_at = time_limit.map(|limit| Instant::now() + limit);
+    let ending = talk(&app, line, *call, media, (&info, admission), hang_up_at).await;
+    let reason = match ending {
+        Some(Ending::PeerHungUp) => "callee_hung_up",
+        Some(Ending::HungUp) => "hung_up",
+        Some(Ending::NoAck) | None => "lost",
+    };
+    tracing::info!(session = %info.id, reason, "a SIP call placed ended");
+    app.outbound.note(
+        &info.id,
+        CallState::Ended {
+            reason: reason.into(),
+        },
+    );
+    let _ = ended.send(call_id).await;
+}
+
+/// An established call: its session built and run, RTP both ways, requests within the call
+/// answered, and voxide's hang-up when the bot ends the session or at `hang_up_at`. How the
+/// call ended comes back.
+async fn talk(
+    app: &Arc<App>,
+    line: Line,
+    mut call: Call,
+    media: Media,
+    (info, admission): (&SessionInfo, Admission),
+    mut hang_up_at: Option<Instant>,
+) -> Option<Ending> {
+    let Line {
+        sip,
+        peer,
+        mut inbox,
+    } = line;
+    let Media {
+        rtp,
+        remote: offered,
+        chosen,
+    } = media;
     let (out_tx, mut out_rx) = mpsc::channel::<Out>(crate::audio::AUDIO_QUEUE);
     let sink: Box<dyn AudioSink> = Box::new(CallSink(out_tx));
-    let started = CallSession::start(&app, &info, "sip", (RATE, sink), admission);
+    let started = CallSession::start(app, info, "sip", (RATE, sink), admission);
     let mut phone = match started {
         Ok(started) => started,
         Err(e) => {
             tracing::error!(error = %e, "cannot build the bot; hanging up");
             let actions = call.hang_up(Instant::now().into_std());
             send_all(&sip, peer, &actions).await;
-            let _ = ended.send(call_id).await;
-            return;
+            return None;
         }
     };
 
-    // Symmetric RTP: audio goes where the caller's comes from, once it comes (from the
-    // offer's address only); until then, to the offer.
-    let mut remote = SocketAddr::new(offer.address, offer.port);
+    // Symmetric RTP: audio goes where the other side's comes from, once it comes (from the
+    // SDP's address only); until then, to the SDP's address.
+    let mut remote = offered;
     let mut latched = false;
     let mut sender = Sender::new(chosen.payload_type, random_u32(), random_u32());
     let mut keys = Keys::default();
@@ -621,8 +885,8 @@ async fn run_call(
             }
             received = rtp.recv_from(&mut buffer) => {
                 let Ok((n, from)) = received else { continue };
-                // Only the caller's address is heard: RTP from elsewhere is dropped.
-                if from.ip() != offer.address && !(latched && from == remote) {
+                // Only the other side's address is heard: RTP from elsewhere is dropped.
+                if from.ip() != offered.ip() && !(latched && from == remote) {
                     continue;
                 }
                 if !latched {
@@ -647,7 +911,7 @@ async fn run_call(
             }
             _ = timeline.tick() => {
                 if heard_at.elapsed() >= RTP_TIMEOUT {
-                    tracing::info!(session = %info.id, "no audio from the caller for a minute: hanging up");
+                    tracing::info!(session = %info.id, "no audio from the other side for a minute: hanging up");
                     session_over = true;
                 } else if heard_at.elapsed() >= QUIET_AFTER {
                     let silence = AudioFrame::new(vec![0; PACKET_SAMPLES], RATE, 1);
@@ -693,6 +957,11 @@ async fn run_call(
             () = tokio::time::sleep_until(keypad.unwrap_or_else(Instant::now)), if keypad.is_some() => {
                 let _ = phone.input.keypad_due(&phone.handle).await;
             }
+            () = tokio::time::sleep_until(hang_up_at.unwrap_or_else(Instant::now)), if hang_up_at.is_some() => {
+                tracing::info!(session = %info.id, "the call's time limit: hanging up");
+                hang_up_at = None;
+                session_over = true;
+            }
         }
         if session_over && ending.is_none() && !call.over() {
             // The bot ended the call: hang up, and wait for the BYE's answer.
@@ -704,9 +973,17 @@ async fn run_call(
             break;
         }
     }
-    tracing::info!(session = %info.id, ending = ?ending, "a SIP call ended");
     phone.end().await;
-    let _ = ended.send(call_id).await;
+    ending
+}
+
+/// Sends what dialing has to send.
+async fn send_dialing(sip: &UdpSocket, peer: SocketAddr, actions: &[Dialing]) {
+    for action in actions {
+        if let Dialing::Send(bytes) = action {
+            let _ = sip.send_to(bytes, peer).await;
+        }
+    }
 }
 
 async fn send_all(sip: &UdpSocket, peer: SocketAddr, actions: &[Action]) {

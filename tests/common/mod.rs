@@ -83,9 +83,24 @@ pub async fn start_options(options: ServeOptions) -> Server {
 
 /// A plain HTTP/1.1 request: status and body.
 pub async fn request(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, String) {
+    request_with(addr, method, path, &[], body).await
+}
+
+/// [`request`] with more headers.
+pub async fn request_with(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
     let mut stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let headers: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
     let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n{headers}\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
         body.len()
     );

@@ -26,8 +26,8 @@ pub enum Action {
 /// Why a call ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ending {
-    /// The caller hung up (BYE).
-    CallerHungUp,
+    /// The other side hung up (its BYE).
+    PeerHungUp,
     /// voxide hung up, and the caller answered the BYE (or never did).
     HungUp,
     /// The caller never acknowledged the answer.
@@ -72,20 +72,131 @@ enum Phase {
     Over,
 }
 
+/// Which side placed the call, and what it sends again when the other side repeats itself.
+#[derive(Debug)]
+enum Side {
+    /// voxide answered: the caller's INVITE (by its CSeq) gets the 200 OK again.
+    Answered { invite: u32, ok: Vec<u8> },
+    /// voxide placed the call: the callee's 200 OK, sent again, gets the ACK again.
+    Placed { ack: Vec<u8> },
+}
+
+/// A dialog as voxide's requests within it need it (RFC 3261 §12), whichever side placed
+/// the call.
+#[derive(Debug, Clone)]
+pub struct Dialog {
+    /// `host:port` voxide's signalling is reached at (its Contact and Via).
+    pub(super) local: String,
+    pub(super) call_id: String,
+    /// voxide's party, with its tag: From in voxide's requests.
+    pub(super) us: String,
+    /// The other party, with its tag: To in voxide's requests.
+    pub(super) them: String,
+    /// Where voxide's requests go: the other side's Contact.
+    pub(super) target: String,
+    /// The route set, in the order voxide's requests carry it.
+    pub(super) route: Vec<String>,
+    /// voxide's last CSeq number.
+    pub(super) cseq: u32,
+}
+
+impl Dialog {
+    /// The callee's dialog, from the INVITE it answers with tag `tag` (§12.1.1).
+    fn answering(invite: &SipMessage, local: String, tag: &str) -> Self {
+        let to = invite.header("To").unwrap_or_default();
+        let us = if invite.param("To", "tag").is_some() {
+            to.to_owned()
+        } else {
+            format!("{to};tag={tag}")
+        };
+        Self {
+            local,
+            call_id: invite.call_id().unwrap_or_default().to_owned(),
+            us,
+            them: invite.header("From").unwrap_or_default().to_owned(),
+            target: contact_of(invite),
+            route: invite.all("Record-Route").map(str::to_owned).collect(),
+            cseq: 0,
+        }
+    }
+
+    /// The caller's dialog, from its INVITE and the callee's 2xx to it (§12.1.2): the route
+    /// the 2xx recorded is taken in reverse.
+    pub(super) fn placed(invite: &SipMessage, ok: &SipMessage, local: String) -> Self {
+        let mut route: Vec<String> = ok.all("Record-Route").map(str::to_owned).collect();
+        route.reverse();
+        Self {
+            local,
+            call_id: invite.call_id().unwrap_or_default().to_owned(),
+            us: invite.header("From").unwrap_or_default().to_owned(),
+            them: ok.header("To").unwrap_or_default().to_owned(),
+            target: contact_of(ok),
+            route,
+            cseq: invite.cseq().map_or(1, |(n, _)| n),
+        }
+    }
+
+    /// A request within the dialog with CSeq number `cseq`, on a new branch.
+    pub(super) fn request(&self, method: &str, cseq: u32) -> SipMessage {
+        let mut request = SipMessage {
+            start: StartLine::Request {
+                method: method.into(),
+                uri: self.target.clone(),
+            },
+            headers: Vec::new(),
+            body: Vec::new(),
+        }
+        .with("Via", via(&self.local))
+        .with("Max-Forwards", "70");
+        for route in &self.route {
+            request = request.with("Route", route.clone());
+        }
+        request
+            .with("From", self.us.clone())
+            .with("To", self.them.clone())
+            .with("Call-ID", self.call_id.clone())
+            .with("CSeq", format!("{cseq} {method}"))
+    }
+
+    /// voxide's next request within the dialog.
+    fn next(&mut self, method: &str) -> SipMessage {
+        self.cseq += 1;
+        self.request(method, self.cseq)
+    }
+}
+
+/// A Via for a request voxide sends from `local`, on a fresh branch.
+pub(super) fn via(local: &str) -> String {
+    format!(
+        "SIP/2.0/UDP {local};branch=z9hG4bK{:08x}{:08x};rport",
+        crate::transports::webrtc::random_u32(),
+        crate::transports::webrtc::random_u32()
+    )
+}
+
+/// The URI a message's Contact names (its From when it has none).
+fn contact_of(message: &SipMessage) -> String {
+    message
+        .header("Contact")
+        .or_else(|| message.header("From"))
+        .map(uri_of)
+        .unwrap_or_default()
+        .to_owned()
+}
+
 /// voxide's side of one call.
 #[derive(Debug)]
 pub struct Call {
-    invite: SipMessage,
-    local_tag: String,
-    /// `host:port` voxide's signalling is reached at (its Contact and Via).
-    local: String,
-    ok: Vec<u8>,
-    answer: Vec<u8>,
+    dialog: Dialog,
+    /// voxide's session description: its answer, or its offer on a call it placed. A
+    /// re-INVITE gets it back.
+    sdp: Vec<u8>,
+    side: Side,
     phase: Phase,
 }
 
 /// What voxide's Allow header lists.
-const ALLOW: &str = "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO";
+pub(super) const ALLOW: &str = "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO";
 
 impl Call {
     /// Answers `invite` with the SDP `answer`, as `local` (`host:port`) with dialog tag
@@ -97,17 +208,28 @@ impl Call {
         local_tag: String,
         now: Instant,
     ) -> (Self, Vec<Action>) {
-        let answer = answer.into_bytes();
-        let ok = Self::ok_to(&invite, &local, &local_tag, &answer);
+        let sdp = answer.into_bytes();
+        let ok = Self::ok_to(&invite, &local, &local_tag, &sdp);
         let call = Self {
-            invite,
-            local_tag,
-            local,
-            ok: ok.clone(),
-            answer,
+            dialog: Dialog::answering(&invite, local, &local_tag),
+            sdp,
+            side: Side::Answered {
+                invite: invite.cseq().map_or(0, |(n, _)| n),
+                ok: ok.clone(),
+            },
             phase: Phase::Answered(Resend::new(now)),
         };
         (call, vec![Action::Send(ok)])
+    }
+
+    /// A call voxide placed, up once its `ack` to the callee's 2xx is sent.
+    pub(super) fn placed(dialog: Dialog, offer: Vec<u8>, ack: Vec<u8>) -> Self {
+        Self {
+            dialog,
+            sdp: offer,
+            side: Side::Placed { ack },
+            phase: Phase::Up,
+        }
     }
 
     fn ok_to(request: &SipMessage, local: &str, tag: &str, sdp: &[u8]) -> Vec<u8> {
@@ -118,6 +240,14 @@ impl Call {
             .with("Server", "voxide")
             .with_body("application/sdp", sdp.to_vec())
             .render()
+    }
+
+    /// voxide's own tag in the dialog, which its answers carry.
+    fn tag(&self) -> &str {
+        self.dialog
+            .us
+            .rsplit_once(";tag=")
+            .map_or("", |(_, t)| t.split(';').next().unwrap_or(t))
     }
 
     /// Whether the call is over.
@@ -147,7 +277,10 @@ impl Call {
             }
             Phase::Answered(resend) if now >= resend.at => {
                 resend.next();
-                vec![Action::Send(self.ok.clone())]
+                match &self.side {
+                    Side::Answered { ok, .. } => vec![Action::Send(ok.clone())],
+                    Side::Placed { .. } => Vec::new(),
+                }
             }
             Phase::Leaving { resend, .. } if now >= resend.give_up => {
                 self.phase = Phase::Over;
@@ -161,28 +294,33 @@ impl Call {
         }
     }
 
-    /// A message of this call from the caller.
+    /// A message of this call from the other side.
     pub fn receive(&mut self, message: &SipMessage) -> Vec<Action> {
         let method = match &message.start {
             StartLine::Response { status, .. } => {
+                let cseq = message.cseq();
                 // The answer to voxide's BYE ends the call.
                 if *status >= 200
-                    && message.cseq().is_some_and(|(_, m)| m == "BYE")
+                    && cseq.is_some_and(|(_, m)| m == "BYE")
                     && matches!(self.phase, Phase::Leaving { .. })
                 {
                     self.phase = Phase::Over;
                     return vec![Action::Ended(Ending::HungUp)];
                 }
+                // The callee's 200 OK again: the ACK was lost (§13.2.2.4).
+                if let Side::Placed { ack } = &self.side
+                    && (200..300).contains(status)
+                    && cseq.is_some_and(|(_, m)| m == "INVITE")
+                {
+                    return vec![Action::Send(ack.clone())];
+                }
                 return Vec::new();
             }
             StartLine::Request { method, .. } => method.as_str(),
         };
+        let tag = self.tag().to_owned();
         let reply = |status: u16, reason: &str| {
-            Action::Send(
-                message
-                    .response(status, reason, Some(&self.local_tag))
-                    .render(),
-            )
+            Action::Send(message.response(status, reason, Some(&tag)).render())
         };
         match method {
             "ACK" => {
@@ -191,23 +329,27 @@ impl Call {
                 }
                 Vec::new()
             }
-            "INVITE" if message.cseq() == self.invite.cseq() => {
+            "INVITE" => match &self.side {
                 // The INVITE again: our 200 OK was lost.
-                vec![Action::Send(self.ok.clone())]
-            }
-            // A re-INVITE (a session refresh, a hold): the same audio goes on.
-            "INVITE" => vec![Action::Send(Self::ok_to(
-                message,
-                &self.local,
-                &self.local_tag,
-                &self.answer,
-            ))],
+                Side::Answered { invite, ok }
+                    if message.cseq().map(|(n, _)| n) == Some(*invite) =>
+                {
+                    vec![Action::Send(ok.clone())]
+                }
+                // A re-INVITE (a session refresh, a hold): the same audio goes on.
+                _ => vec![Action::Send(Self::ok_to(
+                    message,
+                    &self.dialog.local,
+                    &tag,
+                    &self.sdp,
+                ))],
+            },
             "BYE" => {
                 let was_over = self.over();
                 self.phase = Phase::Over;
                 let mut actions = vec![reply(200, "OK")];
                 if !was_over {
-                    actions.push(Action::Ended(Ending::CallerHungUp));
+                    actions.push(Action::Ended(Ending::PeerHungUp));
                 }
                 actions
             }
@@ -220,7 +362,7 @@ impl Call {
             }
             _ => vec![Action::Send(
                 message
-                    .response(501, "Not Implemented", Some(&self.local_tag))
+                    .response(501, "Not Implemented", Some(&tag))
                     .with("Allow", ALLOW)
                     .render(),
             )],
@@ -232,55 +374,14 @@ impl Call {
         if matches!(self.phase, Phase::Over | Phase::Leaving { .. }) {
             return Vec::new();
         }
-        let bye = self.bye();
+        // A BYE within the dialog (§12.2.1.1): to the other side's Contact, on the route it
+        // recorded.
+        let bye = self.dialog.next("BYE").render();
         self.phase = Phase::Leaving {
             bye: bye.clone(),
             resend: Resend::new(now),
         };
         vec![Action::Send(bye)]
-    }
-
-    /// A BYE within the dialog (RFC 3261 §12.2.1.1): to the caller's Contact, From and To
-    /// swapped, the route the INVITE recorded.
-    fn bye(&self) -> Vec<u8> {
-        let invite = &self.invite;
-        let target = invite
-            .header("Contact")
-            .or_else(|| invite.header("From"))
-            .map(uri_of)
-            .unwrap_or_default();
-        let mut bye = SipMessage {
-            start: StartLine::Request {
-                method: "BYE".into(),
-                uri: target.to_owned(),
-            },
-            headers: Vec::new(),
-            body: Vec::new(),
-        }
-        .with(
-            "Via",
-            format!(
-                "SIP/2.0/UDP {};branch=z9hG4bK{:08x}{:08x};rport",
-                self.local,
-                crate::transports::webrtc::random_u32(),
-                crate::transports::webrtc::random_u32()
-            ),
-        )
-        .with("Max-Forwards", "70");
-        for route in invite.all("Record-Route") {
-            bye = bye.with("Route", route);
-        }
-        let to = invite.header("To").unwrap_or_default();
-        let to = if invite.param("To", "tag").is_some() {
-            to.to_owned()
-        } else {
-            format!("{to};tag={}", self.local_tag)
-        };
-        bye.with("From", to)
-            .with("To", invite.header("From").unwrap_or_default())
-            .with("Call-ID", invite.call_id().unwrap_or_default())
-            .with("CSeq", "1 BYE")
-            .render()
     }
 }
 
@@ -417,7 +518,7 @@ mod tests {
         let bye = request("BYE", 2, "", "");
         let actions = call.receive(&bye);
         assert_eq!(status(&sent(&actions)[0]), 200);
-        assert_eq!(actions.last(), Some(&Action::Ended(Ending::CallerHungUp)));
+        assert_eq!(actions.last(), Some(&Action::Ended(Ending::PeerHungUp)));
         let again = call.receive(&bye);
         assert_eq!(status(&sent(&again)[0]), 200);
         assert_eq!(again.len(), 1, "ended once");

@@ -1,11 +1,13 @@
-//! Telephone calls over SIP, without a carrier in between: a user agent that answers INVITEs
-//! on UDP and speaks G.711 over RTP, sans-IO. `server::sip` drives it with the sockets.
+//! Telephone calls over SIP, without a carrier in between: a user agent that answers and places
+//! calls on UDP and speaks G.711 over RTP, sans-IO. `server::sip` drives it with the sockets.
 //!
 //! - [`message`]: SIP messages read and written (bounded, compact headers expanded).
 //! - [`sdp`]: the caller's offer read, PCMU or PCMA chosen in the caller's order (488 when
 //!   neither is offered), and voxide's answer with RFC 4733 telephone-events when offered.
 //! - [`call`]: one answered call: the 200 OK resent until the ACK, requests within the call
 //!   (BYE, re-INVITE, INFO keys, OPTIONS, CANCEL), voxide's own BYE.
+//! - [`dial`]: a call voxide places: the INVITE resent, a challenge answered, the ringing
+//!   given up with a CANCEL; answered, it is a [`call::Call`] like one voxide answered.
 //! - [`auth`]: callers from outside the allowed networks let in by digest authentication.
 //! - [`register`]: voxide as a PBX's extension: REGISTER, the digest challenge answered, the
 //!   binding renewed.
@@ -14,6 +16,7 @@
 
 pub mod auth;
 pub mod call;
+pub mod dial;
 pub mod message;
 pub mod register;
 pub mod rtp;

@@ -272,6 +272,16 @@ impl Challenge {
         })
     }
 
+    /// Its nonce.
+    pub fn nonce(&self) -> &str {
+        &self.nonce
+    }
+
+    /// Whether it says the last answer's nonce went stale (the password itself was right).
+    pub fn stale(&self) -> bool {
+        self.stale
+    }
+
     /// The Authorization header's value for `method` on `uri` (`nc` is the request's count).
     pub fn answer(&self, account: &Account, method: &str, uri: &str, nc: u32) -> String {
         let ha1 = md5_hex(&format!(

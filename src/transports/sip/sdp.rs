@@ -189,6 +189,18 @@ pub fn answer(address: IpAddr, port: u16, chosen: Chosen, session: u64) -> Strin
     sdp
 }
 
+/// voxide's offer on a call it places: audio at `address:port` in PCMU or PCMA, and
+/// telephone-events as payload type 101.
+pub fn offer(address: IpAddr, port: u16, session: u64) -> String {
+    let family = if address.is_ipv4() { "IP4" } else { "IP6" };
+    format!(
+        "v=0\r\no=voxide {session} {session} IN {family} {address}\r\ns=voxide\r\n\
+         c=IN {family} {address}\r\nt=0 0\r\nm=audio {port} RTP/AVP 0 8 101\r\n\
+         a=rtpmap:0 PCMU/8000\r\na=rtpmap:8 PCMA/8000\r\n\
+         a=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-15\r\na=ptime:20\r\na=sendrecv\r\n"
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -241,5 +253,21 @@ mod tests {
         assert!(Offer::parse("v=0\r\nc=IN IP4 10.0.0.9\r\n").is_err());
         assert!(Offer::parse("v=0\r\nc=IN IP4 x\r\nm=audio 4000 RTP/AVP 0\r\n").is_err());
         assert!(Offer::parse("v=0\r\nc=IN IP4 10.0.0.9\r\nm=audio 4000 RTP/SAVP 0\r\n").is_err());
+    }
+
+    #[test]
+    fn voxides_offer_reads_back_with_both_codecs_and_its_events() {
+        let offer = offer("192.0.2.4".parse().expect("ip"), 20_000, 7);
+        let back = Offer::parse(&offer).expect("the offer reads as SDP");
+        assert_eq!(back.address, "192.0.2.4".parse::<IpAddr>().expect("ip"));
+        assert_eq!((back.port, back.formats.clone()), (20_000, vec![0, 8, 101]));
+        assert_eq!(
+            back.choose(),
+            Some(Chosen {
+                codec: Codec::Pcmu,
+                payload_type: 0,
+                events: Some(101)
+            })
+        );
     }
 }

@@ -1,0 +1,308 @@
+//! Calls voxide places (`POST /calls`), and where each stands (`GET /calls/{id}`). The SIP
+//! loop (`server::sip`) dials them; a call answered is a session like any other.
+//!
+//! Who may be called is the operator's choice, never the client's: a `sip:` URI at an address
+//! in `--sip-allow`, or a number through the PBX voxide is an extension of (`--sip-register`).
+//! Calls cost money and reach people, so the route needs `--auth-token`.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Admission, ApiError, App};
+use crate::bot::SessionInfo;
+
+/// How long a phone may ring unless the request says (Twilio's default too).
+const RING_FOR: Duration = Duration::from_secs(60);
+/// The longest ringing and the longest call a request may ask for.
+const MOST_RING: Duration = Duration::from_secs(600);
+const MOST_TIME: Duration = Duration::from_secs(4 * 3600);
+/// Calls whose state is kept for `GET /calls/{id}`; the oldest finished go first.
+const BOOK: usize = 1_000;
+/// The longest user part (a number, an extension) in `to` and `from`.
+const MOST_USER: usize = 64;
+
+/// `POST /calls`'s body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct CallRequest {
+    /// `sip:user@address[:port]` (an address in `--sip-allow`), or a number or extension the
+    /// PBX of `--sip-register` routes.
+    to: String,
+    /// The caller's user part (`voxide` unless given; the extension's own through a PBX).
+    #[serde(default)]
+    from: Option<String>,
+    /// The bot that talks (the default unless given).
+    #[serde(default)]
+    bot: Option<String>,
+    /// The session's data, as `/start`'s `body`: tools get it as `request_data`.
+    #[serde(default)]
+    body: Option<Value>,
+    /// How long the phone may ring, in seconds (60 unless given, 600 at most).
+    #[serde(default)]
+    ring_timeout_s: Option<u64>,
+    /// The call's longest duration, in seconds (4 hours at most): voxide hangs up then.
+    #[serde(default)]
+    time_limit_s: Option<u64>,
+}
+
+/// A call for the SIP loop to place.
+pub(crate) struct Placing {
+    /// What `to` asked for, as written.
+    pub(crate) to: String,
+    pub(crate) from: Option<String>,
+    pub(crate) info: SessionInfo,
+    pub(crate) admission: Admission,
+    pub(crate) ring_for: Duration,
+    pub(crate) time_limit: Option<Duration>,
+    /// The INVITE went out, or why not.
+    pub(crate) placed: oneshot::Sender<Result<(), ApiError>>,
+}
+
+/// Where a call placed stands.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub(crate) enum CallState {
+    /// The INVITE is out.
+    Calling,
+    /// The phone rings.
+    Ringing,
+    /// Answered: the bot talks.
+    Answered,
+    /// Answered, and over: who hung up.
+    Ended {
+        /// `callee_hung_up`, `hung_up`, `time_limit`, …
+        reason: String,
+    },
+    /// Never answered: busy, declined, no answer, unreachable.
+    Failed {
+        /// `486 Busy Here`, `no answer`, `unreachable`, …
+        reason: String,
+    },
+}
+
+impl CallState {
+    fn finished(&self) -> bool {
+        matches!(self, CallState::Ended { .. } | CallState::Failed { .. })
+    }
+}
+
+/// The calls placed, shared by the API and the SIP loop.
+#[derive(Default)]
+pub(crate) struct Outbound {
+    /// The SIP loop's queue; set when the loop starts.
+    dialing: OnceLock<mpsc::Sender<Placing>>,
+    book: Mutex<Book>,
+}
+
+#[derive(Default)]
+struct Book {
+    states: HashMap<String, (String, CallState)>,
+    order: VecDeque<String>,
+}
+
+impl Outbound {
+    /// The SIP loop takes calls to place from here on.
+    pub(crate) fn open(&self) -> mpsc::Receiver<Placing> {
+        let (tx, rx) = mpsc::channel(64);
+        let _ = self.dialing.set(tx);
+        rx
+    }
+
+    /// Notes where call `id` stands.
+    pub(crate) fn note(&self, id: &str, state: CallState) {
+        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((_, old)) = book.states.get_mut(id) {
+            *old = state;
+        }
+    }
+
+    fn enter(&self, id: &str, to: &str) {
+        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        if book.order.len() >= BOOK
+            && let Some(at) = book
+                .order
+                .iter()
+                .position(|id| book.states.get(id).is_none_or(|(_, s)| s.finished()))
+            && let Some(old) = book.order.remove(at)
+        {
+            book.states.remove(&old);
+        }
+        book.order.push_back(id.to_owned());
+        book.states
+            .insert(id.to_owned(), (to.to_owned(), CallState::Calling));
+    }
+
+    fn forget(&self, id: &str) {
+        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        book.states.remove(id);
+        book.order.retain(|i| i != id);
+    }
+
+    fn state(&self, id: &str) -> Option<(String, CallState)> {
+        let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        book.states.get(id).cloned()
+    }
+}
+
+/// Whether `user` can be a SIP URI's user part as voxide writes one: a number or a name.
+pub(crate) fn plain_user(user: &str) -> bool {
+    !user.is_empty()
+        && user.len() <= MOST_USER
+        && user
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"+*#._-".contains(&b))
+}
+
+/// `POST /calls`: places a call, 201 with its session id once the INVITE is out.
+pub(crate) async fn place(
+    State(app): State<Arc<App>>,
+    request: Result<Json<CallRequest>, JsonRejection>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    let Json(request) = request?;
+    if app.access.options().auth_token.is_none() {
+        return Err(ApiError::Forbidden(
+            "placing calls needs --auth-token: calls cost money and reach people".into(),
+        ));
+    }
+    let dialing = app.outbound.dialing.get().ok_or_else(|| {
+        ApiError::NotFound("this node places no calls: it needs --sip-listen".into())
+    })?;
+    if let Some(from) = &request.from
+        && !plain_user(from)
+    {
+        return Err(ApiError::BadRequest(format!(
+            "from {from:.80?}: a number or a name of letters, digits and +*#._-, at most {MOST_USER}"
+        )));
+    }
+    let seconds = |s: u64, most: Duration, name: &str| {
+        let asked = Duration::from_secs(s);
+        if s == 0 || asked > most {
+            Err(ApiError::BadRequest(format!(
+                "{name}: 1 to {} seconds",
+                most.as_secs()
+            )))
+        } else {
+            Ok(asked)
+        }
+    };
+    let ring_for = match request.ring_timeout_s {
+        Some(s) => seconds(s, MOST_RING, "ring_timeout_s")?,
+        None => RING_FOR,
+    };
+    let time_limit = request
+        .time_limit_s
+        .map(|s| seconds(s, MOST_TIME, "time_limit_s"))
+        .transpose()?;
+    let mut data = match request.body {
+        None | Some(Value::Null) => serde_json::Map::new(),
+        Some(Value::Object(map)) => map,
+        Some(_) => return Err(ApiError::BadRequest("body: an object".into())),
+    };
+    if serde_json::to_vec(&data).map_or(0, |b| b.len()) > super::webrtc::MAX_START_BODY {
+        return Err(ApiError::TooLarge(format!(
+            "body: at most {} bytes are kept for the session",
+            super::webrtc::MAX_START_BODY
+        )));
+    }
+    if let Some(bot) = request.bot {
+        app.bots.find(&bot)?;
+        data.insert("bot".into(), Value::String(bot));
+    }
+    let admission = app.admit()?;
+    let id = app.cluster.mint();
+    let info = SessionInfo {
+        id: id.clone(),
+        request_data: if data.is_empty() {
+            Value::Null
+        } else {
+            Value::Object(data)
+        },
+    };
+    app.outbound.enter(&id, &request.to);
+    let (placed, answer) = oneshot::channel();
+    let placing = Placing {
+        to: request.to,
+        from: request.from,
+        info,
+        admission,
+        ring_for,
+        time_limit,
+        placed,
+    };
+    let sent = match dialing.try_send(placing) {
+        Ok(()) => answer
+            .await
+            .unwrap_or_else(|_| Err(ApiError::Internal("the SIP loop is gone".into()))),
+        Err(_) => Err(ApiError::TooOften("calls are being placed too fast".into())),
+    };
+    if let Err(e) = sent {
+        app.outbound.forget(&id);
+        return Err(e);
+    }
+    Ok((
+        StatusCode::CREATED,
+        Json(json!({"session_id": id, "state": "calling"})),
+    ))
+}
+
+/// `GET /calls/{id}`: where a call placed stands.
+pub(crate) async fn state(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let (to, state) = app
+        .outbound
+        .state(&id)
+        .ok_or_else(|| ApiError::NotFound(format!("no call {id:.80} placed here")))?;
+    let mut answer = serde_json::to_value(state).unwrap_or_default();
+    answer["session_id"] = Value::String(id);
+    answer["to"] = Value::String(to);
+    Ok(Json(answer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_book_forgets_the_oldest_finished_call_first() {
+        let outbound = Outbound::default();
+        outbound.enter("live", "sip:a@127.0.0.1");
+        for n in 1..BOOK {
+            outbound.enter(&n.to_string(), "sip:b@127.0.0.1");
+            outbound.note(
+                &n.to_string(),
+                CallState::Failed {
+                    reason: "486 Busy Here".into(),
+                },
+            );
+        }
+        outbound.enter("new", "sip:c@127.0.0.1");
+        assert!(outbound.state("live").is_some(), "a live call is kept");
+        assert!(outbound.state("1").is_none(), "the oldest finished went");
+        assert!(outbound.state("2").is_some());
+        assert_eq!(
+            outbound.state("new"),
+            Some(("sip:c@127.0.0.1".into(), CallState::Calling))
+        );
+    }
+
+    #[test]
+    fn a_user_part_is_a_number_or_a_plain_name() {
+        for good in ["+15551234567", "1001", "bob.smith", "*72#"] {
+            assert!(plain_user(good), "{good}");
+        }
+        for bad in ["", "a@b", "a;b", "a b", "<sip:x>", &"9".repeat(65)] {
+            assert!(!plain_user(bad), "{bad}");
+        }
+    }
+}
