@@ -155,7 +155,7 @@ fn sip(bytes: &[u8]) {
         "vx".into(),
         now,
     );
-    let _ = answered.receive(&message);
+    let _ = answered.receive(&message, now);
     let mut keys = rtp::Keys::default();
     for packet in parts {
         if let Ok(packet) = rtp::Packet::parse(packet) {

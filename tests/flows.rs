@@ -12,6 +12,7 @@ use std::time::Duration;
 use serde_json::json;
 
 use common::scripted::{Bot, ScriptedLlm, call, say};
+use voxide::bot::call_control::CallControl;
 use voxide::bot::filler::{FillerParams, ToolFiller};
 use voxide::config::BotConfig;
 use voxide::context::{ContextHandle, LlmContext, Message};
@@ -365,6 +366,38 @@ async fn an_async_tools_progress_is_spoken_as_it_comes_and_kept_out_of_the_conve
     assert_eq!(
         messages.last().and_then(Message::text),
         Some("All 40 are in stock.")
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn end_call_ends_the_session_behind_the_goodbye_and_the_model_says_nothing_after() {
+    let llm = ScriptedLlm::new(vec![
+        vec![say("Your cake is ready on Friday. Anything else?")],
+        vec![say("Goodbye, Ada!"), call("c1", "end_call", json!({}))],
+    ]);
+    let mut service = LlmService::new(llm.clone());
+    voxide::bot::tools::register(service.functions(), &[voxide::bot::Builtin::EndCall]);
+    let context = ContextHandle::new(LlmContext::new(vec![
+        Message::system("You are a bakery calling about an order."),
+        Message::user("Hello?"),
+    ]));
+    let mut bot = Bot::start_in(
+        Pipeline::new()
+            .then(service)
+            .then(CallControl::new(Vec::new())),
+        context.clone(),
+        AppResources::default(),
+    );
+    // An answer without the tool leaves the call up: the next turn is answered.
+    bot.run_llm().await;
+    bot.responses(1).await;
+    bot.user_says("No, that's all, thanks.", 1).await;
+    assert_eq!(bot.session.join().await, EndReason::Completed);
+    assert_eq!(llm.runs(), 2, "no answer after end_call");
+    let messages = context.messages();
+    assert!(
+        messages.iter().any(|m| m.text() == Some("Goodbye, Ada!")),
+        "the goodbye was said: {messages:#?}"
     );
 }
 

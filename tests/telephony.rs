@@ -480,6 +480,155 @@ async fn a_call_placed_to_a_sipp_callee_is_answered_and_hears_its_own_voice_echo
     );
 }
 
+/// A caller that asks its question, is handed over by voxide's REFER (whose Refer-To it
+/// checks), accepts it and reports the new call up, then answers voxide's BYE.
+const TRANSFERRED: &str = r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
+<scenario name="voxide caller transferred">
+  <send retrans="500"><![CDATA[
+INVITE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: caller <sip:caller@[local_ip]:[local_port]>;tag=[pid]caller[call_number]
+To: <sip:[service]@[remote_ip]:[remote_port]>
+Call-ID: [call_id]
+CSeq: 1 INVITE
+Contact: <sip:caller@[local_ip]:[local_port]>
+Max-Forwards: 70
+Content-Type: application/sdp
+Content-Length: [len]
+
+v=0
+o=caller 1 1 IN IP[local_ip_type] [local_ip]
+s=-
+c=IN IP[media_ip_type] [media_ip]
+t=0 0
+m=audio [auto_media_port] RTP/AVP 8 101
+a=rtpmap:8 PCMA/8000
+a=rtpmap:101 telephone-event/8000
+a=fmtp:101 0-15
+]]></send>
+  <recv response="100" optional="true"/>
+  <recv response="180" optional="true"/>
+  <recv response="200" rtd="true"/>
+  <send><![CDATA[
+ACK sip:[service]@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: caller <sip:caller@[local_ip]:[local_port]>;tag=[pid]caller[call_number]
+To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
+Call-ID: [call_id]
+CSeq: 1 ACK
+Max-Forwards: 70
+Content-Length: 0
+]]></send>
+  <nop><action><exec play_pcap_audio="hello.pcap"/></action></nop>
+  <recv request="REFER">
+    <action>
+      <ereg regexp="sip:2001@10\.0\.0\.5" search_in="hdr" header="Refer-To:" check_it="true" assign_to="1"/>
+      <log message="referred to [$1]"/>
+    </action>
+  </recv>
+  <send><![CDATA[
+SIP/2.0 202 Accepted
+[last_Via:]
+[last_From:]
+[last_To:]
+[last_Call-ID:]
+[last_CSeq:]
+Content-Length: 0
+]]></send>
+  <send retrans="500"><![CDATA[
+NOTIFY sip:voxide@[remote_ip]:[remote_port] SIP/2.0
+Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
+From: caller <sip:caller@[local_ip]:[local_port]>;tag=[pid]caller[call_number]
+To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
+Call-ID: [call_id]
+CSeq: 2 NOTIFY
+Event: refer
+Subscription-State: terminated;reason=noresource
+Max-Forwards: 70
+Content-Type: message/sipfrag
+Content-Length: [len]
+
+SIP/2.0 200 OK
+]]></send>
+  <recv response="200"/>
+  <recv request="BYE"/>
+  <send><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:]
+[last_Call-ID:]
+[last_CSeq:]
+Content-Length: 0
+]]></send>
+</scenario>
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bot_hands_a_sip_caller_over_with_refer_after_saying_so() {
+    use common::llm_stand_in::{self, Reply};
+    // The model: any question is for sales; it says so and calls transfer_call.
+    let reply = |body: &serde_json::Value| {
+        let chunks = if body["messages"]
+            .as_array()
+            .and_then(|m| m.last())
+            .map(|m| m["role"].clone())
+            == Some(serde_json::json!("tool"))
+        {
+            vec![
+                serde_json::json!({"choices": [{"delta": {"content": "Sorry, that did not work."}, "finish_reason": "stop"}]}),
+            ]
+        } else {
+            vec![
+                serde_json::json!({"choices": [{"delta": {"content": "I'll put you through to sales."}}]}),
+                serde_json::json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "call_t", "type": "function",
+                    "function": {"name": "transfer_call", "arguments": "{\"destination\": \"sales\"}"}}]}}]}),
+                serde_json::json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+            ]
+        };
+        let mut out: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+        out.push_str("data: [DONE]\n\n");
+        Reply::Stream(out, 64)
+    };
+    let (addr, _stand_in) =
+        llm_stand_in::start(vec![Reply::With(std::sync::Arc::new(reply))]).await;
+    let records = scratch("transferred");
+    let sip_port = free_udp_port();
+    let mut options = sip_options(
+        SocketAddr::from(([127, 0, 0, 1], sip_port)),
+        24_000..=24_999,
+        Network::loopback(),
+    );
+    options.record_dir = Some(records.clone());
+    options.bots[0].llm = voxide::bot::LlmChoice::Text(vec![voxide::bot::TextLlm::OpenAi(
+        voxide::services::llm::openai::OpenAiSettings {
+            base_url: format!("http://{addr}/v1"),
+            model: "gpt-4.1-mini".into(),
+            ..Default::default()
+        },
+    )]);
+    options.bots[0].transfer = vec![("sales".into(), "sip:2001@10.0.0.5".into())];
+    let _server = start_options(options).await;
+
+    let work = caller_folder("transferred-caller", TRANSFERRED);
+    let sipp = sipp_caller(&work, sip_port, &[]).await;
+    assert!(
+        sipp.status.success(),
+        "SIPp was not handed over: {}\n{}",
+        String::from_utf8_lossy(&sipp.stdout),
+        String::from_utf8_lossy(&sipp.stderr)
+    );
+    // The words went out before the REFER: the bot's voice is in the recording.
+    let report = report_in(&records).await;
+    let recording = wav::read(records.join(report["audio"].as_str().expect("the recording")))
+        .expect("the recording reads");
+    assert!(
+        loud_samples(&recording, 1) > 4000,
+        "the bot said it would transfer: {}",
+        loud_samples(&recording, 1)
+    );
+}
+
 /// Sends `message` to `to` from a fresh socket; the status of the answer, and the answer.
 async fn ask(to: SocketAddr, message: &str) -> Option<(u16, String)> {
     let socket = tokio::net::UdpSocket::bind("127.0.0.1:0")

@@ -174,6 +174,10 @@ impl<S: AudioSink> AudioSink for EchoTap<S> {
     fn clear(&mut self) {
         self.sink.clear();
     }
+
+    fn phone(&mut self, action: &crate::frames::PhoneAction) -> bool {
+        self.sink.phone(action)
+    }
 }
 
 /// Silences input that is only the bot's echo. Place it first, before the VAD.

@@ -1,6 +1,7 @@
 //! Where the bot's audio is played.
 
 use super::echo::EchoReference;
+use crate::frames::PhoneAction;
 
 /// Where played audio goes: a WebRTC track, a socket, a speaker, a file.
 pub trait AudioSink: Send + 'static {
@@ -17,6 +18,13 @@ pub trait AudioSink: Send + 'static {
         let _ = reference;
         false
     }
+
+    /// Carries out `action` on the phone line behind the sink, after what was written before
+    /// it; a sink with no phone line returns false.
+    fn phone(&mut self, action: &PhoneAction) -> bool {
+        let _ = action;
+        false
+    }
 }
 
 impl AudioSink for Box<dyn AudioSink> {
@@ -30,5 +38,9 @@ impl AudioSink for Box<dyn AudioSink> {
 
     fn record_playback(&mut self, reference: &EchoReference) -> bool {
         (**self).record_playback(reference)
+    }
+
+    fn phone(&mut self, action: &PhoneAction) -> bool {
+        (**self).phone(action)
     }
 }

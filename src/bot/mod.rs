@@ -4,6 +4,7 @@
 //! file adds its own instruction, greeting, HTTP tools ([`http_tool`]) and MCP servers ([`mcp`]).
 
 pub mod calculator;
+pub mod call_control;
 pub mod filler;
 pub mod http_tool;
 pub mod mcp;
@@ -271,6 +272,9 @@ pub struct BotOptions {
     pub idle: Option<IdleParams>,
     /// What fills the silence while a tool works.
     pub filler: Option<FillerParams>,
+    /// Where `transfer_call` may hand a phone call: name, then number or SIP URI (none: no
+    /// such tool).
+    pub transfer: Vec<(String, String)>,
     /// The built-in tools it keeps.
     pub builtin: Vec<Builtin>,
     /// Its own HTTP tools.
@@ -334,6 +338,7 @@ impl Default for BotOptions {
             greeting: None,
             idle: None,
             filler: None,
+            transfer: Vec::new(),
             builtin: Builtin::ALL.to_vec(),
             http_tools: Vec::new(),
             mcp: Vec::new(),
@@ -379,6 +384,7 @@ impl BotOptions {
     /// the tools its MCP servers list.
     pub fn register_tools(&self, registry: &mut FunctionRegistry) {
         tools::register(registry, &self.builtin);
+        tools::register_transfer(registry, &self.transfer);
         for tool in &self.http_tools {
             tool.register(registry);
         }
@@ -394,6 +400,7 @@ impl BotOptions {
     pub fn check_tool_names(&self) -> Result<(), String> {
         let mut registry = FunctionRegistry::default();
         tools::register(&mut registry, &self.builtin);
+        tools::register_transfer(&mut registry, &self.transfer);
         let mut seen: Vec<String> = registry
             .direct_schemas()
             .iter()
@@ -652,6 +659,9 @@ pub fn build<S: AudioSink>(
     if let Some(idle) = &options.idle {
         pipeline = pipeline.then(UserIdle::new(idle.clone()));
     }
+    if options.builtin.contains(&Builtin::EndCall) || !options.transfer.is_empty() {
+        pipeline = pipeline.then(call_control::CallControl::new(options.transfer.clone()));
+    }
     let pipeline = pipeline
         .then(TtsService::new(voice))
         .then(AudioOutput::new(sink, output))
@@ -739,6 +749,9 @@ fn realtime<P: RealtimeProtocol, S: AudioSink>(
     let mut pipeline = front.then(service);
     if let Some(flow) = &flow {
         pipeline = pipeline.then(flow.stage(context.clone()));
+    }
+    if options.builtin.contains(&Builtin::EndCall) || !options.transfer.is_empty() {
+        pipeline = pipeline.then(call_control::CallControl::new(options.transfer.clone()));
     }
     let pipeline = pipeline
         .then(AudioOutput::new(sink, output))

@@ -53,6 +53,51 @@ fn idle_params(idle: &IdleConfig) -> Result<IdleParams, ConfigError> {
     })
 }
 
+/// The most `[transfer]` destinations a bot may have.
+const MOST_DESTINATIONS: usize = 32;
+
+/// `[transfer]`, checked: names a model can say, and numbers or `sip:` URIs.
+fn destinations(
+    transfer: Option<&std::collections::BTreeMap<String, String>>,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let Some(transfer) = transfer else {
+        return Ok(Vec::new());
+    };
+    if transfer.is_empty() || transfer.len() > MOST_DESTINATIONS {
+        return Err(invalid(format!(
+            "[transfer]: 1 to {MOST_DESTINATIONS} destinations"
+        )));
+    }
+    let plain = |s: &str, extra: &[u8]| {
+        !s.is_empty()
+            && s.len() <= 64
+            && s.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_-".contains(&b) || extra.contains(&b))
+    };
+    for (name, to) in transfer {
+        if !plain(name, b"") {
+            return Err(invalid(format!(
+                "[transfer] {name:?}: a name of letters, digits, _ and -"
+            )));
+        }
+        let address = match to.strip_prefix("sip:") {
+            Some(uri) => uri
+                .split_once('@')
+                .is_some_and(|(user, host)| plain(user, b"+*#.") && plain(host, b".:[]")),
+            None => plain(to, b"+*#."),
+        };
+        if !address {
+            return Err(invalid(format!(
+                "[transfer] {name} = {to:?}: a number or sip:user@host"
+            )));
+        }
+    }
+    Ok(transfer
+        .iter()
+        .map(|(name, to)| (name.clone(), to.clone()))
+        .collect())
+}
+
 /// `[filler]`, checked.
 fn filler_params(filler: &FillerConfig) -> Result<FillerParams, ConfigError> {
     let after = filler.after_secs.unwrap_or(1.5);
@@ -200,7 +245,7 @@ impl BotConfig {
             tts,
             // A flow's nodes name the tools they offer: the built-in ones it names.
             builtin: self.builtin.clone().unwrap_or_else(|| match &flow {
-                Some(flow) => Builtin::ALL
+                Some(flow) => Builtin::EVERY
                     .into_iter()
                     .filter(|b| {
                         let mut registry = crate::services::llm::FunctionRegistry::default();
@@ -215,6 +260,7 @@ impl BotConfig {
             }),
             flow,
             http_tools,
+            transfer: destinations(self.transfer.as_ref())?,
             mcp,
             tool_examples: self.examples.iter().map(example).collect(),
             ..BotOptions::default()

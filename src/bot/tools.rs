@@ -1,4 +1,5 @@
-//! The built-in tools: `get_current_time`, `calculate` and the asynchronous `set_timer`.
+//! The built-in tools: `get_current_time`, `calculate`, the asynchronous `set_timer`, and
+//! the phone tools `end_call` and `transfer_call` (with [`super::call_control::CallControl`]).
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -66,6 +67,79 @@ pub fn register(registry: &mut FunctionRegistry, keep: &[Builtin]) {
     if keep.contains(&Builtin::Timer) {
         register_timer(registry);
     }
+    if keep.contains(&Builtin::EndCall) {
+        register_end_call(registry);
+    }
+}
+
+/// Registers `transfer_call` to `destinations` (name, address), when there are any.
+pub fn register_transfer(registry: &mut FunctionRegistry, destinations: &[(String, String)]) {
+    if destinations.is_empty() {
+        return;
+    }
+    let names: Vec<&str> = destinations.iter().map(|(name, _)| name.as_str()).collect();
+    let parameters = json!({
+        "type": "object",
+        "properties": {"destination": {"type": "string", "enum": names,
+            "description": "Who takes the call."}},
+        "required": ["destination"],
+    });
+    let Ok(schema) = crate::context::FunctionSchema::from_parameters(
+        super::call_control::TRANSFER_CALL,
+        "Hands the phone call to another person or department, who takes it from there. Say \
+         whom you put the caller through to in the same reply, before calling it.",
+        &parameters,
+    ) else {
+        return;
+    };
+    let known: Vec<String> = names.iter().map(|n| (*n).to_owned()).collect();
+    registry.register_with_schema(
+        schema,
+        move |params| {
+            let known = known.clone();
+            async move {
+                let asked = params.arguments["destination"].as_str().unwrap_or_default();
+                // The transfer itself follows the answer (`CallControl`); nothing is said after.
+                let result = if known.iter().any(|n| n == asked) {
+                    json!({"status": format!("transferring the call to {asked}")})
+                } else {
+                    json!({"error": format!("no destination {asked:?}: one of {known:?}")})
+                };
+                let run_llm = result.get("error").is_some();
+                params.result_callback.deliver(
+                    result,
+                    ResultProperties {
+                        run_llm: Some(run_llm),
+                        ..ResultProperties::final_result()
+                    },
+                );
+            }
+        },
+        FunctionOptions::default(),
+    );
+}
+
+/// Arguments of `end_call` (none).
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct EndCallArgs {}
+
+fn register_end_call(registry: &mut FunctionRegistry) {
+    registry.register_direct_function(
+        super::call_control::END_CALL,
+        "Ends the call (hangs up). Use it when the caller is done or asks to hang up, and say \
+         your goodbye in the same reply, before calling it.",
+        |_: EndCallArgs, params| async move {
+            // No answer after it: the goodbye was said, and the call ends behind it.
+            params.result_callback.deliver(
+                json!({"status": "the call ends after your goodbye"}),
+                ResultProperties {
+                    run_llm: Some(false),
+                    ..ResultProperties::final_result()
+                },
+            );
+        },
+        FunctionOptions::default(),
+    );
 }
 
 fn register_clock(registry: &mut FunctionRegistry) {
@@ -279,6 +353,8 @@ fn read_request(keep: &[Builtin], text: &str) -> Reading {
                 read_timer(text).is_some() || read_timer_cancel(text).is_some(),
                 TIMER,
             ),
+            // Hanging up is the model's judgement, not a request the words spell out.
+            Builtin::EndCall => (false, &[][..]),
         };
         if reads {
             return Reading::Request;

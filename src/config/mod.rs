@@ -174,7 +174,7 @@ pub struct IdleConfig {
 /// instructions_file = "concierge.md"   # or instructions = "..."
 /// greeting = "Hello, this is the front desk. How can I help?"
 /// llm = "openai,local"
-/// builtin = ["clock"]                  # the built-in tools kept: clock, calculator, timer
+/// builtin = ["clock"]                  # the built-in tools kept: clock, calculator, timer, end-call
 /// function_call_report_level = "name" # what clients see of a tool call: disabled, none, name, full
 /// record = false                       # never recorded (--record-dir); trace = false: never traced
 /// max_context_tokens = 24000           # the oldest turns leave past this
@@ -228,6 +228,9 @@ pub struct BotConfig {
     pub idle: Option<IdleConfig>,
     /// What fills the silence while a tool works: `[filler]`.
     pub filler: Option<FillerConfig>,
+    /// Where `transfer_call` may hand a phone call: `[transfer]`, a name for the model, then a
+    /// number or a `sip:` URI.
+    pub transfer: Option<BTreeMap<String, String>>,
     /// `piper` or `espeak`.
     pub voice: Option<Voice>,
     /// `smart` or `silence`.
@@ -356,11 +359,20 @@ pub enum Builtin {
     Calculator,
     /// `set_timer` (an async tool).
     Timer,
+    /// `end_call`: the bot hangs up after its goodbye. Never on by default.
+    EndCall,
 }
 
 impl Builtin {
-    /// All of them, the default.
+    /// The default: every tool that only answers.
     pub const ALL: [Builtin; 3] = [Builtin::Clock, Builtin::Calculator, Builtin::Timer];
+    /// Every built-in tool there is.
+    pub const EVERY: [Builtin; 4] = [
+        Builtin::Clock,
+        Builtin::Calculator,
+        Builtin::Timer,
+        Builtin::EndCall,
+    ];
 }
 
 /// `[[tool]]`: a tool served over HTTP.
@@ -453,6 +465,7 @@ impl BotConfig {
             greeting: self.greeting.or(lower.greeting),
             idle: self.idle.or(lower.idle),
             filler: self.filler.or(lower.filler),
+            transfer: self.transfer.or(lower.transfer),
             voice: self.voice.or(lower.voice),
             turn: self.turn.or(lower.turn),
             turn_timeout_secs: self.turn_timeout_secs.or(lower.turn_timeout_secs),
@@ -766,6 +779,24 @@ input = 1.0
         assert_eq!(bot.builtin, [Builtin::Clock]);
         assert_eq!(bot.greeting.as_deref(), Some("Hi."));
         assert!(toml::from_str::<BotConfig>("builtin = [\"weather\"]").is_err());
+        assert!(
+            error("[transfer]\nsales = \"sip:a@b;transport=tcp\"").contains("[transfer] sales")
+        );
+        assert!(error("[transfer]\n\"sales desk\" = \"2001\"").contains("a name of letters"));
+        let phone = layer(
+            "builtin = [\"end-call\"]\n[transfer]\nsales = \"sip:2001@pbx.example.com\"\n\
+             billing = \"+15551234567\"",
+        )
+        .resolve()
+        .expect("a phone bot");
+        assert_eq!(phone.builtin, [Builtin::EndCall]);
+        assert_eq!(
+            phone.transfer,
+            [
+                ("billing".to_owned(), "+15551234567".to_owned()),
+                ("sales".to_owned(), "sip:2001@pbx.example.com".to_owned())
+            ]
+        );
     }
 
     #[test]

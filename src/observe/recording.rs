@@ -398,6 +398,10 @@ impl<S: AudioSink> AudioSink for BotTap<S> {
     fn record_playback(&mut self, reference: &crate::audio::echo::EchoReference) -> bool {
         self.sink.record_playback(reference)
     }
+
+    fn phone(&mut self, action: &crate::frames::PhoneAction) -> bool {
+        self.sink.phone(action)
+    }
 }
 
 #[cfg(test)]

@@ -25,8 +25,9 @@ use super::rtvi::RtviInput;
 use super::{Admission, ApiError, App};
 use crate::audio::{alaw, mulaw};
 use crate::bot::SessionInfo;
+use crate::context::Message;
 use crate::events::Event;
-use crate::frames::AudioFrame;
+use crate::frames::{AudioFrame, DataFrame, PhoneAction};
 use crate::transports::output::AudioSink;
 use crate::transports::sip::SipError;
 use crate::transports::sip::auth::{Callers, Verdict};
@@ -631,10 +632,12 @@ async fn route_to(peer: SocketAddr) -> IpAddr {
     }
 }
 
-/// What goes to the caller's RTP: the bot's audio at 8 kHz, or an interruption.
+/// What goes to the caller's RTP: the bot's audio at 8 kHz, an interruption, or what the bot
+/// asks of the line once its words before have played.
 enum Out {
     Audio(Vec<i16>),
     Clear,
+    Phone(PhoneAction),
 }
 
 /// The bot's audio, to the call's RTP loop; past a bounded queue it is dropped.
@@ -652,6 +655,11 @@ impl AudioSink for CallSink {
 
     fn clear(&mut self) {
         let _ = self.0.try_send(Out::Clear);
+    }
+
+    fn phone(&mut self, action: &PhoneAction) -> bool {
+        let _ = self.0.try_send(Out::Phone(action.clone()));
+        true
     }
 }
 
@@ -812,6 +820,7 @@ async fn run_placed(
     let reason = match ending {
         Some(Ending::PeerHungUp) => "callee_hung_up",
         Some(Ending::HungUp) => "hung_up",
+        Some(Ending::Transferred) => "transferred",
         Some(Ending::NoAck) | None => "lost",
     };
     tracing::info!(session = %info.id, reason, "a SIP call placed ended");
@@ -880,7 +889,7 @@ async fn talk(
         tokio::select! {
             message = inbox.recv() => {
                 let Some(message) = message else { break };
-                let actions = call.receive(&message);
+                let actions = call.receive(&message, Instant::now().into_std());
                 ending = ending.or(act(&sip, peer, &actions, &mut phone.input, &phone.handle).await);
             }
             received = rtp.recv_from(&mut buffer) => {
@@ -935,6 +944,11 @@ async fn talk(
                 Some(Out::Clear) => {
                     pending.clear();
                     sender.pause(0);
+                }
+                Some(Out::Phone(PhoneAction::Transfer(to))) => {
+                    tracing::info!(session = %info.id, %to, "transferring the call");
+                    let actions = call.transfer(&to, Instant::now().into_std());
+                    ending = ending.or(act(&sip, peer, &actions, &mut phone.input, &phone.handle).await);
                 }
                 None => session_over = true,
             },
@@ -1010,6 +1024,20 @@ async fn act(
                 let _ = input.press(&key.to_string(), handle).await;
             }
             Action::Ended(why) => ending = Some(*why),
+            Action::Transferred(Ok(())) => tracing::info!("the call was handed over"),
+            Action::Transferred(Err(why)) => {
+                // The caller is still here: the bot says so and carries on.
+                tracing::info!(%why, "a transfer failed");
+                let note = Message::system(format!(
+                    "The transfer did not happen ({why}). Tell the caller, and carry on."
+                ));
+                let _ = handle
+                    .queue_frame(DataFrame::LlmMessagesAppend {
+                        messages: vec![note],
+                        run_llm: true,
+                    })
+                    .await;
+            }
             Action::Send(_) => {}
         }
     }

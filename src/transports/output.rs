@@ -220,6 +220,16 @@ impl<S: AudioSink> FrameProcessor for AudioOutput<S> {
             }
             // Whatever played last counts as finished now, before the session ends.
             FrameBody::Control(ControlFrame::End(_)) => self.stopped_speaking(cx),
+            // After the speech before it: this stage plays each frame's audio in turn.
+            FrameBody::Data(DataFrame::Phone(action)) => {
+                let carried = lock(&self.playback).sink.phone(action);
+                if !carried {
+                    tracing::warn!(
+                        ?action,
+                        "this transport has no phone line: the action is dropped"
+                    );
+                }
+            }
             _ => {}
         }
         cx.push(frame, direction);

@@ -19,6 +19,8 @@ pub enum Action {
     Send(Vec<u8>),
     /// The caller pressed a key (SIP INFO).
     Key(char),
+    /// How a transfer went: handed over (voxide's BYE follows), or why not (the call goes on).
+    Transferred(Result<(), String>),
     /// The call is over.
     Ended(Ending),
 }
@@ -32,6 +34,8 @@ pub enum Ending {
     HungUp,
     /// The caller never acknowledged the answer.
     NoAck,
+    /// The call was handed over to another party, and voxide left it.
+    Transferred,
 }
 
 /// A resend schedule: the next time, the interval, and when to give up.
@@ -64,13 +68,32 @@ enum Phase {
     Answered(Resend),
     /// Acknowledged: the call is up.
     Up,
+    /// The call is up and being handed over (RFC 3515).
+    Transferring(Referring),
     /// voxide hung up; its BYE is resent until answered.
     Leaving {
         bye: Vec<u8>,
         resend: Resend,
+        why: Ending,
     },
     Over,
 }
+
+/// A transfer under way.
+#[derive(Debug)]
+enum Referring {
+    /// The REFER is resent until the other side answers it.
+    Asking {
+        refer: Vec<u8>,
+        cseq: u32,
+        resend: Resend,
+    },
+    /// Accepted: the other side calls the new party, and its NOTIFYs tell how that goes.
+    Accepted { give_up: Instant },
+}
+
+/// How long an accepted transfer may take to say how it went.
+const TRANSFER_GIVE_UP: Duration = Duration::from_secs(120);
 
 /// Which side placed the call, and what it sends again when the other side repeats itself.
 #[derive(Debug)]
@@ -196,7 +219,7 @@ pub struct Call {
 }
 
 /// What voxide's Allow header lists.
-pub(super) const ALLOW: &str = "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO";
+pub(super) const ALLOW: &str = "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO, NOTIFY";
 
 impl Call {
     /// Answers `invite` with the SDP `answer`, as `local` (`host:port`) with dialog tag
@@ -258,9 +281,12 @@ impl Call {
     /// When [`Call::poll`] has something to do.
     pub fn deadline(&self) -> Option<Instant> {
         match &self.phase {
-            Phase::Answered(resend) | Phase::Leaving { resend, .. } => {
+            Phase::Answered(resend)
+            | Phase::Leaving { resend, .. }
+            | Phase::Transferring(Referring::Asking { resend, .. }) => {
                 Some(resend.at.min(resend.give_up))
             }
+            Phase::Transferring(Referring::Accepted { give_up }) => Some(*give_up),
             Phase::Up | Phase::Over => None,
         }
     }
@@ -282,30 +308,58 @@ impl Call {
                     Side::Placed { .. } => Vec::new(),
                 }
             }
-            Phase::Leaving { resend, .. } if now >= resend.give_up => {
+            Phase::Leaving { resend, why, .. } if now >= resend.give_up => {
+                let why = *why;
                 self.phase = Phase::Over;
-                vec![Action::Ended(Ending::HungUp)]
+                vec![Action::Ended(why)]
             }
-            Phase::Leaving { bye, resend } if now >= resend.at => {
+            Phase::Leaving { bye, resend, .. } if now >= resend.at => {
                 resend.next();
                 vec![Action::Send(bye.clone())]
+            }
+            Phase::Transferring(Referring::Asking { resend, .. }) if now >= resend.give_up => {
+                self.transfer_failed("the other side did not answer the REFER".into())
+            }
+            Phase::Transferring(Referring::Asking { refer, resend, .. }) if now >= resend.at => {
+                resend.next();
+                vec![Action::Send(refer.clone())]
+            }
+            Phase::Transferring(Referring::Accepted { give_up }) if now >= *give_up => {
+                self.transfer_failed("the transfer never said how it went".into())
             }
             _ => Vec::new(),
         }
     }
 
-    /// A message of this call from the other side.
-    pub fn receive(&mut self, message: &SipMessage) -> Vec<Action> {
+    /// A message of this call from the other side, at `now`.
+    pub fn receive(&mut self, message: &SipMessage, now: Instant) -> Vec<Action> {
         let method = match &message.start {
             StartLine::Response { status, .. } => {
                 let cseq = message.cseq();
                 // The answer to voxide's BYE ends the call.
-                if *status >= 200
+                if let Phase::Leaving { why, .. } = self.phase
+                    && *status >= 200
                     && cseq.is_some_and(|(_, m)| m == "BYE")
-                    && matches!(self.phase, Phase::Leaving { .. })
                 {
                     self.phase = Phase::Over;
-                    return vec![Action::Ended(Ending::HungUp)];
+                    return vec![Action::Ended(why)];
+                }
+                // The answer to voxide's REFER: accepted, or the call goes on.
+                if let Phase::Transferring(Referring::Asking { cseq: asked, .. }) = self.phase
+                    && *status >= 200
+                    && cseq == Some((asked, "REFER"))
+                {
+                    if *status < 300 {
+                        self.phase = Phase::Transferring(Referring::Accepted {
+                            give_up: now + TRANSFER_GIVE_UP,
+                        });
+                        return Vec::new();
+                    }
+                    let reason = match &message.start {
+                        StartLine::Response { reason, .. } => reason.as_str(),
+                        StartLine::Request { .. } => "",
+                    };
+                    return self.transfer_failed(format!("{status} {reason}"));
                 }
                 // The callee's 200 OK again: the ACK was lost (§13.2.2.4).
                 if let Side::Placed { ack } = &self.side
@@ -360,6 +414,21 @@ impl Call {
                 actions.extend(info_key(message).map(Action::Key));
                 actions
             }
+            // How the transfer goes (RFC 3515 §2.4.5): the new call's status line as a sipfrag.
+            "NOTIFY" => {
+                let mut actions = vec![reply(200, "OK")];
+                if matches!(self.phase, Phase::Transferring(_))
+                    && let Some((status, reason)) = sipfrag_status(&message.body)
+                {
+                    if (200..300).contains(&status) {
+                        actions.push(Action::Transferred(Ok(())));
+                        actions.extend(self.leave(now, Ending::Transferred));
+                    } else if status >= 300 {
+                        actions.extend(self.transfer_failed(format!("{status} {reason}")));
+                    }
+                }
+                actions
+            }
             _ => vec![Action::Send(
                 message
                     .response(501, "Not Implemented", Some(&tag))
@@ -371,6 +440,10 @@ impl Call {
 
     /// voxide hangs up: its BYE (resent until answered). Nothing once the call is over.
     pub fn hang_up(&mut self, now: Instant) -> Vec<Action> {
+        self.leave(now, Ending::HungUp)
+    }
+
+    fn leave(&mut self, now: Instant, why: Ending) -> Vec<Action> {
         if matches!(self.phase, Phase::Over | Phase::Leaving { .. }) {
             return Vec::new();
         }
@@ -380,8 +453,48 @@ impl Call {
         self.phase = Phase::Leaving {
             bye: bye.clone(),
             resend: Resend::new(now),
+            why,
         };
         vec![Action::Send(bye)]
+    }
+
+    /// Hands the call to `to` (a `sip:` URI, or a number for the other side to route): a
+    /// REFER within the dialog (RFC 3515), a blind transfer. Once the new call is up voxide
+    /// leaves this one; if it fails, the call goes on. Only while the call is up.
+    pub fn transfer(&mut self, to: &str, now: Instant) -> Vec<Action> {
+        if !matches!(self.phase, Phase::Up) {
+            return vec![Action::Transferred(Err(
+                "the call is not up, or a transfer is under way".into(),
+            ))];
+        }
+        let target = if to.starts_with("sip:") {
+            to.to_owned()
+        } else {
+            // A number: the party that carries the call routes it.
+            let host = self.dialog.target.split_once('@').map_or("", |(_, h)| h);
+            let host = host.split(';').next().unwrap_or(host);
+            format!("sip:{to}@{host}")
+        };
+        let local = format!("<sip:voxide@{}>", self.dialog.local);
+        let refer = self
+            .dialog
+            .next("REFER")
+            .with("Refer-To", format!("<{target}>"))
+            .with("Referred-By", local.clone())
+            .with("Contact", local)
+            .render();
+        self.phase = Phase::Transferring(Referring::Asking {
+            refer: refer.clone(),
+            cseq: self.dialog.cseq,
+            resend: Resend::new(now),
+        });
+        vec![Action::Send(refer)]
+    }
+
+    /// A transfer that did not happen: the call goes on.
+    fn transfer_failed(&mut self, why: String) -> Vec<Action> {
+        self.phase = Phase::Up;
+        vec![Action::Transferred(Err(why))]
     }
 }
 
@@ -391,6 +504,17 @@ pub fn uri_of(value: &str) -> &str {
         (Some(open), Some(close)) if open < close => &value[open + 1..close],
         _ => value.split(';').next().unwrap_or(value).trim(),
     }
+}
+
+/// The status of a `message/sipfrag` body's status line (`SIP/2.0 200 OK`).
+fn sipfrag_status(body: &[u8]) -> Option<(u16, String)> {
+    let line = std::str::from_utf8(body).ok()?.lines().next()?;
+    let mut parts = line.trim().splitn(3, ' ');
+    if parts.next()? != "SIP/2.0" {
+        return None;
+    }
+    let status = parts.next()?.parse().ok()?;
+    Some((status, parts.next().unwrap_or_default().to_owned()))
 }
 
 /// A key in a SIP INFO body: `application/dtmf-relay` (`Signal=5`) or `application/dtmf` (`5`).
@@ -494,7 +618,7 @@ mod tests {
             }
         }
         assert_eq!(resent, [500, 1_500, 3_500]);
-        call.receive(&request("ACK", 1, "", ""));
+        call.receive(&request("ACK", 1, "", ""), t0);
         assert_eq!(call.deadline(), None);
         assert!(call.poll(t0 + Duration::from_secs(60)).is_empty());
     }
@@ -514,12 +638,12 @@ mod tests {
     fn the_callers_bye_ends_the_call_and_is_answered_even_twice() {
         let t0 = Instant::now();
         let (mut call, _) = answered(t0);
-        call.receive(&request("ACK", 1, "", ""));
+        call.receive(&request("ACK", 1, "", ""), t0);
         let bye = request("BYE", 2, "", "");
-        let actions = call.receive(&bye);
+        let actions = call.receive(&bye, t0);
         assert_eq!(status(&sent(&actions)[0]), 200);
         assert_eq!(actions.last(), Some(&Action::Ended(Ending::PeerHungUp)));
-        let again = call.receive(&bye);
+        let again = call.receive(&bye, t0);
         assert_eq!(status(&sent(&again)[0]), 200);
         assert_eq!(again.len(), 1, "ended once");
     }
@@ -528,7 +652,7 @@ mod tests {
     fn voxides_bye_goes_to_the_callers_contact_with_the_tags_swapped() {
         let t0 = Instant::now();
         let (mut call, _) = answered(t0);
-        call.receive(&request("ACK", 1, "", ""));
+        call.receive(&request("ACK", 1, "", ""), t0);
         let bye = &sent(&call.hang_up(t0))[0];
         assert_eq!(
             bye.start,
@@ -545,7 +669,7 @@ mod tests {
         let ok =
             SipMessage::parse(b"SIP/2.0 200 OK\r\nCall-ID: 1-42@127.0.0.1\r\nCSeq: 1 BYE\r\n\r\n")
                 .expect("200");
-        assert_eq!(call.receive(&ok), [Action::Ended(Ending::HungUp)]);
+        assert_eq!(call.receive(&ok, t0), [Action::Ended(Ending::HungUp)]);
         assert!(call.hang_up(t0).is_empty());
     }
 
@@ -554,38 +678,100 @@ mod tests {
         let t0 = Instant::now();
         let (mut call, _) = answered(t0);
         assert_eq!(
-            status(&sent(&call.receive(&invite()))[0]),
+            status(&sent(&call.receive(&invite(), t0))[0]),
             200,
             "a resent INVITE"
         );
-        call.receive(&request("ACK", 1, "", ""));
-        let reinvite = call.receive(&request("INVITE", 3, "", ""));
+        call.receive(&request("ACK", 1, "", ""), t0);
+        let reinvite = call.receive(&request("INVITE", 3, "", ""), t0);
         assert_eq!(
             sent(&reinvite)[0].body,
             b"v=0\r\n",
             "the same audio goes on"
         );
         let relay = "Content-Type: application/dtmf-relay\r\n";
-        let actions = call.receive(&request("INFO", 4, relay, "Signal=5\r\nDuration=160\r\n"));
+        let actions = call.receive(
+            &request("INFO", 4, relay, "Signal=5\r\nDuration=160\r\n"),
+            t0,
+        );
         assert_eq!(status(&sent(&actions)[0]), 200);
         assert_eq!(actions.last(), Some(&Action::Key('5')));
         let plain = "Content-Type: application/dtmf\r\n";
         assert_eq!(
-            call.receive(&request("INFO", 5, plain, "11")).last(),
+            call.receive(&request("INFO", 5, plain, "11"), t0).last(),
             Some(&Action::Key('#'))
         );
         assert_eq!(
-            call.receive(&request("INFO", 6, relay, "Signal=x")).len(),
+            call.receive(&request("INFO", 6, relay, "Signal=x"), t0)
+                .len(),
             1
         );
         assert_eq!(
-            status(&sent(&call.receive(&request("OPTIONS", 7, "", "")))[0]),
+            status(&sent(&call.receive(&request("OPTIONS", 7, "", ""), t0))[0]),
             200
         );
         assert_eq!(
-            status(&sent(&call.receive(&request("SUBSCRIBE", 8, "", "")))[0]),
+            status(&sent(&call.receive(&request("SUBSCRIBE", 8, "", ""), t0))[0]),
             501
         );
+    }
+
+    #[test]
+    fn a_transfer_refers_the_caller_and_leaves_once_the_new_call_is_up() {
+        let t0 = Instant::now();
+        let (mut call, _) = answered(t0);
+        call.receive(&request("ACK", 1, "", ""), t0);
+        let refer = sent(&call.transfer("2001", t0)).remove(0);
+        assert_eq!(refer.method(), Some("REFER"));
+        assert_eq!(
+            refer.header("Refer-To"),
+            Some("<sip:2001@127.0.0.1:5091>"),
+            "a number, routed by the party that carries the call"
+        );
+        assert_eq!(refer.cseq(), Some((1, "REFER")));
+        // Resent until answered.
+        assert_eq!(sent(&call.poll(t0 + T1)).len(), 1);
+        let accepted = SipMessage::parse(&refer.response(202, "Accepted", Some("caller")).render())
+            .expect("202");
+        assert!(call.receive(&accepted, t0).is_empty());
+        let sipfrag = "Content-Type: message/sipfrag\r\nEvent: refer\r\n";
+        let trying = call.receive(&request("NOTIFY", 2, sipfrag, "SIP/2.0 100 Trying\r\n"), t0);
+        assert_eq!(trying.len(), 1, "answered, nothing else: {trying:?}");
+        let up = call.receive(&request("NOTIFY", 3, sipfrag, "SIP/2.0 200 OK\r\n"), t0);
+        assert_eq!(status(&sent(&up)[0]), 200);
+        assert!(up.contains(&Action::Transferred(Ok(()))));
+        let bye = sent(&up).remove(1);
+        assert_eq!(bye.method(), Some("BYE"));
+        let ok = SipMessage::parse(&bye.response(200, "OK", None).render()).expect("200");
+        assert_eq!(call.receive(&ok, t0), [Action::Ended(Ending::Transferred)]);
+    }
+
+    #[test]
+    fn a_refused_or_failed_transfer_leaves_the_call_up() {
+        let t0 = Instant::now();
+        let (mut call, _) = answered(t0);
+        call.receive(&request("ACK", 1, "", ""), t0);
+        let refer = sent(&call.transfer("sip:sales@10.0.0.5", t0)).remove(0);
+        assert_eq!(refer.header("Refer-To"), Some("<sip:sales@10.0.0.5>"));
+        let refused =
+            SipMessage::parse(&refer.response(603, "Decline", None).render()).expect("603");
+        assert_eq!(
+            call.receive(&refused, t0),
+            [Action::Transferred(Err("603 Decline".into()))]
+        );
+        // Up again: a second try, accepted, whose new call is busy.
+        let refer = sent(&call.transfer("2001", t0)).remove(0);
+        let accepted =
+            SipMessage::parse(&refer.response(202, "Accepted", None).render()).expect("202");
+        call.receive(&accepted, t0);
+        let sipfrag = "Content-Type: message/sipfrag\r\n";
+        let busy = call.receive(&request("NOTIFY", 2, sipfrag, "SIP/2.0 486 Busy Here"), t0);
+        assert_eq!(
+            busy.last(),
+            Some(&Action::Transferred(Err("486 Busy Here".into())))
+        );
+        assert!(!call.over());
+        assert_eq!(call.deadline(), None, "up, waiting on nothing");
     }
 
     #[test]

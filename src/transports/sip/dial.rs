@@ -440,7 +440,7 @@ mod tests {
         assert_eq!(sdp, b"v=1\r\n");
         assert!(dialer.over());
         // The 200 OK again: its ACK was lost, and is sent again.
-        let again = call.receive(&ok);
+        let again = call.receive(&ok, t0);
         assert!(
             matches!(&again[..], [Action::Send(bytes)] if SipMessage::parse(bytes).expect("ACK").method() == Some("ACK"))
         );

@@ -142,7 +142,8 @@ impl Frame {
                 | DataFrame::TtsGuess { .. }
                 | DataFrame::LlmSetTools(_)
                 | DataFrame::LlmRun
-                | DataFrame::TransportMessage(_) => false,
+                | DataFrame::TransportMessage(_)
+                | DataFrame::Phone(_) => false,
             },
         }
     }
@@ -432,6 +433,16 @@ pub enum DataFrame {
     FunctionCallResult(Box<FunctionCallResult>),
     /// A message for the transport's peer (e.g. RTVI over a data channel).
     TransportMessage(Box<Value>),
+    /// What the bot asks of the phone line it talks on, carried out by the output once the
+    /// speech before it has played.
+    Phone(PhoneAction),
+}
+
+/// What the bot asks of a phone line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PhoneAction {
+    /// Hand the call to this number or SIP URI (a blind transfer: SIP's REFER).
+    Transfer(String),
 }
 
 impl DataFrame {
@@ -454,6 +465,7 @@ impl DataFrame {
             DataFrame::LlmRun => "llm_run",
             DataFrame::FunctionCallResult(_) => "function_call_result",
             DataFrame::TransportMessage(_) => "transport_message",
+            DataFrame::Phone(_) => "phone",
         }
     }
 }

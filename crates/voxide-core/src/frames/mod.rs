@@ -18,8 +18,8 @@ pub use audio::AudioFrame;
 pub use frame::{
     CancelReason, ControlFrame, DataFrame, EndFrame, ErrorFrame, Frame, FrameBody, FrameCategory,
     FrameId, FunctionCallCancel, FunctionCallInProgress, FunctionCallRequest, FunctionCallResult,
-    FunctionCallResultProperties, LlmResponseSummary, OnContextUpdated, ResultKind, StartFrame,
-    StartParams, SystemFrame, Transcription, TtsText, WordTiming,
+    FunctionCallResultProperties, LlmResponseSummary, OnContextUpdated, PhoneAction, ResultKind,
+    StartFrame, StartParams, SystemFrame, Transcription, TtsText, WordTiming,
 };
 pub use metrics::{MetricsData, WastedGuess};
 pub use resources::AppResources;
