@@ -402,6 +402,54 @@ async fn end_call_ends_the_session_behind_the_goodbye_and_the_model_says_nothing
 }
 
 #[tokio::test(start_paused = true)]
+async fn send_dtmf_presses_the_keys_behind_the_answer_and_bad_keys_are_the_models_to_fix() {
+    let llm = ScriptedLlm::new(vec![
+        vec![
+            say("Choosing billing."),
+            call("c1", "send_dtmf", json!({"keys": "2 #"})),
+        ],
+        vec![call("c2", "send_dtmf", json!({"keys": "call me"}))],
+        vec![say("Those were not keys.")],
+    ]);
+    let mut service = LlmService::new(llm.clone());
+    voxide::bot::tools::register(service.functions(), &[voxide::bot::Builtin::SendDtmf]);
+    let context = ContextHandle::new(LlmContext::new(vec![
+        Message::system("You navigate phone menus."),
+        Message::user("For billing, press 2, then the pound key."),
+    ]));
+    let mut bot = Bot::start_in(
+        Pipeline::new()
+            .then(service)
+            .then(CallControl::new(Vec::new())),
+        context,
+        AppResources::default(),
+    );
+    bot.run_llm().await;
+    // The keys go to the line once the answer's words have gone; the model is not run again.
+    let mut seen = Vec::new();
+    let pressed = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(name) = bot.frames.recv().await {
+            let phone = name == "phone";
+            seen.push(name);
+            if phone {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(pressed.is_ok(), "the keys were sent: {seen:?}");
+    let words = seen.iter().position(|n| n == "llm_text");
+    let end = seen.iter().position(|n| n == "llm_full_response_end");
+    assert!(words < end && end < Some(seen.len() - 1), "{seen:?}");
+    assert_eq!(llm.runs(), 1);
+    // Keys that are not keys come back as an error, and the model answers it.
+    bot.user_says("Now say something else.", 2).await;
+    let (_, errors) = bot.stop().await;
+    assert_eq!(errors, Vec::<String>::new());
+    assert_eq!(llm.runs(), 3);
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_fast_tool_gets_no_filler() {
     let mut bot = waiting_bot(Duration::from_millis(300), &["One moment."]);
     bot.run_llm().await;

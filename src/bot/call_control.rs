@@ -5,6 +5,8 @@
 //! - `end_call`: an `EndFrame`; the session ends (on a phone line, voxide's BYE).
 //! - `transfer_call`: a `PhoneAction::Transfer` to one of the bot file's `[transfer]`
 //!   destinations, by name; the phone line hands the call over (SIP's REFER).
+//! - `send_dtmf`: a `PhoneAction::SendKeys`; the phone line presses them (RFC 4733 events, or
+//!   the keypad's tones in the audio).
 //!
 //! A user who interrupts those words keeps the call: they had more to say.
 
@@ -18,12 +20,14 @@ use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
 pub const END_CALL: &str = "end_call";
 /// The tool that hands the call over.
 pub const TRANSFER_CALL: &str = "transfer_call";
+/// The tool that presses keys.
+pub const SEND_DTMF: &str = "send_dtmf";
 
 /// What the stage does once the answer has streamed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Act {
     End,
-    Transfer(String),
+    Phone(PhoneAction),
 }
 
 /// The stage, after the LLM.
@@ -56,7 +60,18 @@ impl CallControl {
             TRANSFER_CALL => {
                 let name = result.arguments.get("destination")?.as_str()?;
                 let (_, to) = self.destinations.iter().find(|(n, _)| n == name)?;
-                Some(Act::Transfer(to.clone()))
+                Some(Act::Phone(PhoneAction::Transfer(to.clone())))
+            }
+            // The tool refused bad keys with an error; pressed ones it reports as a status.
+            SEND_DTMF
+                if result
+                    .result
+                    .as_ref()
+                    .is_some_and(|r| r.get("status").is_some()) =>
+            {
+                let keys = result.arguments.get("keys")?.as_str()?;
+                let keys = keys.chars().filter(|c| !c.is_whitespace()).collect();
+                Some(Act::Phone(PhoneAction::SendKeys(keys)))
             }
             _ => None,
         }
@@ -106,9 +121,8 @@ impl FrameProcessor for CallControl {
                 };
                 cx.push(ControlFrame::End(end).into(), Direction::Downstream);
             }
-            Some(Act::Transfer(to)) => {
-                let action = DataFrame::Phone(PhoneAction::Transfer(to));
-                cx.push(action.into(), Direction::Downstream);
+            Some(Act::Phone(action)) => {
+                cx.push(DataFrame::Phone(action).into(), Direction::Downstream);
             }
             None => {}
         }

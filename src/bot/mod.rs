@@ -659,8 +659,8 @@ pub fn build<S: AudioSink>(
     if let Some(idle) = &options.idle {
         pipeline = pipeline.then(UserIdle::new(idle.clone()));
     }
-    if options.builtin.contains(&Builtin::EndCall) || !options.transfer.is_empty() {
-        pipeline = pipeline.then(call_control::CallControl::new(options.transfer.clone()));
+    if let Some(stage) = phone_tools(options) {
+        pipeline = pipeline.then(stage);
     }
     let pipeline = pipeline
         .then(TtsService::new(voice))
@@ -750,8 +750,8 @@ fn realtime<P: RealtimeProtocol, S: AudioSink>(
     if let Some(flow) = &flow {
         pipeline = pipeline.then(flow.stage(context.clone()));
     }
-    if options.builtin.contains(&Builtin::EndCall) || !options.transfer.is_empty() {
-        pipeline = pipeline.then(call_control::CallControl::new(options.transfer.clone()));
+    if let Some(stage) = phone_tools(options) {
+        pipeline = pipeline.then(stage);
     }
     let pipeline = pipeline
         .then(AudioOutput::new(sink, output))
@@ -763,6 +763,16 @@ fn realtime<P: RealtimeProtocol, S: AudioSink>(
         resources: AppResources::default(),
         report_level: options.function_call_report_level,
     }
+}
+
+/// The stage that carries out the phone tools, when the bot has any.
+fn phone_tools(options: &BotOptions) -> Option<call_control::CallControl> {
+    let any = options
+        .builtin
+        .iter()
+        .any(|b| matches!(b, Builtin::EndCall | Builtin::SendDtmf))
+        || !options.transfer.is_empty();
+    any.then(|| call_control::CallControl::new(options.transfer.clone()))
 }
 
 /// Says the bot's greeting as the session starts, as a response of its own: the TTS speaks it

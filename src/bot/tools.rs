@@ -70,6 +70,48 @@ pub fn register(registry: &mut FunctionRegistry, keep: &[Builtin]) {
     if keep.contains(&Builtin::EndCall) {
         register_end_call(registry);
     }
+    if keep.contains(&Builtin::SendDtmf) {
+        register_send_dtmf(registry);
+    }
+}
+
+/// The most keys one `send_dtmf` presses.
+pub const MAX_KEYS: usize = 32;
+
+/// Arguments of `send_dtmf`.
+#[derive(Debug, Deserialize, JsonSchema)]
+pub struct SendDtmfArgs {
+    /// The keys to press, in order: digits, `*` and `#` (e.g. `2` or `1234#`).
+    pub keys: String,
+}
+
+fn register_send_dtmf(registry: &mut FunctionRegistry) {
+    registry.register_direct_function(
+        super::call_control::SEND_DTMF,
+        "Presses keys on the phone's keypad, to choose in a phone menu or enter a number. The \
+         keys are sent once your reply has been spoken.",
+        |args: SendDtmfArgs, params| async move {
+            let keys: String = args.keys.chars().filter(|c| !c.is_whitespace()).collect();
+            let bad = keys.is_empty()
+                || keys.chars().count() > MAX_KEYS
+                || !keys.chars().all(crate::transports::dtmf::is_key);
+            // Sent behind the answer (`CallControl`); the model speaks again when the menu does.
+            let (result, run_llm) = if bad {
+                let error = format!("keys: 1 to {MAX_KEYS} of 0-9, * and #");
+                (json!({"error": error}), true)
+            } else {
+                (json!({"status": format!("pressing {keys}")}), false)
+            };
+            params.result_callback.deliver(
+                result,
+                ResultProperties {
+                    run_llm: Some(run_llm),
+                    ..ResultProperties::final_result()
+                },
+            );
+        },
+        FunctionOptions::default(),
+    );
 }
 
 /// Registers `transfer_call` to `destinations` (name, address), when there are any.
@@ -353,8 +395,9 @@ fn read_request(keep: &[Builtin], text: &str) -> Reading {
                 read_timer(text).is_some() || read_timer_cancel(text).is_some(),
                 TIMER,
             ),
-            // Hanging up is the model's judgement, not a request the words spell out.
-            Builtin::EndCall => (false, &[][..]),
+            // Hanging up and pressing keys are the model's judgement, not requests the words
+            // spell out.
+            Builtin::EndCall | Builtin::SendDtmf => (false, &[][..]),
         };
         if reads {
             return Reading::Request;

@@ -174,7 +174,7 @@ pub struct IdleConfig {
 /// instructions_file = "concierge.md"   # or instructions = "..."
 /// greeting = "Hello, this is the front desk. How can I help?"
 /// llm = "openai,local"
-/// builtin = ["clock"]                  # the built-in tools kept: clock, calculator, timer, end-call
+/// builtin = ["clock"]                  # built-in tools: clock, calculator, timer, end-call, send-dtmf
 /// function_call_report_level = "name" # what clients see of a tool call: disabled, none, name, full
 /// record = false                       # never recorded (--record-dir); trace = false: never traced
 /// max_context_tokens = 24000           # the oldest turns leave past this
@@ -361,17 +361,20 @@ pub enum Builtin {
     Timer,
     /// `end_call`: the bot hangs up after its goodbye. Never on by default.
     EndCall,
+    /// `send_dtmf`: the bot presses keys, to steer a phone menu. Never on by default.
+    SendDtmf,
 }
 
 impl Builtin {
     /// The default: every tool that only answers.
     pub const ALL: [Builtin; 3] = [Builtin::Clock, Builtin::Calculator, Builtin::Timer];
     /// Every built-in tool there is.
-    pub const EVERY: [Builtin; 4] = [
+    pub const EVERY: [Builtin; 5] = [
         Builtin::Clock,
         Builtin::Calculator,
         Builtin::Timer,
         Builtin::EndCall,
+        Builtin::SendDtmf,
     ];
 }
 

@@ -875,6 +875,8 @@ async fn talk(
     let mut keys = Keys::default();
     let mut last_sequence = None;
     let mut pending: Vec<i16> = Vec::new();
+    // Keys the bot presses, as packets ready to go, one on each tick of the timeline.
+    let mut pressing: std::collections::VecDeque<Vec<u8>> = std::collections::VecDeque::new();
     let mut buffer = vec![0u8; 2_048];
     let mut ending = None;
     let mut session_over = false;
@@ -919,6 +921,9 @@ async fn talk(
                 }
             }
             _ = timeline.tick() => {
+                if let Some(packet) = pressing.pop_front() {
+                    let _ = rtp.send_to(&packet, remote).await;
+                }
                 if heard_at.elapsed() >= RTP_TIMEOUT {
                     tracing::info!(session = %info.id, "no audio from the other side for a minute: hanging up");
                     session_over = true;
@@ -934,16 +939,27 @@ async fn talk(
                     pending.extend_from_slice(&samples);
                     let whole = pending.len() / PACKET_SAMPLES * PACKET_SAMPLES;
                     for frame in pending.drain(..whole).collect::<Vec<_>>().chunks(PACKET_SAMPLES) {
-                        let payload: Vec<u8> = match chosen.codec {
-                            Codec::Pcmu => frame.iter().map(|s| mulaw::encode(*s)).collect(),
-                            Codec::Pcma => frame.iter().map(|s| alaw::encode(*s)).collect(),
-                        };
+                        let payload = encode(chosen.codec, frame);
                         let _ = rtp.send_to(&sender.packet(&payload, PACKET_SAMPLES as u32), remote).await;
                     }
                 }
                 Some(Out::Clear) => {
                     pending.clear();
                     sender.pause(0);
+                }
+                Some(Out::Phone(PhoneAction::SendKeys(keys))) => {
+                    tracing::info!(session = %info.id, %keys, "pressing keys");
+                    match chosen.events {
+                        Some(events) => pressing.extend(sender.keys(events, &keys)),
+                        // No telephone-events on this call: the keypad's tones, in the audio.
+                        None => {
+                            let tones = crate::transports::dtmf::tones(&keys, RATE);
+                            pressing.extend(tones.chunks(PACKET_SAMPLES).map(|frame| {
+                                let payload = encode(chosen.codec, frame);
+                                sender.packet(&payload, PACKET_SAMPLES as u32)
+                            }));
+                        }
+                    }
                 }
                 Some(Out::Phone(PhoneAction::Transfer(to))) => {
                     tracing::info!(session = %info.id, %to, "transferring the call");
@@ -989,6 +1005,14 @@ async fn talk(
     }
     phone.end().await;
     ending
+}
+
+/// G.711 bytes of `samples`.
+fn encode(codec: Codec, samples: &[i16]) -> Vec<u8> {
+    match codec {
+        Codec::Pcmu => samples.iter().map(|s| mulaw::encode(*s)).collect(),
+        Codec::Pcma => samples.iter().map(|s| alaw::encode(*s)).collect(),
+    }
 }
 
 /// Sends what dialing has to send.

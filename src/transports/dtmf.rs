@@ -66,9 +66,66 @@ impl KeypadEntry {
     }
 }
 
+/// A key's two frequencies (ITU-T Q.23): its row's and its column's.
+fn frequencies(key: char) -> Option<(f32, f32)> {
+    const ROWS: [f32; 4] = [697.0, 770.0, 852.0, 941.0];
+    const COLUMNS: [f32; 3] = [1209.0, 1336.0, 1477.0];
+    let at = "123456789*0#".find(key)?;
+    Some((ROWS[at / 3], COLUMNS[at % 3]))
+}
+
+/// Keys pressed as a phone's keypad sounds them, for a line that carries no telephone-events:
+/// each key's two tones for 100 ms, then 60 ms of silence, at `rate`. Keys that are not keypad
+/// keys are skipped.
+pub fn tones(keys: &str, rate: u32) -> Vec<i16> {
+    let held = rate as usize / 10;
+    let gap = rate as usize * 6 / 100;
+    let mut out = Vec::new();
+    for (low, high) in keys.chars().filter_map(frequencies) {
+        let step = std::f32::consts::TAU / rate as f32;
+        out.extend((0..held).map(|n| {
+            let t = n as f32 * step;
+            // Each tone near -10 dBm0, the sum well inside full scale.
+            (7_000.0 * ((low * t).sin() + (high * t).sin())) as i16
+        }));
+        out.resize(out.len() + gap, 0);
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The power of `frequency` in `samples` (Goertzel).
+    fn power(samples: &[i16], frequency: f32, rate: u32) -> f32 {
+        let coefficient = 2.0 * (std::f32::consts::TAU * frequency / rate as f32).cos();
+        let (mut s1, mut s2) = (0.0f32, 0.0f32);
+        for &x in samples {
+            let s0 = f32::from(x) + coefficient * s1 - s2;
+            s2 = s1;
+            s1 = s0;
+        }
+        s1 * s1 + s2 * s2 - coefficient * s1 * s2
+    }
+
+    #[test]
+    fn a_keys_tones_are_its_row_and_column_and_nothing_between() {
+        let tones = tones("5#z", 8_000);
+        assert_eq!(tones.len(), 2 * (800 + 480), "two keys; z is none");
+        let five = &tones[..800];
+        let strongest = [697.0, 770.0, 852.0, 941.0, 1209.0, 1336.0, 1477.0]
+            .map(|f| (power(five, f, 8_000), f));
+        let mut ranked = strongest.to_vec();
+        ranked.sort_by(|a, b| b.0.total_cmp(&a.0));
+        let top: Vec<f32> = ranked[..2].iter().map(|(_, f)| *f).collect();
+        assert!(top.contains(&770.0) && top.contains(&1336.0), "{ranked:?}");
+        assert!(ranked[1].0 > 100.0 * ranked[2].0, "{ranked:?}");
+        assert!(
+            tones[800..1_280].iter().all(|s| *s == 0),
+            "a gap after each key"
+        );
+    }
 
     #[test]
     fn an_entry_ends_at_the_pound_key_or_after_the_idle_time() {

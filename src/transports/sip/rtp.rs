@@ -101,11 +101,78 @@ impl Sender {
         bytes
     }
 
+    /// RFC 4733 packets pressing `keys` as telephone-events of payload type `events`, to send
+    /// one every 20 ms: each key held [`KEY_SAMPLES`], its end sent three times, the next key
+    /// [`KEY_GAP_SAMPLES`] after. The stream's clock moves on past them; keys that are not
+    /// keypad keys are skipped.
+    pub fn keys(&mut self, events: u8, keys: &str) -> Vec<Vec<u8>> {
+        let mut packets = Vec::new();
+        for key in keys.chars() {
+            let Some(event) = event_code(key) else {
+                continue;
+            };
+            let start = self.timestamp;
+            let mut duration = 0u32;
+            let mut first = true;
+            while duration < KEY_SAMPLES {
+                duration += PACKET_SAMPLES;
+                packets.push(self.event(events, start, [event, VOLUME, 0, 0], duration, first));
+                first = false;
+            }
+            for _ in 0..3 {
+                let end = [event, 0x80 | VOLUME, 0, 0];
+                packets.push(self.event(events, start, end, duration, false));
+            }
+            self.timestamp = start.wrapping_add(KEY_SAMPLES + KEY_GAP_SAMPLES);
+        }
+        self.marker = true;
+        packets
+    }
+
+    fn event(
+        &mut self,
+        events: u8,
+        timestamp: u32,
+        mut payload: [u8; 4],
+        duration: u32,
+        marker: bool,
+    ) -> Vec<u8> {
+        payload[2..].copy_from_slice(&(duration as u16).to_be_bytes());
+        let mut bytes = Vec::with_capacity(16);
+        bytes.push(0x80);
+        bytes.push(events | if marker { 0x80 } else { 0 });
+        bytes.extend_from_slice(&self.sequence.to_be_bytes());
+        bytes.extend_from_slice(&timestamp.to_be_bytes());
+        bytes.extend_from_slice(&self.ssrc.to_be_bytes());
+        bytes.extend_from_slice(&payload);
+        self.sequence = self.sequence.wrapping_add(1);
+        bytes
+    }
+
     /// The sender paused (the bot stopped speaking): the clock moves on by `samples`, and the
     /// next packet is marked as a talkspurt's first.
     pub fn pause(&mut self, samples: u32) {
         self.timestamp = self.timestamp.wrapping_add(samples);
         self.marker = true;
+    }
+}
+
+/// How long a key voxide presses is held: 100 ms at 8 kHz.
+pub const KEY_SAMPLES: u32 = 800;
+/// The silence after a key voxide presses: 60 ms.
+pub const KEY_GAP_SAMPLES: u32 = 480;
+/// The samples of a packet's 20 ms.
+const PACKET_SAMPLES: u32 = 160;
+/// The events' volume: -10 dBm0.
+const VOLUME: u8 = 10;
+
+/// A keypad key's RFC 4733 event code.
+fn event_code(key: char) -> Option<u8> {
+    match key {
+        '0'..='9' => Some(key as u8 - b'0'),
+        '*' => Some(10),
+        '#' => Some(11),
+        _ => None,
     }
 }
 
@@ -207,6 +274,38 @@ mod tests {
         .filter_map(|bytes| keys.take(&Packet::parse(bytes).expect("event")))
         .collect();
         assert_eq!(heard, ['1', '#']);
+    }
+
+    #[test]
+    fn keys_pressed_are_heard_back_once_each_in_order_and_the_audio_resumes_past_them() {
+        let mut sender = Sender::new(0, 7, 1_000);
+        let packets = sender.keys(101, "1*9#x");
+        // Five packets a key as it is held, three ends; the stray `x` is skipped.
+        assert_eq!(packets.len(), 4 * 8);
+        let mut keys = Keys::default();
+        let heard: String = packets
+            .iter()
+            .filter_map(|bytes| keys.take(&Packet::parse(bytes).expect("event")))
+            .collect();
+        assert_eq!(heard, "1*9#");
+        let first = Packet::parse(&packets[0]).expect("first");
+        let end = Packet::parse(&packets[7]).expect("an end");
+        assert!(first.marker && !end.marker);
+        assert_eq!((first.payload_type, end.payload_type), (101, 101));
+        assert_eq!(
+            end.payload,
+            &[1, 0x8a, 0x03, 0x20][..],
+            "the end, 800 samples long"
+        );
+        let sequences: Vec<u16> = packets
+            .iter()
+            .map(|b| Packet::parse(b).expect("packet").sequence)
+            .collect();
+        assert!(sequences.windows(2).all(|w| w[1] == w[0].wrapping_add(1)));
+        let audio = sender.packet(&[0; 160], 160);
+        let audio = Packet::parse(&audio).expect("audio");
+        assert_eq!(audio.timestamp, 1_000 + 4 * (KEY_SAMPLES + KEY_GAP_SAMPLES));
+        assert!(audio.marker, "a new talkspurt");
     }
 
     #[test]

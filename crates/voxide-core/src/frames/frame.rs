@@ -443,6 +443,8 @@ pub enum DataFrame {
 pub enum PhoneAction {
     /// Hand the call to this number or SIP URI (a blind transfer: SIP's REFER).
     Transfer(String),
+    /// Press these keypad keys (to steer a phone menu): RFC 4733 events, or the tones.
+    SendKeys(String),
 }
 
 impl DataFrame {
