@@ -450,6 +450,66 @@ async fn send_dtmf_presses_the_keys_behind_the_answer_and_bad_keys_are_the_model
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_nodes_transfer_post_action_hands_the_call_over_once_its_answer_is_out() {
+    let config: BotConfig = toml::from_str(
+        r#"
+instructions = "You are a front desk."
+[transfer]
+sales = "sip:2001@pbx.example.com"
+[[node]]
+name = "greet"
+task = "Greet the caller and ask what they need."
+[[node.function]]
+name = "wants_sales"
+description = "The caller wants sales."
+transition_to = "handoff"
+[[node]]
+name = "handoff"
+task = "Say you are putting the caller through to sales."
+post_actions = [{ type = "transfer", destination = "sales" }]
+"#,
+    )
+    .expect("the bot file parses");
+    let options = config.resolve().expect("the bot file resolves");
+    let flow = options.flow.expect("a flow");
+    let llm = ScriptedLlm::new(vec![
+        vec![say("Front desk, how can I help?")],
+        vec![call("c1", "wants_sales", json!({}))],
+        vec![say("Putting you through to sales.")],
+    ]);
+    let (mut bot, session) = start(flow, &options.instructions, llm, |_| {});
+    bot.responses(1).await;
+    bot.run_llm().await;
+    // The handoff node's answer goes out, then the transfer: once, after its words.
+    let mut seen = Vec::new();
+    let handed = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(name) = bot.frames.recv().await {
+            let phone = name == "phone";
+            seen.push(name);
+            if phone {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(handed.is_ok(), "the call was handed over: {seen:?}");
+    assert_eq!(session.visited(), ["greet", "handoff"]);
+    let said = seen.iter().rposition(|n| n == "llm_text");
+    assert!(
+        said < Some(seen.len() - 1),
+        "the words came first: {seen:?}"
+    );
+
+    // A destination the table lacks is named when the bot file loads.
+    let wrong: BotConfig = toml::from_str(
+        "[[node]]\nname = \"a\"\npost_actions = [{ type = \"transfer\", destination = \"x\" }]",
+    )
+    .expect("parses");
+    let e = wrong.resolve().expect_err("no [transfer] x").to_string();
+    assert!(e.contains("\"x\""), "{e}");
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_fast_tool_gets_no_filler() {
     let mut bot = waiting_bot(Duration::from_millis(300), &["One moment."]);
     bot.run_llm().await;

@@ -274,12 +274,14 @@ impl BotConfig {
         if self.nodes.is_empty() {
             return Ok(None);
         }
+        let destinations = destinations(self.transfer.as_ref())?;
         let flow = Flow::new(
             &self.nodes,
             self.initial_node.as_deref(),
             self.context_strategy,
             &self.global_functions,
         )
+        .and_then(|flow| flow.with_destinations(&destinations))
         .map_err(|e| match &self.flow_file {
             Some(file) => invalid(format!("{}: {e}", file.display())),
             None => invalid(e),

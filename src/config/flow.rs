@@ -110,7 +110,8 @@ pub enum TransitionConfig {
     },
 }
 
-/// A pre- or post-action: `{ type = "tts_say", text = "…" }` or `{ type = "end_conversation" }`.
+/// A pre- or post-action: `{ type = "tts_say", text = "…" }`, `{ type = "end_conversation" }`
+/// or `{ type = "transfer", destination = "sales" }` (a name of the bot's `[transfer]`).
 #[derive(Debug, Clone, Deserialize, PartialEq)]
 pub struct ActionConfig {
     /// The action.
@@ -118,6 +119,8 @@ pub struct ActionConfig {
     pub kind: String,
     /// What `tts_say` says.
     pub text: Option<String>,
+    /// Where `transfer` hands the call: a name of the bot's `[transfer]`.
+    pub destination: Option<String>,
     /// Anything else the action carried (an error names an action voxide cannot do).
     #[serde(flatten)]
     pub rest: Map<String, Value>,

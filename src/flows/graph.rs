@@ -48,11 +48,16 @@ fn edges(flow: &Flow) -> Vec<Edge<'_>> {
                 }
             }
         }
-        if node.post.contains(&Action::End) {
+        for action in &node.post {
+            let label = match action {
+                Action::End => "end_conversation".to_owned(),
+                Action::Transfer(name, _) => format!("transfer: {name}"),
+                Action::Say(_) => continue,
+            };
             out.push(Edge {
                 from: &node.name,
                 to: None,
-                label: "end_conversation".into(),
+                label,
             });
         }
     }
@@ -259,7 +264,8 @@ pub fn svg(flow: &Flow) -> String {
         first.1 - 27.0,
         first.1
     );
-    if flow.nodes.iter().any(|n| n.post.contains(&Action::End)) {
+    let leaves = |a: &Action| matches!(a, Action::End | Action::Transfer(..));
+    if flow.nodes.iter().any(|n| n.post.iter().any(leaves)) {
         let _ = writeln!(
             out,
             "<circle cx=\"{:.1}\" cy=\"{:.1}\" r=\"12\" fill=\"none\" stroke=\"#222\" stroke-width=\"2\"/>\
@@ -334,6 +340,7 @@ mod tests {
                 post_actions: vec![ActionConfig {
                     kind: "end_conversation".into(),
                     text: None,
+                    destination: None,
                     rest: Default::default(),
                 }],
                 ..NodeConfig::default()

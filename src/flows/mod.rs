@@ -31,6 +31,7 @@ use crate::services::llm::{
 };
 
 pub use graph::{mermaid, svg};
+use stage::AfterAct;
 pub use stage::FlowStage;
 
 /// What a transition-only function answers.
@@ -161,6 +162,9 @@ enum Action {
     Say(String),
     /// End the call (after what is being said).
     End,
+    /// Hand the phone call over (after what is being said): the `[transfer]` destination's
+    /// name, then its address once the bot's table has given it.
+    Transfer(String, Option<String>),
 }
 
 impl Action {
@@ -169,12 +173,28 @@ impl Action {
             ("tts_say", Some(text)) if !text.trim().is_empty() => Ok(Action::Say(text.clone())),
             ("tts_say", _) => Err(format!("{what}: tts_say needs a text")),
             ("end_conversation", _) => Ok(Action::End),
+            ("transfer", _) => match &config.destination {
+                Some(name) => Ok(Action::Transfer(name.clone(), None)),
+                None => Err(format!(
+                    "{what}: transfer needs a destination (a name of the bot's [transfer])"
+                )),
+            },
             (other, _) => Err(format!(
-                "{what}: the action {other:?} is not one voxide does (tts_say, end_conversation; \
-                 a function action runs Python)"
+                "{what}: the action {other:?} is not one voxide does (tts_say, end_conversation, \
+                 transfer; a function action runs Python)"
             )),
         }
     }
+}
+
+/// What the stage does after a node's answer: the first post-action that ends the node's part
+/// in the call.
+fn after_answer(node: &Node) -> Option<AfterAct> {
+    node.post.iter().find_map(|action| match action {
+        Action::End => Some(AfterAct::End),
+        Action::Transfer(_, Some(to)) => Some(AfterAct::Transfer(to.clone())),
+        Action::Say(_) | Action::Transfer(_, None) => None,
+    })
 }
 
 /// Who says a task message.
@@ -258,6 +278,25 @@ pub struct Flow {
 }
 
 impl Flow {
+    /// Gives each `transfer` action its destination's address from the bot's `[transfer]`
+    /// (name, address); an error names a destination the table does not list.
+    pub fn with_destinations(mut self, destinations: &[(String, String)]) -> Result<Self, String> {
+        for node in &mut self.nodes {
+            for action in &mut node.post {
+                if let Action::Transfer(name, address) = action {
+                    let (_, to) = destinations.iter().find(|(n, _)| n == name).ok_or_else(|| {
+                        format!(
+                            "node {:?} transfers to {name:?}, which the bot's [transfer] does not list",
+                            node.name
+                        )
+                    })?;
+                    *address = Some(to.clone());
+                }
+            }
+        }
+        Ok(self)
+    }
+
     /// The flow of `nodes`, starting at `initial` (default: the first node).
     pub fn new(
         nodes: &[NodeConfig],
@@ -409,7 +448,7 @@ struct Entered {
     node: String,
     say: Vec<String>,
     respond: bool,
-    end_after_answer: bool,
+    after_answer: Option<AfterAct>,
 }
 
 struct SessionShared {
@@ -522,7 +561,7 @@ impl FlowSession {
             node: node.name.clone(),
             say: says(node),
             respond: node.respond_immediately,
-            end_after_answer: node.post.contains(&Action::End),
+            after_answer: after_answer(node),
         };
         FlowStage::new(context, first, entered)
     }
@@ -610,7 +649,7 @@ impl FlowSession {
             node: name.to_owned(),
             say: says(node),
             respond: node.respond_immediately,
-            end_after_answer: node.post.contains(&Action::End),
+            after_answer: after_answer(node),
         };
         if self.0.entered.try_send(entered).is_err() {
             tracing::warn!(
@@ -752,7 +791,7 @@ fn says(node: &Node) -> Vec<String> {
         .iter()
         .filter_map(|a| match a {
             Action::Say(text) => Some(text.clone()),
-            Action::End => None,
+            Action::End | Action::Transfer(..) => None,
         })
         .collect()
 }
@@ -876,6 +915,7 @@ mod tests {
         acting.post_actions = vec![ActionConfig {
             kind: "function".into(),
             text: None,
+            destination: None,
             rest: Map::new(),
         }];
         let e = Flow::new(&[acting], None, None, &[]).expect_err("python");

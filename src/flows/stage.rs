@@ -7,7 +7,9 @@ use tokio::sync::{Notify, mpsc};
 use super::Entered;
 use crate::context::ContextHandle;
 use crate::events::Event;
-use crate::frames::{ControlFrame, DataFrame, EndFrame, Frame, FrameBody, SystemFrame};
+use crate::frames::{
+    ControlFrame, DataFrame, EndFrame, Frame, FrameBody, PhoneAction, SystemFrame,
+};
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
 
 /// Says a node's pre-action lines as it is entered, then runs the LLM when the node answers at
@@ -21,10 +23,19 @@ pub struct FlowStage {
     ended: Arc<Notify>,
 }
 
-/// The end armed by a node's post-actions, and how far its answer has come.
+/// What a node's post-actions do once its answer is out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum AfterAct {
+    /// End the call.
+    End,
+    /// Hand the phone call to this address.
+    Transfer(String),
+}
+
+/// What a node's post-actions armed, and how far its answer has come.
 #[derive(Debug, Default)]
 struct AfterAnswer {
-    end: bool,
+    act: Option<AfterAct>,
     words: bool,
 }
 
@@ -67,8 +78,8 @@ impl FrameProcessor for FlowStage {
         ) {
             self.ended.notify_one();
         }
-        let mut ending = false;
-        // Only an LLM response's words and end concern the armed end.
+        let mut acting = None;
+        // Only an LLM response's words and end concern what is armed.
         let words = match &frame.body {
             FrameBody::Data(DataFrame::LlmText(text)) => Some(!text.trim().is_empty()),
             FrameBody::Control(ControlFrame::LlmFullResponseEnd) => None,
@@ -77,20 +88,26 @@ impl FrameProcessor for FlowStage {
         if direction == Direction::Downstream && words != Some(false) {
             let mut after = lock(&self.after_answer);
             match words {
-                Some(_) if after.end => after.words = true,
-                None if after.end && after.words => {
-                    *after = AfterAnswer::default();
-                    ending = true;
+                Some(_) if after.act.is_some() => after.words = true,
+                None if after.act.is_some() && after.words => {
+                    acting = std::mem::take(&mut *after).act;
                 }
                 _ => {}
             }
         }
         cx.push(frame, direction);
-        if ending {
-            let end = EndFrame {
-                reason: Some("the flow's node ends the conversation".into()),
-            };
-            cx.push(ControlFrame::End(end).into(), Direction::Downstream);
+        match acting {
+            Some(AfterAct::End) => {
+                let end = EndFrame {
+                    reason: Some("the flow's node ends the conversation".into()),
+                };
+                cx.push(ControlFrame::End(end).into(), Direction::Downstream);
+            }
+            Some(AfterAct::Transfer(to)) => {
+                let action = DataFrame::Phone(PhoneAction::Transfer(to));
+                cx.push(action.into(), Direction::Downstream);
+            }
+            None => {}
         }
         if starting && let Some(first) = self.first.take() {
             let pusher = cx.pusher();
@@ -140,7 +157,7 @@ async fn act(
         }
     }
     *lock(after_answer) = AfterAnswer {
-        end: node.end_after_answer,
+        act: node.after_answer,
         words: false,
     };
     if node.respond {
