@@ -25,7 +25,10 @@ if [ ! -x "$VENV/bin/moto_server" ]; then
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --progress-bar on 'moto[server]==5.2.5' 'boto3==1.44.8'
 fi
-if [ "$PROFILE" = release ]; then
+# scripts/test.sh builds every target once and says so (see scripts/security.sh).
+if [ "${VOXIDE_BUILT:-}" = "$PROFILE" ]; then
+    :
+elif [ "$PROFILE" = release ]; then
     cargo build --release --locked --bin voxide
 else
     cargo build --locked --bin voxide

@@ -16,7 +16,9 @@ PROFILE=debug
 echo "security: building voxide ($PROFILE)"
 build_flags=(--locked --bin voxide)
 [ "$PROFILE" = release ] && build_flags+=(--release)
-cargo build -q "${build_flags[@]}"
+# scripts/test.sh builds every target once, with the tests' features, and says so: building
+# again here would build the tree a second time with other features.
+[ "${VOXIDE_BUILT:-}" = "$PROFILE" ] || cargo build -q "${build_flags[@]}"
 BIN="target/$PROFILE/voxide"
 
 OUT=target/security

@@ -44,7 +44,9 @@ done
 echo "soak: building voxide and the provider stand-ins ($PROFILE)"
 build_flags=(--locked --bin voxide --example stand_in_providers)
 [ "$PROFILE" = release ] && build_flags+=(--release)
-cargo build -q "${build_flags[@]}"
+# scripts/test.sh builds every target once, with the tests' features, and says so: building
+# again here would build the tree a second time with other features.
+[ "${VOXIDE_BUILT:-}" = "$PROFILE" ] || cargo build -q "${build_flags[@]}"
 BIN="target/$PROFILE/voxide"
 
 rm -rf "$OUT"

@@ -20,6 +20,12 @@ scripts/layers.py
 step "the docs (links, the README's length, the book builds)"
 scripts/docs_check.py
 
+# Every target once, with the tests' features (tokio's test-util): the scripts below reuse
+# these binaries rather than build the tree again with the features of a plain build.
+step "cargo build (every target)"
+cargo build --workspace --all-targets --locked
+export VOXIDE_BUILT=debug
+
 step "doc tests"
 cargo test --workspace --doc --locked
 

@@ -259,6 +259,24 @@ fn a_flow_bot_file_that_leads_nowhere_says_where() {
     assert!(e.contains("bad.json") && e.contains("\"function\""), "{e}");
 }
 
+/// Frame names at the sink up to the first phone action (a transfer, keys pressed), which
+/// must come within 10 s.
+async fn until_phone(bot: &mut Bot) -> Vec<String> {
+    let mut seen = Vec::new();
+    let came = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(name) = bot.frames.recv().await {
+            let phone = name == "phone";
+            seen.push(name);
+            if phone {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(came.is_ok(), "no phone action: {seen:?}");
+    seen
+}
+
 /// Frame names at the sink until `n` responses have ended.
 async fn frames_until(bot: &mut Bot, n: usize) -> Vec<String> {
     let mut seen = Vec::new();
@@ -426,18 +444,7 @@ async fn send_dtmf_presses_the_keys_behind_the_answer_and_bad_keys_are_the_model
     );
     bot.run_llm().await;
     // The keys go to the line once the answer's words have gone; the model is not run again.
-    let mut seen = Vec::new();
-    let pressed = tokio::time::timeout(Duration::from_secs(10), async {
-        while let Some(name) = bot.frames.recv().await {
-            let phone = name == "phone";
-            seen.push(name);
-            if phone {
-                return;
-            }
-        }
-    })
-    .await;
-    assert!(pressed.is_ok(), "the keys were sent: {seen:?}");
+    let seen = until_phone(&mut bot).await;
     let words = seen.iter().position(|n| n == "llm_text");
     let end = seen.iter().position(|n| n == "llm_full_response_end");
     assert!(words < end && end < Some(seen.len() - 1), "{seen:?}");
@@ -481,18 +488,7 @@ post_actions = [{ type = "transfer", destination = "sales" }]
     bot.responses(1).await;
     bot.run_llm().await;
     // The handoff node's answer goes out, then the transfer: once, after its words.
-    let mut seen = Vec::new();
-    let handed = tokio::time::timeout(Duration::from_secs(10), async {
-        while let Some(name) = bot.frames.recv().await {
-            let phone = name == "phone";
-            seen.push(name);
-            if phone {
-                return;
-            }
-        }
-    })
-    .await;
-    assert!(handed.is_ok(), "the call was handed over: {seen:?}");
+    let seen = until_phone(&mut bot).await;
     assert_eq!(session.visited(), ["greet", "handoff"]);
     let said = seen.iter().rposition(|n| n == "llm_text");
     assert!(

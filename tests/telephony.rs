@@ -480,47 +480,15 @@ async fn a_call_placed_to_a_sipp_callee_is_answered_and_hears_its_own_voice_echo
     );
 }
 
-/// A caller that asks its question, is handed over by voxide's REFER (whose Refer-To it
-/// checks), accepts it and reports the new call up, then answers voxide's BYE.
-const TRANSFERRED: &str = r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
-<scenario name="voxide caller transferred">
-  <send retrans="500"><![CDATA[
-INVITE sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-From: caller <sip:caller@[local_ip]:[local_port]>;tag=[pid]caller[call_number]
-To: <sip:[service]@[remote_ip]:[remote_port]>
-Call-ID: [call_id]
-CSeq: 1 INVITE
-Contact: <sip:caller@[local_ip]:[local_port]>
-Max-Forwards: 70
-Content-Type: application/sdp
-Content-Length: [len]
-
-v=0
-o=caller 1 1 IN IP[local_ip_type] [local_ip]
-s=-
-c=IN IP[media_ip_type] [media_ip]
-t=0 0
-m=audio [auto_media_port] RTP/AVP 8 101
-a=rtpmap:8 PCMA/8000
-a=rtpmap:101 telephone-event/8000
-a=fmtp:101 0-15
-]]></send>
-  <recv response="100" optional="true"/>
-  <recv response="180" optional="true"/>
-  <recv response="200" rtd="true"/>
-  <send><![CDATA[
-ACK sip:[service]@[remote_ip]:[remote_port] SIP/2.0
-Via: SIP/2.0/[transport] [local_ip]:[local_port];branch=[branch]
-From: caller <sip:caller@[local_ip]:[local_port]>;tag=[pid]caller[call_number]
-To: <sip:[service]@[remote_ip]:[remote_port]>[peer_tag_param]
-Call-ID: [call_id]
-CSeq: 1 ACK
-Max-Forwards: 70
-Content-Length: 0
-]]></send>
-  <nop><action><exec play_pcap_audio="hello.pcap"/></action></nop>
-  <recv request="REFER">
+/// [`SCENARIO`]'s caller, asking its question, then handed over by voxide's REFER (whose
+/// Refer-To it checks): it accepts, reports the new call up, and answers voxide's BYE.
+fn transferred() -> String {
+    let play = "<nop><action><exec play_pcap_audio=\"hello.pcap\"/></action></nop>\n";
+    let asked = SCENARIO.find(play).expect("the question") + play.len();
+    format!(
+        "{}{}</scenario>\n",
+        &SCENARIO[..asked],
+        r#"  <recv request="REFER">
     <action>
       <ereg regexp="sip:2001@10\.0\.0\.5" search_in="hdr" header="Refer-To:" check_it="true" assign_to="1"/>
       <log message="referred to [$1]"/>
@@ -561,8 +529,9 @@ SIP/2.0 200 OK
 [last_CSeq:]
 Content-Length: 0
 ]]></send>
-</scenario>
-"#;
+"#
+    )
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_bot_hands_a_sip_caller_over_with_refer_after_saying_so() {
@@ -610,7 +579,7 @@ async fn the_bot_hands_a_sip_caller_over_with_refer_after_saying_so() {
     options.bots[0].transfer = vec![("sales".into(), "sip:2001@10.0.0.5".into())];
     let _server = start_options(options).await;
 
-    let work = caller_folder("transferred-caller", TRANSFERRED);
+    let work = caller_folder("transferred-caller", &transferred());
     let sipp = sipp_caller(&work, sip_port, &[]).await;
     assert!(
         sipp.status.success(),
