@@ -250,6 +250,29 @@ async fn sipp_caller(work: &Path, sip_port: u16, extra: &[&str]) -> std::process
         .expect("SIPp runs")
 }
 
+/// Asserts that a SIPp run succeeded; `failed` says what went wrong otherwise, with SIPp's
+/// output.
+fn succeeded(sipp: &std::process::Output, failed: &str) {
+    assert!(
+        sipp.status.success(),
+        "{failed}: {}\n{}",
+        String::from_utf8_lossy(&sipp.stdout),
+        String::from_utf8_lossy(&sipp.stderr)
+    );
+}
+
+/// A SIPp run spawned as a task, once it has finished (within `secs`).
+async fn finished(
+    run: tokio::task::JoinHandle<std::io::Result<std::process::Output>>,
+    secs: u64,
+) -> std::process::Output {
+    tokio::time::timeout(Duration::from_secs(secs), run)
+        .await
+        .expect("SIPp finished")
+        .expect("SIPp's task")
+        .expect("SIPp runs")
+}
+
 /// [`SCENARIO`] for a caller that must authenticate: its first INVITE is challenged (401), it
 /// acknowledges the challenge and sends the INVITE again with SIPp's own digest answer
 /// (`-au`/`-ap`); the rest of the call follows one CSeq on.
@@ -300,12 +323,7 @@ async fn a_sipp_caller_is_answered_heard_and_its_keys_reach_the_conversation() {
 
     let work = caller_folder("caller", SCENARIO);
     let sipp = sipp_caller(&work, sip_port, &[]).await;
-    assert!(
-        sipp.status.success(),
-        "SIPp's call failed: {}\n{}",
-        String::from_utf8_lossy(&sipp.stdout),
-        String::from_utf8_lossy(&sipp.stderr)
-    );
+    succeeded(&sipp, "SIPp's call failed");
 
     let report = report_in(&records).await;
     assert_eq!(report["transport"], "sip");
@@ -450,17 +468,8 @@ async fn a_call_placed_to_a_sipp_callee_is_answered_and_hears_its_own_voice_echo
     };
 
     // voxide hangs up at the time limit; SIPp, answered by voxide's BYE, ends its one call.
-    let callee = tokio::time::timeout(Duration::from_secs(90), callee)
-        .await
-        .expect("SIPp finished")
-        .expect("SIPp's task")
-        .expect("SIPp runs");
-    assert!(
-        callee.status.success(),
-        "SIPp's call failed: {}\n{}",
-        String::from_utf8_lossy(&callee.stdout),
-        String::from_utf8_lossy(&callee.stderr)
-    );
+    let callee = finished(callee, 90).await;
+    succeeded(&callee, "SIPp's call failed");
     let report = report_in(&records).await;
     assert_eq!(report["transport"], "sip");
     let ended = state(id.clone()).await;
@@ -581,12 +590,7 @@ async fn the_bot_hands_a_sip_caller_over_with_refer_after_saying_so() {
 
     let work = caller_folder("transferred-caller", &transferred());
     let sipp = sipp_caller(&work, sip_port, &[]).await;
-    assert!(
-        sipp.status.success(),
-        "SIPp was not handed over: {}\n{}",
-        String::from_utf8_lossy(&sipp.stdout),
-        String::from_utf8_lossy(&sipp.stderr)
-    );
+    succeeded(&sipp, "SIPp was not handed over");
     // The words went out before the REFER: the bot's voice is in the recording.
     let report = report_in(&records).await;
     let recording = wav::read(records.join(report["audio"].as_str().expect("the recording")))
@@ -737,12 +741,7 @@ async fn a_caller_from_outside_gets_in_by_digest_with_the_right_password_only() 
     // and hangs up.
     let work = caller_folder("digest", &authenticating(SCENARIO));
     let sipp = sipp_caller(&work, sip_port, &["-au", "alice", "-ap", "wonderland"]).await;
-    assert!(
-        sipp.status.success(),
-        "SIPp's call failed: {}\n{}",
-        String::from_utf8_lossy(&sipp.stdout),
-        String::from_utf8_lossy(&sipp.stderr)
-    );
+    succeeded(&sipp, "SIPp's call failed");
 }
 
 /// An AudioSocket message: type, big-endian length, payload.
@@ -951,17 +950,8 @@ async fn voxide_registers_with_a_pbx_answering_its_digest_challenge() {
         users: None,
     });
     let server = start_options(options).await;
-    let sipp = tokio::time::timeout(Duration::from_secs(60), sipp)
-        .await
-        .expect("SIPp finished")
-        .expect("joined")
-        .expect("SIPp runs");
-    assert!(
-        sipp.status.success(),
-        "the registrar did not take the registration: {}\n{}",
-        String::from_utf8_lossy(&sipp.stdout),
-        String::from_utf8_lossy(&sipp.stderr)
-    );
+    let sipp = finished(sipp, 60).await;
+    succeeded(&sipp, "the registrar did not take the registration");
     // The registrar's 200 may still be on its way when SIPp exits.
     let mut metrics = String::new();
     for _ in 0..50 {
