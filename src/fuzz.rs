@@ -125,9 +125,10 @@ fn socket_into(framing: &mut crate::transports::websocket::Framing, bytes: &[u8]
 }
 
 /// What reaches `--sip-listen` and a call's RTP port: a SIP message (and its SDP offer, its
-/// answer to a digest challenge, and an answered call taking it), then RTP packets.
+/// answer to a digest challenge, an answered call taking it, and the same as the answer to a
+/// call voxide placed, then within it during a transfer), then RTP packets.
 fn sip(bytes: &[u8]) {
-    use crate::transports::sip::{auth, call, message::SipMessage, rtp, sdp};
+    use crate::transports::sip::{auth, call, dial, message::SipMessage, register, rtp, sdp};
     static CALLERS: std::sync::OnceLock<Option<auth::Callers>> = std::sync::OnceLock::new();
     let mut parts = messages(bytes);
     let Some(first) = parts.next() else {
@@ -156,6 +157,29 @@ fn sip(bytes: &[u8]) {
         now,
     );
     let _ = answered.receive(&message, now);
+    // The same message as the answer to a call voxide placed; answered, the call is up and
+    // hears it again while a transfer waits on its NOTIFY.
+    let (mut dialer, _) = dial::Dialer::start(
+        dial::Dial {
+            to: "sip:bob@127.0.0.1:5090".into(),
+            from: "<sip:voxide@127.0.0.1:5060>".into(),
+            local: "127.0.0.1:5060".into(),
+            offer: String::new(),
+            account: register::Account::parse("sip:1001@127.0.0.1", "secret".into()).ok(),
+            ring_for: std::time::Duration::from_secs(30),
+            ids: (
+                message.call_id().unwrap_or_default().to_owned(),
+                "vx".into(),
+            ),
+        },
+        now,
+    );
+    for outcome in dialer.receive(&message, now) {
+        if let dial::Dialing::Answered(mut placed, _) = outcome {
+            let _ = placed.transfer("2001", now);
+            let _ = placed.receive(&message, now);
+        }
+    }
     let mut keys = rtp::Keys::default();
     for packet in parts {
         if let Ok(packet) = rtp::Packet::parse(packet) {
