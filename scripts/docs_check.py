@@ -57,8 +57,11 @@ def main() -> int:
         lines = len((ROOT / name).read_text().splitlines())
         if lines > limit:
             problems.append(f"{name} has {lines} lines; keep it under {limit} (move guides to docs/)")
-    if shutil.which("mdbook"):
-        built = subprocess.run(["mdbook", "build", str(ROOT / "docs"), "--dest-dir",
+    # scripts/setup.sh --test installs it under target/tools; one on the PATH does as well.
+    mdbook = ROOT / "target/tools/bin/mdbook"
+    mdbook = str(mdbook) if mdbook.is_file() else shutil.which("mdbook")
+    if mdbook:
+        built = subprocess.run([mdbook, "build", str(ROOT / "docs"), "--dest-dir",
                                 str(ROOT / "target/book")], capture_output=True, text=True)
         if built.returncode != 0:
             problems.append("mdbook build docs failed:\n" + built.stderr)
