@@ -338,8 +338,9 @@ fn a_spoken_question_is_answered_aloud_and_the_bots_own_echo_interrupts_nothing(
     server.say(Path::new(HELLO));
     // On a loaded machine the VAD may cut the question in two and the first half gets an
     // answer of its own, too short for an echo report: wait for an answer to the words that
-    // hold the question (whatever the model makes of them, in whatever language), and for that
-    // answer to have played out: its text comes a little before its audio starts.
+    // hold the question (whatever the model makes of them, in whatever language), and for all
+    // of that answer to have played out: a slow model pauses between its sentences, and the
+    // canceller reports only once the bot has been audible for a while.
     bot.wait_for(90, |e| {
         e.iter()
             .skip_while(|x| {
@@ -349,7 +350,7 @@ fn a_spoken_question_is_answered_aloud_and_the_bots_own_echo_interrupts_nothing(
                         .as_str()
                         .is_some_and(|t| t.to_lowercase().contains("weather")))
             })
-            .skip_while(|x| x["type"] != "bot_text")
+            .skip_while(|x| x["type"] != "llm_stopped")
             .any(|x| x["type"] == "bot_stopped_speaking")
     });
     // Let the whole answer play out.
