@@ -259,6 +259,41 @@ fn a_flow_bot_file_that_leads_nowhere_says_where() {
     assert!(e.contains("bad.json") && e.contains("\"function\""), "{e}");
 }
 
+#[test]
+fn a_flow_on_gemini_live_is_checked_like_one_on_openai_realtime() {
+    let dir = common::bot_run::scratch();
+    let check = |name: &str, llm: &str, node: &str| {
+        let path = dir.join(name);
+        let file = format!(
+            "llm = \"{llm}\"\n[[node]]\nname = \"desk\"\ntask = \"Ask how to help.\"\n{node}"
+        );
+        std::fs::write(&path, file).expect("write");
+        std::process::Command::new(env!("CARGO_BIN_EXE_voxide"))
+            .args(["check", "--bot"])
+            .arg(&path)
+            .env("GEMINI_API_KEY", "g-test")
+            .env("OPENAI_API_KEY", "sk-test")
+            .output()
+            .expect("voxide runs")
+    };
+    for llm in ["gemini-live", "openai-realtime"] {
+        let fine = check("live.toml", llm, "");
+        assert!(
+            fine.status.success(),
+            "{llm}: {}",
+            String::from_utf8_lossy(&fine.stderr)
+        );
+        // The provider holds the conversation: a node that resets it is refused by name.
+        let reset = check("reset.toml", llm, "context_strategy = \"reset\"\n");
+        let stderr = String::from_utf8_lossy(&reset.stderr);
+        assert!(!reset.status.success(), "{llm}");
+        assert!(
+            stderr.contains("\"desk\"") && stderr.contains("appends"),
+            "{llm}: {stderr}"
+        );
+    }
+}
+
 /// Frame names at the sink up to the first phone action (a transfer, keys pressed), which
 /// must come within 10 s.
 async fn until_phone(bot: &mut Bot) -> Vec<String> {

@@ -957,9 +957,8 @@ async fn voxide_run_talks_to_a_realtime_provider() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-#[tokio::test]
-async fn a_flow_on_openai_realtime_gives_the_session_each_nodes_instructions_and_tools_before_its_answer()
- {
+/// A reception desk that hands billing calls on to the billing desk, on a realtime model.
+fn reception_flow<P: RealtimeProtocol>(protocol: P) -> Bot {
     use voxide::config::flow::{FunctionConfig, NodeConfig, TransitionConfig};
     use voxide::flows::{Flow, FlowOptions, FlowSession};
     let nodes = [
@@ -988,18 +987,13 @@ async fn a_flow_on_openai_realtime_gives_the_session_each_nodes_instructions_and
     ];
     let flow = Arc::new(Flow::new(&nodes, None, None, &[]).expect("flow"));
     assert_eq!(flow.realtime_gap(), None);
-    let server = FakeServer::start(Dialect::OpenAi).await;
     let realtime = FlowOptions {
         realtime: true,
         ..FlowOptions::default()
     };
     let session = FlowSession::new(flow, "You answer the phone.", realtime);
     let context = ContextHandle::new(LlmContext::default());
-    let mut llm = RealtimeService::new(
-        openai(&server, TurnDetection::ServerVad),
-        context.clone(),
-        options(),
-    );
+    let mut llm = RealtimeService::new(protocol, context.clone(), options());
     session.register(llm.functions());
     *context.lock() = session.initial_context();
     let (tx, frames) = mpsc::unbounded_channel();
@@ -1016,14 +1010,32 @@ async fn a_flow_on_openai_realtime_gives_the_session_each_nodes_instructions_and
         });
     let events = builder.subscribe();
     let running = builder.spawn();
-    let mut bot = Bot {
+    Bot {
         handle: running.handle(),
         session: running,
         context,
         frames,
         errors,
         events,
-    };
+    }
+}
+
+/// The billing node was entered and nothing went wrong.
+async fn ends_at_billing(bot: Bot) {
+    let (_, errors, events) = bot.stop().await;
+    assert!(errors.is_empty(), "{errors:?}");
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, Event::FlowNode { node } if node == "billing"))
+    );
+}
+
+#[tokio::test]
+async fn a_flow_on_openai_realtime_gives_the_session_each_nodes_instructions_and_tools_before_its_answer()
+ {
+    let server = FakeServer::start(Dialect::OpenAi).await;
+    let mut bot = reception_flow(openai(&server, TurnDetection::ServerVad));
     let first = server
         .wait_for("session.update", 0, |v| is_type(v, "session.update"))
         .await;
@@ -1078,11 +1090,85 @@ async fn a_flow_on_openai_realtime_gives_the_session_each_nodes_instructions_and
     }
     bot.until("the billing node's answer", is_response_end)
         .await;
-    let (_, errors, events) = bot.stop().await;
-    assert!(errors.is_empty(), "{errors:?}");
-    assert!(
-        events
-            .iter()
-            .any(|e| matches!(e, Event::FlowNode { node } if node == "billing"))
+    ends_at_billing(bot).await;
+}
+
+#[tokio::test]
+async fn a_flow_on_gemini_live_updates_the_sessions_instructions_and_tools_before_the_functions_response()
+ {
+    let server = FakeServer::start(Dialect::Gemini).await;
+    let mut bot = reception_flow(gemini(&server));
+    let setup = server
+        .wait_for("setup", 0, |v| v.get("setup").is_some())
+        .await;
+    assert_eq!(
+        setup.pointer("/setup/systemInstruction/parts/0/text"),
+        Some(&json!(
+            "You answer the phone.\n\nAsk what the call is about."
+        ))
     );
+    let names = |tools: Option<&Value>| -> Vec<String> {
+        tools
+            .and_then(Value::as_array)
+            .expect("declarations")
+            .iter()
+            .map(|d| d["name"].as_str().expect("name").to_owned())
+            .collect()
+    };
+    assert_eq!(
+        names(setup.pointer("/setup/tools/0/functionDeclarations")),
+        ["to_billing"]
+    );
+    server.send(
+        json!({"toolCall": {"functionCalls": [{"id": "fc_1", "name": "to_billing", "args": {}}]}}),
+    );
+    let response = server
+        .wait_for("the function's response", 0, |v| {
+            function_response(v).is_some_and(|r| r["id"] == "fc_1")
+        })
+        .await;
+    assert_eq!(
+        function_response(&response).expect("response")["name"],
+        "to_billing"
+    );
+    let update = server
+        .wait_for("the billing node's update", 0, |v| {
+            v.get("contextUpdate").is_some()
+        })
+        .await;
+    assert_eq!(
+        update.pointer("/contextUpdate/systemInstruction/parts/0/text"),
+        Some(&json!(
+            "You are the billing desk.\n\nAsk for the invoice number."
+        ))
+    );
+    assert_eq!(
+        names(update.pointer("/contextUpdate/tools/tools/0/functionDeclarations")),
+        ["take_invoice"]
+    );
+    // In order: the set-up, the new node's context, then the response Gemini answers; once.
+    let order: Vec<&str> = server
+        .received()
+        .iter()
+        .filter_map(|(_, v)| {
+            if v.get("setup").is_some() {
+                Some("setup")
+            } else if v.get("contextUpdate").is_some() {
+                Some("update")
+            } else if function_response(v).is_some() {
+                Some("response")
+            } else {
+                None
+            }
+        })
+        .collect();
+    assert_eq!(order, ["setup", "update", "response"]);
+    server.send(
+        json!({"serverContent": {"outputTranscription": {"text": "What is the invoice number?"}}}),
+    );
+    server.send(json!({"serverContent": {"turnComplete": true}}));
+    bot.until("the billing node's answer", is_response_end)
+        .await;
+    assert_eq!(server.count(|v| v.get("contextUpdate").is_some()), 1);
+    ends_at_billing(bot).await;
 }

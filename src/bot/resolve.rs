@@ -200,19 +200,10 @@ impl BotConfig {
                 "summarize_context folds a text LLM's conversation; a realtime provider keeps its own",
             ));
         }
-        match (&flow, &llm) {
-            (Some(_), LlmChoice::GeminiLive(_)) => {
-                return Err(invalid(
-                    "Gemini Live fixes its instructions and tools when a session starts: a flow \
-                     runs on a text LLM or OpenAI Realtime",
-                ));
-            }
-            (Some(flow), LlmChoice::OpenAiRealtime(_)) => {
-                if let Some(gap) = flow.realtime_gap() {
-                    return Err(invalid(gap));
-                }
-            }
-            _ => {}
+        if let (Some(flow), LlmChoice::OpenAiRealtime(_) | LlmChoice::GeminiLive(_)) = (&flow, &llm)
+            && let Some(gap) = flow.realtime_gap()
+        {
+            return Err(invalid(gap));
         }
         let options = BotOptions {
             name: self.name.clone(),

@@ -237,6 +237,19 @@ impl RealtimeProtocol for GeminiLive {
         vec![json!({"setup": config})]
     }
 
+    /// A `contextUpdate`: the Live API's in-session change of instructions and tools, applied in
+    /// order with the inputs around it (so before the function response that follows it). The
+    /// tools come wrapped, as the API has them, so that an empty list clears them.
+    fn update(&self, setup: &SessionSetup) -> Option<Vec<Value>> {
+        let mut update = json!({
+            "tools": {"tools": adapter::tools(&setup.tools, &setup.async_functions)},
+        });
+        if let Some(instruction) = adapter::system_instruction(&setup.messages) {
+            update["systemInstruction"] = instruction;
+        }
+        Some(vec![json!({"contextUpdate": update})])
+    }
+
     fn audio(&self, samples: &[i16]) -> Value {
         json!({"realtimeInput": {"audio": {
             "data": pcm_to_base64(samples),
