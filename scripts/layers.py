@@ -22,7 +22,11 @@ ROOT = Path(__file__).resolve().parent.parent
 HEAVY = ["candle-core", "ort", "axum", "webrtc", "cpal", "clap", "reqwest", "rmcp", "tokio-tungstenite"]
 # The engines are models only: no server, network, device or command line in their tree.
 NETWORKS = ["axum", "webrtc", "cpal", "clap", "reqwest", "rmcp", "tokio-tungstenite"]
-LEAN = {"crates/voxide-core": HEAVY, "crates/voxide-engines": NETWORKS}
+# The services talk to providers (reqwest, tokio-tungstenite) over the engines: no server,
+# WebRTC, device, command line or MCP client in their tree.
+SERVING = ["axum", "webrtc", "cpal", "clap", "rmcp"]
+LEAN = {"crates/voxide-core": HEAVY, "crates/voxide-engines": NETWORKS,
+        "crates/voxide-services": SERVING}
 
 # Edges inside cycles that predate the check (crate dir, parent module, from, to), to be cut
 # one by one.

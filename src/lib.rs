@@ -4,8 +4,11 @@
 //! [`pipeline`] (speech detection, transcription, an LLM with tools, speech synthesis) and goes
 //! back out as speech. `ARCHITECTURE.md` describes the design and its vocabulary.
 
-pub use voxide_core::{aggregators, context, events, frames, pipeline, text, warnings};
+pub use voxide_core::{
+    aggregators, context, events, frames, ids, pipeline, secret, text, warnings,
+};
 pub use voxide_engines::{bpe, models, onnx};
+pub use voxide_services as services;
 
 pub mod audio;
 pub mod bench;
@@ -15,8 +18,6 @@ pub mod flows;
 pub mod fuzz;
 pub mod loadtest;
 pub mod observe;
-pub mod secret;
 pub mod server;
-pub mod services;
 pub mod transports;
 pub mod turns;

@@ -802,14 +802,14 @@ async fn run_tool(
     tool: crate::services::llm::Registered,
     params: &FunctionCallParams,
 ) -> Option<Value> {
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (callback, mut rx) = ResultCallback::channel();
     let inner = FunctionCallParams {
         function_name: params.function_name.clone(),
         tool_call_id: params.tool_call_id.clone(),
         arguments: params.arguments.clone(),
         context: params.context.clone(),
         app_resources: params.app_resources.clone(),
-        result_callback: ResultCallback(tx),
+        result_callback: callback,
     };
     let outer = params.result_callback.clone();
     let collect = async move {

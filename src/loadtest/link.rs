@@ -190,7 +190,7 @@ async fn socket(
     let (mut sink, stream) = socket.split();
     // A server takes each call once: every run's calls are new ones, as a carrier's are.
     let call_sid = || {
-        use crate::transports::webrtc::random_u32;
+        use crate::ids::random_u32;
         format!(
             "CA{:08x}{:08x}{:08x}{:08x}",
             random_u32(),

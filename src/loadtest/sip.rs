@@ -12,10 +12,10 @@ use tokio::time::Instant;
 
 use super::impair::Fate;
 use crate::audio::mulaw;
+use crate::ids::random_u32;
 use crate::transports::sip::message::{SipMessage, StartLine};
 use crate::transports::sip::rtp::{Packet, Sender};
 use crate::transports::sip::sdp::Offer;
-use crate::transports::webrtc::random_u32;
 
 /// How long the INVITE waits for a final answer, resent on RFC 3261's schedule meanwhile.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);

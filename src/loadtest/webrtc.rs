@@ -30,8 +30,9 @@ use super::impair::{Fate, Network};
 use super::session::{Heard, Plan};
 use super::{Protocol, Recorder};
 use crate::audio::resample::StreamResampler;
+use crate::ids::random_u32;
 use crate::transports::opus_in::OpusInput;
-use crate::transports::webrtc::{Reports, audio_track, opus_media, random_u32, sleep_until};
+use crate::transports::webrtc::{Reports, audio_track, opus_media, sleep_until};
 
 /// Samples of one 20 ms Opus frame at 48 kHz.
 const OPUS_FRAME: usize = 960;

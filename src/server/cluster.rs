@@ -27,8 +27,8 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 
 use super::{ApiError, App, MAX_BODY_BYTES};
+use crate::ids::random_u32;
 use crate::secret::{Secret, same_secret};
-use crate::transports::webrtc::random_u32;
 
 /// The header every answer carries: the node that answered (for a forwarded request, the
 /// owner).

@@ -28,6 +28,7 @@ use crate::bot::SessionInfo;
 use crate::context::Message;
 use crate::events::Event;
 use crate::frames::{AudioFrame, DataFrame, PhoneAction};
+use crate::ids::random_u32;
 use crate::transports::output::AudioSink;
 use crate::transports::sip::SipError;
 use crate::transports::sip::auth::{Callers, Verdict};
@@ -37,7 +38,6 @@ use crate::transports::sip::message::{MAX_MESSAGE, SipMessage, StartLine};
 use crate::transports::sip::register::{Account, Registration, Standing};
 use crate::transports::sip::rtp::{self, Keys, Packet, Sender};
 use crate::transports::sip::sdp::{self, Chosen, Codec, Offer};
-use crate::transports::webrtc::random_u32;
 
 /// How SIP calls are taken.
 #[derive(Debug, Clone)]

@@ -78,8 +78,8 @@ fn session_info(
     Ok(SessionInfo {
         id: format!(
             "ws-{:08x}{:08x}",
-            crate::transports::webrtc::random_u32(),
-            crate::transports::webrtc::random_u32()
+            crate::ids::random_u32(),
+            crate::ids::random_u32()
         ),
         request_data: if request_data.is_empty() {
             Value::Null

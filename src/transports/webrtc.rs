@@ -44,6 +44,7 @@ use super::jitter::NetworkStats;
 use super::opus_in::OpusInput;
 use super::output::AudioSink;
 use super::talkspurt::Talkspurts;
+use crate::ids::random_u32;
 
 /// Opus's clock, and the rate the bot's audio is encoded from.
 pub const OPUS_RATE: u32 = 48_000;
@@ -842,18 +843,6 @@ async fn answer(connection: &dyn PeerConnection, offer_sdp: String) -> Result<St
         .await
         .map_err(rtc_err)?;
     Ok(sdp)
-}
-
-/// A random number (SSRCs, ids), without a dependency for it.
-pub fn random_u32() -> u32 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos()),
-    );
-    hasher.finish() as u32
 }
 
 #[cfg(test)]

@@ -10,6 +10,8 @@ pub mod aggregators;
 pub mod context;
 pub mod events;
 pub mod frames;
+pub mod ids;
 pub mod pipeline;
+pub mod secret;
 pub mod text;
 pub mod warnings;

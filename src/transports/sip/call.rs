@@ -192,8 +192,8 @@ impl Dialog {
 pub(super) fn via(local: &str) -> String {
     format!(
         "SIP/2.0/UDP {local};branch=z9hG4bK{:08x}{:08x};rport",
-        crate::transports::webrtc::random_u32(),
-        crate::transports::webrtc::random_u32()
+        crate::ids::random_u32(),
+        crate::ids::random_u32()
     )
 }
 

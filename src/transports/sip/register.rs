@@ -156,7 +156,7 @@ impl Registration {
             format!(
                 "SIP/2.0/UDP {};branch=z9hG4bK{:08x}{:08x};rport",
                 self.contact,
-                crate::transports::webrtc::random_u32(),
+                crate::ids::random_u32(),
                 self.cseq
             ),
         )
@@ -294,7 +294,7 @@ impl Challenge {
             account.user, self.realm, self.nonce
         );
         let response = if self.auth {
-            let cnonce = format!("{:08x}", crate::transports::webrtc::random_u32());
+            let cnonce = format!("{:08x}", crate::ids::random_u32());
             let nc = format!("{nc:08x}");
             header.push_str(&format!(", qop=auth, nc={nc}, cnonce=\"{cnonce}\""));
             md5_hex(&format!("{ha1}:{}:{nc}:{cnonce}:auth:{ha2}", self.nonce))

@@ -1,0 +1,452 @@
+//! A segment decoder (Whisper) as a streaming engine: the audio between the VAD's start and stop
+//! is one utterance, decoded off the async workers.
+//!
+//! Audio is kept from a little before the VAD confirmed speech (it confirms after `start_secs`),
+//! so the first syllable is not lost. While the user speaks, the growing utterance is re-decoded
+//! every half second for interim transcripts; at the finalize (the VAD's stop) the whole
+//! utterance is decoded for the final one. Better: at the first silence after speech the
+//! utterance so far is decoded at once and its words are settled ([`SttEvent::Settled`]: the turn
+//! may be guessed on them), and when that silence becomes the VAD's stop, those words are the
+//! final ones, ready a stop delay sooner; speech that resumes makes a new silence start
+//! and a new decode. One worker per stream runs the requests in order and skips interim ones that
+//! a newer request made stale.
+//!
+//! Whisper hears 30 s at most. A turn spoken without a pause longer than that is cut into
+//! windows: when the utterance reaches [`MAX_WINDOW_SECS`], it is cut at the quietest 20 ms of
+//! its last [`CUT_SEARCH_SECS`] (between words, as a rule), the window is decoded at once and its
+//! words open every later transcript of the turn. The utterance held never grows past a window,
+//! and nothing said is lost.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use tokio::sync::mpsc;
+
+use super::SttError;
+use super::stream::{EVENT_QUEUE, INPUT_QUEUE, SttEngine, SttEvent, SttInput, SttStream};
+use voxide_engines::audio::mel;
+
+/// Something that transcribes one utterance of 16 kHz mono audio. Blocking: the stream calls it
+/// off the async workers.
+pub trait Transcriber: Send + Sync + 'static {
+    /// The engine's name, for metrics.
+    fn name(&self) -> &str;
+
+    /// The words in `audio` (16 kHz, [-1, 1]).
+    fn transcribe(&self, audio: &[f32]) -> Result<String, SttError>;
+
+    /// The words so far of an utterance still going on, for an interim transcript: as
+    /// [`Transcriber::transcribe`], minus any pains taken over final words.
+    fn transcribe_partial(&self, audio: &[f32]) -> Result<String, SttError> {
+        self.transcribe(audio)
+    }
+}
+
+impl Transcriber for super::Whisper {
+    fn name(&self) -> &str {
+        "whisper"
+    }
+
+    fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
+        super::Whisper::transcribe(self, audio)
+    }
+}
+
+impl Transcriber for super::PromptedWhisper {
+    fn name(&self) -> &str {
+        "whisper"
+    }
+
+    fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
+        super::PromptedWhisper::transcribe(self, audio)
+    }
+
+    /// Without the second listen: the words of a request half said read as garbled.
+    fn transcribe_partial(&self, audio: &[f32]) -> Result<String, SttError> {
+        super::PromptedWhisper::transcribe_partial(self, audio)
+    }
+}
+
+/// Audio kept from before the VAD confirmed speech.
+const PREROLL_SECS: f32 = 0.6;
+/// The pre-roll may reach this far back past the last VAD stop: the VAD stops only after
+/// `stop_secs` (0.2 s by default) without speech, so the end of that span is silence, while the
+/// next speech may begin well before the VAD is sure of it.
+const BEFORE_STOP_SECS: f32 = 0.15;
+/// The longest audio decoded at once: Whisper's 30 s, less room for the pre-roll.
+pub const MAX_WINDOW_SECS: f32 = 28.0;
+/// How far back from a full window the cut looks for a quiet moment.
+const CUT_SEARCH_SECS: f32 = 2.0;
+/// Windows a turn keeps the words of (an hour of speech without a pause); past that, the
+/// oldest go.
+const MAX_WINDOWS: usize = 128;
+/// New audio between two interim transcripts.
+const INTERIM_SECS: f32 = 0.5;
+const RATE: usize = mel::SAMPLE_RATE as usize;
+
+/// A [`Transcriber`] as an [`SttEngine`].
+pub struct Segmented(Arc<dyn Transcriber>);
+
+impl Segmented {
+    /// The streaming engine over `transcriber`.
+    pub fn shared(transcriber: Arc<dyn Transcriber>) -> Arc<dyn SttEngine> {
+        Arc::new(Self(transcriber))
+    }
+}
+
+impl SttEngine for Segmented {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+
+    fn sample_rate(&self) -> u32 {
+        mel::SAMPLE_RATE
+    }
+
+    fn start(&self) -> SttStream {
+        let (input, inputs) = mpsc::channel(INPUT_QUEUE);
+        let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
+        let (requests_tx, requests) = mpsc::unbounded_channel();
+        let worker = Worker {
+            transcriber: self.0.clone(),
+            events: events_tx,
+            speculative: None,
+            windows: VecDeque::new(),
+        };
+        tokio::spawn(worker.run(requests));
+        tokio::spawn(Segmenter::new(requests_tx).run(inputs));
+        SttStream { input, events }
+    }
+}
+
+enum Request {
+    /// A full window of a long utterance: its words open the utterance's transcripts.
+    Window(Vec<i16>),
+    /// The utterance so far, for an interim transcript.
+    Interim(Vec<i16>),
+    /// The utterance up to the silence that may end it, decoded at once: if that silence
+    /// becomes the VAD's stop, these are the final words, ready a stop delay sooner.
+    Speculative(u64, Vec<i16>),
+    /// The whole utterance, and the speculative decode that may already hold its words.
+    Final {
+        audio: Vec<i16>,
+        speculative: Option<u64>,
+    },
+}
+
+impl Request {
+    /// Whether this request must still run when `newer` is queued behind it (a pending interim
+    /// is pointless once a newer request exists).
+    fn wanted_before(&self, newer: &Request) -> bool {
+        match (self, newer) {
+            (Request::Final { .. } | Request::Window(_), _) => true,
+            (Request::Speculative(id, _), Request::Final { speculative, .. }) => {
+                *speculative == Some(*id)
+            }
+            _ => false,
+        }
+    }
+}
+
+/// Cuts the audio into utterances at the VAD's verdicts.
+struct Segmenter {
+    /// The last [`PREROLL_SECS`] of audio, whatever the VAD says.
+    preroll: VecDeque<i16>,
+    /// Samples since the last VAD stop.
+    since_stop: usize,
+    utterance: Vec<i16>,
+    speaking: bool,
+    since_interim: usize,
+    /// The speculative decode of the latest silence in this utterance.
+    speculative: Option<u64>,
+    next_speculative: u64,
+    requests: mpsc::UnboundedSender<Request>,
+}
+
+impl Segmenter {
+    fn new(requests: mpsc::UnboundedSender<Request>) -> Self {
+        Self {
+            preroll: VecDeque::with_capacity((PREROLL_SECS * RATE as f32) as usize),
+            since_stop: usize::MAX,
+            utterance: Vec::new(),
+            speaking: false,
+            since_interim: 0,
+            speculative: None,
+            next_speculative: 0,
+            requests,
+        }
+    }
+
+    async fn run(mut self, mut inputs: mpsc::Receiver<SttInput>) {
+        while let Some(input) = inputs.recv().await {
+            self.handle(input);
+        }
+    }
+
+    fn send(&self, request: Request) {
+        let _ = self.requests.send(request);
+    }
+
+    fn handle(&mut self, input: SttInput) {
+        match input {
+            SttInput::Audio(audio) => self.audio(&audio),
+            SttInput::SpeechStarted => {
+                self.speaking = true;
+                self.speculative = None;
+                self.since_interim = 0;
+                // Speech that follows the last utterance closely must not lose its first
+                // syllable, nor take that utterance's last words with it.
+                let reach = self
+                    .since_stop
+                    .saturating_add((BEFORE_STOP_SECS * RATE as f32) as usize);
+                let skip = self.preroll.len().saturating_sub(reach);
+                self.utterance = self.preroll.iter().skip(skip).copied().collect();
+            }
+            SttInput::SilenceStarted if self.speaking => {
+                self.next_speculative += 1;
+                self.speculative = Some(self.next_speculative);
+                self.since_interim = 0;
+                self.send(Request::Speculative(
+                    self.next_speculative,
+                    self.utterance.clone(),
+                ));
+            }
+            SttInput::SilenceStarted => {}
+            SttInput::Finalize => {
+                self.speaking = false;
+                self.since_stop = 0;
+                let audio = std::mem::take(&mut self.utterance);
+                // Every stop follows a silence start, so the last speculative decode ends where
+                // the speech did.
+                let speculative = self.speculative.take();
+                self.send(Request::Final { audio, speculative });
+            }
+        }
+    }
+
+    /// Cuts a full window off the utterance, at its quietest 20 ms near the end, and sends it
+    /// to be decoded.
+    fn cut_window(&mut self) {
+        const FRAME: usize = RATE / 50;
+        let search = (CUT_SEARCH_SECS * RATE as f32) as usize;
+        let from = self.utterance.len().saturating_sub(search);
+        let quietest = self.utterance[from..]
+            .chunks_exact(FRAME)
+            .enumerate()
+            .min_by_key(|(_, frame)| frame.iter().map(|s| i64::from(*s).pow(2)).sum::<i64>())
+            .map_or(self.utterance.len(), |(i, _)| from + i * FRAME + FRAME / 2);
+        let rest = self.utterance.split_off(quietest);
+        let window = std::mem::replace(&mut self.utterance, rest);
+        // A speculative decode covered audio now split in two: the stop decodes afresh.
+        self.speculative = None;
+        self.since_interim = 0;
+        self.send(Request::Window(window));
+    }
+
+    fn audio(&mut self, audio: &[i16]) {
+        let cap = (PREROLL_SECS * RATE as f32) as usize;
+        let excess = (self.preroll.len() + audio.len()).saturating_sub(cap);
+        self.preroll.drain(..excess.min(self.preroll.len()));
+        self.preroll
+            .extend(&audio[audio.len().saturating_sub(cap)..]);
+        if self.speaking {
+            self.utterance.extend_from_slice(audio);
+            if self.utterance.len() as f32 >= MAX_WINDOW_SECS * RATE as f32 {
+                self.cut_window();
+            }
+            self.since_interim += audio.len();
+            if self.since_interim as f32 >= INTERIM_SECS * RATE as f32 {
+                self.since_interim = 0;
+                self.send(Request::Interim(self.utterance.clone()));
+            }
+        } else {
+            self.since_stop = self.since_stop.saturating_add(audio.len());
+        }
+    }
+}
+
+/// Runs one stream's decodes in order.
+struct Worker {
+    transcriber: Arc<dyn Transcriber>,
+    events: mpsc::Sender<SttEvent>,
+    /// The last speculative decode: its id and words.
+    speculative: Option<(u64, String)>,
+    /// The words of the utterance's full windows so far.
+    windows: VecDeque<String>,
+}
+
+impl Worker {
+    async fn run(mut self, mut requests: mpsc::UnboundedReceiver<Request>) {
+        while let Some(mut request) = requests.recv().await {
+            // A newer request makes a pending interim one pointless.
+            while let Ok(newer) = requests.try_recv() {
+                if request.wanted_before(&newer) {
+                    self.handle(request).await;
+                }
+                request = newer;
+            }
+            self.handle(request).await;
+        }
+    }
+
+    async fn handle(&mut self, request: Request) {
+        match request {
+            Request::Window(audio) => {
+                let text = self.decode(&audio).await.unwrap_or_default();
+                if self.windows.len() == MAX_WINDOWS {
+                    self.windows.pop_front();
+                }
+                self.windows.push_back(text);
+            }
+            Request::Interim(audio) => {
+                if let Some(text) = self.decode_partial(&audio).await {
+                    let text = self.after_windows(&text);
+                    self.send(SttEvent::Interim(text)).await;
+                }
+            }
+            Request::Speculative(id, audio) => {
+                let text = self.decode(&audio).await.unwrap_or_default();
+                // The final words if the silence becomes the stop: the turn may be guessed now.
+                self.send(SttEvent::Settled(self.after_windows(&text)))
+                    .await;
+                self.speculative = Some((id, text));
+            }
+            Request::Final { audio, speculative } => {
+                // The speech ended where the speculative decode was cut: its words are the
+                // final ones, and they are ready already.
+                let known = match (speculative, self.speculative.take()) {
+                    (Some(id), Some((done, text))) if id == done => Some(text),
+                    _ => None,
+                };
+                let text = match known {
+                    Some(text) => text,
+                    None => self.decode(&audio).await.unwrap_or_default(),
+                };
+                let text = self.after_windows(&text);
+                self.windows.clear();
+                // Owed for every finalize, words or not.
+                self.send(SttEvent::Finalized(text)).await;
+            }
+        }
+    }
+
+    /// The words of the utterance's full windows, then `text`.
+    fn after_windows(&self, text: &str) -> String {
+        if self.windows.is_empty() {
+            return text.to_owned();
+        }
+        self.windows
+            .iter()
+            .map(String::as_str)
+            .chain([text])
+            .map(str::trim)
+            .filter(|words| !words.is_empty())
+            .collect::<Vec<_>>()
+            .join(" ")
+    }
+
+    async fn send(&self, event: SttEvent) {
+        let _ = self.events.send(event).await;
+    }
+
+    /// The words in `audio`, or `None` after reporting an error.
+    async fn decode(&self, audio: &[i16]) -> Option<String> {
+        self.off_runtime(audio, |t, samples| t.transcribe(samples))
+            .await
+    }
+
+    /// The words so far in the `audio` of an utterance still going on.
+    async fn decode_partial(&self, audio: &[i16]) -> Option<String> {
+        self.off_runtime(audio, |t, samples| t.transcribe_partial(samples))
+            .await
+    }
+
+    /// `transcribe` on `audio`, off the async workers; `None` after reporting an error.
+    async fn off_runtime(
+        &self,
+        audio: &[i16],
+        transcribe: fn(&dyn Transcriber, &[f32]) -> Result<String, SttError>,
+    ) -> Option<String> {
+        if audio.is_empty() {
+            return Some(String::new());
+        }
+        let transcriber = self.transcriber.clone();
+        let samples = voxide_engines::audio::wav::to_f32(audio);
+        match tokio::task::spawn_blocking(move || transcribe(&*transcriber, &samples)).await {
+            Ok(Ok(text)) => Some(text),
+            Ok(Err(e)) => {
+                self.send(SttEvent::Error(e.to_string())).await;
+                None
+            }
+            Err(e) => {
+                self.send(SttEvent::Error(format!("transcription stopped: {e}")))
+                    .await;
+                None
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// Hears how long each piece of audio is, and where its loud samples are.
+    #[derive(Default)]
+    struct Lengths(Mutex<Vec<usize>>);
+
+    impl Transcriber for Lengths {
+        fn name(&self) -> &str {
+            "lengths"
+        }
+
+        fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
+            self.0.lock().expect("lock").push(audio.len());
+            let loud = audio.iter().filter(|s| s.abs() > 0.1).count();
+            Ok(format!("[{loud}]"))
+        }
+    }
+
+    #[tokio::test]
+    async fn seventy_seconds_without_a_pause_are_heard_whole_in_windows_whisper_can_take() {
+        let heard = Arc::new(Lengths::default());
+        let engine = Segmented::shared(heard.clone());
+        let SttStream { input, mut events } = engine.start();
+        input.send(SttInput::SpeechStarted).await.expect("open");
+        // 70 s of "speech": loud, with a short quiet gap every 1.3 s, as between words.
+        let mut loud = 0usize;
+        for k in 0..3_500usize {
+            let quiet = k % 65 == 64;
+            let frame = vec![if quiet { 0 } else { 10_000i16 }; 320];
+            loud += if quiet { 0 } else { 320 };
+            input.send(SttInput::Audio(frame)).await.expect("open");
+        }
+        input.send(SttInput::SilenceStarted).await.expect("open");
+        input.send(SttInput::Finalize).await.expect("open");
+        let text = loop {
+            match events.recv().await.expect("a final transcript") {
+                SttEvent::Finalized(text) => break text,
+                _ => continue,
+            }
+        };
+        let lengths = heard.0.lock().expect("lock").clone();
+        let longest = lengths.iter().max().copied().unwrap_or_default();
+        assert!(
+            longest as f32 <= 30.0 * RATE as f32,
+            "a decode of {} s",
+            longest as f32 / RATE as f32
+        );
+        let pieces: Vec<usize> = text
+            .split_whitespace()
+            .map(|p| p.trim_matches(['[', ']']).parse().expect("a count"))
+            .collect();
+        assert_eq!(pieces.len(), 3, "two full windows and the rest: {text}");
+        assert_eq!(
+            pieces.iter().sum::<usize>(),
+            loud,
+            "every loud sample heard once: {text}"
+        );
+    }
+}
