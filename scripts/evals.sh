@@ -6,9 +6,11 @@
 # (the scenarios assert on events, text, function calls). Exits non-zero if any scenario fails.
 #
 #   scripts/evals.sh [--release] [--set embedded|stand_ins|all] [--out DIR] [--setup-only]
+#                    [--install-only]
 #
 # --setup-only installs the harness (target/venv-evals) and builds voxide, and stops there
-# (scripts/pipecat_evals.sh uses it).
+# (scripts/pipecat_evals.sh uses it); --install-only stops before the build (scripts/test.sh
+# installs the harness while it builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,13 +18,15 @@ PROFILE=debug
 SET=all
 OUT=target/evals
 SETUP_ONLY=0
+INSTALL_ONLY=0
 while [ $# -gt 0 ]; do
   case "$1" in
     --release) PROFILE=release; shift ;;
     --set) SET="$2"; shift 2 ;;
     --out) OUT="$2"; shift 2 ;;
     --setup-only) SETUP_ONLY=1; shift ;;
-    *) echo "usage: scripts/evals.sh [--release] [--set embedded|stand_ins|all] [--out DIR] [--setup-only]" >&2; exit 2 ;;
+    --install-only) INSTALL_ONLY=1; shift ;;
+    *) echo "usage: scripts/evals.sh [--release] [--set embedded|stand_ins|all] [--out DIR] [--setup-only] [--install-only]" >&2; exit 2 ;;
   esac
 done
 
@@ -38,6 +42,7 @@ if ! { "$VENV/bin/pipecat" --version 2>/dev/null | grep -q "$PIPECAT_VERSION" &&
   "$VENV/bin/pip" install --disable-pip-version-check --progress-bar off -q \
     "pipecat-ai[$EXTRAS]==$PIPECAT_VERSION"
 fi
+[ "$INSTALL_ONLY" = 1 ] && exit 0
 
 echo "evals: building voxide and the provider stand-ins ($PROFILE)"
 build_flags=(--locked --bin voxide --example stand_in_providers)

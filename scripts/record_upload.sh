@@ -5,12 +5,21 @@
 # be reached: the call is answered all the same, the upload is counted as failed and the files
 # stay in the folder.
 #
-#   scripts/record_upload.sh [--release]
+#   scripts/record_upload.sh [--release] [--install-only]
+#
+# --install-only installs moto and stops (scripts/test.sh installs it while it builds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PROFILE=debug
-[ "${1:-}" = --release ] && PROFILE=release
+INSTALL_ONLY=0
+for arg in "$@"; do
+    case "$arg" in
+        --release) PROFILE=release ;;
+        --install-only) INSTALL_ONLY=1 ;;
+        *) echo "usage: scripts/record_upload.sh [--release] [--install-only]" >&2; exit 2 ;;
+    esac
+done
 VENV=target/venv-moto
 MOTO_PORT=${MOTO_PORT:-9050}
 PORT=${PORT:-7975}
@@ -25,6 +34,7 @@ if [ ! -x "$VENV/bin/moto_server" ]; then
     python3 -m venv "$VENV"
     "$VENV/bin/pip" install --progress-bar on 'moto[server]==5.2.5' 'boto3==1.44.8'
 fi
+[ "$INSTALL_ONLY" = 1 ] && exit 0
 # scripts/test.sh builds every target once and says so (see scripts/security.sh).
 if [ "${VOXIDE_BUILT:-}" = "$PROFILE" ]; then
     :

@@ -8,6 +8,14 @@ step() { echo "test: [${SECONDS} s] $*"; }
 
 scripts/setup.sh --test
 
+# pipecat's eval harness and moto come from PyPI while the build below holds the CPU (they wait
+# on the network and the disk): scripts/evals.sh, scripts/record_upload.sh and the browser tests
+# find them in place.
+mkdir -p target
+(scripts/evals.sh --install-only && scripts/record_upload.sh --install-only) \
+  >target/python-installs.log 2>&1 &
+installs=$!
+
 step "cargo fmt --check"
 cargo fmt --check
 
@@ -34,6 +42,13 @@ else
 fi
 cargo build --workspace --all-targets --locked
 export VOXIDE_BUILT=debug
+
+step "the Python tools installed beside the build"
+if ! wait "$installs"; then
+  cat target/python-installs.log
+  echo "test: installing pipecat's eval harness or moto failed" >&2
+  exit 1
+fi
 
 step "doc tests"
 cargo test --workspace --doc --locked
