@@ -1,8 +1,8 @@
 //! Whisper's text decoder with a key/value cache for its self-attention.
 //!
-//! candle's decoder caches only the cross-attention, so each new token re-runs every token before
-//! it: a transcript of n tokens costs n²/2 token passes. This one keeps each layer's keys and
-//! values, so a step runs only the new token. It reads the same weights as candle's model.
+//! A decoder without a cache re-runs every token before the new one: a transcript of n tokens
+//! costs n²/2 token passes. This one keeps each layer's keys and values, so a step runs only the
+//! new token.
 //!
 //! The last step of every token, scoring the whole vocabulary against the token embedding, is
 //! most of a step's time: tiny.en's 51,864 × 384 embedding is 80 MB in f32, read once per
@@ -11,27 +11,9 @@
 
 use candle_core::{D, IndexOp, Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
-use candle_transformers::models::whisper::Config;
 use half::f16;
 
-/// One attention layer's projections.
-struct Attention {
-    query: Linear,
-    key: Linear,
-    value: Linear,
-    out: Linear,
-}
-
-impl Attention {
-    fn load(size: usize, vb: VarBuilder) -> Result<Self> {
-        Ok(Self {
-            query: candle_nn::linear(size, size, vb.pp("q_proj"))?,
-            key: candle_nn::linear_no_bias(size, size, vb.pp("k_proj"))?,
-            value: candle_nn::linear(size, size, vb.pp("v_proj"))?,
-            out: candle_nn::linear(size, size, vb.pp("out_proj"))?,
-        })
-    }
-}
+use super::layers::{Attention, Dims, attend, layer_norm, split_heads};
 
 struct Block {
     attn: Attention,
@@ -41,14 +23,6 @@ struct Block {
     fc1: Linear,
     fc2: Linear,
     mlp_ln: LayerNorm,
-}
-
-fn layer_norm(size: usize, vb: VarBuilder) -> Result<LayerNorm> {
-    Ok(LayerNorm::new(
-        vb.get(size, "weight")?,
-        vb.get(size, "bias")?,
-        1e-5,
-    ))
 }
 
 /// The decoder's weights; the per-transcript state is a [`DecoderState`].
@@ -73,10 +47,10 @@ pub(crate) struct DecoderState {
 }
 
 impl CachedDecoder {
-    /// Loads the decoder from `vb` (candle's names under `model.decoder`).
-    pub(crate) fn load(vb: VarBuilder, config: &Config) -> Result<Self> {
-        let size = config.d_model;
-        let blocks = (0..config.decoder_layers)
+    /// Loads the decoder from `vb` (the names under `model.decoder`).
+    pub(crate) fn load(vb: VarBuilder, dims: &Dims) -> Result<Self> {
+        let size = dims.size;
+        let blocks = (0..dims.decoder_layers)
             .map(|i| {
                 let vb = vb.pp(format!("layers.{i}"));
                 Ok(Block {
@@ -90,17 +64,14 @@ impl CachedDecoder {
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let token_embedding = vb.get((config.vocab_size, size), "embed_tokens.weight")?;
+        let token_embedding = vb.get((dims.vocab, size), "embed_tokens.weight")?;
         Ok(Self {
             projection: Projection::new(&token_embedding)?,
             token_embedding,
-            positions: vb.get(
-                (config.max_target_positions, size),
-                "embed_positions.weight",
-            )?,
+            positions: vb.get((dims.text_positions, size), "embed_positions.weight")?,
             blocks,
             ln: layer_norm(size, vb.pp("layer_norm"))?,
-            heads: config.decoder_attention_heads,
+            heads: dims.decoder_heads,
         })
     }
 
@@ -120,8 +91,8 @@ impl CachedDecoder {
             .blocks
             .iter()
             .map(|b| {
-                let k = self.heads_of(&b.cross.key.forward(audio)?)?;
-                let v = self.heads_of(&b.cross.value.forward(audio)?)?;
+                let k = self.split(&b.cross.key.forward(audio)?)?;
+                let v = self.split(&b.cross.value.forward(audio)?)?;
                 Ok((k, v))
             })
             .collect::<Result<Vec<_>>>()?;
@@ -148,21 +119,21 @@ impl CachedDecoder {
             .transpose()?;
         for (i, block) in self.blocks.iter().enumerate() {
             let h = block.attn_ln.forward(&x)?;
-            let q = self.heads_of(&block.attn.query.forward(&h)?)?;
-            let k = self.heads_of(&block.attn.key.forward(&h)?)?;
-            let v = self.heads_of(&block.attn.value.forward(&h)?)?;
+            let q = self.split(&block.attn.query.forward(&h)?)?;
+            let k = self.split(&block.attn.key.forward(&h)?)?;
+            let v = self.split(&block.attn.value.forward(&h)?)?;
             let (k, v) = match &state.past[i] {
                 Some((pk, pv)) => (Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?),
                 None => (k, v),
             };
-            let attended = self.attend(&q, &k, &v, mask.as_ref())?;
+            let attended = attend(&q, &k, &v, mask.as_ref())?;
             state.past[i] = Some((k, v));
             x = (x + block.attn.out.forward(&attended)?)?;
 
             let h = block.cross_ln.forward(&x)?;
-            let q = self.heads_of(&block.cross.query.forward(&h)?)?;
+            let q = self.split(&block.cross.query.forward(&h)?)?;
             let (ak, av) = &state.audio[i];
-            let attended = self.attend(&q, ak, av, None)?;
+            let attended = attend(&q, ak, av, None)?;
             x = (x + block.cross.out.forward(&attended)?)?;
 
             let h = block.mlp_ln.forward(&x)?;
@@ -213,14 +184,14 @@ impl CachedDecoder {
             .unsqueeze(1)?;
         for (i, block) in self.blocks.iter().enumerate() {
             let h = block.attn_ln.forward(&x)?;
-            let q = self.heads_of(&block.attn.query.forward(&h)?)?;
-            let k = self.heads_of(&block.attn.key.forward(&h)?)?;
-            let v = self.heads_of(&block.attn.value.forward(&h)?)?;
+            let q = self.split(&block.attn.query.forward(&h)?)?;
+            let k = self.split(&block.attn.key.forward(&h)?)?;
+            let v = self.split(&block.attn.value.forward(&h)?)?;
             let (k, v) = match &state.past[i] {
                 Some((pk, pv)) => (Tensor::cat(&[pk, &k], 2)?, Tensor::cat(&[pv, &v], 2)?),
                 None => (k, v),
             };
-            let attended = self.attend(&q, &k, &v, None)?;
+            let attended = attend(&q, &k, &v, None)?;
             state.past[i] = Some((k, v));
             x = (x + block.attn.out.forward(&attended)?)?;
 
@@ -228,13 +199,11 @@ impl CachedDecoder {
             // `rows` positions, (1, heads, rows, head), rather than copying the audio per row.
             let h = block.cross_ln.forward(&x)?;
             let q = self
-                .heads_of(&block.cross.query.forward(&h)?)?
+                .split(&block.cross.query.forward(&h)?)?
                 .transpose(0, 2)?
                 .contiguous()?;
             let (ak, av) = &state.audio[i];
-            let attended = self
-                .attend(&q, ak, av, None)?
-                .reshape((rows, 1, x.dim(D::Minus1)?))?;
+            let attended = attend(&q, ak, av, None)?.reshape((rows, 1, x.dim(D::Minus1)?))?;
             x = (x + block.cross.out.forward(&attended)?)?;
 
             let h = block.mlp_ln.forward(&x)?;
@@ -245,27 +214,9 @@ impl CachedDecoder {
         Ok(self.projection.logits_rows(&last))
     }
 
-    /// (1, n, size) → (1, heads, n, size / heads).
-    fn heads_of(&self, x: &Tensor) -> Result<Tensor> {
-        let (b, n, size) = x.dims3()?;
-        x.reshape((b, n, self.heads, size / self.heads))?
-            .transpose(1, 2)?
-            .contiguous()
-    }
-
-    fn attend(&self, q: &Tensor, k: &Tensor, v: &Tensor, mask: Option<&Tensor>) -> Result<Tensor> {
-        let head = q.dim(D::Minus1)?;
-        let scale = 1.0 / (head as f64).sqrt();
-        let mut scores = (q.matmul(&k.t()?)? * scale)?;
-        if let Some(mask) = mask {
-            scores = scores.broadcast_add(mask)?;
-        }
-        let weights = candle_nn::ops::softmax_last_dim(&scores)?;
-        let (b, heads, n, head) = q.dims4()?;
-        weights
-            .matmul(v)?
-            .transpose(1, 2)?
-            .reshape((b, n, heads * head))
+    /// (rows, n, size) → (rows, heads, n, size / heads).
+    fn split(&self, x: &Tensor) -> Result<Tensor> {
+        split_heads(x, self.heads)
     }
 }
 

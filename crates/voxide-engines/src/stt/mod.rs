@@ -3,6 +3,8 @@
 
 pub mod ct2;
 mod decoder;
+mod encoder;
+mod layers;
 pub mod whisper;
 
 pub use whisper::{PromptedWhisper, Reader, Reading, SttError, Whisper, WindowPolicy};

@@ -2,22 +2,22 @@
 //!
 //! The CTranslate2 file stores the same weights as OpenAI's checkpoint in float16 under its own
 //! names, with self-attention q/k/v fused into one matrix and cross-attention k/v into another.
-//! Loading splits them back, drops the key biases (Whisper's keys have none; the file stores
-//! zeros) and hands candle's Whisper model the names it expects. candle's encoder runs the audio;
-//! the text is decoded with voxide's own decoder, which caches its self-attention
-//! ([`decoder`](super::decoder)).
+//! Loading splits them back and drops the key biases (Whisper's keys have none; the file stores
+//! zeros). The [`encoder`](super::encoder) reads the audio; the [`decoder`](super::decoder),
+//! which caches its self-attention, writes the text.
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use candle_core::{DType, Device, Tensor};
 use candle_nn::VarBuilder;
-use candle_transformers::models::whisper::{Config, model::Whisper as WhisperModel};
 use serde::Deserialize;
 
 use super::ct2::{self, Ct2Model};
 use super::decoder::{CachedDecoder, DecoderState};
+use super::encoder::AudioEncoder;
+use super::layers::Dims;
 use crate::audio::mel::{self, LogMel};
 use crate::bpe::{Digits, Tokenizer};
 use crate::models::{ModelError, model_path};
@@ -30,8 +30,7 @@ const MAX_TOKENS: usize = 200;
 
 /// A loaded Whisper model with its tokenizer, shared by every session.
 pub struct Whisper {
-    /// The encoder (candle's model; its decoder goes unused).
-    model: Mutex<WhisperModel>,
+    encoder: AudioEncoder,
     decoder: CachedDecoder,
     tokens: Tokenizer,
     special: SpecialTokens,
@@ -138,13 +137,13 @@ impl Whisper {
         let bytes = std::fs::read(&bin).map_err(|e| invalid(&bin, e))?;
         let ct2 = Ct2Model::parse(&bytes).map_err(|e| invalid(&bin, e))?;
         drop(bytes);
-        let (tensors, config) = to_candle(&ct2).map_err(|e| invalid(&bin, e))?;
+        let (tensors, dims) = named_tensors(&ct2).map_err(|e| invalid(&bin, e))?;
         drop(ct2);
         let vb = VarBuilder::from_tensors(tensors, DType::F32, &Device::Cpu);
-        // Both read the same F32 tensors, so the weights are not copied.
+        let encoder =
+            AudioEncoder::load(vb.pp("model.encoder"), &dims).map_err(|e| invalid(&bin, e))?;
         let decoder =
-            CachedDecoder::load(vb.pp("model.decoder"), &config).map_err(|e| invalid(&bin, e))?;
-        let model = WhisperModel::load(&vb, config).map_err(|e| invalid(&bin, e))?;
+            CachedDecoder::load(vb.pp("model.decoder"), &dims).map_err(|e| invalid(&bin, e))?;
 
         let tokenizer = dir.join("tokenizer.json");
         let text = std::fs::read_to_string(&tokenizer).map_err(|e| invalid(&tokenizer, e))?;
@@ -165,7 +164,7 @@ impl Whisper {
         let suppress: SuppressConfig =
             serde_json::from_str(&text).map_err(|e| invalid(&config_path, e))?;
         Ok(Self {
-            model: Mutex::new(model),
+            encoder,
             decoder,
             tokens,
             special,
@@ -214,8 +213,7 @@ impl Whisper {
         let frames = features.len() / mel::N_MELS;
         let mel =
             Tensor::from_vec(features, (1, mel::N_MELS, frames), &Device::Cpu).map_err(err)?;
-        let mut model = self.model.lock().unwrap_or_else(|p| p.into_inner());
-        model.encoder.forward(&mel, true).map_err(err)
+        self.encoder.forward(&mel).map_err(err)
     }
 
     /// The decoder's opening: the prompt (if any), then the start of a transcript.
@@ -626,7 +624,7 @@ fn tokenizer_from_json(text: &str) -> Result<Tokenizer, String> {
     Tokenizer::new(pieces, &merges, Digits::Runs)
 }
 
-/// How one CTranslate2 variable group becomes candle tensors.
+/// How one CTranslate2 variable group becomes tensors.
 #[derive(Clone, Copy)]
 enum Rename {
     /// `gamma`/`beta` → `weight`/`bias`.
@@ -637,7 +635,7 @@ enum Rename {
     Fused(&'static [&'static str]),
 }
 
-/// Every layer: self-attention and feed-forward (CTranslate2 suffix, candle suffix).
+/// Every layer: self-attention and feed-forward (CTranslate2 suffix, our suffix).
 const BLOCK: &[(Rename, &str, &str)] = &[
     (
         Rename::Norm,
@@ -693,7 +691,7 @@ fn tensor(ct2: &Ct2Model, name: &str) -> Result<Tensor, String> {
         .map_err(|e| format!("{name}: {e}"))
 }
 
-/// Puts the tensors of CTranslate2's `from` into `out` under candle's name `to`.
+/// Puts the tensors of CTranslate2's `from` into `out` under the name `to`.
 fn rename(
     out: &mut HashMap<String, Tensor>,
     ct2: &Ct2Model,
@@ -725,8 +723,9 @@ fn rename(
     Ok(())
 }
 
-/// The model's tensors under candle's Whisper names, and its configuration.
-fn to_candle(ct2: &Ct2Model) -> Result<(HashMap<String, Tensor>, Config), String> {
+/// The model's tensors under the names the encoder and decoder load (those of Hugging Face's
+/// Whisper checkpoints), and its sizes.
+fn named_tensors(ct2: &Ct2Model) -> Result<(HashMap<String, Tensor>, Dims), String> {
     if ct2.spec != "WhisperSpec" {
         return Err(format!("expected a Whisper model, found {}", ct2.spec));
     }
@@ -773,39 +772,34 @@ fn to_candle(ct2: &Ct2Model) -> Result<(HashMap<String, Tensor>, Config), String
             .map(|h| h as usize)
             .map_err(|e| e.to_string())
     };
-    let config = Config {
-        num_mel_bins: mel::N_MELS,
-        max_source_positions: 1500,
-        d_model,
-        encoder_attention_heads: heads("encoder/num_heads")?,
+    let dims = Dims {
+        mels: mel::N_MELS,
+        size: d_model,
+        audio_positions: 1500,
+        encoder_heads: heads("encoder/num_heads")?,
         encoder_layers: enc_layers,
-        vocab_size,
-        max_target_positions,
-        decoder_attention_heads: heads("decoder/num_heads")?,
+        vocab: vocab_size,
+        text_positions: max_target_positions,
+        decoder_heads: heads("decoder/num_heads")?,
         decoder_layers: dec_layers,
-        suppress_tokens: Vec::new(),
     };
-    Ok((out, config))
+    Ok((out, dims))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The cached decoder must give what candle's full decoder gives, token after token. Needs
-    /// the model (scripts/setup.sh).
+    /// A decoder step that reads its cache gives what running every token again gives, token
+    /// after token. Needs the model (scripts/setup.sh).
     #[test]
-    fn the_cached_decoder_matches_the_full_one() {
+    fn the_cached_decoder_matches_running_every_token_again() {
         let whisper = Whisper::load_default().expect("the Whisper model");
         let (sr, tone) = (mel::SAMPLE_RATE as f32, 220.0);
         let audio: Vec<f32> = (0..3 * mel::SAMPLE_RATE as usize)
             .map(|i| 0.2 * (i as f32 * tone * std::f32::consts::TAU / sr).sin())
             .collect();
-        let features = LogMel::shared().features(&audio, false);
-        let frames = features.len() / mel::N_MELS;
-        let mel = Tensor::from_vec(features, (1, mel::N_MELS, frames), &Device::Cpu).expect("mel");
-        let mut model = whisper.model.lock().expect("lock");
-        let audio_features = model.encoder.forward(&mel, true).expect("encoder");
+        let audio_features = whisper.encode(&audio).expect("encoder");
         let mut state = whisper.decoder.start(&audio_features).expect("state");
         let mut tokens = vec![whisper.special.sot, whisper.special.no_timestamps];
         let mut input = tokens.clone();
@@ -814,18 +808,11 @@ mod tests {
                 .decoder
                 .step(&mut state, &input)
                 .expect("cached step");
-            let ids = Tensor::new(tokens.as_slice(), &Device::Cpu)
-                .and_then(|t| t.unsqueeze(0))
-                .expect("ids");
-            let hidden = model
+            let mut fresh = whisper.decoder.start(&audio_features).expect("state");
+            let full = whisper
                 .decoder
-                .forward(&ids, &audio_features, step == 0)
+                .step(&mut fresh, &tokens)
                 .expect("full step");
-            let full = candle_core::IndexOp::i(&hidden, (.., tokens.len() - 1..))
-                .and_then(|last| model.decoder.final_linear(&last))
-                .and_then(|l| candle_core::IndexOp::i(&l, (0, 0)))
-                .and_then(|l| l.to_vec1::<f32>())
-                .expect("logits");
             let worst = cached
                 .iter()
                 .zip(&full)
