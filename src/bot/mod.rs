@@ -533,31 +533,77 @@ impl Bot {
 }
 
 /// Loads every embedded engine the bot uses (once per process), so the first session does not
-/// pay for it.
+/// pay for it. The engines load side by side, each on a thread of its own: they share nothing
+/// but the disk, and most of a start is their CPU (the LLM's weights re-quantized and its tool
+/// prompt prefilled, Whisper's weights widened to f32).
 pub fn preload(options: &BotOptions) -> Result<(), BotError> {
     if !matches!(options.llm, LlmChoice::Text(_)) {
         // A realtime provider does the listening, thinking and speaking.
         return Ok(());
     }
-    VadBatcher::shared()?;
+    type Load = Box<dyn FnOnce() -> Result<(), BotError> + Send>;
+    let mut loads: Vec<(&str, Load)> = vec![(
+        "vad",
+        Box::new(|| VadBatcher::shared().map(drop).map_err(Into::into)),
+    )];
     if options.stt.contains(&SttChoice::Whisper) {
-        Whisper::shared()?;
+        loads.push((
+            "whisper",
+            Box::new(|| Whisper::shared().map(drop).map_err(Into::into)),
+        ));
     }
     if options.llm.uses_local() {
-        let model = LocalModel::shared()?;
-        // Prefill the tool-decision prompt, shared by every session from then on.
-        let _ = model.prepare_tools(&tools::tool_set());
+        loads.push((
+            "local llm",
+            Box::new(|| {
+                let model = LocalModel::shared()?;
+                // Prefill the tool-decision prompt, shared by every session from then on.
+                let _ = model.prepare_tools(&tools::tool_set());
+                Ok(())
+            }),
+        ));
     }
     if options.turn_end == TurnEnd::SmartTurn {
-        SmartTurn::shared()?;
+        loads.push((
+            "smart turn",
+            Box::new(|| SmartTurn::shared().map(drop).map_err(Into::into)),
+        ));
     }
     if options.tts.contains(&TtsChoice::Embedded) {
-        match options.voice {
-            Voice::Piper => drop(PiperVoice::shared()?),
-            Voice::Espeak => drop(EspeakVoice::new("en-us")?),
-        }
+        let voice = options.voice;
+        loads.push((
+            "voice",
+            Box::new(move || {
+                match voice {
+                    Voice::Piper => drop(PiperVoice::shared()?),
+                    Voice::Espeak => drop(EspeakVoice::new("en-us")?),
+                }
+                Ok(())
+            }),
+        ));
     }
-    Ok(())
+    std::thread::scope(|scope| {
+        let started = std::time::Instant::now();
+        let loading: Vec<_> = loads
+            .into_iter()
+            .map(|(engine, load)| {
+                scope.spawn(move || {
+                    let result = load();
+                    tracing::debug!(engine, ms = started.elapsed().as_millis(), "loaded");
+                    result
+                })
+            })
+            .collect();
+        // Every load runs to its end; the first failure is the answer.
+        loading
+            .into_iter()
+            .map(|thread| {
+                thread
+                    .join()
+                    .unwrap_or_else(|p| std::panic::resume_unwind(p))
+            })
+            .fold(Ok(()), Result::and)
+    })
 }
 
 /// The default bot on the embedded engines, playing into `sink`: VAD, turns, STT, the user
