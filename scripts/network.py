@@ -2,6 +2,11 @@
 """The held-out questions over WebRTC on a real network: `voxide serve` with the embedded
 defaults, driven by `voxide loadtest --protocol webrtc`, once per network condition.
 
+With `--protocol sip` one phone call asks every question in turn (PCMU over RTP, the caller's
+packets impaired by the load tester): SIP has no channel for the bot's transcripts, so the
+WER is read from the server's recording of the call (`--record-dir`), every word the bot heard
+against every word asked, in order.
+
 The 45 held-out questions (scripts/held_out.py), dealt round-robin to its four espeak-ng voices,
 one WAV each with its text beside it (`q.wav`, `q.txt`), so the load tester scores what the bot
 transcribed (WER) as well as timing its answers from the audio (v2v). A quiet room's floor is
@@ -13,7 +18,8 @@ Conditions (each a `voxide loadtest` flag set, `--condition NAME=FLAGS` to add o
   bursty      10 % loss in bursts of 3 frames
 
     scripts/network.py [--bin target/release/voxide] [--out target/network] [--sessions 1]
-                       [--condition NAME=FLAGS ...] [--conditions clean,lossy] [--protocol ws]
+                       [--condition NAME=FLAGS ...] [--conditions clean,lossy]
+                       [--protocol webrtc|ws|sip] [--questions N]
                        [--noise-dbfs -55 | --digital-silence]
 
 Prints one JSON line per condition (`heard`: the share of turns with at most a quarter of the
@@ -22,6 +28,7 @@ question's words wrong); each run's files stay under OUT/NAME/.
 
 import argparse
 import csv
+import glob
 import json
 import os
 import shlex
@@ -61,9 +68,43 @@ def heard_share(out):
     """The share of turns whose transcript has at most a quarter of the question's words
     wrong: the turns whose question the bot heard."""
     with open(os.path.join(out, "turns.csv")) as f:
-        rows = [r for r in csv.DictReader(f) if r["reference_words"]]
+        rows = [r for r in csv.DictReader(f) if r["reference_words"] and r["word_errors"]]
     heard = sum(1 for r in rows if int(r["word_errors"]) * 4 <= int(r["reference_words"]))
     return round(heard / len(rows), 3) if rows else None
+
+
+def words(text):
+    """The words of `text`, lowercase, without punctuation: as voxide's `text::word_list`."""
+    return [w for w in ("".join(c for c in word if c.isalnum()).lower()
+                        for word in text.split()) if w]
+
+
+def word_edits(a, b):
+    """The fewest words replaced, added or removed that turn `a` into `b`."""
+    row = list(range(len(b) + 1))
+    for i, wa in enumerate(a):
+        diagonal, row[0] = row[0], i + 1
+        for j, wb in enumerate(b):
+            replaced = diagonal + (wa != wb)
+            diagonal = row[j + 1]
+            row[j + 1] = min(replaced, row[j] + 1, row[j + 1] + 1)
+    return row[len(b)]
+
+
+def recorded_wer(records, wavs):
+    """The WER of everything the recorded call's user said against the questions it asked."""
+    reports = sorted(glob.glob(os.path.join(records, "*.json")))
+    if len(reports) != 1:
+        return None
+    with open(reports[0]) as f:
+        report = json.load(f)
+    heard = [t for turn in report.get("turns", []) for t in turn.get("user_text", [])
+             if not t.lower().startswith("dtmf")]
+    asked = []
+    for wav in wavs:
+        with open(wav[:-len(".wav")] + ".txt") as f:
+            asked += words(f.read())
+    return round(word_edits(asked, words(" ".join(heard))) / len(asked) * 100, 1)
 
 
 def free_port():
@@ -89,10 +130,10 @@ def serve(binary, port, log, flags=()):
     sys.exit("the server did not become ready")
 
 
-def run(binary, port, wavs, out, sessions, flags, protocol="webrtc"):
+def run(binary, target, wavs, out, sessions, flags, protocol="webrtc"):
     """One `voxide loadtest` of the questions with `flags`; its figures."""
     turns = -(-len(wavs) // sessions)
-    command = [binary, "loadtest", "--target", f"http://127.0.0.1:{port}",
+    command = [binary, "loadtest", "--target", target,
                "--protocol", protocol, "--sessions", str(sessions),
                "--concurrency", str(sessions), "--turns", str(turns),
                "--think-ms", "1000", "--ramp", "0", "--seed", "1",
@@ -112,8 +153,8 @@ def run(binary, port, wavs, out, sessions, flags, protocol="webrtc"):
         "heard": heard_share(out),
         "v2v_p50": v2v.get("p50") and round(v2v["p50"]),
         "v2v_p95": v2v.get("p95") and round(v2v["p95"]),
-        "to_bot": summary["network_seen"]["to_bot"],
-        "to_caller": summary["network_seen"]["to_caller"],
+        "to_bot": summary.get("network_seen", {}).get("to_bot"),
+        "to_caller": summary.get("network_seen", {}).get("to_caller"),
     }
 
 
@@ -126,7 +167,8 @@ def main():
     parser.add_argument("--condition", action="append", default=[],
                         help="NAME=FLAGS: a network condition as loadtest flags")
     parser.add_argument("--conditions", help="the ones to run, comma-separated (default: all)")
-    parser.add_argument("--protocol", default="webrtc")
+    parser.add_argument("--protocol", default="webrtc", help="webrtc, ws or sip")
+    parser.add_argument("--questions", type=int, help="only the first N questions")
     noise_arguments(parser)
     args = parser.parse_args()
     conditions = dict(CONDITIONS)
@@ -137,15 +179,39 @@ def main():
         conditions = {name: conditions[name] for name in args.conditions.split(",")}
     dbfs = noise_dbfs(args)
     room = [] if dbfs is None else ["--noise-dbfs", str(dbfs)]
-    wavs = build(os.path.join(args.out, "questions"))
+    wavs = build(os.path.join(args.out, "questions"))[:args.questions]
+    if args.protocol == "sip":
+        # One call a condition, its own recording.
+        for name, flags in conditions.items():
+            out = os.path.join(args.out, name)
+            records = os.path.join(out, "records")
+            os.makedirs(records, exist_ok=True)
+            port, sip = free_port(), free_port()
+            with open(os.path.join(out, "server.log"), "w") as log:
+                server = serve(args.bin, port, log, ["--sip-listen", f"127.0.0.1:{sip}",
+                                                     "--record-dir", records])
+                try:
+                    figures = run(args.bin, f"sip:agent@127.0.0.1:{sip}", wavs, out, 1,
+                                  room + shlex.split(flags), "sip")
+                    # The report is written as the call ends.
+                    for _ in range(100):
+                        if glob.glob(os.path.join(records, "*.json")):
+                            break
+                        time.sleep(0.1)
+                finally:
+                    server.terminate()
+                    server.wait()
+            figures["wer"] = recorded_wer(records, wavs)
+            print(json.dumps({"condition": name, **figures}), flush=True)
+        return
     port = free_port()
     with open(os.path.join(args.out, "server.log"), "w") as log:
         server = serve(args.bin, port, log)
         try:
             for name, flags in conditions.items():
                 out = os.path.join(args.out, name)
-                figures = run(args.bin, port, wavs, out, args.sessions, room + shlex.split(flags),
-                              args.protocol)
+                figures = run(args.bin, f"http://127.0.0.1:{port}", wavs, out, args.sessions,
+                              room + shlex.split(flags), args.protocol)
                 print(json.dumps({"condition": name, **figures}), flush=True)
         finally:
             server.terminate()

@@ -32,7 +32,7 @@ log() { printf '[record-upload] %s\n' "$*" >&2; }
 if [ ! -x "$VENV/bin/moto_server" ]; then
     log "installing moto's S3 server into $VENV (a minute)"
     python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --progress-bar on 'moto[server]==5.2.5' 'boto3==1.44.8'
+    "$VENV/bin/pip" install --progress-bar on --no-compile 'moto[server]==5.2.5' 'boto3==1.44.8'
 fi
 [ "$INSTALL_ONLY" = 1 ] && exit 0
 # scripts/test.sh builds every target once and says so (see scripts/security.sh).

@@ -10,9 +10,9 @@ scripts/setup.sh --test
 
 # pipecat's eval harness and moto come from PyPI while the build below holds the CPU (they wait
 # on the network and the disk): scripts/evals.sh, scripts/record_upload.sh and the browser tests
-# find them in place.
+# find them in place. At the lowest priority: they take only what the build leaves idle.
 mkdir -p target
-(scripts/evals.sh --install-only && scripts/record_upload.sh --install-only) \
+(nice -n 19 scripts/evals.sh --install-only && nice -n 19 scripts/record_upload.sh --install-only) \
   >target/python-installs.log 2>&1 &
 installs=$!
 

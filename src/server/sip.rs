@@ -29,6 +29,8 @@ use crate::context::Message;
 use crate::events::Event;
 use crate::frames::{AudioFrame, DataFrame, PhoneAction};
 use crate::ids::random_u32;
+use crate::transports::g711_in::G711Input;
+use crate::transports::jitter::NetworkStats;
 use crate::transports::output::AudioSink;
 use crate::transports::sip::SipError;
 use crate::transports::sip::auth::{Callers, Verdict};
@@ -36,7 +38,7 @@ use crate::transports::sip::call::{Action, Call, Ending};
 use crate::transports::sip::dial::{Dial, Dialer, Dialing};
 use crate::transports::sip::message::{MAX_MESSAGE, SipMessage, StartLine};
 use crate::transports::sip::register::{Account, Registration, Standing};
-use crate::transports::sip::rtp::{self, Keys, Packet, Sender};
+use crate::transports::sip::rtp::{Keys, Packet, Sender};
 use crate::transports::sip::sdp::{self, Chosen, Codec, Offer};
 
 /// How SIP calls are taken.
@@ -143,8 +145,9 @@ pub const BOT_HEADER: &str = "X-Voxide-Bot";
 const RATE: u32 = 8_000;
 const PACKET_SAMPLES: usize = 160;
 const FRAME: Duration = Duration::from_millis(20);
-/// How long without the caller's audio before the call's timeline moves on in silence: three
-/// packets' time, past a network's ordinary jitter.
+/// How long without any audio from the caller, before its first packet, until the call's
+/// timeline moves on in silence: three packets' time. After the first packet the jitter buffer
+/// moves it on.
 const QUIET_AFTER: Duration = Duration::from_millis(60);
 /// A call whose caller sends no audio for this long is hung up (a phone gone without a BYE).
 const RTP_TIMEOUT: Duration = Duration::from_secs(60);
@@ -873,7 +876,9 @@ async fn talk(
     let mut latched = false;
     let mut sender = Sender::new(chosen.payload_type, random_u32(), random_u32());
     let mut keys = Keys::default();
-    let mut last_sequence = None;
+    // The caller's audio, in order and on its own timeline, what was lost concealed.
+    let mut input = G711Input::new(chosen.codec);
+    let mut reported = NetworkStats::default();
     let mut pending: Vec<i16> = Vec::new();
     // Keys the bot presses, as packets ready to go, one on each tick of the timeline.
     let mut pressing: std::collections::VecDeque<Vec<u8>> = std::collections::VecDeque::new();
@@ -888,6 +893,7 @@ async fn talk(
     loop {
         let deadline = call.deadline().map(Instant::from_std);
         let keypad = phone.input.keypad_deadline().map(Instant::from_std);
+        let hole = input.deadline().map(Instant::from_std);
         tokio::select! {
             message = inbox.recv() => {
                 let Some(message) = message else { break };
@@ -908,26 +914,26 @@ async fn talk(
                     if let Some(key) = keys.take(&packet) {
                         let _ = phone.input.press(&key.to_string(), &phone.handle).await;
                     }
-                } else if packet.payload_type == chosen.payload_type && rtp::newer(packet.sequence, last_sequence) {
-                    last_sequence = Some(packet.sequence);
-                    let samples: Vec<i16> = match chosen.codec {
-                        Codec::Pcmu => packet.payload.iter().map(|b| mulaw::decode(*b)).collect(),
-                        Codec::Pcma => packet.payload.iter().map(|b| alaw::decode(*b)).collect(),
-                    };
+                } else if packet.payload_type == chosen.payload_type {
                     heard_at = Instant::now();
-                    if phone.handle.queue_live_audio(AudioFrame::new(samples, RATE, 1)).await.is_err() {
-                        session_over = true;
-                    }
+                    input.push(packet.sequence, packet.timestamp, packet.payload, heard_at.into_std());
+                    session_over |= play(&mut input, &phone.handle).await;
                 }
+            }
+            () = tokio::time::sleep_until(hole.unwrap_or_else(Instant::now)), if hole.is_some() => {
+                session_over |= play(&mut input, &phone.handle).await;
             }
             _ = timeline.tick() => {
                 if let Some(packet) = pressing.pop_front() {
                     let _ = rtp.send_to(&packet, remote).await;
                 }
+                let network = input.stats();
+                app.metrics.network(&network.since(&reported));
+                reported = network;
                 if heard_at.elapsed() >= RTP_TIMEOUT {
                     tracing::info!(session = %info.id, "no audio from the other side for a minute: hanging up");
                     session_over = true;
-                } else if heard_at.elapsed() >= QUIET_AFTER {
+                } else if hole.is_none() && heard_at.elapsed() >= QUIET_AFTER {
                     let silence = AudioFrame::new(vec![0; PACKET_SAMPLES], RATE, 1);
                     if phone.handle.queue_live_audio(silence).await.is_err() {
                         session_over = true;
@@ -1003,8 +1009,34 @@ async fn talk(
             break;
         }
     }
+    let network = input.stats();
+    app.metrics.network(&network.since(&reported));
+    tracing::info!(
+        session = %info.id,
+        received = network.received,
+        lost = network.lost,
+        concealed = network.concealed,
+        late = network.late,
+        reordered = network.reordered,
+        duplicated = network.duplicated,
+        damaged = input.damaged(),
+        jitter_ms = network.jitter * 1e3,
+        "the caller's audio over the call"
+    );
     phone.end().await;
     ending
+}
+
+/// Plays what the caller's audio has due now into the call's session; whether the session is
+/// over.
+async fn play(input: &mut G711Input, session: &crate::pipeline::SessionHandle) -> bool {
+    while let Some(piece) = input.pop(std::time::Instant::now()) {
+        let frame = AudioFrame::new(piece.samples, RATE, 1);
+        if session.queue_live_audio(frame).await.is_err() {
+            return true;
+        }
+    }
+    false
 }
 
 /// G.711 bytes of `samples`.

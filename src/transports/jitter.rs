@@ -18,7 +18,8 @@
 //! - Duplicates are dropped; a packet whose time has been played (concealed) already is late
 //!   and dropped, or trimmed to the part not yet played.
 //!
-//! Times are in the RTP clock (48 kHz for Opus). [`NetworkStats`] counts all of it.
+//! Times are in the stream's RTP clock: 48 kHz for Opus ([`JitterBuffer::new`]), 8 kHz for
+//! G.711, which has no FEC ([`JitterBuffer::without_fec`]). [`NetworkStats`] counts all of it.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -29,9 +30,9 @@ pub const MIN_DEPTH: Duration = Duration::from_millis(40);
 /// Its greatest depth: no hole waits longer than this.
 pub const MAX_DEPTH: Duration = Duration::from_millis(120);
 /// The RTP clock of Opus.
-const CLOCK: u32 = 48_000;
-/// One 20 ms frame at that clock: the step a stalled stream is concealed in.
-const FRAME: u64 = 960;
+const OPUS_CLOCK: u32 = 48_000;
+/// Frames a second: a stalled stream is concealed in steps of 20 ms.
+const FRAMES_PER_SECOND: u32 = 50;
 /// Frames concealed in a row before the rest of a stall plays as silence (the decoder's
 /// concealment has faded out by then).
 const MAX_CONCEALED_RUN: u32 = 5;
@@ -47,9 +48,6 @@ const FASTEST_CREEP: f64 = 0.000_05;
 const MAX_HELD: u64 = 256;
 /// Sequence numbers remembered to tell a duplicate from a late packet.
 const SEEN: u64 = 512;
-/// The most silence one jump of the sender's clock plays (a clock that jumps further is a
-/// sender that restarted, not one that was quiet).
-const MAX_GAP: u64 = CLOCK as u64;
 
 /// One packet as it came off the wire.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -170,6 +168,10 @@ struct Held {
 /// The receiving state of one stream.
 #[derive(Debug)]
 pub struct JitterBuffer {
+    /// The stream's RTP clock, samples a second.
+    clock: u32,
+    /// Whether a packet carries the one before it (Opus's in-band FEC).
+    fec: bool,
     /// Packets received and not yet played, by extended sequence number.
     held: BTreeMap<u64, Held>,
     /// The next sequence number to play, extended; `None` before the first packet.
@@ -201,9 +203,21 @@ impl Default for JitterBuffer {
 }
 
 impl JitterBuffer {
-    /// An empty buffer.
+    /// An empty buffer for Opus: a 48 kHz clock, and in-band FEC to rebuild a lost packet.
     pub fn new() -> Self {
+        Self::with(OPUS_CLOCK, true)
+    }
+
+    /// An empty buffer for a codec without FEC at `clock` (G.711: 8,000): every lost packet is
+    /// concealed.
+    pub fn without_fec(clock: u32) -> Self {
+        Self::with(clock, false)
+    }
+
+    fn with(clock: u32, fec: bool) -> Self {
         Self {
+            clock,
+            fec,
             held: BTreeMap::new(),
             next: None,
             played_to: 0,
@@ -318,7 +332,7 @@ impl JitterBuffer {
         if let Some(packet) = self.held.get(&next) {
             if packet.timestamp > self.played_to {
                 // The sequence runs on but time jumped: the sender was quiet (DTX).
-                let samples = (packet.timestamp - self.played_to).min(MAX_GAP) as u32;
+                let samples = (packet.timestamp - self.played_to).min(self.max_gap()) as u32;
                 self.played_to = packet.timestamp;
                 self.stalled = 0;
                 return Step::Play(Playout::Silence { samples });
@@ -348,14 +362,14 @@ impl JitterBuffer {
                 // Lost: the packets from `next` to `after`, sharing the time up to `after`'s.
                 let missing = after - next;
                 let span = packet.timestamp.saturating_sub(self.played_to);
-                let samples = (span / missing).min(MAX_GAP) as u32;
+                let samples = (span / missing).min(self.max_gap()) as u32;
                 self.stats.lost += 1;
                 self.next = Some(next + 1);
                 self.played_to += u64::from(samples);
                 if samples == 0 {
                     return Step::Again;
                 }
-                if missing == 1 {
+                if missing == 1 && self.fec {
                     self.stats.recovered += 1;
                     Playout::Fec {
                         next: packet.payload.clone(),
@@ -368,17 +382,14 @@ impl JitterBuffer {
             }
             None => {
                 // Nothing at all: the timeline moves on without the sender.
-                self.played_to += FRAME;
+                let samples = self.clock / FRAMES_PER_SECOND;
+                self.played_to += u64::from(samples);
                 self.stalled += 1;
                 if self.stalled <= MAX_CONCEALED_RUN {
                     // Counted once the stall's end tells loss from the sender's quiet.
-                    Playout::Conceal {
-                        samples: FRAME as u32,
-                    }
+                    Playout::Conceal { samples }
                 } else {
-                    Playout::Silence {
-                        samples: FRAME as u32,
-                    }
+                    Playout::Silence { samples }
                 }
             }
         };
@@ -400,7 +411,7 @@ impl JitterBuffer {
     /// have come on the fastest path, plus the depth. `None` before the first packet.
     pub fn deadline(&self) -> Option<Instant> {
         let (origin, start) = self.origin?;
-        let due = self.played_to.saturating_sub(start) as f64 / f64::from(CLOCK)
+        let due = self.played_to.saturating_sub(start) as f64 / f64::from(self.clock)
             + self.fastest
             + self.stats.depth;
         Some(origin + Duration::from_secs_f64(due.max(0.0)))
@@ -413,7 +424,7 @@ impl JitterBuffer {
             return;
         };
         let transit = now.saturating_duration_since(origin).as_secs_f64()
-            - (timestamp as f64 - start as f64) / f64::from(CLOCK);
+            - (timestamp as f64 - start as f64) / f64::from(self.clock);
         self.fastest = (self.fastest + FASTEST_CREEP).min(transit);
         if let Some(last) = self.last_transit {
             let d = (transit - last).abs();
@@ -427,6 +438,12 @@ impl JitterBuffer {
     fn update_depth(&mut self) {
         let wanted = (self.stats.jitter * JITTER_TIMES).max(self.late_depth);
         self.stats.depth = wanted.clamp(MIN_DEPTH.as_secs_f64(), MAX_DEPTH.as_secs_f64());
+    }
+
+    /// The most silence one jump of the sender's clock plays: a second (a clock that jumps
+    /// further is a sender that restarted, not one that was quiet).
+    fn max_gap(&self) -> u64 {
+        u64::from(self.clock)
     }
 
     fn mark_seen(&mut self, sequence: u64) {
@@ -564,6 +581,40 @@ mod tests {
             s.buffer.depth() > MIN_DEPTH,
             "a late packet deepens the buffer"
         );
+    }
+
+    #[test]
+    fn without_fec_a_lost_packet_is_concealed_on_its_own_clock() {
+        // G.711: 160 samples a packet at 8 kHz.
+        let start = Instant::now();
+        let mut buffer = JitterBuffer::without_fec(8_000);
+        let packet = |n: u16| RtpAudio {
+            sequence_number: n,
+            timestamp: u32::from(n) * 160,
+            samples: 160,
+            payload: vec![n as u8; 160],
+        };
+        buffer.push(packet(0), start);
+        assert!(buffer.pop(start).is_some());
+        buffer.push(packet(2), start + 40 * MS);
+        let deadline = buffer.deadline().expect("a deadline");
+        assert_eq!(deadline, start + 20 * MS + MIN_DEPTH, "1 was due at 20 ms");
+        let played: Vec<_> = std::iter::from_fn(|| buffer.pop(deadline)).collect();
+        assert_eq!(
+            played,
+            vec![
+                Playout::Conceal { samples: 160 },
+                Playout::Packet {
+                    payload: vec![2; 160],
+                    trim: 0
+                }
+            ]
+        );
+        // Then the sender stalls: the timeline moves on in 20 ms steps of its clock.
+        let stalled = buffer.deadline().expect("a deadline");
+        assert_eq!(buffer.pop(stalled), Some(Playout::Conceal { samples: 160 }));
+        let stats = buffer.stats();
+        assert_eq!((stats.lost, stats.recovered, stats.concealed), (1, 0, 1));
     }
 
     #[test]

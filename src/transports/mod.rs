@@ -7,6 +7,7 @@ pub mod audiosocket;
 pub mod carriers;
 pub mod dtmf;
 pub mod file;
+pub mod g711_in;
 pub mod heartbeat;
 pub mod jitter;
 pub mod local;

@@ -201,18 +201,6 @@ impl Keys {
     }
 }
 
-/// A sequence number newer than `last` (within half the space ahead: RFC 3550's arithmetic),
-/// so that duplicates and stragglers are dropped.
-pub fn newer(sequence: u16, last: Option<u16>) -> bool {
-    match last {
-        None => true,
-        Some(last) => {
-            let ahead = sequence.wrapping_sub(last);
-            ahead != 0 && ahead < 0x8000
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,14 +294,5 @@ mod tests {
         let audio = Packet::parse(&audio).expect("audio");
         assert_eq!(audio.timestamp, 1_000 + 4 * (KEY_SAMPLES + KEY_GAP_SAMPLES));
         assert!(audio.marker, "a new talkspurt");
-    }
-
-    #[test]
-    fn a_sequence_is_newer_across_the_wrap_and_a_duplicate_is_not() {
-        assert!(newer(0, None));
-        assert!(newer(1, Some(0)));
-        assert!(newer(0, Some(65_535)));
-        assert!(!newer(5, Some(5)));
-        assert!(!newer(4, Some(5)));
     }
 }
