@@ -10,19 +10,17 @@
 //! and converts eight weights at a time as it reads them.
 
 use candle_core::{D, IndexOp, Module, Result, Tensor};
-use candle_nn::{LayerNorm, Linear, VarBuilder};
+use candle_nn::{LayerNorm, VarBuilder};
 use half::f16;
 
-use super::layers::{Attention, Dims, attend, layer_norm, split_heads};
+use super::layers::{Attention, Dims, FeedForward, attend, layer_norm, split_heads};
 
 struct Block {
     attn: Attention,
     attn_ln: LayerNorm,
     cross: Attention,
     cross_ln: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
-    mlp_ln: LayerNorm,
+    feed_forward: FeedForward,
 }
 
 /// The decoder's weights; the per-transcript state is a [`DecoderState`].
@@ -58,9 +56,7 @@ impl CachedDecoder {
                     attn_ln: layer_norm(size, vb.pp("self_attn_layer_norm"))?,
                     cross: Attention::load(size, vb.pp("encoder_attn"))?,
                     cross_ln: layer_norm(size, vb.pp("encoder_attn_layer_norm"))?,
-                    fc1: candle_nn::linear(size, size * 4, vb.pp("fc1"))?,
-                    fc2: candle_nn::linear(size * 4, size, vb.pp("fc2"))?,
-                    mlp_ln: layer_norm(size, vb.pp("final_layer_norm"))?,
+                    feed_forward: FeedForward::load(size, &vb)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -136,8 +132,7 @@ impl CachedDecoder {
             let attended = attend(&q, ak, av, None)?;
             x = (x + block.cross.out.forward(&attended)?)?;
 
-            let h = block.mlp_ln.forward(&x)?;
-            x = (&x + block.fc2.forward(&block.fc1.forward(&h)?.gelu()?)?)?;
+            x = block.feed_forward.forward(&x)?;
         }
         state.len += n;
         let last = self
@@ -206,8 +201,7 @@ impl CachedDecoder {
             let attended = attend(&q, ak, av, None)?.reshape((rows, 1, x.dim(D::Minus1)?))?;
             x = (x + block.cross.out.forward(&attended)?)?;
 
-            let h = block.mlp_ln.forward(&x)?;
-            x = (&x + block.fc2.forward(&block.fc1.forward(&h)?.gelu()?)?)?;
+            x = block.feed_forward.forward(&x)?;
         }
         state.len += 1;
         let last = self.ln.forward(&x)?.squeeze(1)?.to_vec2()?;

@@ -3,16 +3,14 @@
 //! It reads any window up to 30 s; a shorter one costs less.
 
 use candle_core::{Device, Module, Result, Tensor};
-use candle_nn::{Conv1d, Conv1dConfig, LayerNorm, Linear, VarBuilder};
+use candle_nn::{Conv1d, Conv1dConfig, LayerNorm, VarBuilder};
 
-use super::layers::{Attention, Dims, attend, layer_norm, split_heads};
+use super::layers::{Attention, Dims, FeedForward, attend, layer_norm, split_heads};
 
 struct Block {
     attn: Attention,
     attn_ln: LayerNorm,
-    fc1: Linear,
-    fc2: Linear,
-    mlp_ln: LayerNorm,
+    feed_forward: FeedForward,
 }
 
 /// The encoder's weights. It keeps no state between calls, so sessions encode side by side.
@@ -41,9 +39,7 @@ impl AudioEncoder {
                 Ok(Block {
                     attn: Attention::load(size, vb.pp("self_attn"))?,
                     attn_ln: layer_norm(size, vb.pp("self_attn_layer_norm"))?,
-                    fc1: candle_nn::linear(size, size * 4, vb.pp("fc1"))?,
-                    fc2: candle_nn::linear(size * 4, size, vb.pp("fc2"))?,
-                    mlp_ln: layer_norm(size, vb.pp("final_layer_norm"))?,
+                    feed_forward: FeedForward::load(size, &vb)?,
                 })
             })
             .collect::<Result<Vec<_>>>()?;
@@ -69,8 +65,7 @@ impl AudioEncoder {
             let k = split_heads(&block.attn.key.forward(&h)?, self.heads)?;
             let v = split_heads(&block.attn.value.forward(&h)?, self.heads)?;
             x = (&x + block.attn.out.forward(&attend(&q, &k, &v, None)?)?)?;
-            let h = block.mlp_ln.forward(&x)?;
-            x = (&x + block.fc2.forward(&block.fc1.forward(&h)?.gelu()?)?)?;
+            x = block.feed_forward.forward(&x)?;
         }
         self.ln.forward(&x)
     }

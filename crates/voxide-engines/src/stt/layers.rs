@@ -1,7 +1,7 @@
 //! What Whisper's encoder and decoder share: the model's sizes, multi-head attention and layer
 //! norms, under the tensor names [`whisper`](super::whisper) gives them when it loads a file.
 
-use candle_core::{D, Result, Tensor};
+use candle_core::{D, Module, Result, Tensor};
 use candle_nn::{LayerNorm, Linear, VarBuilder};
 
 /// A Whisper model's sizes, read from its file.
@@ -39,6 +39,29 @@ impl Attention {
             value: candle_nn::linear(size, size, vb.pp("v_proj"))?,
             out: candle_nn::linear(size, size, vb.pp("out_proj"))?,
         })
+    }
+}
+
+/// A layer's feed-forward half: norm, widen four times, GELU, narrow, added to its input.
+pub(super) struct FeedForward {
+    ln: LayerNorm,
+    fc1: Linear,
+    fc2: Linear,
+}
+
+impl FeedForward {
+    pub(super) fn load(size: usize, vb: &VarBuilder) -> Result<Self> {
+        Ok(Self {
+            ln: layer_norm(size, vb.pp("final_layer_norm"))?,
+            fc1: candle_nn::linear(size, size * 4, vb.pp("fc1"))?,
+            fc2: candle_nn::linear(size * 4, size, vb.pp("fc2"))?,
+        })
+    }
+
+    /// `x` with the feed-forward's output added.
+    pub(super) fn forward(&self, x: &Tensor) -> Result<Tensor> {
+        let h = self.ln.forward(x)?;
+        x + self.fc2.forward(&self.fc1.forward(&h)?.gelu()?)?
     }
 }
 
