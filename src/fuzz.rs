@@ -420,13 +420,21 @@ fn context_trim(bytes: &[u8]) {
     );
 }
 
-/// A caller's RTP audio through the jitter buffer and the Opus decoder: each packet is 8 bytes
-/// of header (sequence number, timestamp, milliseconds since the last packet, a spare byte),
-/// then its payload up to the next `0xff`.
+/// A caller's RTP audio through the jitter buffer, into the Opus decoder and (the same packets)
+/// into a SIP call's G.711 input: each packet is 8 bytes of header (sequence number, timestamp,
+/// milliseconds since the last packet, a spare byte), then its payload up to the next `0xff`.
 fn rtp_audio(bytes: &[u8]) {
+    use crate::transports::g711_in::G711Input;
+    use crate::transports::sip::sdp::Codec;
     let Ok(mut input) = crate::transports::opus_in::OpusInput::new(16_000) else {
         return;
     };
+    let codec = if bytes.first().is_some_and(|b| b % 2 == 0) {
+        Codec::Pcmu
+    } else {
+        Codec::Pcma
+    };
+    let mut phone = G711Input::new(codec);
     let mut now = Instant::now();
     for packet in messages(bytes) {
         let Some((header, payload)) = packet.split_first_chunk::<8>() else {
@@ -436,9 +444,15 @@ fn rtp_audio(bytes: &[u8]) {
         let timestamp = u32::from_be_bytes([header[2], header[3], header[4], header[5]]);
         now += std::time::Duration::from_millis(u64::from(header[6]));
         input.push(sequence, timestamp, payload, now);
+        phone.push(sequence, timestamp, payload, now);
         // Bounded: a piece is at most a second of audio, and the buffer holds 256 packets.
         for _ in 0..1_000 {
             if input.pop(now).is_none() {
+                break;
+            }
+        }
+        for _ in 0..1_000 {
+            if phone.pop(now).is_none() {
                 break;
             }
         }
