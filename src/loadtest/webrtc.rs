@@ -412,6 +412,10 @@ impl Call {
             .add_track(mic.clone() as Arc<dyn TrackLocal>)
             .await
             .map_err(|e| failed("webrtc_setup", e))?;
+        // The bot's receiver reports about the caller's voice queue on the track until read;
+        // unread, the queue fills and webrtc-rs logs an error for every report after.
+        let reports = mic.clone();
+        tokio::spawn(async move { while reports.poll().await.is_some() {} });
         // pipecat's JS transport names its channel "chat".
         let channel = pc
             .create_data_channel("chat", None)

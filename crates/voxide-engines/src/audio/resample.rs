@@ -1,5 +1,10 @@
 //! Streaming sample-rate conversion (rubato's FFT resampler), for mono audio arriving in chunks
 //! of any size.
+//!
+//! The FFT's block sets the anti-aliasing filter's length, and so how much of the band survives:
+//! rubato's cutoff falls steeply below ~64 points. Blocks of 10 ms keep speech whole at every
+//! rate voxide meets (flat to 3 kHz from 8 kHz, to 7 kHz from 48 kHz into 16 kHz) for a delay of
+//! 5 ms; 2 ms blocks cut a telephone call's audio above 1.5 kHz.
 
 use rubato::audioadapter_buffers::direct::InterleavedSlice;
 use rubato::{Fft, FixedSync, Resampler as _, WindowFunction};
@@ -29,6 +34,7 @@ impl StreamResampler {
         if from == 0 || to == 0 {
             return Err(error("rates must be positive".into()));
         }
+        // 20 ms a call to the FFT, in two blocks of 10 ms.
         let chunk = (from as usize / 50).max(1);
         let inner = if from == to {
             None
@@ -37,9 +43,9 @@ impl StreamResampler {
                 from as usize,
                 to as usize,
                 chunk,
-                10,
+                2,
                 1,
-                WindowFunction::BlackmanHarris2,
+                WindowFunction::Blackman2,
                 FixedSync::Input,
             )
             .map_err(|e| error(e.to_string()))?;
@@ -125,6 +131,40 @@ mod tests {
             .sum::<f64>()
             / (out.len() - delay) as f64;
         assert!(err < 200.0, "mean error {err}");
+    }
+
+    /// The level of a `hz` tone after resampling, in dB against what went in.
+    fn gain_db(from: u32, to: u32, hz: f32) -> f64 {
+        let mut r = StreamResampler::new(from, to).expect("resampler");
+        let out = r.process(&tone(from, hz, from as usize));
+        let rms = |s: &[i16]| {
+            (s.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>() / s.len() as f64).sqrt()
+        };
+        let input = tone(from, hz, from as usize);
+        20.0 * (rms(&out[out.len() / 2..]) / rms(&input)).log10()
+    }
+
+    #[test]
+    fn a_telephone_call_keeps_its_whole_band_when_widened_to_16k() {
+        for hz in [300.0, 1_000.0, 2_000.0, 3_000.0] {
+            let g = gain_db(8_000, 16_000, hz);
+            assert!(g.abs() < 0.5, "{hz} Hz comes out at {g:.1} dB");
+        }
+        // Narrowed for the phone: the band stays, what cannot fit in 8 kHz goes.
+        let g = gain_db(16_000, 8_000, 3_000.0);
+        assert!(g.abs() < 0.5, "3 kHz comes out at {g:.1} dB");
+        let alias = gain_db(16_000, 8_000, 5_000.0);
+        assert!(alias < -50.0, "5 kHz folds back at {alias:.1} dB");
+    }
+
+    #[test]
+    fn webrtc_audio_keeps_speech_up_to_7khz_when_narrowed_to_16k() {
+        for hz in [500.0, 4_000.0, 6_000.0, 7_000.0] {
+            let g = gain_db(48_000, 16_000, hz);
+            assert!(g.abs() < 0.5, "{hz} Hz comes out at {g:.1} dB");
+        }
+        let alias = gain_db(48_000, 16_000, 9_000.0);
+        assert!(alias < -50.0, "9 kHz folds back at {alias:.1} dB");
     }
 
     #[test]
