@@ -8,16 +8,15 @@ pub use voxide_core::{
     aggregators, context, events, frames, ids, pipeline, secret, text, warnings,
 };
 pub use voxide_engines::{bpe, models, onnx};
+pub use voxide_loadtest as loadtest;
+pub use voxide_media::{audio, transports};
 pub use voxide_services as services;
 
-pub mod audio;
 pub mod bench;
 pub mod bot;
 pub mod config;
 pub mod flows;
 pub mod fuzz;
-pub mod loadtest;
 pub mod observe;
 pub mod server;
-pub mod transports;
 pub mod turns;

@@ -20,6 +20,7 @@ use crate::audio::vad::{VadBatcher, VadParams, VadStage};
 use crate::audio::wav;
 use crate::context::{ContextHandle, LlmContext};
 use crate::frames::{AudioFrame, Frame, FrameBody, SystemFrame};
+use crate::loadtest::stats::cpu_seconds;
 use crate::models::ModelError;
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session};
 use crate::turns::{TurnStop, UserTurns};
@@ -313,27 +314,6 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
     }
     sorted[((sorted.len() - 1) as f64 * q).round() as usize]
 }
-
-/// User plus system CPU seconds of this process, all threads (from /proc; 0 elsewhere).
-pub(crate) fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return 0.0;
-    };
-    // Fields after the command name, which is in parentheses and may hold spaces.
-    let Some((_, rest)) = stat.rsplit_once(')') else {
-        return 0.0;
-    };
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
-    let ticks: f64 = [11, 12]
-        .iter()
-        .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<f64>().ok()))
-        .sum();
-    ticks / CLOCK_TICKS
-}
-
-/// The kernel's clock ticks per second for /proc times: 100 on every Linux in use.
-const CLOCK_TICKS: f64 = 100.0;
 
 /// A memory figure from /proc/self/status, MB.
 fn rss_mb(key: &str) -> f64 {

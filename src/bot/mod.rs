@@ -3,7 +3,7 @@
 //! function-calling path (a sync tool, a sync tool with checked input, an async tool); a bot
 //! file adds its own instruction, greeting, HTTP tools ([`http_tool`]) and MCP servers ([`mcp`]).
 
-pub mod calculator;
+pub use voxide_core::calculator;
 pub mod call_control;
 pub mod filler;
 pub mod http_tool;

@@ -7,6 +7,7 @@
 //! providers and the transports build on it.
 
 pub mod aggregators;
+pub mod calculator;
 pub mod context;
 pub mod events;
 pub mod frames;

@@ -25,10 +25,11 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::sessions::{LagReport, cpu_seconds};
+use super::sessions::LagReport;
 use crate::aggregators::UserAggregator;
 use crate::context::{ContextHandle, LlmContext, Message};
 use crate::frames::{AudioFrame, ControlFrame, DataFrame, Frame, FrameBody, SystemFrame};
+use crate::loadtest::stats::cpu_seconds;
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session};
 use crate::services::llm::anthropic::{AnthropicLlm, AnthropicSettings};
 use crate::services::llm::openai::{OpenAiLlm, OpenAiSettings};

@@ -16,7 +16,7 @@ use tokio_tungstenite::tungstenite::Message;
 use tokio_tungstenite::{MaybeTlsStream, WebSocketStream};
 
 use super::impair::Fate;
-use super::session::{Heard, Plan};
+use super::plan::{Heard, Plan};
 use super::sip::{Hooks, SipCall};
 use super::webrtc::Call;
 use super::{Protocol, Recorder};

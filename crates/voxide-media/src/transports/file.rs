@@ -1,6 +1,6 @@
 //! Recorded audio as a transport: a WAV file is the user, another WAV file records the bot.
 //!
-//! The pieces `voxide run` ([`crate::bot::run`]) is built of: the input's clock, a recorder
+//! The pieces `voxide run` (`voxide::bot::run`) is built of: the input's clock, a recorder
 //! that writes the bot's audio time-aligned with the input, and the session's events as JSON
 //! lines on the input's clock.
 

@@ -226,7 +226,7 @@ fn recording(path: &PathBuf) -> Result<Vec<f64>, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::loadtest::signal::rms;
+    use crate::signal::rms;
 
     fn dbfs(samples: &[i16]) -> f64 {
         20.0 * (rms(samples) / 32_768.0).log10()

@@ -27,46 +27,11 @@ use webrtc::peer_connection::{
 };
 
 use super::impair::{Fate, Network};
-use super::session::{Heard, Plan};
+use super::plan::{Heard, Plan};
 use super::{Protocol, Recorder};
-use crate::audio::resample::StreamResampler;
 use crate::ids::random_u32;
 use crate::transports::opus_in::OpusInput;
 use crate::transports::webrtc::{Reports, audio_track, opus_media, sleep_until};
-
-/// Samples of one 20 ms Opus frame at 48 kHz.
-const OPUS_FRAME: usize = 960;
-
-/// The loss the callers' encoders prepare for: a browser sizes its Opus in-band FEC from the
-/// loss its receiver reports tell; the frames here are encoded once for every session, so
-/// they carry FEC for a lossy path whatever the run's network.
-const FEC_LOSS_PERCENT: i32 = 10;
-
-/// `samples` (16 kHz mono) as 20 ms Opus packets at 48 kHz with in-band FEC, encoded once for
-/// every session.
-pub(super) fn opus_frames(samples: &[i16]) -> Option<Vec<Vec<u8>>> {
-    let wide = StreamResampler::new(16_000, 48_000).ok()?.process(samples);
-    let mut encoder =
-        opus::Encoder::new(48_000, opus::Channels::Mono, opus::Application::Voip).ok()?;
-    encoder.set_inband_fec(true).ok()?;
-    encoder.set_packet_loss_perc(FEC_LOSS_PERCENT).ok()?;
-    let mut packet = vec![0u8; 1500];
-    wide.chunks(OPUS_FRAME)
-        .map(|chunk| {
-            let mut frame = chunk.to_vec();
-            frame.resize(OPUS_FRAME, 0);
-            let n = encoder.encode(&frame, &mut packet).ok()?;
-            Some(packet[..n].to_vec())
-        })
-        .collect()
-}
-
-/// 20 ms of silence as an Opus packet.
-pub(super) fn opus_silence() -> Vec<u8> {
-    opus_frames(&[0; 320])
-        .and_then(|frames| frames.into_iter().next())
-        .unwrap_or_default()
-}
 
 struct Events {
     /// Candidates as they are gathered, for the trickle.
@@ -505,7 +470,9 @@ impl Call {
                 marker: n == 0,
                 payload_type: self.payload_type,
                 sequence_number: self.first_sequence.wrapping_add(n as u16),
-                timestamp: self.first_timestamp.wrapping_add((n * OPUS_FRAME) as u32),
+                timestamp: self
+                    .first_timestamp
+                    .wrapping_add((n * crate::wire::OPUS_FRAME) as u32),
                 ssrc: self.ssrc,
                 ..Default::default()
             },

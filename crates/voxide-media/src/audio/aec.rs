@@ -163,7 +163,7 @@ pub fn cancel_recording(rate: u32, played: &[i16], captured: &[i16]) -> Result<V
 
 /// What a microphone hears of `played` (mono at `rate`) in a small room: 60 ms later, through
 /// four reflections, about 10 dB down. For benches and tests of the canceller.
-pub(crate) fn simulated_room(played: &[i16], rate: u32) -> Vec<f32> {
+pub fn simulated_room(played: &[i16], rate: u32) -> Vec<f32> {
     let ms = |n: usize| rate as usize * n / 1000;
     let taps = [(0, 0.25f32), (ms(2), 0.1), (ms(7), -0.06), (ms(16), 0.03)];
     let delay = ms(60);

@@ -381,7 +381,7 @@ async fn listen(
 }
 
 /// Sleeps until `deadline`, or for ever without one.
-pub(crate) async fn sleep_until(deadline: Option<Instant>) {
+pub async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline.into()).await,
         None => std::future::pending().await,
@@ -465,7 +465,7 @@ pub async fn connect(
 }
 
 /// Opus at 48 kHz, as both sides send it.
-pub(crate) fn opus_codec() -> RTCRtpCodec {
+pub fn opus_codec() -> RTCRtpCodec {
     RTCRtpCodec {
         mime_type: MIME_TYPE_OPUS.to_owned(),
         clock_rate: OPUS_RATE,
@@ -477,7 +477,7 @@ pub(crate) fn opus_codec() -> RTCRtpCodec {
 
 /// Who writes the RTCP receiver reports about the audio a connection receives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Reports {
+pub enum Reports {
     /// webrtc-rs's interceptor, from the packets that arrived.
     Interceptor,
     /// The application itself (a load tester that loses packets on purpose reports the loss
@@ -488,7 +488,7 @@ pub(crate) enum Reports {
 /// A media engine that speaks Opus (payload type 111), with webrtc-rs's default interceptors
 /// (the receiver reports' generator only when `reports` says so) and the one that lets the
 /// remote's receiver reports through to the application.
-pub(crate) fn opus_media(reports: Reports) -> Result<(MediaEngine, Registry), String> {
+pub fn opus_media(reports: Reports) -> Result<(MediaEngine, Registry), String> {
     let mut media = MediaEngine::default();
     media
         .register_codec(
@@ -519,7 +519,7 @@ pub(crate) fn opus_media(reports: Reports) -> Result<(MediaEngine, Registry), St
 }
 
 /// An Opus track to send audio on, with the given ids and SSRC.
-pub(crate) fn audio_track(
+pub fn audio_track(
     id: String,
     stream_id: &str,
     label: &str,

@@ -11,8 +11,14 @@
 //! It checks itself: a generator that cannot keep its 20 ms clock makes the run invalid (exit
 //! 4), not a false verdict.
 
+// voxide's modules under the names the rest of voxide knows them by.
+use voxide_core::{ids, text};
+use voxide_media::{audio, transports};
+use voxide_services as services;
+
 pub mod impair;
 mod link;
+mod plan;
 mod report;
 pub mod room;
 mod session;
@@ -20,6 +26,7 @@ pub mod signal;
 mod sip;
 pub mod stats;
 mod webrtc;
+mod wire;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -30,7 +37,8 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
-use session::{NetworkCounts, Plan, SessionResult, TurnAudio};
+use plan::{NetworkCounts, Plan, TurnAudio};
+use session::SessionResult;
 use stats::{Distribution, Slo, Verdict};
 
 /// How the sessions reach the bot.
@@ -64,11 +72,11 @@ impl Protocol {
     /// One 20 ms frame of silence as the wire carries it.
     fn silence(self) -> Vec<u8> {
         match self {
-            Protocol::Ws => vec![0; session::FRAME * 2],
+            Protocol::Ws => vec![0; wire::FRAME * 2],
             Protocol::Twilio | Protocol::Sip => {
-                vec![crate::audio::mulaw::encode(0); session::FRAME / 2]
+                vec![crate::audio::mulaw::encode(0); wire::FRAME / 2]
             }
-            Protocol::WebRtc | Protocol::WebRtcStart => webrtc::opus_silence(),
+            Protocol::WebRtc | Protocol::WebRtcStart => wire::opus_silence(),
         }
     }
 }
@@ -449,7 +457,7 @@ fn gap(options: &LoadtestOptions) -> Result<Vec<Vec<u8>>, LoadtestError> {
     let tone = room
         .tone(16_000 * GAP_LOOP_SECS, options.seed)
         .map_err(LoadtestError::Usage)?;
-    session::encode(&tone, options.protocol)
+    wire::encode(&tone, options.protocol)
         .ok_or_else(|| LoadtestError::Usage("the room's tone could not be encoded".into()))
 }
 
@@ -467,7 +475,7 @@ pub async fn run(options: LoadtestOptions) -> Result<Summary, LoadtestError> {
     let started_at_unix_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let cpu_start = crate::bench::sessions::cpu_seconds();
+    let cpu_start = stats::cpu_seconds();
     let plan = Arc::new(Plan {
         protocol: options.protocol,
         url,
@@ -503,7 +511,7 @@ pub async fn run(options: LoadtestOptions) -> Result<Summary, LoadtestError> {
     results.sort_by_key(|r| r.session);
     live.stop();
     let wall_s = origin.elapsed().as_secs_f64();
-    let cpu = crate::bench::sessions::cpu_seconds() - cpu_start;
+    let cpu = stats::cpu_seconds() - cpu_start;
     let summary = summarize(&options, &results, started_at_unix_ms, wall_s, cpu);
     if let Some(dir) = &options.out {
         report::write(dir, &summary, &results, recorder.take())?;

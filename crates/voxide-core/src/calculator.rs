@@ -97,6 +97,12 @@ fn small_number(word: &str) -> Option<f64> {
         .map(|i| (i as f64 + 2.0) * 10.0)
 }
 
+/// Whether `word` (lowercase) is one a number is said in: "seven", "forty", "hundred", or the
+/// "and" of "one hundred and four".
+pub fn is_number_word(word: &str) -> bool {
+    word == "and" || small_number(word).is_some() || scale(word).is_some()
+}
+
 fn scale(word: &str) -> Option<f64> {
     match word {
         "hundred" => Some(100.0),

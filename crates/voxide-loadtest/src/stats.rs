@@ -154,6 +154,27 @@ impl Slo {
     }
 }
 
+/// User plus system CPU seconds of this process, all threads (from /proc; 0 elsewhere).
+pub fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return 0.0;
+    };
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line: 11 and 12 after the name.
+    let ticks: f64 = [11, 12]
+        .iter()
+        .filter_map(|&i| fields.get(i).and_then(|f| f.parse::<f64>().ok()))
+        .sum();
+    ticks / CLOCK_TICKS
+}
+
+/// The kernel's clock ticks per second for /proc times: 100 on every Linux in use.
+const CLOCK_TICKS: f64 = 100.0;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,82 +4,14 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::time::{Instant, MissedTickBehavior};
 
-use super::impair::{Impairment, Network};
+use super::Recorder;
+use super::impair::Network;
 use super::link::Link;
-use super::signal::{Change, Voice};
-use super::{Protocol, Recorder};
-use crate::audio::mulaw;
-use crate::audio::resample::StreamResampler;
-use crate::bot::calculator::{format_number, read_number};
-use crate::text::{word_edits, word_list};
-
-/// The bot's audio is over after this much quiet.
-const HANGOVER_SECS: f64 = 0.8;
-/// Samples of one 20 ms frame at 16 kHz.
-pub(super) const FRAME: usize = 320;
-
-/// One recorded user turn, encoded once for every session.
-pub struct TurnAudio {
-    /// The WAV it came from.
-    pub name: String,
-    /// 20 ms frames as the wire carries them (PCM bytes, μ-law bytes for Twilio, Opus packets
-    /// for WebRTC).
-    frames: Vec<Vec<u8>>,
-    /// Where its speech starts and ends, in seconds from its start.
-    pub speech_start: f64,
-    pub speech_end: f64,
-    /// What it says (the `.txt` beside the WAV), to score the bot's transcript against.
-    pub reference: Option<String>,
-}
-
-impl TurnAudio {
-    /// `samples` (mono 16 kHz) with `tone` (the room, empty for none) under them, encoded for
-    /// `protocol`; `None` when they hold no speech. Where the speech starts and ends is read
-    /// from the clean samples.
-    pub fn new(name: String, samples: &[i16], tone: &[i16], protocol: Protocol) -> Option<Self> {
-        let (start, end) = super::signal::speech_bounds(samples, 16_000)?;
-        let frames = encode(&super::room::mix(samples, tone), protocol)?;
-        Some(Self {
-            name,
-            frames,
-            speech_start: start as f64 / 16_000.0,
-            speech_end: end as f64 / 16_000.0,
-            reference: None,
-        })
-    }
-}
-
-/// `samples` (mono 16 kHz) as the 20 ms frames `protocol` carries: PCM bytes, μ-law bytes for
-/// Twilio and SIP, Opus packets for WebRTC.
-pub(super) fn encode(samples: &[i16], protocol: Protocol) -> Option<Vec<Vec<u8>>> {
-    Some(match protocol {
-        Protocol::Ws => samples
-            .chunks(FRAME)
-            .map(|c| {
-                let mut frame: Vec<u8> = c.iter().flat_map(|s| s.to_le_bytes()).collect();
-                frame.resize(FRAME * 2, 0);
-                frame
-            })
-            .collect(),
-        Protocol::WebRtc | Protocol::WebRtcStart => super::webrtc::opus_frames(samples)?,
-        Protocol::Twilio | Protocol::Sip => {
-            let narrow = StreamResampler::new(16_000, 8_000)
-                .map(|mut r| r.process(samples))
-                .unwrap_or_default();
-            narrow
-                .chunks(FRAME / 2)
-                .map(|c| {
-                    let mut frame: Vec<u8> = c.iter().map(|s| mulaw::encode(*s)).collect();
-                    frame.resize(FRAME / 2, mulaw::encode(0));
-                    frame
-                })
-                .collect()
-        }
-    })
-}
+use super::plan::{Heard, NetworkCounts, Plan, scored_words};
+use crate::text::word_edits;
 
 /// What the session's driver is told of each turn.
 #[derive(Debug, Clone, Default)]
@@ -142,229 +74,6 @@ pub struct SessionResult {
     pub transcribed: bool,
 }
 
-/// Packets one way, by what became of them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct NetworkCounts {
-    pub received: u64,
-    pub lost: u64,
-    pub recovered: u64,
-    pub concealed: u64,
-    pub late: u64,
-}
-
-impl NetworkCounts {
-    /// Adds `other`'s counts.
-    pub fn add(&mut self, other: &Self) {
-        self.received += other.received;
-        self.lost += other.lost;
-        self.recovered += other.recovered;
-        self.concealed += other.concealed;
-        self.late += other.late;
-    }
-}
-
-impl From<crate::transports::jitter::NetworkStats> for NetworkCounts {
-    fn from(stats: crate::transports::jitter::NetworkStats) -> Self {
-        Self {
-            received: stats.received,
-            lost: stats.lost,
-            recovered: stats.recovered,
-            concealed: stats.concealed,
-            late: stats.late,
-        }
-    }
-}
-
-/// What the reader heard, shared with the speaker.
-pub(super) struct Heard {
-    /// Follows the bot's audio (the speaker's clock ends speech that no audio follows).
-    pub(super) voice: Voice,
-    onsets: Vec<f64>,
-    offsets: Vec<f64>,
-    /// Server events: (seconds, type, with `-` read as `_`).
-    events: Vec<(f64, String)>,
-    /// The connection ended, for this reason.
-    pub(super) closed: Option<String>,
-    /// The node that answered the connection.
-    pub(super) node: Option<String>,
-    /// The W3C `traceparent` the connection carries: the server's trace of the session is
-    /// then the one [`SessionResult::trace_id`] names.
-    pub(super) traceparent: String,
-    /// Trickle `PATCH`es sent, and the statuses of those refused.
-    pub(super) trickle_sent: usize,
-    pub(super) trickle_refused: Vec<u16>,
-    /// The bot's final transcripts of the caller, in order.
-    transcripts: Vec<String>,
-    /// The bot's last report of what the network did to the caller's audio.
-    bot_network: Option<NetworkCounts>,
-    /// What the network did to the bot's voice, as the caller's jitter buffer saw it.
-    pub(super) caller_network: Option<NetworkCounts>,
-}
-
-/// The words of `text` as a WER scores them: lowercase, without punctuation, and a number
-/// said in words written in digits ("twenty six" and "26" are the same word), as the usual
-/// English normaliser does, so a recogniser is not charged for how it writes a number.
-pub(super) fn scored_words(text: &str) -> Vec<String> {
-    /// The longest run of words read as one number.
-    const LONGEST: usize = 6;
-    let words = word_list(&text.replace('-', " "));
-    let mut out = Vec::with_capacity(words.len());
-    let mut i = 0;
-    while i < words.len() {
-        let number = (1..=LONGEST.min(words.len() - i)).rev().find_map(|n| {
-            let run = &words[i..i + n];
-            let spelled = run.iter().all(|w| NUMBER_WORDS.contains(&w.as_str()));
-            spelled
-                .then(|| read_number(&run.join(" ")))
-                .flatten()
-                .map(|value| (n, format_number(value)))
-        });
-        match number {
-            Some((n, digits)) => {
-                out.push(digits);
-                i += n;
-            }
-            None => {
-                out.push(words[i].clone());
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
-/// The words a number is said in.
-const NUMBER_WORDS: &[&str] = &[
-    "zero",
-    "one",
-    "two",
-    "three",
-    "four",
-    "five",
-    "six",
-    "seven",
-    "eight",
-    "nine",
-    "ten",
-    "eleven",
-    "twelve",
-    "thirteen",
-    "fourteen",
-    "fifteen",
-    "sixteen",
-    "seventeen",
-    "eighteen",
-    "nineteen",
-    "twenty",
-    "thirty",
-    "forty",
-    "fifty",
-    "sixty",
-    "seventy",
-    "eighty",
-    "ninety",
-    "hundred",
-    "thousand",
-    "million",
-    "and",
-];
-
-/// Transcripts a session keeps at most (a bot that sends more is not heard further).
-const MAX_TRANSCRIPTS: usize = 10_000;
-
-impl Heard {
-    /// A server event.
-    pub(super) fn event(&mut self, at: f64, kind: &str) {
-        self.events.push((at, kind.replace('-', "_")));
-    }
-
-    /// A server message's content, RTVI or `/ws`: a final transcript of the caller, or the
-    /// bot's network metrics.
-    pub(super) fn message(&mut self, kind: &str, message: &Value) {
-        match kind {
-            "user-transcription" if message["data"]["final"] == true => {
-                self.transcript(message["data"]["text"].as_str());
-            }
-            "user_transcription" if message["final"] == true => {
-                self.transcript(message["text"].as_str());
-            }
-            "metrics" => {
-                if let Some(network) = message["data"]["network"]
-                    .as_array()
-                    .and_then(|list| list.last())
-                    .and_then(|n| serde_json::from_value(n["value"].clone()).ok())
-                {
-                    self.bot_network = Some(network);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn transcript(&mut self, text: Option<&str>) {
-        if let Some(text) = text
-            && self.transcripts.len() < MAX_TRANSCRIPTS
-        {
-            self.transcripts.push(text.trim().to_owned());
-        }
-    }
-
-    pub(super) fn note(
-        &mut self,
-        changes: impl IntoIterator<Item = Change>,
-        index: usize,
-        recorder: &Recorder,
-    ) {
-        for change in changes {
-            match change {
-                Change::Onset(at) => {
-                    self.onsets.push(at);
-                    recorder.event(at, index, "bot_audio_onset", json!({}));
-                }
-                Change::Offset(at) => {
-                    self.offsets.push(at);
-                    recorder.event(at, index, "bot_audio_end", json!({}));
-                }
-            }
-        }
-    }
-}
-
-/// How a session speaks.
-pub struct Plan {
-    pub protocol: Protocol,
-    /// The socket's URL.
-    pub url: String,
-    pub turns: usize,
-    pub think: Duration,
-    /// Talk over the bot this long after its reply starts (each turn after the first).
-    pub barge_in_at: Option<Duration>,
-    pub response_timeout: Duration,
-    pub audio: Arc<Vec<TurnAudio>>,
-    /// The frames the gaps between turns loop through (one of digital silence, or the room).
-    pub gap: Arc<Vec<Vec<u8>>>,
-    /// The run's clock.
-    pub origin: Instant,
-    /// The bearer token a guarded server wants.
-    pub auth_token: Option<String>,
-    /// What the network does to the caller's frames.
-    pub network: Impairment,
-    /// What the network does to the bot's voice on its way back (WebRTC).
-    pub received: Impairment,
-}
-
-impl Plan {
-    /// What session `index` says at its turn `turn`: the sessions take the WAVs in turn, each
-    /// from where the one before stops, so a run covers as many of them as it has turns.
-    fn turn_audio(&self, index: usize, turn: usize) -> &TurnAudio {
-        &self.audio[(index * self.turns + turn) % self.audio.len()]
-    }
-
-    pub(super) fn secs(&self, at: Instant) -> f64 {
-        at.duration_since(self.origin).as_secs_f64()
-    }
-}
-
 /// Runs session `index`: connects, speaks every turn, and says how it went.
 pub async fn run(
     index: usize,
@@ -373,28 +82,18 @@ pub async fn run(
     live: &super::Live,
 ) -> SessionResult {
     let started = Instant::now();
-    let (trace, traceparent) = crate::observe::trace::new_traceparent();
+    let (trace, traceparent) = new_traceparent();
     let mut result = SessionResult {
         session: index,
         started: plan.secs(started),
-        trace_id: trace.hex(),
+        trace_id: trace,
         ..SessionResult::default()
     };
     recorder.event(plan.secs(started), index, "connect_started", json!({}));
-    let heard = Arc::new(Mutex::new(Heard {
-        voice: Voice::new(plan.protocol.output_rate(), HANGOVER_SECS),
-        onsets: Vec::new(),
-        offsets: Vec::new(),
-        events: Vec::new(),
-        closed: None,
-        node: None,
+    let heard = Arc::new(Mutex::new(Heard::new(
+        plan.protocol.output_rate(),
         traceparent,
-        trickle_sent: 0,
-        trickle_refused: Vec::new(),
-        transcripts: Vec::new(),
-        bot_network: None,
-        caller_network: None,
-    }));
+    )));
     let connecting = Link::connect(&plan, index, heard.clone(), recorder.clone());
     let connected = tokio::time::timeout(Duration::from_secs(20), connecting)
         .await
@@ -681,86 +380,32 @@ impl Caller {
     }
 }
 
+/// A fresh W3C `traceparent` for a session's requests (`00-{trace}-{span}-01`, sampled) and
+/// its trace id in hex: the server's spans for the session hang under it.
+fn new_traceparent() -> (String, String) {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 24];
+    // The system's random source does not fail where voxide runs; zeros would only cost the
+    // link between the report and the server's trace.
+    let _ = ring::rand::SystemRandom::new().fill(&mut bytes);
+    let hex = |b: &[u8]| b.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    let trace = hex(&bytes[..16]);
+    let header = format!("00-{trace}-{}-01", hex(&bytes[16..]));
+    (trace, header)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn heard() -> Heard {
-        Heard {
-            voice: Voice::new(16_000, HANGOVER_SECS),
-            onsets: Vec::new(),
-            offsets: Vec::new(),
-            events: Vec::new(),
-            closed: None,
-            node: None,
-            traceparent: String::new(),
-            trickle_sent: 0,
-            trickle_refused: Vec::new(),
-            transcripts: Vec::new(),
-            bot_network: None,
-            caller_network: None,
-        }
-    }
-
     #[test]
-    fn numbers_score_the_same_in_words_and_in_digits() {
-        assert_eq!(
-            scored_words("What's fifteen plus twenty-six? Add one hundred and four."),
-            ["whats", "15", "plus", "26", "add", "104"]
-        );
-        assert_eq!(
-            scored_words("What's 15 plus 26?"),
-            ["whats", "15", "plus", "26"]
-        );
-        assert_eq!(
-            scored_words("and a time for you to go"),
-            ["and", "a", "time", "for", "you", "to", "go"],
-            "a lone 'and' and words like numbers stay words"
-        );
-    }
-
-    #[test]
-    fn final_transcripts_and_the_bots_network_report_are_heard_in_both_dialects() {
-        let mut heard = heard();
-        let rtvi =
-            |kind: &str, data: Value| json!({"label": "rtvi-ai", "type": kind, "data": data});
-        heard.message(
-            "user-transcription",
-            &rtvi(
-                "user-transcription",
-                json!({"text": "what is", "final": false}),
-            ),
-        );
-        heard.message(
-            "user-transcription",
-            &rtvi(
-                "user-transcription",
-                json!({"text": " What is the time? ", "final": true}),
-            ),
-        );
-        heard.message(
-            "user_transcription",
-            &json!({"type": "user_transcription", "text": "Thanks.", "final": true}),
-        );
-        heard.message(
-            "metrics",
-            &rtvi(
-                "metrics",
-                json!({"network": [{"processor": "webrtc", "value": {"received": 90,
-                    "lost": 10, "recovered": 6, "concealed": 4, "late": 1, "reordered": 2,
-                    "duplicated": 0, "jitter_ms": 9.5, "depth_ms": 40.0, "sent_loss": null}}]}),
-            ),
-        );
-        assert_eq!(heard.transcripts, ["What is the time?", "Thanks."]);
-        assert_eq!(
-            heard.bot_network,
-            Some(NetworkCounts {
-                received: 90,
-                lost: 10,
-                recovered: 6,
-                concealed: 4,
-                late: 1,
-            })
-        );
+    fn each_session_sends_a_sampled_w3c_traceparent_of_its_own() {
+        let (trace, header) = new_traceparent();
+        let parts: Vec<&str> = header.split('-').collect();
+        assert_eq!(parts.len(), 4, "{header}");
+        assert_eq!((parts[0], parts[1], parts[3]), ("00", trace.as_str(), "01"));
+        assert_eq!((parts[1].len(), parts[2].len()), (32, 16));
+        assert!(header.chars().all(|c| c == '-' || c.is_ascii_hexdigit()));
+        assert_ne!(new_traceparent().0, trace, "a fresh trace each time");
     }
 }
