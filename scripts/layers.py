@@ -28,9 +28,11 @@ SERVING = ["axum", "webrtc", "cpal", "clap", "rmcp"]
 # The media and the load tester carry audio over the network: no server, command line or MCP
 # client in their tree.
 MEDIA = ["axum", "clap", "rmcp"]
+# A bot is what a program embedding voxide depends on: no server or command line in its tree.
+BOT = ["axum", "clap"]
 LEAN = {"crates/voxide-core": HEAVY, "crates/voxide-engines": NETWORKS,
         "crates/voxide-services": SERVING, "crates/voxide-media": MEDIA,
-        "crates/voxide-loadtest": MEDIA}
+        "crates/voxide-loadtest": MEDIA, "crates/voxide-bot": BOT}
 
 # Edges inside cycles that predate the check (crate dir, parent module, from, to), to be cut
 # one by one. The last, the load tester's session, link and call, went with its own crate.

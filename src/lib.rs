@@ -4,6 +4,8 @@
 //! [`pipeline`] (speech detection, transcription, an LLM with tools, speech synthesis) and goes
 //! back out as speech. `ARCHITECTURE.md` describes the design and its vocabulary.
 
+pub use voxide_bot as bot;
+pub use voxide_bot::{config, flows, turns};
 pub use voxide_core::{
     aggregators, context, events, frames, ids, pipeline, secret, text, warnings,
 };
@@ -13,10 +15,6 @@ pub use voxide_media::{audio, transports};
 pub use voxide_services as services;
 
 pub mod bench;
-pub mod bot;
-pub mod config;
-pub mod flows;
 pub mod fuzz;
 pub mod observe;
 pub mod server;
-pub mod turns;

@@ -3,7 +3,23 @@
 //! function-calling path (a sync tool, a sync tool with checked input, an async tool); a bot
 //! file adds its own instruction, greeting, HTTP tools ([`http_tool`]) and MCP servers ([`mcp`]).
 
+//!
+//! The crate also holds what a bot is made of: its [`config`] (the pure types a config file and
+//! a bot file read into), its [`turns`] (when the user has finished, and what stops the bot) and
+//! its [`flows`] (conversations with a shape). It depends only on the layers below it
+//! (`voxide-core`, `voxide-engines`, `voxide-services`, `voxide-media`); the server and the
+//! command line sit above it in `voxide`.
+
+use voxide_core::{aggregators, context, events, frames, pipeline, secret, warnings};
+use voxide_engines::models;
+use voxide_media::{audio, transports};
+use voxide_services as services;
+
 pub use voxide_core::calculator;
+pub mod config;
+pub mod flows;
+pub mod turns;
+
 pub mod call_control;
 pub mod filler;
 pub mod http_tool;

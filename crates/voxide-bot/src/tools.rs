@@ -731,7 +731,7 @@ pub fn current_time(now: SystemTime) -> Value {
 
 /// Year, month (1-12) and day of the proleptic Gregorian calendar for days since 1970-01-01
 /// (Howard Hinnant's algorithm).
-pub(crate) fn civil_from_days(days: i64) -> (i64, u32, u32) {
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
     let z = days + 719_468;
     let era = z.div_euclid(146_097);
     let doe = z.rem_euclid(146_097);
@@ -750,7 +750,7 @@ mod tests {
 
     #[test]
     fn whisper_expects_the_requests_of_the_bots_own_tools_unless_told_otherwise() {
-        use crate::bot::BotOptions;
+        use crate::BotOptions;
         let default = BotOptions::default().expected_words();
         assert!(default.contains("Cancel the timer."), "{default}");
         assert!(default.contains("What is the time?"), "{default}");

@@ -1,5 +1,5 @@
 //! Your own bot in Rust: the embedded stack with one sync tool and one async tool that reports
-//! progress, run on a recording (`cargo run --release --example custom_bot -- question.wav`).
+//! progress, run on a recording (`cargo run --release -p voxide-bot --example custom_bot -- question.wav`).
 //! Its test runs it in CI on the shipped question.
 
 use std::path::PathBuf;
@@ -8,10 +8,10 @@ use std::time::Duration;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use voxide::bot::BotOptions;
-use voxide::bot::run::{RunOptions, RunSummary, run};
-use voxide::services::llm::local::ToolExample;
-use voxide::services::llm::{FunctionOptions, ResultProperties};
+use voxide_bot::BotOptions;
+use voxide_bot::run::{RunOptions, RunSummary, run};
+use voxide_services::llm::local::ToolExample;
+use voxide_services::llm::{FunctionOptions, ResultProperties};
 
 #[derive(Deserialize, JsonSchema)]
 struct City {
@@ -85,7 +85,7 @@ fn bot() -> BotOptions {
 async fn talk(input: PathBuf, output: PathBuf) -> anyhow::Result<RunSummary> {
     let bot = bot();
     let preload = bot.clone();
-    tokio::task::spawn_blocking(move || voxide::bot::preload(&preload)).await??;
+    tokio::task::spawn_blocking(move || voxide_bot::preload(&preload)).await??;
     let options = RunOptions {
         input,
         output,
@@ -112,7 +112,10 @@ async fn main() -> anyhow::Result<()> {
 mod whole_bot {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn the_custom_bot_answers_a_recorded_question() {
-        let input = concat!(env!("CARGO_MANIFEST_DIR"), "/assets/test/hello_16k.wav");
+        let input = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../assets/test/hello_16k.wav"
+        );
         let output = std::env::temp_dir().join(format!("custom_bot_{}.wav", std::process::id()));
         let summary = super::talk(input.into(), output).await.expect("the run");
         assert!(summary.errors.is_empty(), "{:?}", summary.errors);

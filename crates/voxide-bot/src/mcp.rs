@@ -610,9 +610,10 @@ impl Drop for Pending {
     }
 }
 
-/// For [`crate::fuzz`]: a server's answer to a call, and a progress notification, read as
+/// For the fuzz targets (`voxide::fuzz`): a server's answer to a call, and a progress notification, read as
 /// the bot reads them.
-pub(crate) fn fuzz_results(bytes: &[u8]) {
+#[doc(hidden)]
+pub fn fuzz_results(bytes: &[u8]) {
     if let Ok(result) = serde_json::from_slice::<CallToolResult>(bytes) {
         let _ = tool_result(result);
     }

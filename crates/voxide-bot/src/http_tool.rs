@@ -332,9 +332,10 @@ fn query(arguments: &Value) -> Vec<(String, String)> {
         .unwrap_or_default()
 }
 
-/// For [`crate::fuzz`]: a backend's answer, as one JSON body and streamed as lines and as
+/// For the fuzz targets (`voxide::fuzz`): a backend's answer, as one JSON body and streamed as lines and as
 /// events (in chunks split at `0xff`), each item read as JSON.
-pub(crate) fn fuzz_answer(bytes: &[u8]) {
+#[doc(hidden)]
+pub fn fuzz_answer(bytes: &[u8]) {
     let _ = serde_json::from_slice::<Value>(bytes);
     for framing in [Framing::Lines, Framing::Events] {
         let mut splitter = Splitter::new(framing);

@@ -56,7 +56,8 @@ use serde::Deserialize;
 pub use flow::{FlowConfig, NodeConfig};
 
 /// Which embedded voice speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Voice {
     /// Piper (VITS): natural, RTF about 0.05 here.
@@ -67,7 +68,8 @@ pub enum Voice {
 }
 
 /// Which noise suppression runs on the user's audio, before the VAD and the STT.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Denoise {
     /// None: the audio as it came.
@@ -78,12 +80,13 @@ pub enum Denoise {
 }
 
 /// How a turn ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum TurnEnd {
     /// The Smart Turn model decides at each pause.
     #[default]
     #[serde(rename = "smart")]
-    #[value(name = "smart")]
+    #[cfg_attr(feature = "clap", value(name = "smart"))]
     SmartTurn,
     /// A fixed silence ends the turn.
     #[serde(rename = "silence")]
