@@ -30,9 +30,12 @@ SERVING = ["axum", "webrtc", "cpal", "clap", "rmcp"]
 MEDIA = ["axum", "clap", "rmcp"]
 # A bot is what a program embedding voxide depends on: no server or command line in its tree.
 BOT = ["axum", "clap"]
+# The benchmarks and the providers' stand-ins (HTTP servers themselves): no command line.
+BENCH = ["clap"]
 LEAN = {"crates/voxide-core": HEAVY, "crates/voxide-engines": NETWORKS,
         "crates/voxide-services": SERVING, "crates/voxide-media": MEDIA,
-        "crates/voxide-loadtest": MEDIA, "crates/voxide-bot": BOT}
+        "crates/voxide-loadtest": MEDIA, "crates/voxide-bot": BOT,
+        "crates/voxide-bench": BENCH}
 
 # Edges inside cycles that predate the check (crate dir, parent module, from, to), to be cut
 # one by one. The last, the load tester's session, link and call, went with its own crate.

@@ -4,6 +4,7 @@
 //! [`pipeline`] (speech detection, transcription, an LLM with tools, speech synthesis) and goes
 //! back out as speech. `ARCHITECTURE.md` describes the design and its vocabulary.
 
+pub use voxide_bench as bench;
 pub use voxide_bot as bot;
 pub use voxide_bot::{config, flows, turns};
 pub use voxide_core::{
@@ -14,7 +15,6 @@ pub use voxide_loadtest as loadtest;
 pub use voxide_media::{audio, transports};
 pub use voxide_services as services;
 
-pub mod bench;
 pub mod fuzz;
 pub mod observe;
 pub mod server;

@@ -13,7 +13,9 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use crate::frames::{DataFrame, Frame, FrameBody};
-use crate::pipeline::{Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session};
+use voxide_core::pipeline::{
+    Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session,
+};
 
 /// What to run.
 #[derive(Debug, Clone, Copy)]

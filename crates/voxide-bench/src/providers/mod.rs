@@ -30,7 +30,6 @@ use crate::aggregators::UserAggregator;
 use crate::context::{ContextHandle, LlmContext, Message};
 use crate::frames::{AudioFrame, ControlFrame, DataFrame, Frame, FrameBody, SystemFrame};
 use crate::loadtest::stats::cpu_seconds;
-use crate::pipeline::{Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session};
 use crate::services::llm::anthropic::{AnthropicLlm, AnthropicSettings};
 use crate::services::llm::openai::{OpenAiLlm, OpenAiSettings};
 use crate::services::llm::{LlmEngine, LlmError, LlmService};
@@ -40,6 +39,9 @@ use crate::services::tts::TtsService;
 use crate::services::tts::cartesia::{CartesiaSettings, CartesiaTts};
 use crate::turns::{TurnStop, UserTurns};
 use stand_ins::StandIns;
+use voxide_core::pipeline::{
+    Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session,
+};
 
 /// Which provider's stream the LLM stand-in speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -22,8 +22,10 @@ use crate::context::{ContextHandle, LlmContext};
 use crate::frames::{AudioFrame, Frame, FrameBody, SystemFrame};
 use crate::loadtest::stats::cpu_seconds;
 use crate::models::ModelError;
-use crate::pipeline::{Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session};
 use crate::turns::{TurnStop, UserTurns};
+use voxide_core::pipeline::{
+    Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session,
+};
 
 /// What the bench runs.
 #[derive(Debug, Clone)]

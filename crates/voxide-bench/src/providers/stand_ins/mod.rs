@@ -125,7 +125,14 @@ impl StandIns {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
         let server = tokio::spawn(async move {
-            let _ = axum::serve(listener.tap_io(crate::server::without_nagle), app).await;
+            // Nagle off, as on voxide's own server: a stand-in's small frames leave at once.
+            let _ = axum::serve(
+                listener.tap_io(|tcp| {
+                    let _ = tcp.set_nodelay(true);
+                }),
+                app,
+            )
+            .await;
         });
         Ok((stand_ins, addr, server))
     }
