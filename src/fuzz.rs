@@ -421,20 +421,20 @@ fn context_trim(bytes: &[u8]) {
 }
 
 /// A caller's RTP audio through the jitter buffer, into the Opus decoder and (the same packets)
-/// into a SIP call's G.711 input: each packet is 8 bytes of header (sequence number, timestamp,
+/// into a SIP call's G.711 or G.722 input: each packet is 8 bytes of header (sequence number, timestamp,
 /// milliseconds since the last packet, a spare byte), then its payload up to the next `0xff`.
 fn rtp_audio(bytes: &[u8]) {
-    use crate::transports::g711_in::G711Input;
+    use crate::transports::phone_in::PhoneInput;
     use crate::transports::sip::sdp::Codec;
     let Ok(mut input) = crate::transports::opus_in::OpusInput::new(16_000) else {
         return;
     };
-    let codec = if bytes.first().is_some_and(|b| b % 2 == 0) {
-        Codec::Pcmu
-    } else {
-        Codec::Pcma
+    let codec = match bytes.first().map(|b| b % 3) {
+        Some(0) => Codec::Pcmu,
+        Some(1) => Codec::Pcma,
+        _ => Codec::G722,
     };
-    let mut phone = G711Input::new(codec);
+    let mut phone = PhoneInput::new(codec);
     let mut now = Instant::now();
     for packet in messages(bytes) {
         let Some((header, payload)) = packet.split_first_chunk::<8>() else {

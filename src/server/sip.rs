@@ -23,15 +23,15 @@ use super::calls::{CallState, Placing, plain_user};
 use super::phone::CallSession;
 use super::rtvi::RtviInput;
 use super::{Admission, ApiError, App};
-use crate::audio::{alaw, mulaw};
 use crate::bot::SessionInfo;
 use crate::context::Message;
 use crate::events::Event;
 use crate::frames::{AudioFrame, DataFrame, PhoneAction};
 use crate::ids::random_u32;
-use crate::transports::g711_in::G711Input;
 use crate::transports::jitter::NetworkStats;
 use crate::transports::output::AudioSink;
+use crate::transports::phone_in::PhoneInput;
+use crate::transports::phone_out::PhoneEncoder;
 use crate::transports::sip::SipError;
 use crate::transports::sip::auth::{Callers, Verdict};
 use crate::transports::sip::call::{Action, Call, Ending};
@@ -39,7 +39,7 @@ use crate::transports::sip::dial::{Dial, Dialer, Dialing};
 use crate::transports::sip::message::{MAX_MESSAGE, SipMessage, StartLine};
 use crate::transports::sip::register::{Account, Registration, Standing};
 use crate::transports::sip::rtp::{Keys, Packet, Sender};
-use crate::transports::sip::sdp::{self, Chosen, Codec, Offer};
+use crate::transports::sip::sdp::{self, Chosen, Offer};
 
 /// How SIP calls are taken.
 #[derive(Debug, Clone)]
@@ -141,9 +141,8 @@ pub(crate) const REGISTERED: u8 = 2;
 const CALL_INBOX: usize = 16;
 /// The header that names the bot a call goes to (before the called user).
 pub const BOT_HEADER: &str = "X-Voxide-Bot";
-/// G.711's rate, and its samples in one 20 ms packet.
-const RATE: u32 = 8_000;
-const PACKET_SAMPLES: usize = 160;
+/// One packet's ticks of the 8 kHz RTP clock (20 ms), in every codec here.
+const PACKET_TICKS: u32 = 160;
 const FRAME: Duration = Duration::from_millis(20);
 /// How long without any audio from the caller, before its first packet, until the call's
 /// timeline moves on in silence: three packets' time. After the first packet the jitter buffer
@@ -459,7 +458,7 @@ impl Taking<'_> {
                 .saying("the offer's media address is not the caller's or in --sip-allow"));
         }
         let chosen = offer.choose().ok_or_else(|| {
-            Refused::new(488, "Not Acceptable Here").saying("voxide speaks PCMU or PCMA at 8 kHz")
+            Refused::new(488, "Not Acceptable Here").saying("voxide speaks G722, PCMU or PCMA")
         })?;
         let bot = self.bot(invite)?;
         let admission = self.app.admit().map_err(|e| {
@@ -635,20 +634,21 @@ async fn route_to(peer: SocketAddr) -> IpAddr {
     }
 }
 
-/// What goes to the caller's RTP: the bot's audio at 8 kHz, an interruption, or what the bot
-/// asks of the line once its words before have played.
+/// What goes to the caller's RTP: the bot's audio at the codec's rate, an interruption, or what
+/// the bot asks of the line once its words before have played.
 enum Out {
     Audio(Vec<i16>),
     Clear,
     Phone(PhoneAction),
 }
 
-/// The bot's audio, to the call's RTP loop; past a bounded queue it is dropped.
-struct CallSink(mpsc::Sender<Out>);
+/// The bot's audio at the codec's rate, to the call's RTP loop; past a bounded queue it is
+/// dropped.
+struct CallSink(mpsc::Sender<Out>, u32);
 
 impl AudioSink for CallSink {
     fn write(&mut self, samples: &[i16], sample_rate: u32) {
-        debug_assert_eq!(sample_rate, RATE);
+        debug_assert_eq!(sample_rate, self.1);
         if let Err(mpsc::error::TrySendError::Full(_)) =
             self.0.try_send(Out::Audio(samples.to_vec()))
         {
@@ -857,9 +857,12 @@ async fn talk(
         remote: offered,
         chosen,
     } = media;
+    // The call's audio both ways is at the codec's rate: 8 kHz, or 16 kHz on G.722.
+    let rate = chosen.codec.rate();
+    let packet_samples = (rate / 50) as usize;
     let (out_tx, mut out_rx) = mpsc::channel::<Out>(crate::audio::AUDIO_QUEUE);
-    let sink: Box<dyn AudioSink> = Box::new(CallSink(out_tx));
-    let started = CallSession::start(app, info, "sip", (RATE, sink), admission);
+    let sink: Box<dyn AudioSink> = Box::new(CallSink(out_tx, rate));
+    let started = CallSession::start(app, info, "sip", (rate, sink), admission);
     let mut phone = match started {
         Ok(started) => started,
         Err(e) => {
@@ -877,7 +880,8 @@ async fn talk(
     let mut sender = Sender::new(chosen.payload_type, random_u32(), random_u32());
     let mut keys = Keys::default();
     // The caller's audio, in order and on its own timeline, what was lost concealed.
-    let mut input = G711Input::new(chosen.codec);
+    let mut input = PhoneInput::new(chosen.codec);
+    let mut encoder = PhoneEncoder::new(chosen.codec);
     let mut reported = NetworkStats::default();
     let mut pending: Vec<i16> = Vec::new();
     // Keys the bot presses, as packets ready to go, one on each tick of the timeline.
@@ -934,7 +938,7 @@ async fn talk(
                     tracing::info!(session = %info.id, "no audio from the other side for a minute: hanging up");
                     session_over = true;
                 } else if hole.is_none() && heard_at.elapsed() >= QUIET_AFTER {
-                    let silence = AudioFrame::new(vec![0; PACKET_SAMPLES], RATE, 1);
+                    let silence = AudioFrame::new(vec![0; packet_samples], rate, 1);
                     if phone.handle.queue_live_audio(silence).await.is_err() {
                         session_over = true;
                     }
@@ -943,10 +947,10 @@ async fn talk(
             out = out_rx.recv() => match out {
                 Some(Out::Audio(samples)) => {
                     pending.extend_from_slice(&samples);
-                    let whole = pending.len() / PACKET_SAMPLES * PACKET_SAMPLES;
-                    for frame in pending.drain(..whole).collect::<Vec<_>>().chunks(PACKET_SAMPLES) {
-                        let payload = encode(chosen.codec, frame);
-                        let _ = rtp.send_to(&sender.packet(&payload, PACKET_SAMPLES as u32), remote).await;
+                    let whole = pending.len() / packet_samples * packet_samples;
+                    for frame in pending.drain(..whole).collect::<Vec<_>>().chunks(packet_samples) {
+                        let payload = encoder.encode(frame);
+                        let _ = rtp.send_to(&sender.packet(&payload, PACKET_TICKS), remote).await;
                     }
                 }
                 Some(Out::Clear) => {
@@ -959,10 +963,10 @@ async fn talk(
                         Some(events) => pressing.extend(sender.keys(events, &keys)),
                         // No telephone-events on this call: the keypad's tones, in the audio.
                         None => {
-                            let tones = crate::transports::dtmf::tones(&keys, RATE);
-                            pressing.extend(tones.chunks(PACKET_SAMPLES).map(|frame| {
-                                let payload = encode(chosen.codec, frame);
-                                sender.packet(&payload, PACKET_SAMPLES as u32)
+                            let tones = crate::transports::dtmf::tones(&keys, rate);
+                            pressing.extend(tones.chunks(packet_samples).map(|frame| {
+                                let payload = encoder.encode(frame);
+                                sender.packet(&payload, PACKET_TICKS)
                             }));
                         }
                     }
@@ -1029,22 +1033,14 @@ async fn talk(
 
 /// Plays what the caller's audio has due now into the call's session; whether the session is
 /// over.
-async fn play(input: &mut G711Input, session: &crate::pipeline::SessionHandle) -> bool {
+async fn play(input: &mut PhoneInput, session: &crate::pipeline::SessionHandle) -> bool {
     while let Some(piece) = input.pop(std::time::Instant::now()) {
-        let frame = AudioFrame::new(piece.samples, RATE, 1);
+        let frame = AudioFrame::new(piece.samples, input.rate(), 1);
         if session.queue_live_audio(frame).await.is_err() {
             return true;
         }
     }
     false
-}
-
-/// G.711 bytes of `samples`.
-fn encode(codec: Codec, samples: &[i16]) -> Vec<u8> {
-    match codec {
-        Codec::Pcmu => samples.iter().map(|s| mulaw::encode(*s)).collect(),
-        Codec::Pcma => samples.iter().map(|s| alaw::encode(*s)).collect(),
-    }
 }
 
 /// Sends what dialing has to send.

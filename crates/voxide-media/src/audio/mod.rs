@@ -10,6 +10,7 @@ pub mod aec;
 pub mod alaw;
 pub mod denoise;
 pub mod echo;
+pub mod g722;
 pub mod mulaw;
 mod sink;
 pub mod turn;

@@ -1,10 +1,13 @@
 //! SDP offer and answer for a telephone call's audio (RFC 4566, RFC 3264): the caller's
-//! address and port, the codec both sides speak (PCMU or PCMA at 8 kHz), and RFC 4733
-//! telephone-events when the caller offers them.
+//! address and port, the codec both sides speak (G.722 at 16 kHz, PCMU or PCMA at 8 kHz), and
+//! RFC 4733 telephone-events when the caller offers them.
 
 use std::net::IpAddr;
 
 use super::SipError;
+
+/// The RTP clock of every codec here: 8 kHz, G.722's too (RFC 3551).
+pub const CLOCK: u32 = 8_000;
 
 /// An audio codec voxide speaks on a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -13,6 +16,8 @@ pub enum Codec {
     Pcmu,
     /// G.711 A-law (static payload type 8).
     Pcma,
+    /// G.722, wideband (static payload type 9).
+    G722,
 }
 
 impl Codec {
@@ -21,7 +26,31 @@ impl Codec {
         match self {
             Codec::Pcmu => "PCMU",
             Codec::Pcma => "PCMA",
+            Codec::G722 => "G722",
         }
+    }
+
+    /// The rate of its audio: 16 kHz for G.722, 8 kHz for G.711.
+    pub fn rate(self) -> u32 {
+        match self {
+            Codec::G722 => crate::audio::g722::RATE,
+            Codec::Pcmu | Codec::Pcma => CLOCK,
+        }
+    }
+
+    /// Its static payload type.
+    pub fn payload_type(self) -> u8 {
+        match self {
+            Codec::Pcmu => 0,
+            Codec::Pcma => 8,
+            Codec::G722 => 9,
+        }
+    }
+
+    fn named(name: &str) -> Option<Self> {
+        [Codec::Pcmu, Codec::Pcma, Codec::G722]
+            .into_iter()
+            .find(|c| c.name().eq_ignore_ascii_case(name))
     }
 }
 
@@ -121,14 +150,15 @@ impl Offer {
         })
     }
 
-    /// The payload type's name and rate: its `rtpmap`, or the static table for 0 and 8.
+    /// The payload type's name and rate: its `rtpmap`, or the static table for 0, 8 and 9.
     fn map(&self, pt: u8) -> Option<(&str, u32)> {
         if let Some((_, name, rate)) = self.maps.iter().find(|(p, _, _)| *p == pt) {
             return Some((name.as_str(), *rate));
         }
         match pt {
-            0 => Some(("PCMU", 8_000)),
-            8 => Some(("PCMA", 8_000)),
+            0 => Some(("PCMU", CLOCK)),
+            8 => Some(("PCMA", CLOCK)),
+            9 => Some(("G722", CLOCK)),
             _ => None,
         }
     }
@@ -136,8 +166,7 @@ impl Offer {
     /// The first of the caller's formats voxide speaks, and its telephone-events.
     pub fn choose(&self) -> Option<Chosen> {
         let (codec, payload_type) = self.formats.iter().find_map(|pt| match self.map(*pt)? {
-            (name, 8_000) if name.eq_ignore_ascii_case("PCMU") => Some((Codec::Pcmu, *pt)),
-            (name, 8_000) if name.eq_ignore_ascii_case("PCMA") => Some((Codec::Pcma, *pt)),
+            (name, CLOCK) => Some((Codec::named(name)?, *pt)),
             _ => None,
         })?;
         let events = self.formats.iter().copied().find(|pt| {
@@ -189,14 +218,14 @@ pub fn answer(address: IpAddr, port: u16, chosen: Chosen, session: u64) -> Strin
     sdp
 }
 
-/// voxide's offer on a call it places: audio at `address:port` in PCMU or PCMA, and
-/// telephone-events as payload type 101.
+/// voxide's offer on a call it places: audio at `address:port` in G.722 (wideband, first),
+/// PCMU or PCMA, and telephone-events as payload type 101.
 pub fn offer(address: IpAddr, port: u16, session: u64) -> String {
     let family = if address.is_ipv4() { "IP4" } else { "IP6" };
     format!(
         "v=0\r\no=voxide {session} {session} IN {family} {address}\r\ns=voxide\r\n\
-         c=IN {family} {address}\r\nt=0 0\r\nm=audio {port} RTP/AVP 0 8 101\r\n\
-         a=rtpmap:0 PCMU/8000\r\na=rtpmap:8 PCMA/8000\r\n\
+         c=IN {family} {address}\r\nt=0 0\r\nm=audio {port} RTP/AVP 9 0 8 101\r\n\
+         a=rtpmap:9 G722/8000\r\na=rtpmap:0 PCMU/8000\r\na=rtpmap:8 PCMA/8000\r\n\
          a=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-15\r\na=ptime:20\r\na=sendrecv\r\n"
     )
 }
@@ -227,19 +256,26 @@ mod tests {
 
     #[test]
     fn the_callers_order_decides_and_static_types_need_no_rtpmap() {
+        let offer = Offer::parse("v=0\r\nc=IN IP4 10.0.0.9\r\nm=audio 4000 RTP/AVP 8 9 0\r\n")
+            .expect("offer");
+        let chosen = offer.choose().expect("PCMA");
+        assert_eq!(
+            (chosen.codec, chosen.payload_type, chosen.events),
+            (Codec::Pcma, 8, None)
+        );
         let offer = Offer::parse(
             "v=0\r\nc=IN IP4 10.0.0.9\r\nm=audio 4000 RTP/AVP 9 0 8\r\na=rtpmap:9 G722/8000\r\n",
         )
         .expect("offer");
-        let chosen = offer.choose().expect("PCMU");
+        let chosen = offer.choose().expect("G.722");
         assert_eq!(
-            (chosen.codec, chosen.payload_type, chosen.events),
-            (Codec::Pcmu, 0, None)
+            (chosen.codec, chosen.payload_type, chosen.codec.rate()),
+            (Codec::G722, 9, 16_000)
         );
         let answer = answer("192.0.2.1".parse().expect("ip"), 10_000, chosen, 7);
         let back = Offer::parse(&answer).expect("the answer reads as SDP");
-        assert_eq!((back.port, back.formats.clone()), (10_000, vec![0]));
-        assert!(answer.contains("a=rtpmap:0 PCMU/8000"), "{answer}");
+        assert_eq!((back.port, back.formats.clone()), (10_000, vec![9]));
+        assert!(answer.contains("a=rtpmap:9 G722/8000"), "{answer}");
     }
 
     #[test]
@@ -256,16 +292,19 @@ mod tests {
     }
 
     #[test]
-    fn voxides_offer_reads_back_with_both_codecs_and_its_events() {
+    fn voxides_offer_reads_back_wideband_first_with_its_events() {
         let offer = offer("192.0.2.4".parse().expect("ip"), 20_000, 7);
         let back = Offer::parse(&offer).expect("the offer reads as SDP");
         assert_eq!(back.address, "192.0.2.4".parse::<IpAddr>().expect("ip"));
-        assert_eq!((back.port, back.formats.clone()), (20_000, vec![0, 8, 101]));
+        assert_eq!(
+            (back.port, back.formats.clone()),
+            (20_000, vec![9, 0, 8, 101])
+        );
         assert_eq!(
             back.choose(),
             Some(Chosen {
-                codec: Codec::Pcmu,
-                payload_type: 0,
+                codec: Codec::G722,
+                payload_type: 9,
                 events: Some(101)
             })
         );

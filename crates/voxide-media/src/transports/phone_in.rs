@@ -1,29 +1,33 @@
-//! One incoming G.711 stream (a SIP call's RTP), from packets to PCM: the [`JitterBuffer`] puts
-//! the packets in order and on the sender's timeline; this decodes them and conceals what was
-//! lost by repeating the last audio heard as it fades, the attenuation of G.711 Appendix I
-//! (whole for 10 ms, 20 % less each 10 ms after, silent from 60 ms) without its pitch search.
+//! One incoming telephone stream (a SIP call's RTP, in G.711 or G.722), from packets to PCM:
+//! the [`JitterBuffer`] puts the packets in order and on the sender's timeline; this decodes them
+//! and conceals what was lost by repeating the last audio heard as it fades, the attenuation of
+//! G.711 Appendix I (whole for 10 ms, 20 % less each 10 ms after, silent from 60 ms) without its
+//! pitch search.
 
 use std::time::Instant;
 
 use super::jitter::{JitterBuffer, NetworkStats, Playout, RtpAudio};
 use super::opus_in::Decoded;
-use super::sip::sdp::Codec;
+use super::sip::sdp::{CLOCK, Codec};
+use crate::audio::g722::G722Decoder;
 use crate::audio::{alaw, mulaw};
 
-/// G.711's rate, its RTP clock.
-pub const RATE: u32 = 8_000;
-/// The audio a concealment repeats: the last 20 ms heard.
+/// The audio a concealment repeats: the last 20 ms heard, in ticks of the RTP clock.
 const HISTORY: usize = 160;
-/// Concealment plays whole for 10 ms, then fades to silence over 50 ms more.
+/// Concealment plays whole for 10 ms, then fades to silence over 50 ms more (in ticks).
 const WHOLE: usize = 80;
 const FADE: usize = 400;
-/// The longest payload taken: 200 ms (a packet is usually 20 ms).
+/// The longest payload taken: 200 ms (a packet is usually 20 ms), one byte a tick.
 const LONGEST: usize = 1_600;
 
-/// A G.711 stream decoded at 8 kHz.
-pub struct G711Input {
+/// A telephone stream decoded at its codec's rate.
+pub struct PhoneInput {
     buffer: JitterBuffer,
     codec: Codec,
+    /// G.722's decoder state, which runs on from packet to packet.
+    wideband: Option<G722Decoder>,
+    /// Samples a tick of the RTP clock: 1 for G.711, 2 for G.722.
+    per_tick: usize,
     /// The last audio heard, oldest first.
     history: Vec<i16>,
     /// Samples concealed since the last audio heard.
@@ -32,16 +36,24 @@ pub struct G711Input {
     damaged: u64,
 }
 
-impl G711Input {
+impl PhoneInput {
     /// A stream in `codec`.
     pub fn new(codec: Codec) -> Self {
+        let per_tick = (codec.rate() / CLOCK) as usize;
         Self {
-            buffer: JitterBuffer::without_fec(RATE),
+            buffer: JitterBuffer::without_fec(CLOCK),
             codec,
-            history: Vec::with_capacity(HISTORY),
+            wideband: (codec == Codec::G722).then(G722Decoder::new),
+            per_tick,
+            history: Vec::with_capacity(HISTORY * per_tick),
             concealed: 0,
             damaged: 0,
         }
+    }
+
+    /// The rate of the audio [`pop`](Self::pop) returns.
+    pub fn rate(&self) -> u32 {
+        self.codec.rate()
     }
 
     /// Takes a packet that arrived at `now`. An empty one is nothing; one longer than
@@ -57,7 +69,7 @@ impl G711Input {
         let packet = RtpAudio {
             sequence_number,
             timestamp,
-            // One byte a sample.
+            // One byte a tick, in every codec here.
             samples: payload.len() as u32,
             payload: payload.to_vec(),
         };
@@ -68,29 +80,40 @@ impl G711Input {
     /// or the next packet.
     pub fn pop(&mut self, now: Instant) -> Option<Decoded> {
         let playout = self.buffer.pop(now)?;
+        let per_tick = self.per_tick;
         Some(match playout {
             Playout::Packet { payload, trim } => {
-                let samples: Vec<i16> = payload
-                    .iter()
-                    .skip(trim as usize)
-                    .map(|&byte| match self.codec {
-                        Codec::Pcmu => mulaw::decode(byte),
-                        Codec::Pcma => alaw::decode(byte),
-                    })
-                    .collect();
+                let samples: Vec<i16> = match (&mut self.wideband, self.codec) {
+                    // The decoder's state needs every byte, the trimmed ones too.
+                    (Some(decoder), _) => {
+                        let mut samples = decoder.decode(&payload);
+                        samples.drain(..(trim as usize * per_tick).min(samples.len()));
+                        samples
+                    }
+                    (None, Codec::Pcma) => payload
+                        .iter()
+                        .skip(trim as usize)
+                        .map(|&b| alaw::decode(b))
+                        .collect(),
+                    (None, _) => payload
+                        .iter()
+                        .skip(trim as usize)
+                        .map(|&b| mulaw::decode(b))
+                        .collect(),
+                };
                 self.heard(&samples);
                 Decoded {
                     samples,
                     sent: true,
                 }
             }
-            // G.711 carries no FEC; the buffer made for it asks for none.
+            // No telephone codec here carries FEC; the buffer made for them asks for none.
             Playout::Fec { samples, .. } | Playout::Conceal { samples } => Decoded {
-                samples: self.conceal(samples as usize),
+                samples: self.conceal(samples as usize * per_tick),
                 sent: false,
             },
             Playout::Silence { samples } => Decoded {
-                samples: vec![0; samples as usize],
+                samples: vec![0; samples as usize * per_tick],
                 sent: false,
             },
         })
@@ -113,8 +136,9 @@ impl G711Input {
 
     fn heard(&mut self, samples: &[i16]) {
         self.concealed = 0;
-        let keep = HISTORY.min(samples.len());
-        let drop = (self.history.len() + keep).saturating_sub(HISTORY);
+        let history = HISTORY * self.per_tick;
+        let keep = history.min(samples.len());
+        let drop = (self.history.len() + keep).saturating_sub(history);
         self.history.drain(..drop);
         self.history
             .extend_from_slice(&samples[samples.len() - keep..]);
@@ -122,13 +146,14 @@ impl G711Input {
 
     /// `samples` of the last audio heard, repeated and fading.
     fn conceal(&mut self, samples: usize) -> Vec<i16> {
+        let (whole, fade) = (WHOLE * self.per_tick, FADE * self.per_tick);
         let out = (0..samples)
             .map(|i| {
                 let at = self.concealed + i;
-                if self.history.is_empty() || at >= WHOLE + FADE {
+                if self.history.is_empty() || at >= whole + fade {
                     return 0;
                 }
-                let gain = 1.0 - at.saturating_sub(WHOLE) as f32 / FADE as f32;
+                let gain = 1.0 - at.saturating_sub(whole) as f32 / fade as f32;
                 let sample = self.history[at % self.history.len()];
                 (f32::from(sample) * gain) as i16
             })
@@ -143,6 +168,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::audio::g722::G722Encoder;
 
     fn tone(n: u16) -> Vec<u8> {
         (0..160)
@@ -150,14 +176,14 @@ mod tests {
             .collect()
     }
 
-    fn drain(input: &mut G711Input, now: Instant) -> Vec<Decoded> {
+    fn drain(input: &mut PhoneInput, now: Instant) -> Vec<Decoded> {
         std::iter::from_fn(|| input.pop(now)).collect()
     }
 
     #[test]
     fn packets_out_of_order_play_in_order_and_a_duplicate_once() {
         let start = Instant::now();
-        let mut input = G711Input::new(Codec::Pcmu);
+        let mut input = PhoneInput::new(Codec::Pcmu);
         let at = |ms: u64| start + Duration::from_millis(ms);
         let mut played = Vec::new();
         for (n, ms) in [(0u16, 0), (2, 40), (1, 45), (1, 46), (3, 60)] {
@@ -177,7 +203,7 @@ mod tests {
     #[test]
     fn a_lost_packet_keeps_the_timeline_whole_with_the_last_audio_fading_out() {
         let start = Instant::now();
-        let mut input = G711Input::new(Codec::Pcma);
+        let mut input = PhoneInput::new(Codec::Pcma);
         let packet = |n: u16| -> Vec<u8> {
             tone(n)
                 .into_iter()
@@ -213,10 +239,43 @@ mod tests {
 
     #[test]
     fn an_oversized_payload_is_counted_and_dropped() {
-        let mut input = G711Input::new(Codec::Pcmu);
+        let mut input = PhoneInput::new(Codec::Pcmu);
         input.push(0, 0, &vec![0xff; LONGEST + 1], Instant::now());
         assert_eq!(input.damaged(), 1);
         assert_eq!(input.stats().received, 0);
         assert!(input.deadline().is_none());
+    }
+
+    #[test]
+    fn a_wideband_call_plays_two_samples_a_tick_and_conceals_at_its_rate() {
+        let start = Instant::now();
+        let speech: Vec<i16> = (0..1_920)
+            .map(|i| ((i as f32 * 0.7).sin() * 6_000.0) as i16)
+            .collect();
+        let mut encoder = G722Encoder::new();
+        // 20 ms a packet: 320 samples in 160 bytes, 160 ticks of the clock.
+        let packets: Vec<Vec<u8>> = speech.chunks(320).map(|c| encoder.encode(c)).collect();
+        let mut input = PhoneInput::new(Codec::G722);
+        assert_eq!(input.rate(), 16_000);
+        input.push(0, 0, &packets[0], start);
+        let first = drain(&mut input, start);
+        assert_eq!(first[0].samples, G722Decoder::new().decode(&packets[0]));
+        input.push(5, 800, &packets[5], start + Duration::from_millis(100));
+        let played = drain(&mut input, start + Duration::from_millis(130));
+        let lengths: Vec<(usize, bool)> =
+            played.iter().map(|d| (d.samples.len(), d.sent)).collect();
+        assert_eq!(
+            lengths,
+            vec![
+                (320, false),
+                (320, false),
+                (320, false),
+                (320, false),
+                (320, true)
+            ]
+        );
+        let concealed: Vec<i16> = played[..4].iter().flat_map(|d| d.samples.clone()).collect();
+        assert_eq!(concealed[..160], first[0].samples[..160]);
+        assert!(concealed[960..].iter().all(|&s| s == 0));
     }
 }
