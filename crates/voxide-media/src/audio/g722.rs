@@ -7,7 +7,8 @@
 //! zeros), six bits for the low band and two for the high. Encoder and decoder keep the same
 //! state, so both are stateful: one of each per stream, fed in order. The arithmetic is the
 //! standard's fixed-point arithmetic, so the decoded samples are exactly those of every
-//! conforming implementation (checked against FFmpeg's in the tests).
+//! conforming implementation (checked against FFmpeg's in the tests, on the fixture
+//! `scripts/g722_fixture.py` makes).
 
 /// Samples a second.
 pub const RATE: u32 = 16_000;
