@@ -3,7 +3,7 @@
 defaults, driven by `voxide loadtest --protocol webrtc`, once per network condition.
 
 With `--protocol sip` one phone call asks every question in turn (PCMU over RTP, the caller's
-packets impaired by the load tester): SIP has no channel for the bot's transcripts, so the
+packets impaired by the load tester; `sip-g722`: the same call in wideband G.722): SIP has no channel for the bot's transcripts, so the
 WER is read from the server's recording of the call (`--record-dir`), every word the bot heard
 against every word asked, in order.
 
@@ -19,7 +19,7 @@ Conditions (each a `voxide loadtest` flag set, `--condition NAME=FLAGS` to add o
 
     scripts/network.py [--bin target/release/voxide] [--out target/network] [--sessions 1]
                        [--condition NAME=FLAGS ...] [--conditions clean,lossy]
-                       [--protocol webrtc|ws|sip] [--questions N]
+                       [--protocol webrtc|ws|sip|sip-g722] [--questions N]
                        [--noise-dbfs -55 | --digital-silence]
 
 Prints one JSON line per condition (`heard`: the share of turns with at most a quarter of the
@@ -167,7 +167,7 @@ def main():
     parser.add_argument("--condition", action="append", default=[],
                         help="NAME=FLAGS: a network condition as loadtest flags")
     parser.add_argument("--conditions", help="the ones to run, comma-separated (default: all)")
-    parser.add_argument("--protocol", default="webrtc", help="webrtc, ws or sip")
+    parser.add_argument("--protocol", default="webrtc", help="webrtc, ws, sip or sip-g722")
     parser.add_argument("--questions", type=int, help="only the first N questions")
     noise_arguments(parser)
     args = parser.parse_args()
@@ -180,7 +180,7 @@ def main():
     dbfs = noise_dbfs(args)
     room = [] if dbfs is None else ["--noise-dbfs", str(dbfs)]
     wavs = build(os.path.join(args.out, "questions"))[:args.questions]
-    if args.protocol == "sip":
+    if args.protocol in ("sip", "sip-g722"):
         # One call a condition, its own recording.
         for name, flags in conditions.items():
             out = os.path.join(args.out, name)
@@ -192,7 +192,7 @@ def main():
                                                      "--record-dir", records])
                 try:
                     figures = run(args.bin, f"sip:agent@127.0.0.1:{sip}", wavs, out, 1,
-                                  room + shlex.split(flags), "sip")
+                                  room + shlex.split(flags), args.protocol)
                     # The report is written as the call ends.
                     for _ in range(100):
                         if glob.glob(os.path.join(records, "*.json")):

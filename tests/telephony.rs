@@ -840,12 +840,26 @@ async fn an_asterisk_audiosocket_call_is_answered_at_its_own_rate() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_load_tester_calls_over_sip_and_times_the_answer_from_the_rtp() {
+    load_test_over_sip(voxide::loadtest::Protocol::Sip, 22_200..=22_299).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wideband_g722_call_is_answered_in_g722_and_timed_from_its_rtp() {
+    load_test_over_sip(voxide::loadtest::Protocol::SipWideband, 22_500..=22_599).await;
+}
+
+/// Two calls from the load tester in `protocol`'s codec, each question answered and timed from
+/// the bot's RTP as the load tester decodes it.
+async fn load_test_over_sip(
+    protocol: voxide::loadtest::Protocol,
+    rtp_ports: std::ops::RangeInclusive<u16>,
+) {
     let sip = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
-    let options = sip_options(sip, 22_200..=22_299, Network::loopback());
+    let options = sip_options(sip, rtp_ports, Network::loopback());
     let _server = start_options(options).await;
     let load = voxide::loadtest::LoadtestOptions {
         target: format!("sip:agent@{sip}"),
-        protocol: voxide::loadtest::Protocol::Sip,
+        protocol,
         audio: vec![HELLO.into()],
         sessions: 2,
         concurrency: 2,

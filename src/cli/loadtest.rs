@@ -11,8 +11,9 @@ pub struct LoadtestArgs {
     target: String,
     /// `webrtc` (SmallWebRTC: POST /api/offer, Opus, RTVI on the data channel), `webrtc-start`
     /// (pipecat's runner: POST /start, then /sessions/{id}/api/offer), `ws` (voxide's /ws: PCM
-    /// and JSON), `twilio` (Twilio Media Streams at /ws/twilio) or `sip` (a phone call: --target
-    /// sip:[user@]host[:port], PCMU over RTP). A path in --target replaces the default one.
+    /// and JSON), `twilio` (Twilio Media Streams at /ws/twilio), `sip` (a phone call: --target
+    /// sip:[user@]host[:port], PCMU over RTP) or `sip-g722` (the same call in wideband G.722).
+    /// A path in --target replaces the default one.
     #[arg(long, default_value = "webrtc")]
     protocol: String,
     /// A WAV of one user turn; repeat for more (the sessions take them in turn, each from where
@@ -147,9 +148,10 @@ fn options(args: LoadtestArgs) -> Result<voxide::loadtest::LoadtestOptions, Stri
         "webrtc" => Protocol::WebRtc,
         "webrtc-start" => Protocol::WebRtcStart,
         "sip" => Protocol::Sip,
+        "sip-g722" => Protocol::SipWideband,
         other => {
             return Err(format!(
-                "--protocol {other:?}: use webrtc, webrtc-start, ws, twilio or sip"
+                "--protocol {other:?}: use webrtc, webrtc-start, ws, twilio, sip or sip-g722"
             ));
         }
     };

@@ -57,13 +57,16 @@ pub enum Protocol {
     WebRtcStart,
     /// A phone call over SIP (`sip:[user@]host[:port]`): PCMU over RTP at 8 kHz.
     Sip,
+    /// A wideband phone call over SIP: G.722 over RTP, 16 kHz audio.
+    #[serde(rename = "sip-g722")]
+    SipWideband,
 }
 
 impl Protocol {
     /// The rate of the bot's audio as it arrives.
     fn output_rate(self) -> u32 {
         match self {
-            Protocol::Ws => 16_000,
+            Protocol::Ws | Protocol::SipWideband => 16_000,
             Protocol::Twilio | Protocol::Sip => 8_000,
             Protocol::WebRtc | Protocol::WebRtcStart => 48_000,
         }
@@ -76,6 +79,7 @@ impl Protocol {
             Protocol::Twilio | Protocol::Sip => {
                 vec![crate::audio::mulaw::encode(0); wire::FRAME / 2]
             }
+            Protocol::SipWideband => wire::g722_silence(),
             Protocol::WebRtc | Protocol::WebRtcStart => wire::opus_silence(),
         }
     }
@@ -331,7 +335,7 @@ impl Recorder {
 /// The WebSocket URL of `target` for `protocol`: `http(s)://` becomes `ws(s)://`; with no path,
 /// voxide's (`/ws?…`, `/ws/twilio`); with one, that path (a pipecat bot's `/ws`).
 fn socket_url(target: &str, protocol: Protocol) -> Result<String, LoadtestError> {
-    if protocol == Protocol::Sip {
+    if matches!(protocol, Protocol::Sip | Protocol::SipWideband) {
         sip::target(target).map_err(LoadtestError::Usage)?;
         return Ok(target.to_owned());
     }
@@ -365,12 +369,14 @@ fn socket_url(target: &str, protocol: Protocol) -> Result<String, LoadtestError>
         (true, Protocol::Twilio) => "/ws/twilio".to_owned(),
         (true, Protocol::WebRtc) => "/api/offer".to_owned(),
         (true, Protocol::WebRtcStart) => "/start".to_owned(),
-        (true, Protocol::Sip) => String::new(),
+        (true, Protocol::Sip | Protocol::SipWideband) => String::new(),
     };
     let scheme = match protocol {
         // Signalling is HTTP.
         Protocol::WebRtc | Protocol::WebRtcStart => scheme.replacen("ws", "http", 1),
-        Protocol::Ws | Protocol::Twilio | Protocol::Sip => scheme.to_owned(),
+        Protocol::Ws | Protocol::Twilio | Protocol::Sip | Protocol::SipWideband => {
+            scheme.to_owned()
+        }
     };
     Ok(format!("{scheme}://{host}{path}"))
 }

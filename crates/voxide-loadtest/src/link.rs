@@ -21,6 +21,7 @@ use super::sip::{Hooks, SipCall};
 use super::webrtc::Call;
 use super::{Protocol, Recorder};
 use crate::audio::mulaw;
+use crate::transports::sip::sdp::Codec;
 
 type Sink = SplitSink<WebSocketStream<MaybeTlsStream<TcpStream>>, Message>;
 
@@ -56,7 +57,7 @@ impl Link {
                 let call = Call::connect(plan, index, heard, recorder).await?;
                 Ok(Link::WebRtc(Box::new(call)))
             }
-            Protocol::Sip => {
+            Protocol::Sip | Protocol::SipWideband => {
                 let traceparent = heard
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -78,7 +79,12 @@ impl Link {
                             Some("hung_up".into());
                     }),
                 };
-                let call = SipCall::connect(&plan.url, index, traceparent, hooks).await?;
+                let codec = if plan.protocol == Protocol::SipWideband {
+                    Codec::G722
+                } else {
+                    Codec::Pcmu
+                };
+                let call = SipCall::connect(&plan.url, index, (codec, traceparent), hooks).await?;
                 Ok(Link::Sip(Box::new(call)))
             }
         }

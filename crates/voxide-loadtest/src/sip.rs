@@ -1,7 +1,7 @@
 //! A caller over SIP, as a phone on a SIP trunk is: an INVITE from its own UDP port offering
-//! PCMU and telephone-events, the caller's audio as RTP every 20 ms to the address the answer
-//! names, the bot's RTP heard, and a BYE. It works against any SIP endpoint that answers with
-//! PCMU.
+//! one codec (PCMU, or G.722 for a wideband phone) and telephone-events, the caller's audio as
+//! RTP every 20 ms to the address the answer names, the bot's RTP heard, and a BYE. It works
+//! against any SIP endpoint that answers with that codec.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -11,18 +11,18 @@ use tokio::net::UdpSocket;
 use tokio::time::Instant;
 
 use super::impair::Fate;
+use crate::audio::g722::G722Decoder;
 use crate::audio::mulaw;
 use crate::ids::random_u32;
 use crate::transports::sip::message::{SipMessage, StartLine};
 use crate::transports::sip::rtp::{Packet, Sender};
-use crate::transports::sip::sdp::Offer;
+use crate::transports::sip::sdp::{Codec, Offer};
 
 /// How long the INVITE waits for a final answer, resent on RFC 3261's schedule meanwhile.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a BYE waits for its answer.
 const BYE_TIMEOUT: Duration = Duration::from_secs(2);
-/// μ-law's static payload type, and telephone-event's as the offer names it.
-const PCMU: u8 = 0;
+/// telephone-event's payload type as the offer names it.
 const EVENTS: u8 = 101;
 
 /// A SIP target: `sip:[user@]host[:port]`.
@@ -93,7 +93,7 @@ impl Dialog {
     }
 }
 
-/// Where the bot's audio (8 kHz) goes, each packet as it comes.
+/// Where the bot's audio (at the codec's rate) goes, each packet as it comes.
 pub(super) type Listener = Box<dyn FnMut(&[i16]) + Send>;
 
 /// What a call tells whoever placed it.
@@ -105,14 +105,16 @@ pub(super) struct Hooks {
 }
 
 impl SipCall {
-    /// Places call number `index` to `url`, carrying `traceparent`; the error is its kind
-    /// (`sip_503`, `sip_timeout`, …).
+    /// Places call number `index` to `url` in `codec` (PCMU or G.722), carrying `traceparent`;
+    /// the error is its kind (`sip_503`, `sip_timeout`, …).
     pub(super) async fn connect(
         url: &str,
         index: usize,
-        traceparent: String,
+        (codec, traceparent): (Codec, String),
         hooks: Hooks,
     ) -> Result<Self, String> {
+        let pt = codec.payload_type();
+        let name = codec.name();
         let (user, host) = target(url)?;
         let server = tokio::net::lookup_host(&host)
             .await
@@ -138,7 +140,7 @@ impl SipCall {
         let family = if local.is_ipv4() { "IP4" } else { "IP6" };
         let offer = format!(
             "v=0\r\no=loadtest {index} 1 IN {family} {ip}\r\ns=voxide loadtest\r\nc=IN {family} {ip}\r\n\
-             t=0 0\r\nm=audio {rtp_port} RTP/AVP {PCMU} {EVENTS}\r\na=rtpmap:{PCMU} PCMU/8000\r\n\
+             t=0 0\r\nm=audio {rtp_port} RTP/AVP {pt} {EVENTS}\r\na=rtpmap:{pt} {name}/8000\r\n\
              a=rtpmap:{EVENTS} telephone-event/8000\r\na=fmtp:{EVENTS} 0-15\r\na=ptime:20\r\na=sendrecv\r\n",
             ip = local.ip()
         );
@@ -170,24 +172,25 @@ impl SipCall {
             .ok()
             .and_then(|sdp| Offer::parse(sdp).ok())
             .ok_or_else(|| "sip_no_answer_sdp".to_owned())?;
-        if !answer.formats.contains(&PCMU) {
-            return Err("sip_no_pcmu".to_owned());
+        if !answer.formats.contains(&pt) {
+            return Err(format!("sip_no_{}", name.to_ascii_lowercase()));
         }
         let remote_rtp = SocketAddr::new(answer.address, answer.port);
         let (sip, rtp) = (Arc::new(sip), Arc::new(rtp));
-        let listening = tokio::spawn(hear(rtp.clone(), hooks.audio));
+        let listening = tokio::spawn(hear(rtp.clone(), codec, hooks.audio));
         let answering = tokio::spawn(answer_requests(sip.clone(), hooks.hung_up));
         Ok(Self {
             sip,
             rtp,
             remote_rtp,
-            sender: Sender::new(PCMU, random_u32(), random_u32()),
+            sender: Sender::new(pt, random_u32(), random_u32()),
             dialog,
             readers: [listening, answering],
         })
     }
 
-    /// Sends μ-law frame number `n` as `fate` has it.
+    /// Sends frame number `n` (its codec's bytes, one a tick of the 8 kHz clock) as `fate` has
+    /// it.
     pub(super) async fn send(&mut self, frame: &[u8], _n: usize, fate: Fate) -> Result<(), ()> {
         // The clock and the sequence move on for a lost packet too, as a sender's do.
         let packet = self.sender.packet(frame, frame.len() as u32);
@@ -284,17 +287,22 @@ async fn invite_and_wait(sip: &UdpSocket, invite: &[u8]) -> Result<SipMessage, S
     }
 }
 
-/// The bot's RTP, decoded and handed on.
-async fn hear(rtp: Arc<UdpSocket>, mut audio: Listener) {
+/// The bot's RTP in `codec`, decoded and handed on.
+async fn hear(rtp: Arc<UdpSocket>, codec: Codec, mut audio: Listener) {
     let mut buffer = vec![0u8; 2_048];
+    let mut wideband = G722Decoder::new();
     while let Ok(n) = rtp.recv(&mut buffer).await {
         let Ok(packet) = Packet::parse(&buffer[..n]) else {
             continue;
         };
-        if packet.payload_type == PCMU {
-            let samples: Vec<i16> = packet.payload.iter().map(|b| mulaw::decode(*b)).collect();
-            audio(&samples);
+        if packet.payload_type != codec.payload_type() {
+            continue;
         }
+        let samples: Vec<i16> = match codec {
+            Codec::G722 => wideband.decode(packet.payload),
+            _ => packet.payload.iter().map(|b| mulaw::decode(*b)).collect(),
+        };
+        audio(&samples);
     }
 }
 

@@ -1,7 +1,8 @@
-//! The caller's audio as each protocol carries it: 20 ms frames of PCM, μ-law or Opus,
+//! The caller's audio as each protocol carries it: 20 ms frames of PCM, μ-law, G.722 or Opus,
 //! encoded once for every session.
 
 use crate::Protocol;
+use crate::audio::g722::G722Encoder;
 use crate::audio::mulaw;
 use crate::audio::resample::StreamResampler;
 
@@ -9,7 +10,7 @@ use crate::audio::resample::StreamResampler;
 pub(super) const FRAME: usize = 320;
 
 /// `samples` (mono 16 kHz) as the 20 ms frames `protocol` carries: PCM bytes, μ-law bytes for
-/// Twilio and SIP, Opus packets for WebRTC.
+/// Twilio and SIP, G.722 bytes for wideband SIP, Opus packets for WebRTC.
 pub(super) fn encode(samples: &[i16], protocol: Protocol) -> Option<Vec<Vec<u8>>> {
     Some(match protocol {
         Protocol::Ws => samples
@@ -21,6 +22,17 @@ pub(super) fn encode(samples: &[i16], protocol: Protocol) -> Option<Vec<Vec<u8>>
             })
             .collect(),
         Protocol::WebRtc | Protocol::WebRtcStart => opus_frames(samples)?,
+        Protocol::SipWideband => {
+            let mut encoder = quiet_g722();
+            samples
+                .chunks(FRAME)
+                .map(|c| {
+                    let mut frame = c.to_vec();
+                    frame.resize(FRAME, 0);
+                    encoder.encode(&frame)
+                })
+                .collect()
+        }
         Protocol::Twilio | Protocol::Sip => {
             let narrow = StreamResampler::new(16_000, 8_000)
                 .map(|mut r| r.process(samples))
@@ -35,6 +47,20 @@ pub(super) fn encode(samples: &[i16], protocol: Protocol) -> Option<Vec<Vec<u8>>
                 .collect()
         }
     })
+}
+
+/// A G.722 encoder as a caller's is after a pause: each turn is encoded on its own, once for
+/// every session, from the state silence leaves, so that it follows the silence frames
+/// ([`g722_silence`]) as one stream would.
+fn quiet_g722() -> G722Encoder {
+    let mut encoder = G722Encoder::new();
+    encoder.encode(&[0; FRAME * 10]);
+    encoder
+}
+
+/// One 20 ms frame of silence in G.722, as a caller's encoder sends it in a pause.
+pub(super) fn g722_silence() -> Vec<u8> {
+    quiet_g722().encode(&[0; FRAME])
 }
 
 /// Samples of one 20 ms Opus frame at 48 kHz.
