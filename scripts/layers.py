@@ -28,8 +28,9 @@ SERVING = ["axum", "webrtc", "cpal", "clap", "rmcp"]
 # The media and the load tester carry audio over the network: no server, command line or MCP
 # client in their tree.
 MEDIA = ["axum", "clap", "rmcp"]
-# A bot is what a program embedding voxide depends on: no server or command line in its tree.
-BOT = ["axum", "clap"]
+# A bot is what a program embedding voxide depends on: no server, command line, WebRTC peer or
+# sound card in its tree (the media's `webrtc` and `local` features stay off).
+BOT = ["axum", "clap", "webrtc", "cpal"]
 # The benchmarks and the providers' stand-ins (HTTP servers themselves): no command line.
 BENCH = ["clap"]
 LEAN = {"crates/voxide-core": HEAVY, "crates/voxide-engines": NETWORKS,

@@ -9,6 +9,7 @@ pub mod dtmf;
 pub mod file;
 pub mod heartbeat;
 pub mod jitter;
+#[cfg(feature = "local")]
 pub mod local;
 pub mod opus_in;
 pub mod output;
@@ -20,6 +21,7 @@ pub mod signalling;
 pub mod sip;
 pub mod socket;
 pub mod talkspurt;
+#[cfg(feature = "webrtc")]
 pub mod webrtc;
 pub mod websocket;
 
