@@ -186,8 +186,9 @@ done
 with_token=$(curl -s -o /dev/null -w '%{http_code}' -X POST -H "Authorization: Bearer $TOKEN" \
   "http://$LB/start")
 
+status=0
 python3 - "$OUT" "$SESSIONS" "$n1_live_at_drain" "$drain_status" "$n1_exit" \
-  "$n2_live_at_kill" "$with_token" <<'PY'
+  "$n2_live_at_kill" "$with_token" <<'PY' || status=$?
 import json, sys
 out, sessions, n1_live, drain_status, n1_exit, n2_live, with_token = sys.argv[1:]
 unauthorized = {}
@@ -252,3 +253,9 @@ summary = {
 print(json.dumps(summary))
 sys.exit(0 if summary["pass"] else 1)
 PY
+if ((status != 0)); then
+  # What the balancer saw: each request's node and every health and agent state change.
+  echo "cluster: a check failed; HAProxy's log ($OUT/haproxy.log):" >&2
+  head -n 100 "$OUT/haproxy.log" >&2
+fi
+exit "$status"
