@@ -8,6 +8,7 @@ pub const AUDIO_QUEUE: usize = 256;
 
 pub mod aec;
 pub mod alaw;
+pub mod beep;
 pub mod denoise;
 pub mod echo;
 pub mod g722;
