@@ -165,6 +165,7 @@ async fn a_json_answer_is_the_result_and_the_request_carries_the_call_and_the_se
     let session = SessionInfo {
         id: "session-9".into(),
         request_data: json!({"caller": "+15550100"}),
+        placed: false,
     };
     let mut bot = Bot::start_with(llm, AppResources::new().with(session));
     bot.run_llm().await;
@@ -443,6 +444,7 @@ mod mcp {
         let session = SessionInfo {
             id: "call-42".into(),
             request_data: json!({"caller": "+15550100"}),
+            placed: false,
         };
         let mut bot = Bot::start_with(llm, AppResources::new().with(session));
         bot.run_llm().await;

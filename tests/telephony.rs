@@ -489,6 +489,265 @@ async fn a_call_placed_to_a_sipp_callee_is_answered_and_hears_its_own_voice_echo
     );
 }
 
+/// SIPp as a callee: it answers in PCMU, says what `callee.pcap` holds (a person's "Hello?",
+/// or a machine's greeting and beep), and answers voxide's BYE.
+const CALLEE: &str = r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
+<scenario name="callee">
+  <recv request="INVITE" crlf="true"/>
+  <send><![CDATA[
+SIP/2.0 180 Ringing
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]machine[call_number]
+[last_Call-ID:]
+[last_CSeq:]
+Contact: <sip:machine@[local_ip]:[local_port]>
+Content-Length: 0
+]]></send>
+  <send retrans="500"><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:];tag=[pid]machine[call_number]
+[last_Call-ID:]
+[last_CSeq:]
+Contact: <sip:machine@[local_ip]:[local_port]>
+Content-Type: application/sdp
+Content-Length: [len]
+
+v=0
+o=machine 1 1 IN IP[local_ip_type] [local_ip]
+s=-
+c=IN IP[media_ip_type] [media_ip]
+t=0 0
+m=audio [media_port] RTP/AVP 0
+a=rtpmap:0 PCMU/8000
+]]></send>
+  <recv request="ACK" crlf="true"/>
+  <nop><action><exec play_pcap_audio="callee.pcap"/></action></nop>
+  <recv request="BYE" timeout="60000"/>
+  <send><![CDATA[
+SIP/2.0 200 OK
+[last_Via:]
+[last_From:]
+[last_To:]
+[last_Call-ID:]
+[last_CSeq:]
+Content-Length: 0
+]]></send>
+</scenario>
+"#;
+
+/// `text` in espeak-ng's voice (none voxide tuned on), at 8 kHz.
+fn spoken_at_8k(text: &str) -> Vec<i16> {
+    use voxide::services::tts::{EspeakVoice, Synthesizer};
+    let speech = EspeakVoice::new("en")
+        .expect("espeak-ng")
+        .synthesize(text)
+        .expect("speech");
+    StreamResampler::new(speech.sample_rate, 8_000)
+        .expect("resampler")
+        .process(&speech.samples)
+}
+
+/// A voicemail greeting, a pause, a 1 kHz beep of half a second, then the quiet of a machine
+/// recording, at 8 kHz; and how long the greeting and the beep are, in samples.
+fn voicemail_greeting() -> (Vec<i16>, usize) {
+    let mut audio = spoken_at_8k(
+        "Hi, you've reached Sam. I can't take your call right now. Please leave a message after the tone.",
+    );
+    audio.extend(std::iter::repeat_n(0, 4_000));
+    audio.extend(
+        (0..4_000).map(|n| {
+            (9_000.0 * (std::f32::consts::TAU * 1_000.0 * n as f32 / 8_000.0).sin()) as i16
+        }),
+    );
+    let beep_end = audio.len();
+    audio.extend(std::iter::repeat_n(0, 8_000 * 12));
+    (audio, beep_end)
+}
+
+/// What a call the bakery's bot placed came to: the call's state once ended, the session's
+/// report and its recording.
+struct Placed {
+    call: serde_json::Value,
+    report: serde_json::Value,
+    recording: wav::Wav,
+}
+
+impl Placed {
+    /// Everything the bot said, in order.
+    fn bot_said(&self) -> Vec<String> {
+        self.report["turns"]
+            .as_array()
+            .expect("turns")
+            .iter()
+            .flat_map(|t| t["bot_text"].as_array().cloned().unwrap_or_default())
+            .filter_map(|t| t.as_str().map(str::to_owned))
+            .collect()
+    }
+}
+
+/// The bakery's bot (a greeting for a person, a `[voicemail]` message for a machine) calls
+/// SIPp, whose callee answers in PCMU with `audio`; the call may last `time_limit_s`.
+async fn bakery_calls(name: &str, audio: &[i16], time_limit_s: u64) -> Placed {
+    let records = scratch(name);
+    let sip_port = free_udp_port();
+    let mut options = sip_options(
+        SocketAddr::from(([127, 0, 0, 1], sip_port)),
+        24_000..=24_999,
+        Network::loopback(),
+    );
+    options.record_dir = Some(records.clone());
+    options.access.auth_token = Some(voxide::secret::Secret::new("t0k3n"));
+    options.bots[0].greeting = Some("Hello, this is the bakery calling about your cake.".into());
+    options.bots[0].voicemail = Some(voxide::bot::answered_by::Voicemail {
+        message: Some("This is the bakery. Your cake is ready.".into()),
+    });
+    let server = start_options(options).await;
+    let token = [("Authorization", "Bearer t0k3n")];
+
+    let payloads: Vec<Vec<u8>> = audio
+        .chunks(160)
+        .map(|c| {
+            let mut bytes: Vec<u8> = c.iter().map(|s| voxide::audio::mulaw::encode(*s)).collect();
+            bytes.resize(160, voxide::audio::mulaw::encode(0));
+            bytes
+        })
+        .collect();
+    let work = scratch(&format!("{name}-callee"));
+    std::fs::write(work.join("callee.pcap"), pcap(&payloads, 0)).expect("pcap");
+    std::fs::write(work.join("callee.xml"), CALLEE).expect("scenario");
+    let callee_port = free_udp_port();
+    // SIPp takes four ports from here (audio and video, RTP and RTCP).
+    let media_port = 25_000 + 4 * (std::process::id() % 250) as u16;
+    let callee = tokio::process::Command::new("sipp")
+        .args(["-sf", "callee.xml", "-i", "127.0.0.1", "-mi", "127.0.0.1"])
+        .args([
+            "-p",
+            &callee_port.to_string(),
+            "-mp",
+            &media_port.to_string(),
+        ])
+        .args(["-m", "1", "-timeout", "90", "-timeout_error", "-nostdin"])
+        .current_dir(&work)
+        .output();
+    let callee = tokio::spawn(callee);
+
+    let to =
+        format!(r#"{{"to": "sip:sam@127.0.0.1:{callee_port}", "time_limit_s": {time_limit_s}}}"#);
+    let mut placed = (0, String::new());
+    for _ in 0..200 {
+        if callee.is_finished() {
+            let out = callee.await.expect("joined").expect("SIPp ran");
+            panic!("SIPp stopped: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        if UdpSocket::bind(("127.0.0.1", callee_port)).is_err() {
+            placed = common::request_with(server.addr, "POST", "/calls", &token, &to).await;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(placed.0, 201, "{}", placed.1);
+    let placed: serde_json::Value = serde_json::from_str(&placed.1).expect("JSON");
+    let id = placed["session_id"]
+        .as_str()
+        .expect("a session id")
+        .to_owned();
+
+    let callee = finished(callee, 90).await;
+    succeeded(&callee, "SIPp's callee never heard voxide's BYE");
+    let mut call = serde_json::Value::Null;
+    for _ in 0..100 {
+        let (status, body) =
+            common::request_with(server.addr, "GET", &format!("/calls/{id}"), &token, "").await;
+        assert_eq!(status, 200, "{body}");
+        call = serde_json::from_str(&body).expect("JSON");
+        if call["state"] == "ended" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let report = report_in(&records).await;
+    let recording = wav::read(records.join(report["audio"].as_str().expect("the recording")))
+        .expect("the recording reads");
+    Placed {
+        call,
+        report,
+        recording,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answering_machine_gets_the_message_after_its_beep_not_the_greeting() {
+    let (greeting, beep_end) = voicemail_greeting();
+    let placed = bakery_calls("machine", &greeting, 60).await;
+    // voxide leaves its message and hangs up, long before the time limit.
+    assert_eq!(placed.call["answered_by"], "machine", "{}", placed.call);
+    assert_eq!(placed.call["reason"], "hung_up", "{}", placed.call);
+
+    // The bot said nothing over the greeting, and its message after the beep.
+    let rate = placed.recording.sample_rate as usize;
+    let frames: Vec<&[i16]> = placed.recording.samples.chunks(2).collect();
+    // Where the beep ends in the recording: the callee's last loud sample.
+    let beep_ends_at = frames
+        .iter()
+        .rposition(|f| f[0].unsigned_abs() > 1000)
+        .expect("the machine was heard");
+    let bot_loud = |range: std::ops::Range<usize>| {
+        frames[range]
+            .iter()
+            .filter(|f| f[1].unsigned_abs() > 1000)
+            .count()
+    };
+    let greeting_starts_at = beep_ends_at.saturating_sub(beep_end * rate / 8_000);
+    // The two channels are placed as voxide heard and spoke, a packet or two apart: the
+    // message may start right at the beep's end, not before.
+    let margin = rate / 10;
+    assert_eq!(
+        bot_loud(greeting_starts_at..beep_ends_at - margin),
+        0,
+        "the bot spoke over the machine's greeting"
+    );
+    assert!(
+        bot_loud(beep_ends_at..frames.len()) > rate / 4,
+        "the message went out after the beep"
+    );
+    let said = placed.bot_said();
+    assert!(
+        said.iter().any(|t| t.contains("Your cake is ready")),
+        "{said:?}"
+    );
+    assert!(
+        !said.iter().any(|t| t.contains("calling about your cake")),
+        "the greeting for a person went to the machine: {said:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_person_who_answers_hello_is_greeted_and_never_hears_the_voicemail() {
+    let mut hello = vec![0; 4_000];
+    hello.extend(spoken_at_8k("Hello?"));
+    hello.extend(std::iter::repeat_n(0, 8_000 * 14));
+    let placed = bakery_calls("person", &hello, 10).await;
+    assert_eq!(placed.call["answered_by"], "human", "{}", placed.call);
+    assert_eq!(
+        placed.call["answered_because"], "short_greeting",
+        "{}",
+        placed.call
+    );
+    let said = placed.bot_said();
+    assert_eq!(
+        said.first().map(String::as_str),
+        Some("Hello, this is the bakery calling about your cake."),
+        "{said:?}"
+    );
+    assert!(
+        !said.iter().any(|t| t.contains("Your cake is ready")),
+        "{said:?}"
+    );
+}
+
 /// [`SCENARIO`]'s caller, asking its question, then handed over by voxide's REFER (whose
 /// Refer-To it checks): it accepts, reports the new call up, and answers voxide's BYE.
 fn transferred() -> String {

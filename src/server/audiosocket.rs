@@ -104,6 +104,7 @@ async fn run(app: Arc<App>, mut stream: TcpStream, peer: SocketAddr) {
     let info = SessionInfo {
         id: format!("audiosocket-{}", audiosocket::uuid_text(&uuid)),
         request_data: serde_json::Value::Null,
+        placed: false,
     };
     let (out_tx, mut out_rx) = mpsc::channel(crate::audio::AUDIO_QUEUE);
     let sink: Box<dyn AudioSink> = Box::new(Sink(out_tx));

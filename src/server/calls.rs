@@ -19,6 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::{Admission, ApiError, App};
 use crate::bot::SessionInfo;
+use crate::events::{AnsweredBecause, AnsweredBy};
 
 /// How long a phone may ring unless the request says (Twilio's default too).
 const RING_FOR: Duration = Duration::from_secs(60);
@@ -105,8 +106,16 @@ pub(crate) struct Outbound {
 
 #[derive(Default)]
 struct Book {
-    states: HashMap<String, (String, CallState)>,
+    states: HashMap<String, Entry>,
     order: VecDeque<String>,
+}
+
+/// One call in the book.
+struct Entry {
+    to: String,
+    state: CallState,
+    /// Who answered, once the bot told (a bot with `[voicemail]`).
+    answered_by: Option<(AnsweredBy, AnsweredBecause)>,
 }
 
 impl Outbound {
@@ -120,8 +129,16 @@ impl Outbound {
     /// Notes where call `id` stands.
     pub(crate) fn note(&self, id: &str, state: CallState) {
         let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((_, old)) = book.states.get_mut(id) {
-            *old = state;
+        if let Some(entry) = book.states.get_mut(id) {
+            entry.state = state;
+        }
+    }
+
+    /// Notes who answered call `id`, as its bot told.
+    pub(crate) fn note_answerer(&self, id: &str, by: AnsweredBy, because: AnsweredBecause) {
+        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = book.states.get_mut(id) {
+            entry.answered_by = Some((by, because));
         }
     }
 
@@ -131,14 +148,18 @@ impl Outbound {
             && let Some(at) = book
                 .order
                 .iter()
-                .position(|id| book.states.get(id).is_none_or(|(_, s)| s.finished()))
+                .position(|id| book.states.get(id).is_none_or(|e| e.state.finished()))
             && let Some(old) = book.order.remove(at)
         {
             book.states.remove(&old);
         }
         book.order.push_back(id.to_owned());
-        book.states
-            .insert(id.to_owned(), (to.to_owned(), CallState::Calling));
+        let entry = Entry {
+            to: to.to_owned(),
+            state: CallState::Calling,
+            answered_by: None,
+        };
+        book.states.insert(id.to_owned(), entry);
     }
 
     fn forget(&self, id: &str) {
@@ -149,7 +170,12 @@ impl Outbound {
 
     fn state(&self, id: &str) -> Option<(String, CallState)> {
         let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
-        book.states.get(id).cloned()
+        book.states.get(id).map(|e| (e.to.clone(), e.state.clone()))
+    }
+
+    fn answered_by(&self, id: &str) -> Option<(AnsweredBy, AnsweredBecause)> {
+        let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        book.states.get(id).and_then(|e| e.answered_by)
     }
 }
 
@@ -226,6 +252,7 @@ pub(crate) async fn place(
         } else {
             Value::Object(data)
         },
+        placed: true,
     };
     app.outbound.enter(&id, &request.to);
     let (placed, answer) = oneshot::channel();
@@ -263,9 +290,14 @@ pub(crate) async fn state(
         .outbound
         .state(&id)
         .ok_or_else(|| ApiError::NotFound(format!("no call {id:.80} placed here")))?;
+    let answered = app.outbound.answered_by(&id);
     let mut answer = serde_json::to_value(state).unwrap_or_default();
     answer["session_id"] = Value::String(id);
     answer["to"] = Value::String(to);
+    if let Some((by, because)) = answered {
+        answer["answered_by"] = json!(by);
+        answer["answered_because"] = json!(because);
+    }
     Ok(Json(answer))
 }
 

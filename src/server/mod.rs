@@ -253,6 +253,7 @@ impl BotFactory for Bots {
     ) -> Result<Bot, BotError> {
         let mut options = self.pick(session.bot())?.clone();
         options.audio_out_sample_rate = out_rate;
+        options.placed_call = session.placed;
         Ok(crate::bot::build(&options, sink, OutputOptions::default())?
             .for_session(session.clone()))
     }

@@ -491,6 +491,7 @@ impl Taking<'_> {
             } else {
                 serde_json::Value::Object(request_data)
             },
+            placed: false,
         };
         Ok(Answering {
             offer,
@@ -984,6 +985,9 @@ async fn talk(
                     match event.event {
                         Event::BotStoppedSpeaking => sender.pause(0),
                         Event::SessionEnded { .. } => session_over = true,
+                        Event::CallAnswered { by, because } => {
+                            app.outbound.note_answerer(&info.id, by, because);
+                        }
                         _ => {}
                     }
                 }

@@ -264,6 +264,7 @@ async fn new_session(
             .request_data
             .or(started.filter(|body| !body.is_null()))
             .unwrap_or(Value::Null),
+        placed: false,
     };
     if let Some(name) = info.bot() {
         app.bots.find(name)?;

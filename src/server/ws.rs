@@ -86,6 +86,7 @@ fn session_info(
         } else {
             Value::Object(request_data)
         },
+        placed: false,
     })
 }
 

@@ -20,6 +20,7 @@ pub mod config;
 pub mod flows;
 pub mod turns;
 
+pub mod answered_by;
 pub mod call_control;
 pub mod filler;
 pub mod http_tool;
@@ -286,6 +287,10 @@ pub struct BotOptions {
     pub greeting: Option<String>,
     /// What the bot does when the user goes quiet.
     pub idle: Option<IdleParams>,
+    /// On a call it placed, who answered is told first, and a machine gets this (`[voicemail]`).
+    pub voicemail: Option<answered_by::Voicemail>,
+    /// This session is a call the bot placed (`POST /calls`): `voicemail` applies.
+    pub placed_call: bool,
     /// What fills the silence while a tool works.
     pub filler: Option<FillerParams>,
     /// Where `transfer_call` may hand a phone call: name, then number or SIP URI (none: no
@@ -353,6 +358,8 @@ impl Default for BotOptions {
             instructions: INSTRUCTIONS.to_owned(),
             greeting: None,
             idle: None,
+            voicemail: None,
+            placed_call: false,
             filler: None,
             transfer: Vec::new(),
             builtin: Builtin::ALL.to_vec(),
@@ -512,6 +519,8 @@ pub struct SessionInfo {
     pub id: String,
     /// What the client sent (null when nothing).
     pub request_data: serde_json::Value,
+    /// A call the bot placed (`POST /calls`), not one it took.
+    pub placed: bool,
 }
 
 impl SessionInfo {
@@ -695,7 +704,19 @@ pub fn build<S: AudioSink>(
         .then(
             SttService::new(stt, "user")
                 .with_speech_end_offset(Duration::from_secs_f32(options.vad.stop_secs)),
-        )
+        );
+    let answerer = match (&options.voicemail, options.placed_call) {
+        (Some(voicemail), true) => Some(answered_by::AnswererDetection::new(
+            options.greeting.clone(),
+            voicemail.clone(),
+        )),
+        _ => None,
+    };
+    let greets_at_start = answerer.is_none();
+    if let Some(stage) = answerer {
+        pipeline = pipeline.then(stage);
+    }
+    let mut pipeline = pipeline
         .then(UserTurns::with_barge_in(stop, options.barge_in).preemptive(options.preemptive))
         .then(UserAggregator::new(context.clone()).with_max_tokens(hard_cap));
     if options.summarize_context {
@@ -708,8 +729,11 @@ pub fn build<S: AudioSink>(
         ));
     }
     pipeline = pipeline.then(llm);
-    // Only a bot that greets has the stage: every frame crosses each one.
-    if let Some(greeting) = &options.greeting {
+    // Only a bot that greets has the stage: every frame crosses each one. On a call it placed
+    // with `[voicemail]`, the greeting waits for a person to answer.
+    if let Some(greeting) = &options.greeting
+        && greets_at_start
+    {
         pipeline = pipeline.then(Greeting(Some(greeting.clone())));
     }
     if let Some(flow) = &flow {

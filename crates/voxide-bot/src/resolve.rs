@@ -8,7 +8,10 @@ use super::http_tool::HttpTool;
 use super::mcp::McpServer;
 use super::providers::{self, Overrides, ProviderSpec};
 use super::{BotOptions, LlmChoice, SttChoice, TtsChoice, Voice};
-use crate::config::{BotConfig, Builtin, ConfigError, ExampleConfig, FillerConfig, IdleConfig};
+use crate::answered_by::Voicemail;
+use crate::config::{
+    BotConfig, Builtin, ConfigError, ExampleConfig, FillerConfig, IdleConfig, VoicemailConfig,
+};
 use crate::flows::Flow;
 use crate::services::llm::PriceTable;
 use crate::services::llm::gemini_live::GeminiLiveSettings;
@@ -29,6 +32,21 @@ fn setup(e: impl std::fmt::Display) -> ConfigError {
 const IDLE_GOODBYE: &str = "It seems you have stepped away. I'll end the call now. Goodbye!";
 
 /// `[idle]`, checked.
+fn voicemail_params(voicemail: &VoicemailConfig) -> Result<Voicemail, ConfigError> {
+    if voicemail
+        .message
+        .as_ref()
+        .is_some_and(|m| m.trim().is_empty())
+    {
+        return Err(invalid(
+            "voicemail.message is empty: leave it out to hang up on a machine",
+        ));
+    }
+    Ok(Voicemail {
+        message: voicemail.message.clone(),
+    })
+}
+
 fn idle_params(idle: &IdleConfig) -> Result<IdleParams, ConfigError> {
     if !(idle.after_secs >= 1.0 && idle.after_secs <= 600.0) {
         return Err(invalid("idle.after_secs must be between 1 and 600"));
@@ -184,6 +202,15 @@ impl BotConfig {
             }
             Some(idle) => Some(idle_params(idle)?),
         };
+        let voicemail = match &self.voicemail {
+            None => None,
+            Some(_) if !matches!(llm, LlmChoice::Text(_)) => {
+                return Err(invalid(
+                    "[voicemail] is told apart before the turns: it needs a text LLM, not a realtime one",
+                ));
+            }
+            Some(voicemail) => Some(voicemail_params(voicemail)?),
+        };
         let filler = match &self.filler {
             None => None,
             Some(_) if !matches!(llm, LlmChoice::Text(_)) => {
@@ -224,6 +251,8 @@ impl BotConfig {
             instructions: self.instructions()?.unwrap_or(defaults.instructions),
             greeting: self.greeting.clone(),
             idle,
+            voicemail,
+            placed_call: false,
             filler,
             prices: self
                 .prices

@@ -200,6 +200,52 @@ pub enum Event {
         /// Whether a response was restarted.
         restarted_response: bool,
     },
+    /// Who answered a call the bot placed, told from its first seconds.
+    CallAnswered {
+        /// A person, a machine, a menu, or not told.
+        by: AnsweredBy,
+        /// What told it.
+        because: AnsweredBecause,
+    },
+    /// The answering machine records: the bot leaves its message now.
+    VoicemailRecording {
+        /// Whether a beep said so (else the silence after the greeting did).
+        beep: bool,
+    },
+}
+
+/// Who answered a call the bot placed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnsweredBy {
+    /// A person.
+    Human,
+    /// An answering machine or a voicemail box.
+    Machine,
+    /// An automated menu ("for sales, press one").
+    Menu,
+    /// Nothing told: silence, or speech that fits neither.
+    Unknown,
+}
+
+/// What told who answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AnsweredBecause {
+    /// A short greeting, then a pause.
+    ShortGreeting,
+    /// A greeting longer than a person's.
+    LongGreeting,
+    /// More words than a person's greeting has.
+    ManyWords,
+    /// Words a machine or a menu says.
+    Words,
+    /// A beep.
+    Beep,
+    /// Nobody spoke.
+    Silence,
+    /// Listening ran out.
+    Undecided,
 }
 
 /// How much of a function call clients are told (pipecat's function-call report levels). What

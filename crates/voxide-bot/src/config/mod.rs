@@ -170,6 +170,16 @@ pub struct IdleConfig {
     pub goodbye: Option<String>,
 }
 
+/// `[voicemail]` in a bot file: for calls the bot places, who answered is told first, and an
+/// answering machine gets `message` once it records (after its beep); without a message the
+/// bot hangs up on one.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VoicemailConfig {
+    /// What the bot leaves on an answering machine.
+    pub message: Option<String>,
+}
+
 /// A bot file:
 ///
 /// ```toml
@@ -187,6 +197,9 @@ pub struct IdleConfig {
 /// after_secs = 1.5
 /// lines = ["One moment.", "Let me check that."]
 /// speak_progress = true                # an async tool's progress ("message") is said
+///
+/// [voicemail]                          # calls it places: a person, a menu or a machine?
+/// message = "Hi, it's the bakery: your cake is ready." # left after a machine's beep
 ///
 /// [idle]                               # when the user goes quiet after the bot has spoken
 /// after_secs = 10
@@ -229,6 +242,8 @@ pub struct BotConfig {
     pub greeting: Option<String>,
     /// What the bot does when the user goes quiet: `[idle]`.
     pub idle: Option<IdleConfig>,
+    /// Who answered a call the bot placed, and its message for a machine: `[voicemail]`.
+    pub voicemail: Option<VoicemailConfig>,
     /// What fills the silence while a tool works: `[filler]`.
     pub filler: Option<FillerConfig>,
     /// Where `transfer_call` may hand a phone call: `[transfer]`, a name for the model, then a
@@ -470,6 +485,7 @@ impl BotConfig {
             instructions_file,
             greeting: self.greeting.or(lower.greeting),
             idle: self.idle.or(lower.idle),
+            voicemail: self.voicemail.or(lower.voicemail),
             filler: self.filler.or(lower.filler),
             transfer: self.transfer.or(lower.transfer),
             voice: self.voice.or(lower.voice),
@@ -796,6 +812,12 @@ input = 1.0
         .resolve()
         .expect("a phone bot");
         assert_eq!(phone.builtin, [Builtin::EndCall]);
+        assert!(error("[voicemail]\nmessage = \" \"").contains("voicemail.message"));
+        let caller = layer("[voicemail]\nmessage = \"Call us back.\"")
+            .resolve()
+            .expect("a bot that calls");
+        let message = caller.voicemail.and_then(|v| v.message);
+        assert_eq!(message.as_deref(), Some("Call us back."));
         assert_eq!(
             phone.transfer,
             [
