@@ -12,6 +12,7 @@ use std::time::Duration;
 use voxide::audio::alaw;
 use voxide::audio::resample::StreamResampler;
 use voxide::audio::wav;
+use voxide::loadtest::room::{Noise, Room, mix};
 use voxide::server::{Network, SipOptions};
 
 mod common;
@@ -589,7 +590,8 @@ impl Placed {
 }
 
 /// The bakery's bot (a greeting for a person, a `[voicemail]` message for a machine) calls
-/// SIPp, whose callee answers in PCMU with `audio`; the call may last `time_limit_s`.
+/// SIPp, whose callee answers in PCMU with `audio` over a room's noise floor; the call may last
+/// `time_limit_s`.
 async fn bakery_calls(name: &str, audio: &[i16], time_limit_s: u64) -> Placed {
     let records = scratch(name);
     let sip_port = free_udp_port();
@@ -607,6 +609,12 @@ async fn bakery_calls(name: &str, audio: &[i16], time_limit_s: u64) -> Placed {
     let server = start_options(options).await;
     let token = [("Authorization", "Bearer t0k3n")];
 
+    // A phone in a quiet room: brown noise at -55 dBFS under the callee's words and in every gap.
+    let room = Room {
+        noise: Noise::Brown,
+        dbfs: -55.0,
+    };
+    let audio = mix(audio, &room.tone(audio.len(), 7).expect("room tone"));
     let payloads: Vec<Vec<u8>> = audio
         .chunks(160)
         .map(|c| {
