@@ -492,52 +492,7 @@ async fn a_call_placed_to_a_sipp_callee_is_answered_and_hears_its_own_voice_echo
 
 /// SIPp as a callee: it answers in PCMU, says what `callee.pcap` holds (a person's "Hello?",
 /// or a machine's greeting and beep), and answers voxide's BYE.
-const CALLEE: &str = r#"<?xml version="1.0" encoding="ISO-8859-1" ?>
-<scenario name="callee">
-  <recv request="INVITE" crlf="true"/>
-  <send><![CDATA[
-SIP/2.0 180 Ringing
-[last_Via:]
-[last_From:]
-[last_To:];tag=[pid]machine[call_number]
-[last_Call-ID:]
-[last_CSeq:]
-Contact: <sip:machine@[local_ip]:[local_port]>
-Content-Length: 0
-]]></send>
-  <send retrans="500"><![CDATA[
-SIP/2.0 200 OK
-[last_Via:]
-[last_From:]
-[last_To:];tag=[pid]machine[call_number]
-[last_Call-ID:]
-[last_CSeq:]
-Contact: <sip:machine@[local_ip]:[local_port]>
-Content-Type: application/sdp
-Content-Length: [len]
-
-v=0
-o=machine 1 1 IN IP[local_ip_type] [local_ip]
-s=-
-c=IN IP[media_ip_type] [media_ip]
-t=0 0
-m=audio [media_port] RTP/AVP 0
-a=rtpmap:0 PCMU/8000
-]]></send>
-  <recv request="ACK" crlf="true"/>
-  <nop><action><exec play_pcap_audio="callee.pcap"/></action></nop>
-  <recv request="BYE" timeout="60000"/>
-  <send><![CDATA[
-SIP/2.0 200 OK
-[last_Via:]
-[last_From:]
-[last_To:]
-[last_Call-ID:]
-[last_CSeq:]
-Content-Length: 0
-]]></send>
-</scenario>
-"#;
+const CALLEE: &str = include_str!("../assets/test/sipp/callee.xml");
 
 /// `text` in espeak-ng's voice (none voxide tuned on), at 8 kHz.
 fn spoken_at_8k(text: &str) -> Vec<i16> {

@@ -54,12 +54,13 @@ pub enum Verdict {
 enum Heard {
     /// Answered; nobody spoke yet.
     Waiting,
-    /// The greeting: speech since `since`, `speech` of it (the pauses left out) before the
-    /// current run, `words` in it.
+    /// The greeting: `speech` of it (the pauses left out) before the current run; the words of
+    /// its final transcripts, and of the interim one since (which the next repeats).
     Greeting {
         speech: Duration,
         run: Run,
-        words: usize,
+        settled: usize,
+        pending: usize,
     },
     /// A machine: waiting for its beep or its silence.
     Machine { quiet_since: Option<Duration> },
@@ -101,7 +102,8 @@ impl Detector {
                 self.phase = Heard::Greeting {
                     speech: Duration::ZERO,
                     run: Run::Speaking(at),
-                    words: 0,
+                    settled: 0,
+                    pending: 0,
                 };
                 None
             }
@@ -137,14 +139,22 @@ impl Detector {
         }
     }
 
-    /// Words the callee said (an interim or a final transcript, each on its own).
-    pub fn words(&mut self, text: &str) -> Option<Verdict> {
+    /// Words the callee said: a final transcript, or an interim one (which the next interim or
+    /// the final repeats and replaces).
+    pub fn words(&mut self, text: &str, is_final: bool) -> Option<Verdict> {
         if let Some(said) = said(text) {
             return self.decide(said, AnsweredBecause::Words);
         }
-        if let Heard::Greeting { words, .. } = &mut self.phase {
-            *words += text.split_whitespace().count();
-            if *words > MOST_WORDS {
+        if let Heard::Greeting {
+            settled, pending, ..
+        } = &mut self.phase
+        {
+            let count = text.split_whitespace().count();
+            match is_final {
+                true => (*settled, *pending) = (*settled + count, 0),
+                false => *pending = count,
+            }
+            if *settled + *pending > MOST_WORDS {
                 return self.decide(AnsweredBy::Machine, AnsweredBecause::ManyWords);
             }
         }
@@ -301,9 +311,12 @@ impl AnswererDetection {
             FrameBody::System(SystemFrame::VadSilenceStarted) => {
                 verdicts.extend(self.detector.speech_stopped(at));
             }
-            FrameBody::Data(
-                DataFrame::Transcription(words) | DataFrame::InterimTranscription(words),
-            ) => verdicts.extend(self.detector.words(&words.text)),
+            FrameBody::Data(DataFrame::Transcription(words)) => {
+                verdicts.extend(self.detector.words(&words.text, true));
+            }
+            FrameBody::Data(DataFrame::InterimTranscription(words)) => {
+                verdicts.extend(self.detector.words(&words.text, false));
+            }
             _ => {}
         }
         // A beep before anything else said it: a machine that records already.
@@ -503,7 +516,7 @@ mod tests {
         let mut d = Detector::new();
         assert_eq!(ticks(&mut d, 0, 600), []);
         d.speech_started(ms(600));
-        assert_eq!(d.words("Hello?"), None);
+        assert_eq!(d.words("Hello?", false), None);
         d.speech_stopped(ms(1_300));
         assert_eq!(
             ticks(&mut d, 620, 3_000),
@@ -541,7 +554,7 @@ mod tests {
         let mut d = Detector::new();
         d.speech_started(ms(300));
         assert_eq!(
-            d.words("Hi, you've reached Sam"),
+            d.words("Hi, you've reached Sam", false),
             Some(Verdict::Answered(
                 AnsweredBy::Machine,
                 AnsweredBecause::Words
@@ -574,16 +587,21 @@ mod tests {
             let mut d = Detector::new();
             d.speech_started(ms(200));
             assert_eq!(
-                d.words(text),
+                d.words(text, true),
                 Some(Verdict::Answered(who, AnsweredBecause::Words)),
                 "{text}"
             );
         }
         let mut d = Detector::new();
         d.speech_started(ms(200));
-        assert_eq!(d.words("Hello, Sam speaking."), None);
+        // Interim transcripts repeat the words before them: they are not added up.
+        for interim in ["Hi", "Hi, who's", "Hi, who's this?"] {
+            assert_eq!(d.words(interim, false), None, "{interim}");
+        }
+        assert_eq!(d.words("Hi, who's this?", true), None);
+        assert_eq!(d.words("Sam speaking.", true), None);
         assert_eq!(
-            d.words("Who is this and why are you calling me"),
+            d.words("Who is this", true),
             Some(Verdict::Answered(
                 AnsweredBy::Machine,
                 AnsweredBecause::ManyWords
