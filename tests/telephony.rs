@@ -274,6 +274,73 @@ async fn finished(
         .expect("SIPp runs")
 }
 
+/// A server that places calls for the bakery (`POST /calls` with the token `t0k3n`), its RTP
+/// on `rtp_ports`, recording each call into `records`; its bot greets whoever answers.
+fn bakery(
+    records: &Path,
+    rtp_ports: std::ops::RangeInclusive<u16>,
+) -> voxide::server::ServeOptions {
+    let sip = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
+    let mut options = sip_options(sip, rtp_ports, Network::loopback());
+    options.record_dir = Some(records.to_owned());
+    options.access.auth_token = Some(voxide::secret::Secret::new("t0k3n"));
+    options.bots[0].greeting = Some("Hello, this is the bakery calling about your cake.".into());
+    options
+}
+
+/// SIPp as the callee of a call voxide places, running `scenario` (`-sn uas -rtp_echo`, or
+/// `-sf callee.xml`) in `work` for one call: its SIP port and its run.
+fn sipp_callee(
+    work: &Path,
+    scenario: &[&str],
+) -> (
+    u16,
+    tokio::task::JoinHandle<std::io::Result<std::process::Output>>,
+) {
+    let port = free_udp_port();
+    // SIPp takes four ports from here (audio and video, RTP and RTCP).
+    let media_port = 23_000 + 4 * (std::process::id() % 1_000) as u16;
+    let run = tokio::process::Command::new("sipp")
+        .args(scenario)
+        .args(["-i", "127.0.0.1", "-mi", "127.0.0.1"])
+        .args(["-p", &port.to_string(), "-mp", &media_port.to_string()])
+        .args(["-m", "1", "-timeout", "90", "-timeout_error", "-nostdin"])
+        .current_dir(work)
+        .output();
+    (port, tokio::spawn(run))
+}
+
+/// `POST /calls` with `body` once SIPp listens on `callee_port` (a call it never heard would
+/// ring out); the call's session id.
+async fn place_call(
+    server: SocketAddr,
+    body: &str,
+    (callee_port, callee): (
+        u16,
+        &mut tokio::task::JoinHandle<std::io::Result<std::process::Output>>,
+    ),
+) -> String {
+    let token = [("Authorization", "Bearer t0k3n")];
+    for _ in 0..200 {
+        if callee.is_finished() {
+            let out = callee.await.expect("joined").expect("SIPp ran");
+            panic!("SIPp stopped: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        if UdpSocket::bind(("127.0.0.1", callee_port)).is_err() {
+            let (status, answer) =
+                common::request_with(server, "POST", "/calls", &token, body).await;
+            assert_eq!(status, 201, "{answer}");
+            let placed: serde_json::Value = serde_json::from_str(&answer).expect("JSON");
+            return placed["session_id"]
+                .as_str()
+                .expect("a session id")
+                .to_owned();
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("SIPp never listened on {callee_port}");
+}
+
 /// [`SCENARIO`] for a caller that must authenticate: its first INVITE is challenged (401), it
 /// acknowledges the challenge and sends the INVITE again with SIPp's own digest answer
 /// (`-au`/`-ap`); the rest of the call follows one CSeq on.
@@ -398,41 +465,11 @@ fn user_said(report: &serde_json::Value) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_placed_to_a_sipp_callee_is_answered_and_hears_its_own_voice_echoed_back() {
     let records = scratch("placed");
-    let sip_port = free_udp_port();
-    let mut options = sip_options(
-        SocketAddr::from(([127, 0, 0, 1], sip_port)),
-        22_000..=22_999,
-        Network::loopback(),
-    );
-    options.record_dir = Some(records.clone());
-    options.access.auth_token = Some(voxide::secret::Secret::new("t0k3n"));
-    options.bots[0].greeting = Some("Hello, this is the bakery calling about your cake.".into());
-    let server = start_options(options).await;
+    let server = start_options(bakery(&records, 22_000..=22_999)).await;
     let token = [("Authorization", "Bearer t0k3n")];
 
     // SIPp as the callee: it rings, answers in PCMU and sends voxide's audio back.
-    let callee_port = free_udp_port();
-    let media_port = 23_000 + 2 * (std::process::id() % 500) as u16;
-    let callee = tokio::process::Command::new("sipp")
-        .args([
-            "-sn",
-            "uas",
-            "-rtp_echo",
-            "-i",
-            "127.0.0.1",
-            "-mi",
-            "127.0.0.1",
-        ])
-        .args([
-            "-p",
-            &callee_port.to_string(),
-            "-mp",
-            &media_port.to_string(),
-        ])
-        .args(["-m", "1", "-timeout", "90", "-timeout_error", "-nostdin"])
-        .current_dir(scratch("callee"))
-        .output();
-    let callee = tokio::spawn(callee);
+    let (callee_port, mut callee) = sipp_callee(&scratch("callee"), &["-sn", "uas", "-rtp_echo"]);
 
     // Without the token, or to an address the operator did not allow, nothing is dialled.
     let to = format!(r#"{{"to": "sip:bob@127.0.0.1:{callee_port}", "time_limit_s": 20}}"#);
@@ -443,21 +480,7 @@ async fn a_call_placed_to_a_sipp_callee_is_answered_and_hears_its_own_voice_echo
         common::request_with(server.addr, "POST", "/calls", &token, elsewhere).await;
     assert_eq!(status, 403, "{body}");
 
-    let mut placed = (0, String::new());
-    for _ in 0..50 {
-        // SIPp may not listen yet: a call it never heard would ring out; wait for its port.
-        if UdpSocket::bind(("127.0.0.1", callee_port)).is_err() {
-            placed = common::request_with(server.addr, "POST", "/calls", &token, &to).await;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(placed.0, 201, "{}", placed.1);
-    let placed: serde_json::Value = serde_json::from_str(&placed.1).expect("JSON");
-    let id = placed["session_id"]
-        .as_str()
-        .expect("a session id")
-        .to_owned();
+    let id = place_call(server.addr, &to, (callee_port, &mut callee)).await;
     let state = |id: String| {
         let addr = server.addr;
         async move {
@@ -549,15 +572,7 @@ impl Placed {
 /// `time_limit_s`.
 async fn bakery_calls(name: &str, audio: &[i16], time_limit_s: u64) -> Placed {
     let records = scratch(name);
-    let sip_port = free_udp_port();
-    let mut options = sip_options(
-        SocketAddr::from(([127, 0, 0, 1], sip_port)),
-        24_000..=24_999,
-        Network::loopback(),
-    );
-    options.record_dir = Some(records.clone());
-    options.access.auth_token = Some(voxide::secret::Secret::new("t0k3n"));
-    options.bots[0].greeting = Some("Hello, this is the bakery calling about your cake.".into());
+    let mut options = bakery(&records, 24_000..=24_999);
     options.bots[0].voicemail = Some(voxide::bot::answered_by::Voicemail {
         message: Some("This is the bakery. Your cake is ready.".into()),
     });
@@ -581,42 +596,10 @@ async fn bakery_calls(name: &str, audio: &[i16], time_limit_s: u64) -> Placed {
     let work = scratch(&format!("{name}-callee"));
     std::fs::write(work.join("callee.pcap"), pcap(&payloads, 0)).expect("pcap");
     std::fs::write(work.join("callee.xml"), CALLEE).expect("scenario");
-    let callee_port = free_udp_port();
-    // SIPp takes four ports from here (audio and video, RTP and RTCP).
-    let media_port = 25_000 + 4 * (std::process::id() % 250) as u16;
-    let callee = tokio::process::Command::new("sipp")
-        .args(["-sf", "callee.xml", "-i", "127.0.0.1", "-mi", "127.0.0.1"])
-        .args([
-            "-p",
-            &callee_port.to_string(),
-            "-mp",
-            &media_port.to_string(),
-        ])
-        .args(["-m", "1", "-timeout", "90", "-timeout_error", "-nostdin"])
-        .current_dir(&work)
-        .output();
-    let callee = tokio::spawn(callee);
-
+    let (callee_port, mut callee) = sipp_callee(&work, &["-sf", "callee.xml"]);
     let to =
         format!(r#"{{"to": "sip:sam@127.0.0.1:{callee_port}", "time_limit_s": {time_limit_s}}}"#);
-    let mut placed = (0, String::new());
-    for _ in 0..200 {
-        if callee.is_finished() {
-            let out = callee.await.expect("joined").expect("SIPp ran");
-            panic!("SIPp stopped: {}", String::from_utf8_lossy(&out.stderr));
-        }
-        if UdpSocket::bind(("127.0.0.1", callee_port)).is_err() {
-            placed = common::request_with(server.addr, "POST", "/calls", &token, &to).await;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(placed.0, 201, "{}", placed.1);
-    let placed: serde_json::Value = serde_json::from_str(&placed.1).expect("JSON");
-    let id = placed["session_id"]
-        .as_str()
-        .expect("a session id")
-        .to_owned();
+    let id = place_call(server.addr, &to, (callee_port, &mut callee)).await;
 
     let callee = finished(callee, 90).await;
     succeeded(&callee, "SIPp's callee never heard voxide's BYE");
