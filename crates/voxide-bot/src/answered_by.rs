@@ -21,7 +21,8 @@ use crate::events::{AnsweredBecause, AnsweredBy, Event};
 use crate::frames::{ControlFrame, DataFrame, EndFrame, Frame, FrameBody, SystemFrame};
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
 
-/// A greeting that starts later than this is no person picking up.
+/// Quiet this long after the answer tells nothing: who answered is unknown (Asterisk's
+/// `initialSilence`, which calls it a machine).
 pub const FIRST_SILENCE: Duration = Duration::from_millis(2_500);
 /// Speech in the greeting past this is a machine's (Asterisk's default is 1.5 s; a person's
 /// "Hello, this is Sam speaking" takes up to two).
