@@ -221,11 +221,6 @@ impl Detector {
         }
     }
 
-    /// Whether the detector still listens (a verdict may come).
-    pub fn listening(&self) -> bool {
-        self.phase != Heard::Done
-    }
-
     fn decide(&mut self, who: AnsweredBy, because: AnsweredBecause) -> Option<Verdict> {
         let quiet_since = match self.phase {
             Heard::Done | Heard::Machine { .. } => return None,
@@ -526,7 +521,7 @@ mod tests {
                 Verdict::Answered(AnsweredBy::Human, AnsweredBecause::ShortGreeting)
             )]
         );
-        assert!(!d.listening());
+        assert_eq!(d.tick(ms(60_000)), None, "nothing more to say");
     }
 
     #[test]
@@ -621,7 +616,7 @@ mod tests {
                 AnsweredBecause::Beep
             ))
         );
-        assert!(!d.listening());
+        assert_eq!(d.tick(ms(60_000)), None, "nothing more to say");
         let mut d = Detector::new();
         assert_eq!(
             ticks(&mut d, 0, 4_000),
