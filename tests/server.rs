@@ -619,3 +619,303 @@ async fn a_callers_keypad_entry_on_twilio_is_answered_aloud() {
     );
     let _ = server.stop.take().map(|s| s.send(()));
 }
+
+/// What the Twilio stand-in was asked: the call's form, and its answer's sid.
+struct Dialed {
+    form: Vec<(String, String)>,
+    sid: String,
+}
+
+impl Dialed {
+    fn field(&self, name: &str) -> &str {
+        self.form
+            .iter()
+            .find(|(k, _)| k == name)
+            .map_or("", |(_, v)| v.as_str())
+    }
+}
+
+/// Twilio's REST API as far as placing a call goes, on a free port: `POST
+/// /2010-04-01/Accounts/{sid}/Calls.json` with the account's basic auth and a form, answered
+/// 201 with the call (or 400 and error 21211 for `+15550000000`, as Twilio answers an invalid
+/// `To`). Each call asked for comes out of the receiver.
+async fn twilio_api(
+    account: &'static str,
+    token: &'static str,
+) -> (String, tokio::sync::mpsc::Receiver<Dialed>) {
+    use axum::http::{HeaderMap, StatusCode};
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let calls = axum::routing::post(
+        move |axum::extract::Path((asked, resource)): axum::extract::Path<(String, String)>,
+              headers: HeaderMap,
+              body: axum::body::Bytes| {
+            let tx = tx.clone();
+            async move {
+                let expected = format!("Basic {}", STANDARD.encode(format!("{account}:{token}")));
+                if asked != account
+                    || resource != "Calls.json"
+                    || headers.get("authorization").and_then(|v| v.to_str().ok())
+                        != Some(expected.as_str())
+                {
+                    return (
+                        StatusCode::UNAUTHORIZED,
+                        json!({"code": 20003, "message": "Authenticate", "status": 401})
+                            .to_string(),
+                    );
+                }
+                let form: Vec<(String, String)> =
+                    form_urlencoded::parse(&body).into_owned().collect();
+                if form.iter().any(|(k, v)| k == "To" && v == "+15550000000") {
+                    return (
+                        StatusCode::BAD_REQUEST,
+                        json!({"code": 21211,
+                        "message": "The 'To' number +15550000000 is not a valid phone number.",
+                        "more_info": "https://www.twilio.com/docs/errors/21211", "status": 400})
+                        .to_string(),
+                    );
+                }
+                let sid = format!("CA{:032x}", 0x5eed_u128 + form.len() as u128);
+                let _ = tx
+                    .send(Dialed {
+                        form,
+                        sid: sid.clone(),
+                    })
+                    .await;
+                (
+                    StatusCode::CREATED,
+                    json!({"sid": sid, "account_sid": account, "status": "queued",
+                    "api_version": "2010-04-01"})
+                    .to_string(),
+                )
+            }
+        },
+    );
+    let app = axum::Router::new().route("/2010-04-01/Accounts/{account}/{resource}", calls);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let url = format!("http://{}", listener.local_addr().expect("an address"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, rx)
+}
+
+/// Posts Twilio's status callback for a call, signed with `token` (or forged).
+async fn twilio_status(url: &str, token: &str, call_sid: &str, status: &str) -> u16 {
+    let form: Vec<(String, String)> = [
+        ("AccountSid", "AC0123456789abcdef0123456789abcdef"),
+        ("CallSid", call_sid),
+        ("CallStatus", status),
+        ("Direction", "outbound-api"),
+        ("ApiVersion", "2010-04-01"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v.to_owned()))
+    .collect();
+    let signature = voxide::server::twilio::form_signature(token, url, &form);
+    let body = form_urlencoded::Serializer::new(String::new())
+        .extend_pairs(&form)
+        .finish();
+    reqwest::Client::new()
+        .post(url)
+        .header("x-twilio-signature", signature)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body)
+        .send()
+        .await
+        .expect("the callback is taken")
+        .status()
+        .as_u16()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_placed_through_twilio_streams_back_as_its_session_and_reports_its_progress() {
+    const ACCOUNT: &str = "AC0123456789abcdef0123456789abcdef";
+    const TWILIO: &str = "twilio-auth-token";
+    let (api, mut dialed) = twilio_api(ACCOUNT, TWILIO).await;
+    let free = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+    let addr = free.local_addr().expect("an address");
+    drop(free);
+    let mut options = common::test_options(vec![voxide::bot::BotOptions {
+        voice: voxide::bot::Voice::Espeak,
+        ..voxide::bot::BotOptions::default()
+    }]);
+    options.addr = addr;
+    options.access.auth_token = Some(voxide::secret::Secret::new("api-token"));
+    options.access.twilio_auth_token = Some(voxide::secret::Secret::new(TWILIO));
+    options.access.twilio_account_sid = Some(ACCOUNT.into());
+    options.access.public_url = Some(format!("ws://{addr}"));
+    options.twilio_api_url = Some(api);
+    let _server = common::start_options(options).await;
+    let client = reqwest::Client::new();
+    let place = |body: Value| {
+        client
+            .post(format!("http://{addr}/calls"))
+            .bearer_auth("api-token")
+            .json(&body)
+            .send()
+    };
+    let call_state = |id: String| {
+        let client = client.clone();
+        async move {
+            client
+                .get(format!("http://{addr}/calls/{id}"))
+                .bearer_auth("api-token")
+                .send()
+                .await
+                .expect("an answer")
+                .json::<Value>()
+                .await
+                .expect("JSON")
+        }
+    };
+
+    // Twilio's refusal reaches the client, and nothing is left waiting.
+    let refused = place(json!({"to": "+15550000000", "from": "+15557654321"}))
+        .await
+        .expect("an answer");
+    assert_eq!(refused.status(), 400);
+    let refused: Value = refused.json().await.expect("JSON");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("21211") && m.contains("not a valid phone number")),
+        "{refused}"
+    );
+    // A number that is not one never reaches Twilio.
+    let bad = place(json!({"to": "555-1234", "from": "+15557654321"}))
+        .await
+        .expect("an answer");
+    assert_eq!(bad.status(), 400);
+
+    let placed = place(json!({"to": "+15551234567", "from": "+15557654321", "ring_timeout_s": 30}))
+        .await
+        .expect("an answer");
+    assert_eq!(placed.status(), 201);
+    let placed: Value = placed.json().await.expect("JSON");
+    assert_eq!(placed["via"], "twilio", "{placed}");
+    let id = placed["session_id"].as_str().expect("an id").to_owned();
+    let call = dialed.recv().await.expect("Twilio was asked");
+    assert_eq!(call.field("To"), "+15551234567");
+    assert_eq!(call.field("From"), "+15557654321");
+    assert_eq!(call.field("Timeout"), "30");
+    let status_url = format!("http://{addr}/calls/{id}/status");
+    assert_eq!(call.field("StatusCallback"), status_url);
+    let stream_url = format!("ws://{addr}/calls/{id}/stream");
+    assert_eq!(
+        call.field("Twiml"),
+        format!("<Response><Connect><Stream url=\"{stream_url}\"/></Connect></Response>")
+    );
+
+    // Twilio's progress, signed; a forged report and another call's are refused.
+    assert_eq!(
+        twilio_status(&status_url, TWILIO, &call.sid, "ringing").await,
+        204
+    );
+    assert_eq!(call_state(id.clone()).await["state"], "ringing");
+    assert_eq!(
+        twilio_status(&status_url, "forged", &call.sid, "completed").await,
+        401
+    );
+    let other = format!("CA{:032x}", 7);
+    assert_eq!(
+        twilio_status(&status_url, TWILIO, &other, "completed").await,
+        404
+    );
+
+    // The callee answers: Twilio opens the stream, signed over its URL.
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let stream_request = |url: &str| {
+        let mut request = url.into_client_request().expect("a request");
+        let signature = voxide::server::access::twilio_signature(TWILIO, url);
+        request
+            .headers_mut()
+            .insert("x-twilio-signature", signature.parse().expect("a header"));
+        request
+    };
+    let (socket, _) = tokio_tungstenite::connect_async(stream_request(&stream_url))
+        .await
+        .expect("the stream is taken");
+    let (mut tx, mut rx) = socket.split();
+    let send = |v: Value| Message::text(v.to_string());
+    tx.send(send(
+        json!({"event": "connected", "protocol": "Call", "version": "1.0.0"}),
+    ))
+    .await
+    .expect("send");
+    tx.send(send(json!({
+        "event": "start", "sequenceNumber": "1", "streamSid": "MZplaced",
+        "start": {"streamSid": "MZplaced", "accountSid": ACCOUNT, "callSid": call.sid, "tracks": ["inbound"],
+                  "customParameters": {}, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}
+    })))
+    .await
+    .expect("send");
+    let reader = tokio::spawn(async move {
+        let mut loud = 0usize;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while let Ok(Some(Ok(message))) = tokio::time::timeout_at(deadline, rx.next()).await {
+            if let Message::Text(text) = message {
+                loud += loud_mulaw(&serde_json::from_str(&text).expect("JSON"));
+                if loud > 4000 {
+                    break;
+                }
+            }
+        }
+        loud
+    });
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    let mut audio = StreamResampler::new(16_000, 8_000)
+        .expect("resampler")
+        .process(&hello);
+    audio.extend(vec![0; 8_000 * 6]);
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    for (i, chunk) in audio.chunks(160).enumerate() {
+        tick.tick().await;
+        let payload = STANDARD.encode(chunk.iter().map(|s| mulaw::encode(*s)).collect::<Vec<u8>>());
+        let media = json!({"event": "media", "sequenceNumber": (i + 2).to_string(), "streamSid": "MZplaced",
+            "media": {"track": "inbound", "chunk": (i + 1).to_string(), "timestamp": (i * 20).to_string(), "payload": payload}});
+        if tx.send(send(media)).await.is_err() || reader.is_finished() {
+            break;
+        }
+    }
+    assert!(
+        reader.await.expect("reader") > 4000,
+        "the bot answered the callee"
+    );
+    let answered = call_state(id.clone()).await;
+    assert_eq!(answered["state"], "answered", "{answered}");
+    assert_eq!(answered["call_sid"], call.sid.as_str());
+
+    // The stream is the call's once: a second is refused before its upgrade.
+    let again = tokio_tungstenite::connect_async(stream_request(&stream_url)).await;
+    assert!(
+        matches!(again, Err(tokio_tungstenite::tungstenite::Error::Http(ref r)) if r.status() == 404),
+        "a second stream for the call: {again:?}"
+    );
+
+    // The callee hangs up: Twilio stops the stream, then reports the call completed.
+    tx.send(send(
+        json!({"event": "stop", "streamSid": "MZplaced", "stop": {"callSid": call.sid}}),
+    ))
+    .await
+    .expect("send");
+    drop(tx);
+    let mut ended = Value::Null;
+    // The bot's answer is let finish first (on a loaded machine, some seconds).
+    for _ in 0..600 {
+        ended = call_state(id.clone()).await;
+        if ended["state"] == "ended" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(ended["reason"], "callee_hung_up", "{ended}");
+    assert_eq!(
+        twilio_status(&status_url, TWILIO, &call.sid, "completed").await,
+        204
+    );
+    assert_eq!(
+        call_state(id).await["reason"],
+        "callee_hung_up",
+        "Twilio's last word keeps how the call ended"
+    );
+}

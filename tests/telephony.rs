@@ -479,6 +479,11 @@ async fn a_call_placed_to_a_sipp_callee_is_answered_and_hears_its_own_voice_echo
     let (status, body) =
         common::request_with(server.addr, "POST", "/calls", &token, elsewhere).await;
     assert_eq!(status, 403, "{body}");
+    // Nor through a Twilio account this node was not given.
+    let twilio = r#"{"to": "+15551234567", "from": "+15557654321", "via": "twilio"}"#;
+    let (status, body) = common::request_with(server.addr, "POST", "/calls", &token, twilio).await;
+    assert_eq!(status, 404, "{body}");
+    assert!(body.contains("--twilio-account-sid"), "{body}");
 
     let id = place_call(server.addr, &to, (callee_port, &mut callee)).await;
     let state = |id: String| {

@@ -67,9 +67,13 @@ pub struct ServeArgs {
     #[arg(long, env = "TWILIO_ACCOUNT_SID")]
     twilio_account_sid: Option<String>,
     /// The server's URL as Twilio calls it (`wss://voice.example.com`), to check its
-    /// signature; without it, the request's Host and X-Forwarded-Proto.
+    /// signature; without it, the request's Host and X-Forwarded-Proto. With it and the
+    /// account's sid and token, `POST /calls` places calls through Twilio.
     #[arg(long, env = "VOXIDE_PUBLIC_URL")]
     public_url: Option<String>,
+    /// Twilio's REST API, for the calls placed through it. [default: https://api.twilio.com]
+    #[arg(long, env = "TWILIO_API_URL", value_name = "URL")]
+    twilio_api_url: Option<String>,
     /// An origin whose pages may call the API from a browser (repeatable; `*`: any).
     #[arg(
         long = "cors-origin",
@@ -253,6 +257,11 @@ impl ServeArgs {
             Some(range) => Some(port_range("--webrtc-udp-ports", range)?),
             None => None,
         };
+        if let Some(url) = &self.twilio_api_url
+            && !(url.starts_with("https://") || url.starts_with("http://"))
+        {
+            anyhow::bail!("--twilio-api-url {url:?}: an http:// or https:// URL");
+        }
         let options = ServeOptions {
             max_sessions,
             webrtc_udp_ports,
@@ -321,6 +330,7 @@ impl ServeArgs {
                 None => None,
             },
             audiosocket: self.audiosocket_listen.map(|addr| (addr, self.callers())),
+            twilio_api_url: self.twilio_api_url.clone(),
             traces: voxide::observe::trace::TraceOptions::resolve(
                 self.otlp_endpoint.as_deref(),
                 self.trace_sample,

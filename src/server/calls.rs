@@ -1,9 +1,11 @@
 //! Calls voxide places (`POST /calls`), and where each stands (`GET /calls/{id}`). The SIP
-//! loop (`server::sip`) dials them; a call answered is a session like any other.
+//! loop (`server::sip`) dials them, or Twilio's REST API (`server::twilio`); a call answered
+//! is a session like any other.
 //!
 //! Who may be called is the operator's choice, never the client's: a `sip:` URI at an address
-//! in `--sip-allow`, or a number through the PBX voxide is an extension of (`--sip-register`).
-//! Calls cost money and reach people, so the route needs `--auth-token`.
+//! in `--sip-allow`, a number through the PBX voxide is an extension of (`--sip-register`), or
+//! a number through the Twilio account of `--twilio-account-sid`. Calls cost money and reach
+//! people, so the route needs `--auth-token`.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -12,11 +14,12 @@ use std::time::Duration;
 use axum::Json;
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
+use super::twilio;
 use super::{Admission, ApiError, App};
 use crate::bot::SessionInfo;
 use crate::events::{AnsweredBecause, AnsweredBy};
@@ -30,6 +33,19 @@ const MOST_TIME: Duration = Duration::from_secs(4 * 3600);
 const BOOK: usize = 1_000;
 /// The longest user part (a number, an extension) in `to` and `from`.
 const MOST_USER: usize = 64;
+/// How long past its ringing a call placed through Twilio waits for its stream before its
+/// place is given up (Twilio's status callback says sooner when it fails).
+const STREAM_GRACE: Duration = Duration::from_secs(30);
+
+/// Which way a call goes out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub(crate) enum Via {
+    /// voxide's own SIP user agent (`--sip-listen`).
+    Sip,
+    /// Twilio's REST API; the answered call streams back over Media Streams.
+    Twilio,
+}
 
 /// `POST /calls`'s body.
 #[derive(Debug, Deserialize)]
@@ -53,6 +69,9 @@ pub(crate) struct CallRequest {
     /// The call's longest duration, in seconds (4 hours at most): voxide hangs up then.
     #[serde(default)]
     time_limit_s: Option<u64>,
+    /// `sip` or `twilio`; unless given, SIP where this node has `--sip-listen`, else Twilio.
+    #[serde(default)]
+    via: Option<Via>,
 }
 
 /// A call for the SIP loop to place.
@@ -102,6 +121,16 @@ pub(crate) struct Outbound {
     /// The SIP loop's queue; set when the loop starts.
     dialing: OnceLock<mpsc::Sender<Placing>>,
     book: Mutex<Book>,
+    /// Calls Twilio dials, until their stream comes.
+    streams: Mutex<HashMap<String, Awaiting>>,
+}
+
+/// A call Twilio dials, waiting for its stream: the session it becomes, and its place.
+pub(crate) struct Awaiting {
+    pub(crate) info: SessionInfo,
+    pub(crate) admission: Admission,
+    /// Twilio's sid for the call: its stream's `start` must name it.
+    pub(crate) call_sid: String,
 }
 
 #[derive(Default)]
@@ -114,6 +143,8 @@ struct Book {
 struct Entry {
     to: String,
     state: CallState,
+    /// Twilio's sid for a call it dials.
+    call_sid: Option<String>,
     /// Who answered, once the bot told (a bot with `[voicemail]`).
     answered_by: Option<(AnsweredBy, AnsweredBecause)>,
 }
@@ -157,9 +188,58 @@ impl Outbound {
         let entry = Entry {
             to: to.to_owned(),
             state: CallState::Calling,
+            call_sid: None,
             answered_by: None,
         };
         book.states.insert(id.to_owned(), entry);
+    }
+
+    /// Call `id`'s stream has come: its session and place, once.
+    pub(crate) fn take_stream(&self, id: &str) -> Option<Awaiting> {
+        self.streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(id)
+    }
+
+    /// Twilio dials call `id`: its session waits for the stream.
+    fn await_stream(&self, id: &str, awaiting: Awaiting) {
+        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(entry) = book.states.get_mut(id) {
+            entry.call_sid = Some(awaiting.call_sid.clone());
+        }
+        drop(book);
+        self.streams
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id.to_owned(), awaiting);
+    }
+
+    /// Notes Twilio's report on call `id`, if `call_sid` is the call's: a failure frees the
+    /// call's place, and an end does not overwrite how the stream ended.
+    fn progress(&self, id: &str, call_sid: &str, state: CallState) -> bool {
+        let mut book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(entry) = book.states.get_mut(id) else {
+            return false;
+        };
+        if entry.call_sid.as_deref() != Some(call_sid) {
+            return false;
+        }
+        let failed = matches!(state, CallState::Failed { .. });
+        let keep = match (&entry.state, &state) {
+            (CallState::Ended { .. } | CallState::Failed { .. }, _) => true,
+            // The stream said it first.
+            (CallState::Answered, CallState::Calling | CallState::Ringing) => true,
+            _ => false,
+        };
+        if !keep {
+            entry.state = state;
+        }
+        drop(book);
+        if failed {
+            self.take_stream(id);
+        }
+        true
     }
 
     fn forget(&self, id: &str) {
@@ -176,6 +256,11 @@ impl Outbound {
     fn answered_by(&self, id: &str) -> Option<(AnsweredBy, AnsweredBecause)> {
         let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
         book.states.get(id).and_then(|e| e.answered_by)
+    }
+
+    fn call_sid(&self, id: &str) -> Option<String> {
+        let book = self.book.lock().unwrap_or_else(|p| p.into_inner());
+        book.states.get(id).and_then(|e| e.call_sid.clone())
     }
 }
 
@@ -199,9 +284,6 @@ pub(crate) async fn place(
             "placing calls needs --auth-token: calls cost money and reach people".into(),
         ));
     }
-    let dialing = app.outbound.dialing.get().ok_or_else(|| {
-        ApiError::NotFound("this node places no calls: it needs --sip-listen".into())
-    })?;
     if let Some(from) = &request.from
         && !plain_user(from)
     {
@@ -243,6 +325,33 @@ pub(crate) async fn place(
         app.bots.find(&bot)?;
         data.insert("bot".into(), Value::String(bot));
     }
+    let via = match request.via {
+        Some(via) => via,
+        None if app.outbound.dialing.get().is_some() => Via::Sip,
+        None => Via::Twilio,
+    };
+    let route = match via {
+        Via::Sip => Route::Sip(app.outbound.dialing.get().ok_or_else(|| {
+            ApiError::NotFound("this node places no SIP calls: it needs --sip-listen".into())
+        })?),
+        Via::Twilio => {
+            let dialer = app.twilio.as_ref().ok_or_else(|| {
+                ApiError::NotFound(
+                    "this node places no calls through Twilio: it needs --twilio-account-sid, \
+                     TWILIO_AUTH_TOKEN and --public-url"
+                        .into(),
+                )
+            })?;
+            let from = request.from.as_deref().unwrap_or_default();
+            if !twilio::is_e164(&request.to) || !twilio::is_e164(from) {
+                return Err(ApiError::BadRequest(
+                    "a call through Twilio needs `to` and `from` as E.164 numbers (+15551234567)"
+                        .into(),
+                ));
+            }
+            Route::Twilio(dialer)
+        }
+    };
     let admission = app.admit()?;
     let id = app.cluster.mint();
     let info = SessionInfo {
@@ -255,30 +364,128 @@ pub(crate) async fn place(
         placed: true,
     };
     app.outbound.enter(&id, &request.to);
-    let (placed, answer) = oneshot::channel();
-    let placing = Placing {
-        to: request.to,
-        from: request.from,
-        info,
-        admission,
-        ring_for,
-        time_limit,
-        placed,
+    let placed = match route {
+        Route::Sip(dialing) => {
+            let (placed, answer) = oneshot::channel();
+            let placing = Placing {
+                to: request.to,
+                from: request.from,
+                info,
+                admission,
+                ring_for,
+                time_limit,
+                placed,
+            };
+            match dialing.try_send(placing) {
+                Ok(()) => answer
+                    .await
+                    .unwrap_or_else(|_| Err(ApiError::Internal("the SIP loop is gone".into()))),
+                Err(_) => Err(ApiError::TooOften("calls are being placed too fast".into())),
+            }
+        }
+        Route::Twilio(dialer) => {
+            let dial = twilio::Dial {
+                id: &id,
+                to: &request.to,
+                from: request.from.as_deref().unwrap_or_default(),
+                ring_for,
+                time_limit,
+            };
+            match dialer.dial(&dial).await {
+                Ok(call_sid) => {
+                    let awaiting = Awaiting {
+                        info,
+                        admission,
+                        call_sid,
+                    };
+                    app.outbound.await_stream(&id, awaiting);
+                    tokio::spawn(give_up_waiting(app.clone(), id.clone(), ring_for));
+                    Ok(())
+                }
+                Err(e) => Err(e.into()),
+            }
+        }
     };
-    let sent = match dialing.try_send(placing) {
-        Ok(()) => answer
-            .await
-            .unwrap_or_else(|_| Err(ApiError::Internal("the SIP loop is gone".into()))),
-        Err(_) => Err(ApiError::TooOften("calls are being placed too fast".into())),
-    };
-    if let Err(e) = sent {
+    if let Err(e) = placed {
         app.outbound.forget(&id);
         return Err(e);
     }
     Ok((
         StatusCode::CREATED,
-        Json(json!({"session_id": id, "state": "calling"})),
+        Json(json!({"session_id": id, "state": "calling", "via": via})),
     ))
+}
+
+/// Where a call goes out.
+enum Route<'a> {
+    Sip(&'a mpsc::Sender<Placing>),
+    Twilio(&'a twilio::Dialer),
+}
+
+/// Frees the place of a call Twilio dialed whose stream never came.
+async fn give_up_waiting(app: Arc<App>, id: String, ring_for: Duration) {
+    tokio::time::sleep(ring_for + STREAM_GRACE).await;
+    if app.outbound.take_stream(&id).is_some() {
+        tracing::warn!(id, "Twilio dialed a call whose stream never came");
+        app.outbound.note(
+            &id,
+            CallState::Failed {
+                reason: "no stream from Twilio".into(),
+            },
+        );
+    }
+}
+
+/// The most form parameters a status callback may carry (Twilio sends about twenty).
+const MOST_PARAMS: usize = 64;
+
+/// `POST /calls/{id}/status`: Twilio's word on a call it dials, signed with the account's
+/// auth token over this URL and the form.
+pub(crate) async fn twilio_status(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+    body: axum::body::Bytes,
+) -> Result<StatusCode, ApiError> {
+    let dialer = app
+        .twilio
+        .as_ref()
+        .ok_or_else(|| ApiError::NotFound("this node places no calls through Twilio".into()))?;
+    let params: Vec<(String, String)> = form_urlencoded::parse(&body)
+        .into_owned()
+        .take(MOST_PARAMS + 1)
+        .collect();
+    if params.len() > MOST_PARAMS {
+        return Err(ApiError::TooLarge(format!(
+            "a status callback carries at most {MOST_PARAMS} parameters"
+        )));
+    }
+    let signature = headers
+        .get("x-twilio-signature")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default();
+    if !dialer.signed_status(&id, &params, signature) {
+        return Err(ApiError::Unauthorized);
+    }
+    let field = |name: &str| {
+        params
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    };
+    let (Some(call_sid), Some(status)) = (field("CallSid"), field("CallStatus")) else {
+        return Err(ApiError::BadRequest(
+            "a status callback names its CallSid and CallStatus".into(),
+        ));
+    };
+    if let Some(state) = twilio::progress(status)
+        && !app.outbound.progress(&id, call_sid, state)
+    {
+        return Err(ApiError::NotFound(format!(
+            "no call {id:.80} placed here through Twilio as {call_sid:.40}"
+        )));
+    }
+    Ok(StatusCode::NO_CONTENT)
 }
 
 /// `GET /calls/{id}`: where a call placed stands.
@@ -291,12 +498,16 @@ pub(crate) async fn state(
         .state(&id)
         .ok_or_else(|| ApiError::NotFound(format!("no call {id:.80} placed here")))?;
     let answered = app.outbound.answered_by(&id);
+    let call_sid = app.outbound.call_sid(&id);
     let mut answer = serde_json::to_value(state).unwrap_or_default();
     answer["session_id"] = Value::String(id);
     answer["to"] = Value::String(to);
     if let Some((by, because)) = answered {
         answer["answered_by"] = json!(by);
         answer["answered_because"] = json!(because);
+    }
+    if let Some(sid) = call_sid {
+        answer["call_sid"] = Value::String(sid);
     }
     Ok(Json(answer))
 }

@@ -69,6 +69,9 @@ pub enum ApiError {
         /// What went wrong.
         why: String,
     },
+    /// A carrier voxide asked on the request's behalf failed or could not be reached.
+    #[error("{0}")]
+    Upstream(String),
     /// Something on the server's side failed.
     #[error("{0}")]
     Internal(String),
@@ -85,7 +88,9 @@ impl ApiError {
             Self::Full(_) | Self::NotReady | Self::Draining => StatusCode::SERVICE_UNAVAILABLE,
             Self::Unauthorized => StatusCode::UNAUTHORIZED,
             Self::RateLimited(_) | Self::TooOften(_) => StatusCode::TOO_MANY_REQUESTS,
-            Self::UnknownNode { .. } | Self::NodeUnreachable { .. } => StatusCode::BAD_GATEWAY,
+            Self::UnknownNode { .. } | Self::NodeUnreachable { .. } | Self::Upstream(_) => {
+                StatusCode::BAD_GATEWAY
+            }
             Self::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -104,6 +109,7 @@ impl ApiError {
             Self::RateLimited(_) | Self::TooOften(_) => "rate_limited",
             Self::UnknownNode { .. } => "unknown_node",
             Self::NodeUnreachable { .. } => "node_unreachable",
+            Self::Upstream(_) => "upstream",
             Self::Internal(_) => "internal",
         }
     }
@@ -130,6 +136,18 @@ impl ApiError {
             Self::TooOften(_) => Some(CHANGE_EVERY_SECS),
             Self::Draining => Some(1),
             _ => None,
+        }
+    }
+}
+
+impl From<super::twilio::DialError> for ApiError {
+    fn from(e: super::twilio::DialError) -> Self {
+        use super::twilio::DialError;
+        match e {
+            DialError::Refused { .. } => Self::BadRequest(e.to_string()),
+            // The operator's credentials, or Twilio's answer: the log has the detail.
+            DialError::Account(_) => Self::Internal(e.to_string()),
+            DialError::Unreachable(_) => Self::Upstream(e.to_string()),
         }
     }
 }

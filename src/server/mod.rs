@@ -11,6 +11,7 @@ mod phone;
 mod recorded;
 mod rtvi;
 mod sip;
+pub mod twilio;
 mod webrtc;
 mod ws;
 
@@ -92,6 +93,9 @@ pub struct ServeOptions {
     pub sip: Option<SipOptions>,
     /// Asterisk's AudioSocket connections (`--audiosocket-listen`), and who may open them.
     pub audiosocket: Option<(SocketAddr, Vec<Network>)>,
+    /// Twilio's REST API, for the calls `POST /calls` places through it (`--twilio-api-url`;
+    /// [`twilio::DEFAULT_API`] unless given).
+    pub twilio_api_url: Option<String>,
 }
 
 impl ServeOptions {
@@ -119,6 +123,7 @@ impl ServeOptions {
             uploads: None,
             sip: None,
             audiosocket: None,
+            twilio_api_url: None,
         }
     }
 }
@@ -283,6 +288,8 @@ pub(crate) struct App {
     sip_registration: std::sync::atomic::AtomicU8,
     /// Calls placed (`POST /calls`).
     outbound: calls::Outbound,
+    /// Places calls through Twilio, where its account and voxide's public URL are set.
+    twilio: Option<twilio::Dialer>,
 }
 
 /// Whether the server takes sessions: loading, ready, draining.
@@ -433,6 +440,7 @@ impl Server {
     pub fn new(options: ServeOptions, bots: Arc<dyn BotFactory>) -> Self {
         let cluster = Cluster::new(options.node_id.clone(), options.peers.clone());
         let access = Access::new(options.access.clone());
+        let twilio = twilio::Dialer::new(&options.access, options.twilio_api_url.as_deref());
         let max_sessions = options.max_sessions;
         let metrics = Arc::new(Metrics::default());
         let exporter = options.traces.clone().map(|traces| {
@@ -465,6 +473,7 @@ impl Server {
                 session_ended: tokio::sync::Notify::new(),
                 sip_registration: std::sync::atomic::AtomicU8::new(sip::NOT_REGISTERING),
                 outbound: calls::Outbound::default(),
+                twilio,
             }),
         }
     }
@@ -499,6 +508,7 @@ fn router(app: Arc<App>) -> Router {
             post(webrtc::session_offer).patch(webrtc::candidates),
         )
         .route("/calls/{id}", get(calls::state))
+        .route("/calls/{id}/status", post(calls::twilio_status))
         .route_layer(axum::middleware::from_fn_with_state(
             app.clone(),
             cluster::route_to_owner,
@@ -510,6 +520,7 @@ fn router(app: Arc<App>) -> Router {
         .route("/ws/{carrier}", get(ws::phone))
         .route("/start", post(webrtc::start))
         .route("/calls", post(calls::place))
+        .route("/calls/{id}/stream", get(ws::placed_call))
         .merge(signalling);
     if app.options.admin_addr.is_none() {
         routes = routes.merge(admin_routes());

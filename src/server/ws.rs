@@ -17,6 +17,7 @@ use tokio::time::Instant;
 use serde_json::Value;
 
 use super::access::ClientAddr;
+use super::calls::{Awaiting, CallState};
 use super::rtvi::{Leave, RtviInput};
 use super::{Admission, ApiError, App};
 use crate::bot::SessionInfo;
@@ -115,7 +116,7 @@ pub(crate) async fn pcm(
         capture_bot_audio: params.capture_bot_audio.unwrap_or(false),
     };
     let framing = Framing::pcm(input_rate, flags);
-    Ok(limited(upgrade).on_upgrade(move |socket| {
+    Ok(limited(upgrade).on_upgrade(move |socket| async move {
         run_session(
             app,
             socket,
@@ -126,8 +127,10 @@ pub(crate) async fn pcm(
                 admission,
                 traceparent: super::webrtc::traceparent(&headers),
                 client: client.map(|Extension(ClientAddr(ip))| ip),
+                call_sid: None,
             },
         )
+        .await;
     }))
 }
 
@@ -151,7 +154,7 @@ pub(crate) async fn phone(
     let upgrade = upgrade?;
     let admission = app.admit()?;
     // The pipeline speaks at 16 kHz for telephone calls; the framing narrows it to the call's.
-    Ok(limited(upgrade).on_upgrade(move |socket| {
+    Ok(limited(upgrade).on_upgrade(move |socket| async move {
         run_session(
             app,
             socket,
@@ -162,8 +165,54 @@ pub(crate) async fn phone(
                 admission,
                 traceparent: super::webrtc::traceparent(&headers),
                 client: client.map(|Extension(ClientAddr(ip))| ip),
+                call_sid: None,
             },
         )
+        .await;
+    }))
+}
+
+/// `/calls/{id}/stream`: the media stream of a call Twilio dialed for `POST /calls`, in
+/// Twilio's framing. The call's session and place were taken when it was placed; the stream
+/// is taken once, and its `start` must name the call Twilio was asked for.
+pub(crate) async fn placed_call(
+    State(app): State<Arc<App>>,
+    Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
+    upgrade: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
+) -> Result<Response, ApiError> {
+    let upgrade = upgrade?;
+    let Awaiting {
+        info,
+        admission,
+        call_sid,
+    } = app
+        .outbound
+        .take_stream(&id)
+        .ok_or_else(|| ApiError::NotFound(format!("no call {id:.80} waits for its stream here")))?;
+    app.outbound.note(&id, CallState::Answered);
+    Ok(limited(upgrade).on_upgrade(move |socket| async move {
+        let opening = Opening {
+            info,
+            admission,
+            traceparent: super::webrtc::traceparent(&headers),
+            client: None,
+            call_sid: Some(call_sid),
+        };
+        let framing = (Framing::phone(Carrier::Twilio), false);
+        let ended = run_session(app.clone(), socket, framing, 16_000, opening).await;
+        // Twilio's `stop`: the callee hung up; else voxide ended the call.
+        let reason = if ended == Ended::Stopped {
+            "callee_hung_up"
+        } else {
+            "hung_up"
+        };
+        app.outbound.note(
+            &id,
+            CallState::Ended {
+                reason: reason.into(),
+            },
+        );
     }))
 }
 
@@ -212,6 +261,8 @@ struct Opening {
     traceparent: Option<String>,
     /// The address the per-address limit counted it under.
     client: Option<std::net::IpAddr>,
+    /// The carrier's id of the call this stream must carry (a call voxide placed).
+    call_sid: Option<String>,
 }
 
 async fn run_session(
@@ -224,15 +275,16 @@ async fn run_session(
         admission,
         traceparent,
         client,
+        call_sid,
     }: Opening,
-) {
+) -> Ended {
     let (mut sender, mut receiver) = socket.split();
     // The bot is built once the client has said something, or has stayed a moment: a client
     // that leaves at once, or whose first message breaks the limits, costs no bot.
     let first = match tokio::time::timeout(BUILD_AFTER, receiver.next()).await {
         Ok(Some(Ok(Message::Close(_))) | Some(Err(_)) | None) => {
             tracing::debug!("the client left before its bot was built");
-            return;
+            return Ended::Left;
         }
         Ok(Some(Ok(message))) => Some(message),
         Err(_) => None,
@@ -273,7 +325,7 @@ async fn run_session(
                 }
             }
             let _ = sender.close().await;
-            return;
+            return Ended::Left;
         }
     };
     bot.params.skip_tts |= skip_tts;
@@ -301,7 +353,7 @@ async fn run_session(
     // Events go to the metrics and to the client.
     let forward = tokio::spawn(forward_events(
         app.clone(),
-        events,
+        (info.id.clone(), events),
         (out_tx.clone(), report_level),
     ));
     // Reader and writer share the framing: Twilio's stream id arrives in, and is needed out.
@@ -318,8 +370,11 @@ async fn run_session(
         (CLIENT_WRITE_TIMEOUT, gone_tx),
     ));
     // The writer ends first only when the client cannot be written to: gone, or not reading.
+    // What the client said last is read first: a carrier's `stop` (the callee hung up), then
+    // its socket's close, must not read as voxide hanging up.
     let ended = tokio::select! {
-        ended = read_socket(receiver, (&framing, &beat), (&app, &handle, &mut input), &out_tx) => ended,
+        biased;
+        ended = read_socket(receiver, (&framing, &beat), (&app, &handle, &mut input), (&out_tx, call_sid.as_deref())) => ended,
         gone = gone => match gone {
             Ok(Gone::NotReading) => Ended::NotReading,
             _ => Ended::Left,
@@ -347,18 +402,23 @@ async fn run_session(
     drop(admission);
     drop(out_tx);
     let _ = writer.await;
+    ended
 }
 
-/// The session's events, to the metrics and, as a client may see them, to the client.
+/// The session's events, to the metrics and, as a client may see them, to the client; who
+/// answered a call placed, to its entry in the book.
 async fn forward_events(
     app: Arc<App>,
-    mut events: tokio::sync::broadcast::Receiver<SessionEvent>,
+    (id, mut events): (String, tokio::sync::broadcast::Receiver<SessionEvent>),
     (out, level): (mpsc::Sender<Outbound>, watch::Receiver<ReportLevel>),
 ) {
     loop {
         match events.recv().await {
             Ok(event) => {
                 app.metrics.observe(&event.event);
+                if let Event::CallAnswered { by, because } = &event.event {
+                    app.outbound.note_answerer(&id, *by, *because);
+                }
                 let ended = matches!(event.event, Event::SessionEnded { .. });
                 let seen = event.event.for_client(*level.borrow());
                 if let Some(seen) = seen {
@@ -481,7 +541,7 @@ async fn read_socket(
     mut receiver: impl futures_util::Stream<Item = Result<Message, axum::Error>> + Unpin,
     (framing, beat): (&std::sync::Mutex<Framing>, &std::sync::Mutex<Heartbeat>),
     (app, handle, input): (&App, &crate::pipeline::SessionHandle, &mut RtviInput),
-    out: &mpsc::Sender<Outbound>,
+    (out, call_sid): (&mpsc::Sender<Outbound>, Option<&str>),
 ) -> Ended {
     let lock_beat = || beat.lock().unwrap_or_else(|p| p.into_inner());
     let mut pace = Pace::default();
@@ -553,6 +613,16 @@ async fn read_socket(
                     run_llm: true,
                 };
                 handle.queue_frame(append).await
+            }
+            Ok(Inbound::Call(call)) if call_sid.is_some_and(|sid| sid != call.call_sid) => {
+                tracing::warn!(
+                    call_sid = call.call_sid,
+                    "a placed call's stream names another call"
+                );
+                let _ = out
+                    .send(Outbound::Error("this stream carries another call".into()))
+                    .await;
+                return Ended::Left;
             }
             Ok(Inbound::Call(call)) => match app.access.take_call(&call) {
                 Ok(()) => Ok(()),
