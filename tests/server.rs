@@ -638,13 +638,15 @@ impl Dialed {
 /// Twilio's REST API as far as placing a call goes, on a free port: `POST
 /// /2010-04-01/Accounts/{sid}/Calls.json` with the account's basic auth and a form, answered
 /// 201 with the call (or 400 and error 21211 for `+15550000000`, as Twilio answers an invalid
-/// `To`). Each call asked for comes out of the receiver.
+/// `To`); `POST …/Calls/{CallSid}.json`, new TwiML for a live call. Each request comes out of
+/// the receiver.
 async fn twilio_api(
     account: &'static str,
     token: &'static str,
 ) -> (String, tokio::sync::mpsc::Receiver<Dialed>) {
     use axum::http::{HeaderMap, StatusCode};
     let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let updates = tx.clone();
     let calls = axum::routing::post(
         move |axum::extract::Path((asked, resource)): axum::extract::Path<(String, String)>,
               headers: HeaderMap,
@@ -690,7 +692,34 @@ async fn twilio_api(
             }
         },
     );
-    let app = axum::Router::new().route("/2010-04-01/Accounts/{account}/{resource}", calls);
+    // A live call given new TwiML (a transfer): the form comes out as a call of its own.
+    let updated = {
+        let tx = updates;
+        axum::routing::post(
+            move |axum::extract::Path((_, call)): axum::extract::Path<(String, String)>,
+                  body: axum::body::Bytes| {
+                let tx = tx.clone();
+                async move {
+                    let form: Vec<(String, String)> =
+                        form_urlencoded::parse(&body).into_owned().collect();
+                    let sid = call.trim_end_matches(".json").to_owned();
+                    let _ = tx
+                        .send(Dialed {
+                            form,
+                            sid: sid.clone(),
+                        })
+                        .await;
+                    (
+                        StatusCode::OK,
+                        json!({"sid": sid, "status": "in-progress"}).to_string(),
+                    )
+                }
+            },
+        )
+    };
+    let app = axum::Router::new()
+        .route("/2010-04-01/Accounts/{account}/{resource}", calls)
+        .route("/2010-04-01/Accounts/{account}/Calls/{call}", updated);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a port");
@@ -918,4 +947,129 @@ async fn a_call_placed_through_twilio_streams_back_as_its_session_and_reports_it
         "callee_hung_up",
         "Twilio's last word keeps how the call ended"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bot_hands_a_twilio_caller_over_with_new_twiml_after_saying_so() {
+    use common::llm_stand_in::{self, Reply};
+    const ACCOUNT: &str = "AC0123456789abcdef0123456789abcdef";
+    const TWILIO: &str = "twilio-auth-token";
+    const CALL: &str = "CA0123456789abcdef0123456789abcdef";
+    let (api, mut asked) = twilio_api(ACCOUNT, TWILIO).await;
+    // The model: any question is for sales; it says so and calls transfer_call.
+    let reply = |_: &Value| {
+        let chunks = [
+            json!({"choices": [{"delta": {"content": "I'll put you through to sales."}}]}),
+            json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "call_t", "type": "function",
+                "function": {"name": "transfer_call", "arguments": "{\"destination\": \"sales\"}"}}]}}]}),
+            json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
+        ];
+        let mut out: String = chunks.iter().map(|c| format!("data: {c}\n\n")).collect();
+        out.push_str("data: [DONE]\n\n");
+        Reply::Stream(out, 64)
+    };
+    let (llm, _stand_in) = llm_stand_in::start(vec![Reply::With(std::sync::Arc::new(reply))]).await;
+    let mut options = common::test_options(vec![voxide::bot::BotOptions {
+        voice: voxide::bot::Voice::Espeak,
+        llm: voxide::bot::LlmChoice::Text(vec![voxide::bot::TextLlm::OpenAi(
+            voxide::services::llm::openai::OpenAiSettings {
+                base_url: format!("http://{llm}/v1"),
+                model: "gpt-4.1-mini".into(),
+                ..Default::default()
+            },
+        )]),
+        transfer: vec![("sales".into(), "+15550001111".into())],
+        ..voxide::bot::BotOptions::default()
+    }]);
+    options.access.twilio_auth_token = Some(voxide::secret::Secret::new(TWILIO));
+    options.access.twilio_account_sid = Some(ACCOUNT.into());
+    options.access.public_url = Some("wss://voice.example.com".into());
+    options.twilio_api_url = Some(api);
+    let server = common::start_options(options).await;
+
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = format!("ws://{}/ws/twilio", server.addr)
+        .into_client_request()
+        .expect("a request");
+    let signature =
+        voxide::server::access::twilio_signature(TWILIO, "wss://voice.example.com/ws/twilio");
+    request
+        .headers_mut()
+        .insert("x-twilio-signature", signature.parse().expect("a header"));
+    let (socket, _) = tokio_tungstenite::connect_async(request)
+        .await
+        .expect("upgrade");
+    let (mut tx, mut rx) = socket.split();
+    let send = |v: Value| Message::text(v.to_string());
+    tx.send(send(
+        json!({"event": "connected", "protocol": "Call", "version": "1.0.0"}),
+    ))
+    .await
+    .expect("send");
+    tx.send(send(json!({
+        "event": "start", "sequenceNumber": "1", "streamSid": "MZt",
+        "start": {"streamSid": "MZt", "accountSid": ACCOUNT, "callSid": CALL, "tracks": ["inbound"],
+                  "customParameters": {}, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}
+    })))
+    .await
+    .expect("send");
+    let loud = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let heard = {
+        let loud = loud.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(message)) = rx.next().await {
+                if let Message::Text(text) = message {
+                    let samples = loud_mulaw(&serde_json::from_str(&text).expect("JSON"));
+                    loud.fetch_add(samples, std::sync::atomic::Ordering::SeqCst);
+                }
+            }
+        })
+    };
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    let mut audio = StreamResampler::new(16_000, 8_000)
+        .expect("resampler")
+        .process(&hello);
+    audio.extend(vec![0; 8_000 * 20]);
+    let talking = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        for (i, chunk) in audio.chunks(160).enumerate() {
+            tick.tick().await;
+            let payload =
+                STANDARD.encode(chunk.iter().map(|s| mulaw::encode(*s)).collect::<Vec<u8>>());
+            let media = json!({"event": "media", "sequenceNumber": (i + 2).to_string(), "streamSid": "MZt",
+                "media": {"track": "inbound", "chunk": (i + 1).to_string(), "timestamp": (i * 20).to_string(), "payload": payload}});
+            if tx.send(send(media)).await.is_err() {
+                break;
+            }
+        }
+        tx
+    });
+
+    // Once its words are out, the call gets new TwiML: a <Dial> to sales.
+    let transfer = tokio::time::timeout(Duration::from_secs(90), asked.recv())
+        .await
+        .expect("a transfer within 90 s")
+        .expect("the stand-in runs");
+    let before = loud.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        before > 1000,
+        "the bot said it would transfer before it did: {before} loud samples"
+    );
+    assert_eq!(transfer.sid, CALL);
+    assert_eq!(
+        transfer.field("Twiml"),
+        "<Response><Dial>+15550001111</Dial></Response>"
+    );
+    // As Twilio does, the stream stops: the call has left it.
+    let mut tx = talking.await.expect("the caller");
+    let _ = tx
+        .send(send(
+            json!({"event": "stop", "streamSid": "MZt", "stop": {"callSid": CALL}}),
+        ))
+        .await;
+    let _ = tx.close().await;
+    tokio::time::timeout(Duration::from_secs(30), heard)
+        .await
+        .expect("the stream ends")
+        .expect("the reader");
 }

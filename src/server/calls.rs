@@ -335,13 +335,17 @@ pub(crate) async fn place(
             ApiError::NotFound("this node places no SIP calls: it needs --sip-listen".into())
         })?),
         Via::Twilio => {
-            let dialer = app.twilio.as_ref().ok_or_else(|| {
-                ApiError::NotFound(
-                    "this node places no calls through Twilio: it needs --twilio-account-sid, \
+            let dialer = app
+                .twilio
+                .as_ref()
+                .filter(|d| d.places_calls())
+                .ok_or_else(|| {
+                    ApiError::NotFound(
+                        "this node places no calls through Twilio: it needs --twilio-account-sid, \
                      TWILIO_AUTH_TOKEN and --public-url"
-                        .into(),
-                )
-            })?;
+                            .into(),
+                    )
+                })?;
             let from = request.from.as_deref().unwrap_or_default();
             if !twilio::is_e164(&request.to) || !twilio::is_e164(from) {
                 return Err(ApiError::BadRequest(
@@ -450,6 +454,7 @@ pub(crate) async fn twilio_status(
     let dialer = app
         .twilio
         .as_ref()
+        .filter(|d| d.places_calls())
         .ok_or_else(|| ApiError::NotFound("this node places no calls through Twilio".into()))?;
     let params: Vec<(String, String)> = form_urlencoded::parse(&body)
         .into_owned()

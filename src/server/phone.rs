@@ -8,7 +8,9 @@ use tokio::sync::broadcast;
 use super::rtvi::RtviInput;
 use super::{Admission, App};
 use crate::bot::{BotError, SessionInfo};
+use crate::context::Message;
 use crate::events::{ReportLevel, SessionEvent};
+use crate::frames::DataFrame;
 use crate::observe::Watched;
 use crate::pipeline::{Session, SessionHandle};
 use crate::transports::output::AudioSink;
@@ -81,4 +83,19 @@ impl CallSession {
         let _ = self.watching.await;
         drop(self.admission);
     }
+}
+
+/// A transfer the bot asked for did not happen: the caller is still on the line, so the bot
+/// is told, says so, and carries on.
+pub(crate) async fn transfer_failed(handle: &SessionHandle, why: &str) {
+    tracing::info!(%why, "a transfer failed");
+    let note = Message::system(format!(
+        "The transfer did not happen ({why}). Tell the caller, and carry on."
+    ));
+    let _ = handle
+        .queue_frame(DataFrame::LlmMessagesAppend {
+            messages: vec![note],
+            run_llm: true,
+        })
+        .await;
 }

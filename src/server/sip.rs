@@ -24,9 +24,8 @@ use super::phone::CallSession;
 use super::rtvi::RtviInput;
 use super::{Admission, ApiError, App};
 use crate::bot::SessionInfo;
-use crate::context::Message;
 use crate::events::Event;
-use crate::frames::{AudioFrame, DataFrame, PhoneAction};
+use crate::frames::{AudioFrame, PhoneAction};
 use crate::ids::random_u32;
 use crate::transports::jitter::NetworkStats;
 use crate::transports::output::AudioSink;
@@ -1081,19 +1080,7 @@ async fn act(
             }
             Action::Ended(why) => ending = Some(*why),
             Action::Transferred(Ok(())) => tracing::info!("the call was handed over"),
-            Action::Transferred(Err(why)) => {
-                // The caller is still here: the bot says so and carries on.
-                tracing::info!(%why, "a transfer failed");
-                let note = Message::system(format!(
-                    "The transfer did not happen ({why}). Tell the caller, and carry on."
-                ));
-                let _ = handle
-                    .queue_frame(DataFrame::LlmMessagesAppend {
-                        messages: vec![note],
-                        run_llm: true,
-                    })
-                    .await;
-            }
+            Action::Transferred(Err(why)) => super::phone::transfer_failed(handle, why).await,
             Action::Send(_) => {}
         }
     }

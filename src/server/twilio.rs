@@ -1,7 +1,8 @@
-//! Calls placed through Twilio's REST API. voxide asks Twilio to dial (`POST
+//! Twilio's REST API: calls placed, and calls handed over. voxide asks Twilio to dial (`POST
 //! /2010-04-01/Accounts/{sid}/Calls.json`) with TwiML that streams the answered call back to
 //! `/calls/{id}/stream` in Media Streams' framing; Twilio reports the call's progress to
-//! `/calls/{id}/status`, signed with the account's auth token.
+//! `/calls/{id}/status`, signed with the account's auth token. A call on a Twilio stream
+//! (placed or taken) is handed over with new TwiML for it (`Calls/{CallSid}.json`): a `<Dial>`.
 //!
 //! Every address voxide reaches here is the operator's: Twilio's API (`--twilio-api-url`) and
 //! its own public URL (`--public-url`). The number called is checked to be one.
@@ -24,13 +25,14 @@ const API_TIMEOUT: Duration = Duration::from_secs(10);
 /// The most of Twilio's answer voxide reads.
 const MOST_ANSWER: usize = 64 * 1024;
 
-/// Places calls through one Twilio account.
+/// Places and hands over calls through one Twilio account.
 pub(crate) struct Dialer {
     api: String,
     account_sid: String,
     auth_token: Secret,
-    /// voxide's public origin, `https://host` (the stream's URL is its `wss://` twin).
-    public: String,
+    /// voxide's public origin, `https://host` (the stream's URL is its `wss://` twin); calls
+    /// are placed only with it.
+    public: Option<String>,
     client: reqwest::Client,
 }
 
@@ -81,11 +83,11 @@ struct Refusal {
 }
 
 impl Dialer {
-    /// A dialer where the account's id, its auth token and voxide's public URL are all set.
+    /// A dialer where the account's id and its auth token are set.
     pub(crate) fn new(access: &AccessOptions, api: Option<&str>) -> Option<Self> {
         let account_sid = access.twilio_account_sid.clone()?;
         let auth_token = access.twilio_auth_token.clone()?;
-        let public = http_origin(access.public_url.as_deref()?)?;
+        let public = access.public_url.as_deref().and_then(http_origin);
         let _ = rustls::crypto::ring::default_provider().install_default();
         let client = reqwest::Client::builder()
             .timeout(API_TIMEOUT)
@@ -101,18 +103,26 @@ impl Dialer {
         })
     }
 
+    /// Whether calls can be placed: voxide's public URL is known, for the stream and the
+    /// status callbacks.
+    pub(crate) fn places_calls(&self) -> bool {
+        self.public.is_some()
+    }
+
     /// Where Twilio streams call `id` once answered.
     pub(crate) fn stream_url(&self, id: &str) -> String {
-        let origin = match self.public.strip_prefix("https://") {
+        let public = self.public.as_deref().unwrap_or_default();
+        let origin = match public.strip_prefix("https://") {
             Some(host) => format!("wss://{host}"),
-            None => format!("ws://{}", self.public.trim_start_matches("http://")),
+            None => format!("ws://{}", public.trim_start_matches("http://")),
         };
         format!("{origin}/calls/{id}/stream")
     }
 
     /// Where Twilio reports call `id`'s progress.
     pub(crate) fn status_url(&self, id: &str) -> String {
-        format!("{}/calls/{id}/status", self.public)
+        let public = self.public.as_deref().unwrap_or_default();
+        format!("{public}/calls/{id}/status")
     }
 
     /// Whether `signature` is Twilio's over a POST of `params` to call `id`'s status URL.
@@ -153,6 +163,46 @@ impl Dialer {
             "{}/2010-04-01/Accounts/{}/Calls.json",
             self.api, self.account_sid
         );
+        let created = self.post(&url, form).await?;
+        let created: Created = serde_json::from_slice(&created)
+            .map_err(|e| DialError::Account(format!("an answer that is not a call: {e}")))?;
+        if is_call_sid(&created.sid) {
+            Ok(created.sid)
+        } else {
+            Err(DialError::Account(format!(
+                "a call sid that is not one: {:.40?}",
+                created.sid
+            )))
+        }
+    }
+
+    /// Hands call `call_sid` over to `to` (a number or a `sip:` URI, from the bot file): the
+    /// call gets new TwiML, a `<Dial>`, so Twilio stops its stream and dials `to` for the
+    /// caller.
+    pub(crate) async fn transfer(&self, call_sid: &str, to: &str) -> Result<(), DialError> {
+        if !is_call_sid(call_sid) {
+            return Err(DialError::Account(format!(
+                "a call sid that is not one: {call_sid:.40?}"
+            )));
+        }
+        let dial = if to.starts_with("sip:") {
+            format!("<Sip>{}</Sip>", xml_escape(to))
+        } else {
+            xml_escape(to)
+        };
+        let twiml = format!("<Response><Dial>{dial}</Dial></Response>");
+        let form = form_urlencoded::Serializer::new(String::new())
+            .append_pair("Twiml", &twiml)
+            .finish();
+        let url = format!(
+            "{}/2010-04-01/Accounts/{}/Calls/{call_sid}.json",
+            self.api, self.account_sid
+        );
+        self.post(&url, form).await.map(drop)
+    }
+
+    /// POSTs `form` to `url` with the account's credentials: Twilio's answer, on success.
+    async fn post(&self, url: &str, form: String) -> Result<Vec<u8>, DialError> {
         let basic = base64::engine::general_purpose::STANDARD.encode(format!(
             "{}:{}",
             self.account_sid,
@@ -160,7 +210,7 @@ impl Dialer {
         ));
         let response = self
             .client
-            .post(&url)
+            .post(url)
             .header("authorization", format!("Basic {basic}"))
             .header("content-type", "application/x-www-form-urlencoded")
             .body(form)
@@ -170,16 +220,7 @@ impl Dialer {
         let status = response.status();
         let body = bounded_body(response).await?;
         if status.is_success() {
-            let created: Created = serde_json::from_slice(&body)
-                .map_err(|e| DialError::Account(format!("an answer that is not a call: {e}")))?;
-            return if is_call_sid(&created.sid) {
-                Ok(created.sid)
-            } else {
-                Err(DialError::Account(format!(
-                    "a call sid that is not one: {:.40?}",
-                    created.sid
-                )))
-            };
+            return Ok(body);
         }
         let refusal: Refusal = serde_json::from_slice(&body).unwrap_or(Refusal {
             code: 0,
@@ -343,13 +384,15 @@ mod tests {
             dialer.status_url("n1.x"),
             "https://voice.example.com/calls/n1.x/status"
         );
+        assert!(dialer.places_calls());
         let no_url = AccessOptions {
             public_url: None,
             ..access
         };
+        let dialer = Dialer::new(&no_url, None).expect("a dialer, for transfers");
         assert!(
-            Dialer::new(&no_url, None).is_none(),
-            "Twilio needs voxide's public URL"
+            !dialer.places_calls(),
+            "placing calls needs voxide's public URL"
         );
     }
 

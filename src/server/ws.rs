@@ -23,7 +23,7 @@ use super::{Admission, ApiError, App};
 use crate::bot::SessionInfo;
 use crate::context::Message as ChatMessage;
 use crate::events::{Event, ReportLevel, SessionEvent};
-use crate::frames::{AudioFrame, DataFrame};
+use crate::frames::{AudioFrame, DataFrame, PhoneAction};
 use crate::observe::Watched;
 use crate::pipeline::Session;
 use crate::transports::carriers::Carrier;
@@ -235,20 +235,88 @@ fn limited(upgrade: WebSocketUpgrade) -> WebSocketUpgrade {
 }
 
 /// Sends the bot's audio to the socket's writer; a client that stops reading loses audio, not
-/// the server's memory.
-struct SocketSink(mpsc::Sender<Outbound>);
+/// the server's memory. On a carrier's stream it carries out the bot's phone actions too: keys
+/// as the keypad's tones in its audio, transfers through [`hand_over`].
+struct SocketSink {
+    out: mpsc::Sender<Outbound>,
+    /// The rate of the audio it is given.
+    rate: u32,
+    /// A carrier's call: where transfers go.
+    transfers: Option<mpsc::Sender<String>>,
+}
 
-impl AudioSink for SocketSink {
-    fn write(&mut self, samples: &[i16], sample_rate: u32) {
-        let audio = Outbound::Audio(samples.to_vec(), sample_rate);
-        if let Err(mpsc::error::TrySendError::Full(_)) = self.0.try_send(audio) {
+impl SocketSink {
+    fn send(&self, message: Outbound) {
+        if let Err(mpsc::error::TrySendError::Full(_)) = self.out.try_send(message) {
             crate::warnings::audio_dropped("ws_out");
         }
     }
+}
+
+impl AudioSink for SocketSink {
+    fn write(&mut self, samples: &[i16], sample_rate: u32) {
+        self.send(Outbound::Audio(samples.to_vec(), sample_rate));
+    }
 
     fn clear(&mut self) {
-        if let Err(mpsc::error::TrySendError::Full(_)) = self.0.try_send(Outbound::Clear) {
-            crate::warnings::audio_dropped("ws_out");
+        self.send(Outbound::Clear);
+    }
+
+    fn phone(&mut self, action: &PhoneAction) -> bool {
+        let Some(transfers) = &self.transfers else {
+            return false;
+        };
+        match action {
+            // Queued behind the words before them; the carrier plays them in turn.
+            PhoneAction::SendKeys(keys) => {
+                let tones = crate::transports::dtmf::tones(keys, self.rate);
+                self.send(Outbound::Audio(tones, self.rate));
+            }
+            PhoneAction::Transfer(to) => {
+                let _ = transfers.try_send(to.clone());
+            }
+        }
+        true
+    }
+}
+
+/// The carrier's id of the call a stream carries.
+#[derive(Debug, Default)]
+struct CallId {
+    /// The call it must carry: one voxide placed.
+    expected: Option<String>,
+    /// The call its `start` named.
+    named: std::sync::OnceLock<String>,
+}
+
+/// Hands the stream's call over to each number or URI the bot asks for: through Twilio's REST
+/// API on a Twilio stream, whose call then leaves the stream. A transfer that cannot happen
+/// leaves the caller with the bot, which is told.
+async fn hand_over(
+    app: Arc<App>,
+    (carrier, call): (Carrier, Arc<CallId>),
+    mut asked: mpsc::Receiver<String>,
+    handle: crate::pipeline::SessionHandle,
+) {
+    while let Some(to) = asked.recv().await {
+        tracing::info!(%to, carrier = carrier.name(), "transferring the call");
+        let done = match (carrier, app.twilio.as_ref(), call.named.get()) {
+            (Carrier::Twilio, Some(twilio), Some(sid)) => {
+                twilio.transfer(sid, &to).await.map_err(|e| e.to_string())
+            }
+            (Carrier::Twilio, None, _) => Err(
+                "handing a Twilio call over needs --twilio-account-sid and TWILIO_AUTH_TOKEN"
+                    .to_owned(),
+            ),
+            (Carrier::Twilio, _, None) => Err("the stream never named its call".to_owned()),
+            _ => Err(format!(
+                "a {} stream cannot hand its call over",
+                carrier.name()
+            )),
+        };
+        match done {
+            Ok(()) => tracing::info!("the call was handed over"),
+            Err(why) => super::phone::transfer_failed(&handle, &why).await,
         }
     }
 }
@@ -278,6 +346,10 @@ async fn run_session(
         call_sid,
     }: Opening,
 ) -> Ended {
+    let call = Arc::new(CallId {
+        expected: call_sid,
+        ..CallId::default()
+    });
     let (mut sender, mut receiver) = socket.split();
     // The bot is built once the client has said something, or has stayed a moment: a client
     // that leaves at once, or whose first message breaks the limits, costs no bot.
@@ -297,9 +369,16 @@ async fn run_session(
     }
     let receiver = futures_util::stream::iter(first.map(Ok)).chain(receiver);
     let (out_tx, out_rx) = mpsc::channel::<Outbound>(crate::audio::AUDIO_QUEUE);
-    let transport = match &framing {
-        Framing::Phone(stream) => stream.carrier().name(),
-        _ => "websocket",
+    let carrier = match &framing {
+        Framing::Phone(stream) => Some(stream.carrier()),
+        _ => None,
+    };
+    let transport = carrier.map_or("websocket", Carrier::name);
+    let (transfers, asked) = mpsc::channel::<String>(4);
+    let sink = SocketSink {
+        out: out_tx.clone(),
+        rate: out_rate,
+        transfers: carrier.is_some().then_some(transfers),
     };
     let mut observing = app.watchers.watch(&Watched {
         id: &info.id,
@@ -311,11 +390,10 @@ async fn run_session(
         bot_allows: app.bots.observed(info.bot()),
     });
     framing.set_session(&info.id, observing.recorded());
-    let mut bot = match app.bots.build(
-        &info,
-        out_rate,
-        observing.sink(Box::new(SocketSink(out_tx.clone()))),
-    ) {
+    let mut bot = match app
+        .bots
+        .build(&info, out_rate, observing.sink(Box::new(sink)))
+    {
         Ok(bot) => bot,
         Err(e) => {
             tracing::error!(error = %e, "cannot build the bot");
@@ -349,6 +427,14 @@ async fn run_session(
     let handle = session.handle();
     admission.attach(handle.clone());
     let watching = tokio::spawn(observing.follow(watched, handle.clone()));
+    let handing_over = carrier.map(|carrier| {
+        tokio::spawn(hand_over(
+            app.clone(),
+            (carrier, call.clone()),
+            asked,
+            handle.clone(),
+        ))
+    });
 
     // Events go to the metrics and to the client.
     let forward = tokio::spawn(forward_events(
@@ -374,7 +460,7 @@ async fn run_session(
     // its socket's close, must not read as voxide hanging up.
     let ended = tokio::select! {
         biased;
-        ended = read_socket(receiver, (&framing, &beat), (&app, &handle, &mut input), (&out_tx, call_sid.as_deref())) => ended,
+        ended = read_socket(receiver, (&framing, &beat), (&app, &handle, &mut input), (&out_tx, &call)) => ended,
         gone = gone => match gone {
             Ok(Gone::NotReading) => Ended::NotReading,
             _ => Ended::Left,
@@ -397,6 +483,9 @@ async fn run_session(
     let _ = session.join().await;
     let _ = forward.await;
     let _ = watching.await;
+    if let Some(task) = handing_over {
+        task.abort();
+    }
     // The session is over: its slot is free before the socket is (a close can wait on a
     // client that reads nothing, up to the write timeout).
     drop(admission);
@@ -541,7 +630,7 @@ async fn read_socket(
     mut receiver: impl futures_util::Stream<Item = Result<Message, axum::Error>> + Unpin,
     (framing, beat): (&std::sync::Mutex<Framing>, &std::sync::Mutex<Heartbeat>),
     (app, handle, input): (&App, &crate::pipeline::SessionHandle, &mut RtviInput),
-    (out, call_sid): (&mpsc::Sender<Outbound>, Option<&str>),
+    (out, call): (&mpsc::Sender<Outbound>, &CallId),
 ) -> Ended {
     let lock_beat = || beat.lock().unwrap_or_else(|p| p.into_inner());
     let mut pace = Pace::default();
@@ -614,9 +703,14 @@ async fn read_socket(
                 };
                 handle.queue_frame(append).await
             }
-            Ok(Inbound::Call(call)) if call_sid.is_some_and(|sid| sid != call.call_sid) => {
+            Ok(Inbound::Call(started))
+                if call
+                    .expected
+                    .as_ref()
+                    .is_some_and(|sid| *sid != started.call_sid) =>
+            {
                 tracing::warn!(
-                    call_sid = call.call_sid,
+                    call_sid = started.call_sid,
                     "a placed call's stream names another call"
                 );
                 let _ = out
@@ -624,10 +718,13 @@ async fn read_socket(
                     .await;
                 return Ended::Left;
             }
-            Ok(Inbound::Call(call)) => match app.access.take_call(&call) {
-                Ok(()) => Ok(()),
+            Ok(Inbound::Call(started)) => match app.access.take_call(&started) {
+                Ok(()) => {
+                    let _ = call.named.set(started.call_sid.clone());
+                    Ok(())
+                }
                 Err(refused) => {
-                    tracing::warn!(call_sid = call.call_sid, %refused, "a call's stream refused");
+                    tracing::warn!(call_sid = started.call_sid, %refused, "a call's stream refused");
                     let _ = out.send(Outbound::Error(refused.to_string())).await;
                     return Ended::Left;
                 }
@@ -697,6 +794,39 @@ mod tests {
         fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
             Poll::Pending
         }
+    }
+
+    #[test]
+    fn a_carriers_sink_presses_keys_as_tones_and_asks_for_transfers() {
+        let (out, mut audio) = mpsc::channel(4);
+        let (transfers, mut asked) = mpsc::channel(4);
+        let mut sink = SocketSink {
+            out: out.clone(),
+            rate: 16_000,
+            transfers: Some(transfers),
+        };
+        assert!(sink.phone(&PhoneAction::SendKeys("5#".into())));
+        match audio.try_recv() {
+            Ok(Outbound::Audio(tones, 16_000)) => {
+                assert_eq!(
+                    tones.len(),
+                    2 * (1_600 + 960),
+                    "two keys of 100 ms and their gaps"
+                );
+            }
+            other => panic!("the keys' tones, not {other:?}"),
+        }
+        assert!(sink.phone(&PhoneAction::Transfer("+15550001111".into())));
+        assert_eq!(asked.try_recv().ok().as_deref(), Some("+15550001111"));
+        let mut plain = SocketSink {
+            out,
+            rate: 16_000,
+            transfers: None,
+        };
+        assert!(
+            !plain.phone(&PhoneAction::SendKeys("1".into())),
+            "a /ws client has no phone line"
+        );
     }
 
     #[tokio::test(start_paused = true)]
