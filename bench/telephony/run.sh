@@ -8,6 +8,7 @@
 #   CALLS=50 TURNS=2 bench/telephony/run.sh
 #   NOISE_DBFS=off bench/telephony/run.sh   # digital silence between the words (the lab)
 #   IMPAIR="--loss 2 --jitter-ms 30" bench/telephony/run.sh   # a lossy, jittery network
+#   SIP_PROTOCOL=sip-g722 bench/telephony/run.sh   # wideband phones: G.722 both ways
 #
 # Prints one JSON line: p50/p95 v2v of one WebRTC caller, of one SIP caller, their difference,
 # and of CALLS SIP calls at once (with the network each ran over).
@@ -23,6 +24,7 @@ STAND_INS_PORT=${STAND_INS_PORT:-9100}
 HTTP_PORT=${HTTP_PORT:-7890}
 SIP_PORT=${SIP_PORT:-5094}
 NOISE_DBFS=${NOISE_DBFS:--55}
+SIP_PROTOCOL=${SIP_PROTOCOL:-sip}
 OUT=${OUT:-$HERE/results/$(date -u +%Y%m%dT%H%M%SZ)}
 mkdir -p "$OUT"
 
@@ -59,12 +61,12 @@ load() {
         --ramp 4 --response-timeout 10 ${IMPAIR:-} --out "$OUT/$name" >"$OUT/$name.log" 2>&1 || true
 }
 load webrtc "http://127.0.0.1:$HTTP_PORT" 1 "$TURNS" webrtc-one
-load sip "sip:agent@127.0.0.1:$SIP_PORT" 1 "$TURNS" sip-one
-load sip "sip:agent@127.0.0.1:$SIP_PORT" "$CALLS" 2 sip-many
+load "$SIP_PROTOCOL" "sip:agent@127.0.0.1:$SIP_PORT" 1 "$TURNS" sip-one
+load "$SIP_PROTOCOL" "sip:agent@127.0.0.1:$SIP_PORT" "$CALLS" 2 sip-many
 
-python3 - "$OUT" "$CALLS" <<'PY'
+python3 - "$OUT" "$CALLS" "$SIP_PROTOCOL" <<'PY'
 import json, sys
-out, calls = sys.argv[1], int(sys.argv[2])
+out, calls, protocol = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def figures(name):
     s = json.load(open(f"{out}/{name}/summary.json"))
     v = s["metrics"].get("v2v") or {}
@@ -72,7 +74,7 @@ def figures(name):
             "failed": s["sessions"]["failed"], "room": s.get("room"),
             "network": s.get("network")}
 one_webrtc, one_sip, many = figures("webrtc-one"), figures("sip-one"), figures("sip-many")
-result = {"webrtc_one": one_webrtc, "sip_one": one_sip,
+result = {"sip_protocol": protocol, "webrtc_one": one_webrtc, "sip_one": one_sip,
           "sip_minus_webrtc_p50_ms": (one_sip["p50"] or 0) - (one_webrtc["p50"] or 0),
           "sip_minus_webrtc_p95_ms": (one_sip["p95"] or 0) - (one_webrtc["p95"] or 0),
           f"sip_{calls}_at_once": many,

@@ -23,6 +23,23 @@ fn invalid(message: impl Into<String>) -> ConfigError {
     ConfigError::Value(message.into())
 }
 
+/// A table whose lines the TTS speaks, resolved by `resolve`: only a text LLM's bot has a TTS
+/// (`what` says what needs one, and is refused for a realtime model).
+fn spoken_by_tts<T, R>(
+    llm: &LlmChoice,
+    table: Option<&T>,
+    what: &str,
+    resolve: impl FnOnce(&T) -> Result<R, ConfigError>,
+) -> Result<Option<R>, ConfigError> {
+    match table {
+        None => Ok(None),
+        Some(_) if !matches!(llm, LlmChoice::Text(_)) => {
+            Err(invalid(format!("{what} a text LLM, not a realtime one")))
+        }
+        Some(table) => resolve(table).map(Some),
+    }
+}
+
 /// A provider's settings could not be read from the environment (a key missing).
 fn setup(e: impl std::fmt::Display) -> ConfigError {
     invalid(e.to_string())
@@ -193,33 +210,24 @@ impl BotConfig {
                 "a greeting is spoken by the TTS: it needs a text LLM, not a realtime one",
             ));
         }
-        let idle = match &self.idle {
-            None => None,
-            Some(_) if !matches!(llm, LlmChoice::Text(_)) => {
-                return Err(invalid(
-                    "idle check-ins are spoken by the TTS: they need a text LLM, not a realtime one",
-                ));
-            }
-            Some(idle) => Some(idle_params(idle)?),
-        };
-        let voicemail = match &self.voicemail {
-            None => None,
-            Some(_) if !matches!(llm, LlmChoice::Text(_)) => {
-                return Err(invalid(
-                    "[voicemail] is told apart before the turns: it needs a text LLM, not a realtime one",
-                ));
-            }
-            Some(voicemail) => Some(voicemail_params(voicemail)?),
-        };
-        let filler = match &self.filler {
-            None => None,
-            Some(_) if !matches!(llm, LlmChoice::Text(_)) => {
-                return Err(invalid(
-                    "a filler is spoken by the TTS: it needs a text LLM, not a realtime one",
-                ));
-            }
-            Some(filler) => Some(filler_params(filler)?),
-        };
+        let idle = spoken_by_tts(
+            &llm,
+            self.idle.as_ref(),
+            "idle check-ins are spoken by the TTS: they need",
+            idle_params,
+        )?;
+        let voicemail = spoken_by_tts(
+            &llm,
+            self.voicemail.as_ref(),
+            "[voicemail] is told apart before the turns: it needs",
+            voicemail_params,
+        )?;
+        let filler = spoken_by_tts(
+            &llm,
+            self.filler.as_ref(),
+            "a filler is spoken by the TTS: it needs",
+            filler_params,
+        )?;
         let (http_tools, mcp) = self.own_tools()?;
         let flow = self.flow()?;
         if self.summarize_context == Some(true) && !matches!(llm, LlmChoice::Text(_)) {
