@@ -10,6 +10,23 @@ pub mod ws;
 /// OpenAI's API, when `OPENAI_BASE_URL` names no other.
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 
+/// The HTTP client every session's provider requests share: one pool of connections (a
+/// provider's TLS connection outlives the session that opened it), and the system's roots read
+/// once, not at each session's start. TLS on the process's ring provider.
+pub(crate) fn http_client() -> Result<reqwest::Client, String> {
+    static CLIENT: std::sync::OnceLock<reqwest::Client> = std::sync::OnceLock::new();
+    if let Some(client) = CLIENT.get() {
+        return Ok(client.clone());
+    }
+    // A no-op once installed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let client = reqwest::Client::builder()
+        .pool_idle_timeout(std::time::Duration::from_secs(90))
+        .build()
+        .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
+    Ok(CLIENT.get_or_init(|| client).clone())
+}
+
 /// A provider's key from `variable`, which `flag` (`--stt deepgram`) needs: a missing one is an
 /// error that names both.
 pub(crate) fn key_from_env(variable: &str, flag: &str) -> Result<String, String> {

@@ -75,8 +75,7 @@ struct Call {
 }
 
 /// A provider's completion endpoint: the URL, the headers every request carries (the key), the
-/// deadlines, and a pooled HTTP client (TLS on the process's ring provider, as the realtime
-/// clients use it).
+/// deadlines, and the process's pooled HTTP client.
 #[derive(Debug, Clone)]
 pub(crate) struct Endpoint {
     client: reqwest::Client,
@@ -88,12 +87,7 @@ pub(crate) struct Endpoint {
 impl Endpoint {
     /// An endpoint at `url`.
     pub(crate) fn new(url: String, headers: HeaderMap, timing: Timing) -> Result<Self, LlmError> {
-        // A no-op once installed.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build()
-            .map_err(|e| LlmError::Setup(format!("cannot build the HTTP client: {e}")))?;
+        let client = crate::http_client().map_err(LlmError::Setup)?;
         Ok(Self {
             client,
             url,

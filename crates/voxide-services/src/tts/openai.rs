@@ -64,13 +64,10 @@ pub struct OpenAiSpeech {
 impl OpenAiSpeech {
     /// An engine for `settings`.
     pub fn new(settings: OpenAiSpeechSettings) -> Result<Self, String> {
-        // The process's TLS provider, as the other clients use it (a no-op once installed).
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .pool_idle_timeout(Duration::from_secs(90))
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(Self { settings, client })
+        Ok(Self {
+            settings,
+            client: crate::http_client()?,
+        })
     }
 
     /// Its settings.
