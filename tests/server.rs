@@ -756,6 +756,78 @@ async fn twilio_status(url: &str, token: &str, call_sid: &str, status: &str) -> 
         .as_u16()
 }
 
+/// A Twilio media stream's socket, as the tests hold it.
+type TwilioSocket =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Opens a media stream to `url` as Twilio does: signed with `token` over `signed_url`, then
+/// `connected` and the `start` of call `call_sid` on `account`, as stream `MZt`.
+async fn open_twilio_stream(
+    url: &str,
+    (signed_url, token): (&str, &str),
+    (account, call_sid): (&str, &str),
+) -> (
+    futures_util::stream::SplitSink<TwilioSocket, Message>,
+    futures_util::stream::SplitStream<TwilioSocket>,
+) {
+    let (socket, _) = tokio_tungstenite::connect_async(signed_request(url, signed_url, token))
+        .await
+        .expect("the stream is taken");
+    let (mut tx, rx) = socket.split();
+    let connected = json!({"event": "connected", "protocol": "Call", "version": "1.0.0"});
+    tx.send(Message::text(connected.to_string()))
+        .await
+        .expect("send");
+    let start = json!({
+        "event": "start", "sequenceNumber": "1", "streamSid": "MZt",
+        "start": {"streamSid": "MZt", "accountSid": account, "callSid": call_sid, "tracks": ["inbound"],
+                  "customParameters": {}, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}
+    });
+    tx.send(Message::text(start.to_string()))
+        .await
+        .expect("send");
+    (tx, rx)
+}
+
+/// An upgrade to `url` carrying Twilio's signature with `token` over `signed_url`.
+fn signed_request(
+    url: &str,
+    signed_url: &str,
+    token: &str,
+) -> tokio_tungstenite::tungstenite::handshake::client::Request {
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+    let mut request = url.into_client_request().expect("a request");
+    let signature = voxide::server::access::twilio_signature(token, signed_url);
+    request
+        .headers_mut()
+        .insert("x-twilio-signature", signature.parse().expect("a header"));
+    request
+}
+
+/// Says the shipped question, then `quiet_s` of silence, over stream `MZt` in Twilio's `media`
+/// messages, 20 ms apart, until the socket closes or `done` says so.
+async fn say_hello_over_twilio(
+    tx: &mut futures_util::stream::SplitSink<TwilioSocket, Message>,
+    quiet_s: usize,
+    done: impl Fn() -> bool,
+) {
+    let hello = wav::read(HELLO).expect("test audio").to_mono();
+    let mut audio = StreamResampler::new(16_000, 8_000)
+        .expect("resampler")
+        .process(&hello);
+    audio.extend(vec![0; 8_000 * quiet_s]);
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    for (i, chunk) in audio.chunks(160).enumerate() {
+        tick.tick().await;
+        let payload = STANDARD.encode(chunk.iter().map(|s| mulaw::encode(*s)).collect::<Vec<u8>>());
+        let media = json!({"event": "media", "sequenceNumber": (i + 2).to_string(), "streamSid": "MZt",
+            "media": {"track": "inbound", "chunk": (i + 1).to_string(), "timestamp": (i * 20).to_string(), "payload": payload}});
+        if tx.send(Message::text(media.to_string())).await.is_err() || done() {
+            break;
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_placed_through_twilio_streams_back_as_its_session_and_reports_its_progress() {
     const ACCOUNT: &str = "AC0123456789abcdef0123456789abcdef";
@@ -852,32 +924,8 @@ async fn a_call_placed_through_twilio_streams_back_as_its_session_and_reports_it
     );
 
     // The callee answers: Twilio opens the stream, signed over its URL.
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-    let stream_request = |url: &str| {
-        let mut request = url.into_client_request().expect("a request");
-        let signature = voxide::server::access::twilio_signature(TWILIO, url);
-        request
-            .headers_mut()
-            .insert("x-twilio-signature", signature.parse().expect("a header"));
-        request
-    };
-    let (socket, _) = tokio_tungstenite::connect_async(stream_request(&stream_url))
-        .await
-        .expect("the stream is taken");
-    let (mut tx, mut rx) = socket.split();
-    let send = |v: Value| Message::text(v.to_string());
-    tx.send(send(
-        json!({"event": "connected", "protocol": "Call", "version": "1.0.0"}),
-    ))
-    .await
-    .expect("send");
-    tx.send(send(json!({
-        "event": "start", "sequenceNumber": "1", "streamSid": "MZplaced",
-        "start": {"streamSid": "MZplaced", "accountSid": ACCOUNT, "callSid": call.sid, "tracks": ["inbound"],
-                  "customParameters": {}, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}
-    })))
-    .await
-    .expect("send");
+    let (mut tx, mut rx) =
+        open_twilio_stream(&stream_url, (&stream_url, TWILIO), (ACCOUNT, &call.sid)).await;
     let reader = tokio::spawn(async move {
         let mut loud = 0usize;
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -891,21 +939,7 @@ async fn a_call_placed_through_twilio_streams_back_as_its_session_and_reports_it
         }
         loud
     });
-    let hello = wav::read(HELLO).expect("test audio").to_mono();
-    let mut audio = StreamResampler::new(16_000, 8_000)
-        .expect("resampler")
-        .process(&hello);
-    audio.extend(vec![0; 8_000 * 6]);
-    let mut tick = tokio::time::interval(Duration::from_millis(20));
-    for (i, chunk) in audio.chunks(160).enumerate() {
-        tick.tick().await;
-        let payload = STANDARD.encode(chunk.iter().map(|s| mulaw::encode(*s)).collect::<Vec<u8>>());
-        let media = json!({"event": "media", "sequenceNumber": (i + 2).to_string(), "streamSid": "MZplaced",
-            "media": {"track": "inbound", "chunk": (i + 1).to_string(), "timestamp": (i * 20).to_string(), "payload": payload}});
-        if tx.send(send(media)).await.is_err() || reader.is_finished() {
-            break;
-        }
-    }
+    say_hello_over_twilio(&mut tx, 6, || reader.is_finished()).await;
     assert!(
         reader.await.expect("reader") > 4000,
         "the bot answered the callee"
@@ -915,18 +949,18 @@ async fn a_call_placed_through_twilio_streams_back_as_its_session_and_reports_it
     assert_eq!(answered["call_sid"], call.sid.as_str());
 
     // The stream is the call's once: a second is refused before its upgrade.
-    let again = tokio_tungstenite::connect_async(stream_request(&stream_url)).await;
+    let again =
+        tokio_tungstenite::connect_async(signed_request(&stream_url, &stream_url, TWILIO)).await;
     assert!(
         matches!(again, Err(tokio_tungstenite::tungstenite::Error::Http(ref r)) if r.status() == 404),
         "a second stream for the call: {again:?}"
     );
 
     // The callee hangs up: Twilio stops the stream, then reports the call completed.
-    tx.send(send(
-        json!({"event": "stop", "streamSid": "MZplaced", "stop": {"callSid": call.sid}}),
-    ))
-    .await
-    .expect("send");
+    let stop = json!({"event": "stop", "streamSid": "MZt", "stop": {"callSid": call.sid}});
+    tx.send(Message::text(stop.to_string()))
+        .await
+        .expect("send");
     drop(tx);
     let mut ended = Value::Null;
     // The bot's answer is let finish first (on a loaded machine, some seconds).
@@ -987,32 +1021,12 @@ async fn the_bot_hands_a_twilio_caller_over_with_new_twiml_after_saying_so() {
     options.twilio_api_url = Some(api);
     let server = common::start_options(options).await;
 
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest;
-    let mut request = format!("ws://{}/ws/twilio", server.addr)
-        .into_client_request()
-        .expect("a request");
-    let signature =
-        voxide::server::access::twilio_signature(TWILIO, "wss://voice.example.com/ws/twilio");
-    request
-        .headers_mut()
-        .insert("x-twilio-signature", signature.parse().expect("a header"));
-    let (socket, _) = tokio_tungstenite::connect_async(request)
-        .await
-        .expect("upgrade");
-    let (mut tx, mut rx) = socket.split();
-    let send = |v: Value| Message::text(v.to_string());
-    tx.send(send(
-        json!({"event": "connected", "protocol": "Call", "version": "1.0.0"}),
-    ))
-    .await
-    .expect("send");
-    tx.send(send(json!({
-        "event": "start", "sequenceNumber": "1", "streamSid": "MZt",
-        "start": {"streamSid": "MZt", "accountSid": ACCOUNT, "callSid": CALL, "tracks": ["inbound"],
-                  "customParameters": {}, "mediaFormat": {"encoding": "audio/x-mulaw", "sampleRate": 8000, "channels": 1}}
-    })))
-    .await
-    .expect("send");
+    let (mut tx, mut rx) = open_twilio_stream(
+        &format!("ws://{}/ws/twilio", server.addr),
+        ("wss://voice.example.com/ws/twilio", TWILIO),
+        (ACCOUNT, CALL),
+    )
+    .await;
     let loud = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let heard = {
         let loud = loud.clone();
@@ -1025,23 +1039,8 @@ async fn the_bot_hands_a_twilio_caller_over_with_new_twiml_after_saying_so() {
             }
         })
     };
-    let hello = wav::read(HELLO).expect("test audio").to_mono();
-    let mut audio = StreamResampler::new(16_000, 8_000)
-        .expect("resampler")
-        .process(&hello);
-    audio.extend(vec![0; 8_000 * 20]);
     let talking = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_millis(20));
-        for (i, chunk) in audio.chunks(160).enumerate() {
-            tick.tick().await;
-            let payload =
-                STANDARD.encode(chunk.iter().map(|s| mulaw::encode(*s)).collect::<Vec<u8>>());
-            let media = json!({"event": "media", "sequenceNumber": (i + 2).to_string(), "streamSid": "MZt",
-                "media": {"track": "inbound", "chunk": (i + 1).to_string(), "timestamp": (i * 20).to_string(), "payload": payload}});
-            if tx.send(send(media)).await.is_err() {
-                break;
-            }
-        }
+        say_hello_over_twilio(&mut tx, 20, || false).await;
         tx
     });
 
@@ -1062,11 +1061,8 @@ async fn the_bot_hands_a_twilio_caller_over_with_new_twiml_after_saying_so() {
     );
     // As Twilio does, the stream stops: the call has left it.
     let mut tx = talking.await.expect("the caller");
-    let _ = tx
-        .send(send(
-            json!({"event": "stop", "streamSid": "MZt", "stop": {"callSid": CALL}}),
-        ))
-        .await;
+    let stop = json!({"event": "stop", "streamSid": "MZt", "stop": {"callSid": CALL}});
+    let _ = tx.send(Message::text(stop.to_string())).await;
     let _ = tx.close().await;
     tokio::time::timeout(Duration::from_secs(30), heard)
         .await
