@@ -264,6 +264,29 @@ impl Outbound {
     }
 }
 
+/// A call's progress as Twilio reports it (`CallStatus`), in voxide's terms; `None` for a
+/// status that changes nothing.
+fn twilio_progress(call_status: &str) -> Option<CallState> {
+    let failed = |reason: &str| {
+        Some(CallState::Failed {
+            reason: reason.into(),
+        })
+    };
+    match call_status {
+        "queued" | "initiated" => Some(CallState::Calling),
+        "ringing" => Some(CallState::Ringing),
+        "in-progress" => Some(CallState::Answered),
+        "completed" => Some(CallState::Ended {
+            reason: "completed".into(),
+        }),
+        "busy" => failed("busy"),
+        "no-answer" => failed("no answer"),
+        "canceled" => failed("canceled"),
+        "failed" => failed("failed"),
+        _ => None,
+    }
+}
+
 /// Whether `user` can be a SIP URI's user part as voxide writes one: a number or a name.
 pub(crate) fn plain_user(user: &str) -> bool {
     !user.is_empty()
@@ -483,7 +506,7 @@ pub(crate) async fn twilio_status(
             "a status callback names its CallSid and CallStatus".into(),
         ));
     };
-    if let Some(state) = twilio::progress(status)
+    if let Some(state) = twilio_progress(status)
         && !app.outbound.progress(&id, call_sid, state)
     {
         return Err(ApiError::NotFound(format!(
@@ -542,6 +565,19 @@ mod tests {
             outbound.state("new"),
             Some(("sip:c@127.0.0.1".into(), CallState::Calling))
         );
+    }
+
+    #[test]
+    fn twilio_statuses_map_onto_a_calls_states() {
+        assert_eq!(twilio_progress("ringing"), Some(CallState::Ringing));
+        assert_eq!(twilio_progress("in-progress"), Some(CallState::Answered));
+        assert_eq!(
+            twilio_progress("no-answer"),
+            Some(CallState::Failed {
+                reason: "no answer".into()
+            })
+        );
+        assert_eq!(twilio_progress("something-new"), None);
     }
 
     #[test]

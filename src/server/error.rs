@@ -140,18 +140,6 @@ impl ApiError {
     }
 }
 
-impl From<super::twilio::DialError> for ApiError {
-    fn from(e: super::twilio::DialError) -> Self {
-        use super::twilio::DialError;
-        match e {
-            DialError::Refused { .. } => Self::BadRequest(e.to_string()),
-            // The operator's credentials, or Twilio's answer: the log has the detail.
-            DialError::Account(_) => Self::Internal(e.to_string()),
-            DialError::Unreachable(_) => Self::Upstream(e.to_string()),
-        }
-    }
-}
-
 impl From<crate::bot::BotError> for ApiError {
     fn from(e: crate::bot::BotError) -> Self {
         match e {

@@ -13,7 +13,6 @@ use base64::Engine as _;
 use serde::Deserialize;
 
 use super::access::AccessOptions;
-use super::calls::CallState;
 use crate::secret::Secret;
 
 /// Twilio's REST API.
@@ -65,6 +64,17 @@ pub(crate) enum DialError {
     /// Twilio could not be reached, or failed.
     #[error("Twilio's API did not answer: {0}")]
     Unreachable(String),
+}
+
+impl From<DialError> for super::ApiError {
+    fn from(e: DialError) -> Self {
+        match e {
+            DialError::Refused { .. } => Self::BadRequest(e.to_string()),
+            // The operator's credentials, or Twilio's answer: the log has the detail.
+            DialError::Account(_) => Self::Internal(e.to_string()),
+            DialError::Unreachable(_) => Self::Upstream(e.to_string()),
+        }
+    }
 }
 
 /// Twilio's answer to a call's creation (the fields voxide reads).
@@ -306,29 +316,6 @@ pub fn form_signature(auth_token: &str, url: &str, params: &[(String, String)]) 
     super::access::twilio_signature(auth_token, &signed)
 }
 
-/// A call's progress as Twilio reports it (`CallStatus`), in voxide's terms; `None` for a
-/// status that changes nothing.
-pub(crate) fn progress(call_status: &str) -> Option<CallState> {
-    let failed = |reason: &str| {
-        Some(CallState::Failed {
-            reason: reason.into(),
-        })
-    };
-    match call_status {
-        "queued" | "initiated" => Some(CallState::Calling),
-        "ringing" => Some(CallState::Ringing),
-        "in-progress" => Some(CallState::Answered),
-        "completed" => Some(CallState::Ended {
-            reason: "completed".into(),
-        }),
-        "busy" => failed("busy"),
-        "no-answer" => failed("no answer"),
-        "canceled" => failed("canceled"),
-        "failed" => failed("failed"),
-        _ => None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,19 +398,6 @@ mod tests {
         ] {
             assert!(!is_e164(bad), "{bad}");
         }
-    }
-
-    #[test]
-    fn twilio_statuses_map_onto_a_calls_states() {
-        assert_eq!(progress("ringing"), Some(CallState::Ringing));
-        assert_eq!(progress("in-progress"), Some(CallState::Answered));
-        assert_eq!(
-            progress("no-answer"),
-            Some(CallState::Failed {
-                reason: "no answer".into()
-            })
-        );
-        assert_eq!(progress("something-new"), None);
     }
 
     #[test]
