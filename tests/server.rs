@@ -961,7 +961,6 @@ async fn a_call_placed_through_twilio_streams_back_as_its_session_and_reports_it
     tx.send(Message::text(stop.to_string()))
         .await
         .expect("send");
-    drop(tx);
     let mut ended = Value::Null;
     // The bot's answer is let finish first (on a loaded machine, some seconds).
     for _ in 0..600 {
@@ -971,6 +970,9 @@ async fn a_call_placed_through_twilio_streams_back_as_its_session_and_reports_it
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Only now does the caller's side close: a close with the bot's audio unread resets the
+    // connection, which can lose the `stop` before voxide reads it.
+    drop(tx);
     assert_eq!(ended["reason"], "callee_hung_up", "{ended}");
     assert_eq!(
         twilio_status(&status_url, TWILIO, &call.sid, "completed").await,
