@@ -985,14 +985,11 @@ async fn a_call_placed_through_twilio_streams_back_as_its_session_and_reports_it
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_bot_hands_a_twilio_caller_over_with_new_twiml_after_saying_so() {
+/// Server options for a bot whose model answers any question with "I'll put you through to
+/// sales." and `transfer_call` to sales (+15550001111); its model's stand-in, to keep.
+async fn puts_callers_through_to_sales()
+-> (voxide::server::ServeOptions, common::llm_stand_in::StandIn) {
     use common::llm_stand_in::{self, Reply};
-    const ACCOUNT: &str = "AC0123456789abcdef0123456789abcdef";
-    const TWILIO: &str = "twilio-auth-token";
-    const CALL: &str = "CA0123456789abcdef0123456789abcdef";
-    let (api, mut asked) = twilio_api(ACCOUNT, TWILIO).await;
-    // The model: any question is for sales; it says so and calls transfer_call.
     let reply = |_: &Value| {
         let chunks = [
             json!({"choices": [{"delta": {"content": "I'll put you through to sales."}}]}),
@@ -1004,8 +1001,8 @@ async fn the_bot_hands_a_twilio_caller_over_with_new_twiml_after_saying_so() {
         out.push_str("data: [DONE]\n\n");
         Reply::Stream(out, 64)
     };
-    let (llm, _stand_in) = llm_stand_in::start(vec![Reply::With(std::sync::Arc::new(reply))]).await;
-    let mut options = common::test_options(vec![voxide::bot::BotOptions {
+    let (llm, stand_in) = llm_stand_in::start(vec![Reply::With(std::sync::Arc::new(reply))]).await;
+    let options = common::test_options(vec![voxide::bot::BotOptions {
         voice: voxide::bot::Voice::Espeak,
         llm: voxide::bot::LlmChoice::Text(vec![voxide::bot::TextLlm::OpenAi(
             voxide::services::llm::openai::OpenAiSettings {
@@ -1017,6 +1014,130 @@ async fn the_bot_hands_a_twilio_caller_over_with_new_twiml_after_saying_so() {
         transfer: vec![("sales".into(), "+15550001111".into())],
         ..voxide::bot::BotOptions::default()
     }]);
+    (options, stand_in)
+}
+
+/// A stand-in of Telnyx's Call Control API: each transfer asked of it with `key`, as
+/// (call control id, body), and answered as Telnyx does.
+async fn telnyx_api(key: &'static str) -> (String, tokio::sync::mpsc::Receiver<(String, Value)>) {
+    use axum::http::{HeaderMap, StatusCode};
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let transfer = axum::routing::post(
+        move |axum::extract::Path(id): axum::extract::Path<String>,
+              headers: HeaderMap,
+              body: axum::body::Bytes| {
+            let tx = tx.clone();
+            async move {
+                let bearer = format!("Bearer {key}");
+                if headers.get("authorization").and_then(|v| v.to_str().ok()) != Some(&bearer) {
+                    let refused = json!({"errors": [{"code": "10009", "title": "Authentication failed",
+                        "detail": "The API key looks malformed."}]});
+                    return (StatusCode::UNAUTHORIZED, refused.to_string());
+                }
+                let body: Value = serde_json::from_slice(&body).unwrap_or_default();
+                let _ = tx.send((id, body)).await;
+                (
+                    StatusCode::OK,
+                    json!({"data": {"result": "ok"}}).to_string(),
+                )
+            }
+        },
+    );
+    let app = axum::Router::new().route("/v2/calls/{id}/actions/transfer", transfer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let addr = listener.local_addr().expect("an address");
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (format!("http://{addr}"), rx)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bot_hands_a_telnyx_caller_over_through_call_control_and_leaves_the_call() {
+    const KEY: &str = "KEY0123-telnyx";
+    const CALL: &str = "v3:MdI91X4lWFEs7IgbBEOT9M4AigoY08M0WWZFISt1Yw2axZ_IiE4pqg";
+    let (api, mut asked) = telnyx_api(KEY).await;
+    let (mut options, _stand_in) = puts_callers_through_to_sales().await;
+    options.telnyx = Some((voxide::secret::Secret::new(KEY), Some(api)));
+    let server = common::start_options(options).await;
+
+    let url = format!("ws://{}/ws/telnyx", server.addr);
+    let (socket, _) = tokio_tungstenite::connect_async(&url)
+        .await
+        .expect("upgrade");
+    let (mut tx, mut rx) = socket.split();
+    let start = json!({"event": "start", "sequence_number": "1", "stream_id": "32DE",
+        "start": {"call_control_id": CALL, "from": "+13122010094", "to": "+13122123456",
+                  "media_format": {"encoding": "PCMU", "sample_rate": 8000, "channels": 1}}});
+    for opening in [json!({"event": "connected", "version": "1.0.0"}), start] {
+        tx.send(Message::text(opening.to_string()))
+            .await
+            .expect("send");
+    }
+    let loud = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let heard = {
+        let loud = loud.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(message)) = rx.next().await {
+                if let Message::Text(text) = message {
+                    let media: Value = serde_json::from_str(&text).expect("JSON");
+                    if let Some(payload) = media["media"]["payload"].as_str() {
+                        let bytes = STANDARD.decode(payload).expect("base64");
+                        let n = bytes
+                            .iter()
+                            .filter(|b| mulaw::decode(**b).unsigned_abs() > 1000);
+                        loud.fetch_add(n.count(), std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+            }
+        })
+    };
+    let talking = tokio::spawn(async move {
+        let hello = wav::read(HELLO).expect("test audio").to_mono();
+        let mut audio = StreamResampler::new(16_000, 8_000)
+            .expect("resampler")
+            .process(&hello);
+        audio.extend(vec![0; 8_000 * 30]);
+        let mut tick = tokio::time::interval(Duration::from_millis(20));
+        for chunk in audio.chunks(160) {
+            tick.tick().await;
+            let payload =
+                STANDARD.encode(chunk.iter().map(|s| mulaw::encode(*s)).collect::<Vec<u8>>());
+            let media = json!({"event": "media", "stream_id": "32DE",
+                "media": {"track": "inbound", "payload": payload}});
+            if tx.send(Message::text(media.to_string())).await.is_err() {
+                break;
+            }
+        }
+    });
+
+    // Once its words are out, Telnyx is asked to transfer the call to sales.
+    let (id, body) = tokio::time::timeout(Duration::from_secs(90), asked.recv())
+        .await
+        .expect("a transfer within 90 s")
+        .expect("the stand-in runs");
+    let before = loud.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        before > 1000,
+        "the bot said it would transfer before it did: {before} loud samples"
+    );
+    assert_eq!(id, CALL);
+    assert_eq!(body, json!({"to": "+15550001111"}));
+    // The call is the new party's: the bot leaves it, and its stream closes.
+    tokio::time::timeout(Duration::from_secs(30), heard)
+        .await
+        .expect("voxide closes the stream")
+        .expect("the reader");
+    talking.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bot_hands_a_twilio_caller_over_with_new_twiml_after_saying_so() {
+    const ACCOUNT: &str = "AC0123456789abcdef0123456789abcdef";
+    const TWILIO: &str = "twilio-auth-token";
+    const CALL: &str = "CA0123456789abcdef0123456789abcdef";
+    let (api, mut asked) = twilio_api(ACCOUNT, TWILIO).await;
+    let (mut options, _stand_in) = puts_callers_through_to_sales().await;
     options.access.twilio_auth_token = Some(voxide::secret::Secret::new(TWILIO));
     options.access.twilio_account_sid = Some(ACCOUNT.into());
     options.access.public_url = Some("wss://voice.example.com".into());

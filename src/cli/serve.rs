@@ -74,6 +74,13 @@ pub struct ServeArgs {
     /// Twilio's REST API, for the calls placed through it. [default: https://api.twilio.com]
     #[arg(long, env = "TWILIO_API_URL", value_name = "URL")]
     twilio_api_url: Option<String>,
+    /// The Telnyx account's API key: `transfer_call` on a Telnyx stream hands the call over
+    /// through Telnyx's Call Control API.
+    #[arg(long, env = "TELNYX_API_KEY", hide_env_values = true)]
+    telnyx_api_key: Option<String>,
+    /// Telnyx's Call Control API. [default: https://api.telnyx.com]
+    #[arg(long, env = "TELNYX_API_URL", value_name = "URL")]
+    telnyx_api_url: Option<String>,
     /// An origin whose pages may call the API from a browser (repeatable; `*`: any).
     #[arg(
         long = "cors-origin",
@@ -257,10 +264,15 @@ impl ServeArgs {
             Some(range) => Some(port_range("--webrtc-udp-ports", range)?),
             None => None,
         };
-        if let Some(url) = &self.twilio_api_url
-            && !(url.starts_with("https://") || url.starts_with("http://"))
-        {
-            anyhow::bail!("--twilio-api-url {url:?}: an http:// or https:// URL");
+        for (flag, url) in [
+            ("--twilio-api-url", &self.twilio_api_url),
+            ("--telnyx-api-url", &self.telnyx_api_url),
+        ] {
+            if let Some(url) = url
+                && !(url.starts_with("https://") || url.starts_with("http://"))
+            {
+                anyhow::bail!("{flag} {url:?}: an http:// or https:// URL");
+            }
         }
         let options = ServeOptions {
             max_sessions,
@@ -331,6 +343,10 @@ impl ServeArgs {
             },
             audiosocket: self.audiosocket_listen.map(|addr| (addr, self.callers())),
             twilio_api_url: self.twilio_api_url.clone(),
+            telnyx: self
+                .telnyx_api_key
+                .clone()
+                .map(|key| (key.into(), self.telnyx_api_url.clone())),
             traces: voxide::observe::trace::TraceOptions::resolve(
                 self.otlp_endpoint.as_deref(),
                 self.trace_sample,

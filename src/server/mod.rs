@@ -4,6 +4,7 @@
 pub mod access;
 mod audiosocket;
 mod calls;
+mod carrier_api;
 pub mod cluster;
 mod error;
 mod metrics;
@@ -11,6 +12,7 @@ mod phone;
 mod recorded;
 mod rtvi;
 mod sip;
+mod telnyx;
 pub mod twilio;
 mod webrtc;
 mod ws;
@@ -96,6 +98,9 @@ pub struct ServeOptions {
     /// Twilio's REST API, for the calls `POST /calls` places through it (`--twilio-api-url`;
     /// [`twilio::DEFAULT_API`] unless given).
     pub twilio_api_url: Option<String>,
+    /// Telnyx's API key and its Call Control API (`--telnyx-api-url`; Telnyx's own unless
+    /// given), for handing over calls on Telnyx's streams.
+    pub telnyx: Option<(crate::secret::Secret, Option<String>)>,
 }
 
 impl ServeOptions {
@@ -124,6 +129,7 @@ impl ServeOptions {
             sip: None,
             audiosocket: None,
             twilio_api_url: None,
+            telnyx: None,
         }
     }
 }
@@ -290,6 +296,8 @@ pub(crate) struct App {
     outbound: calls::Outbound,
     /// Places calls through Twilio, where its account and voxide's public URL are set.
     twilio: Option<twilio::Dialer>,
+    /// Hands over calls on Telnyx's streams, where its API key is set.
+    telnyx: Option<telnyx::CallControl>,
 }
 
 /// Whether the server takes sessions: loading, ready, draining.
@@ -441,6 +449,10 @@ impl Server {
         let cluster = Cluster::new(options.node_id.clone(), options.peers.clone());
         let access = Access::new(options.access.clone());
         let twilio = twilio::Dialer::new(&options.access, options.twilio_api_url.as_deref());
+        let telnyx = options
+            .telnyx
+            .as_ref()
+            .and_then(|(key, api)| telnyx::CallControl::new(key.clone(), api.as_deref()));
         let max_sessions = options.max_sessions;
         let metrics = Arc::new(Metrics::default());
         let exporter = options.traces.clone().map(|traces| {
@@ -474,6 +486,7 @@ impl Server {
                 sip_registration: std::sync::atomic::AtomicU8::new(sip::NOT_REGISTERING),
                 outbound: calls::Outbound::default(),
                 twilio,
+                telnyx,
             }),
         }
     }

@@ -13,16 +13,11 @@ use base64::Engine as _;
 use serde::Deserialize;
 
 use super::access::AccessOptions;
+use super::carrier_api::{self, AnswerError};
 use crate::secret::Secret;
 
 /// Twilio's REST API.
 pub const DEFAULT_API: &str = "https://api.twilio.com";
-
-/// How long Twilio's API may take to answer a call's creation.
-const API_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// The most of Twilio's answer voxide reads.
-const MOST_ANSWER: usize = 64 * 1024;
 
 /// Places and hands over calls through one Twilio account.
 pub(crate) struct Dialer {
@@ -98,12 +93,7 @@ impl Dialer {
         let account_sid = access.twilio_account_sid.clone()?;
         let auth_token = access.twilio_auth_token.clone()?;
         let public = access.public_url.as_deref().and_then(http_origin);
-        let _ = rustls::crypto::ring::default_provider().install_default();
-        let client = reqwest::Client::builder()
-            .timeout(API_TIMEOUT)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .ok()?;
+        let client = carrier_api::client()?;
         Some(Self {
             api: api.unwrap_or(DEFAULT_API).trim_end_matches('/').to_owned(),
             account_sid,
@@ -228,7 +218,12 @@ impl Dialer {
             .await
             .map_err(|e| DialError::Unreachable(e.without_url().to_string()))?;
         let status = response.status();
-        let body = bounded_body(response).await?;
+        let body = carrier_api::bounded_answer(response)
+            .await
+            .map_err(|e| match e {
+                AnswerError::Broken(why) => DialError::Unreachable(why),
+                AnswerError::TooLong => DialError::Account(e.to_string()),
+            })?;
         if status.is_success() {
             return Ok(body);
         }
@@ -251,24 +246,6 @@ impl Dialer {
             ))),
         }
     }
-}
-
-/// At most [`MOST_ANSWER`] bytes of `response`'s body.
-async fn bounded_body(mut response: reqwest::Response) -> Result<Vec<u8>, DialError> {
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| DialError::Unreachable(e.without_url().to_string()))?
-    {
-        if body.len() + chunk.len() > MOST_ANSWER {
-            return Err(DialError::Account(format!(
-                "an answer over {MOST_ANSWER} bytes"
-            )));
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(body)
 }
 
 /// `https://host[:port]` for a public URL given as `wss://`, `ws://`, `https://` or `http://`;

@@ -201,16 +201,10 @@ pub(crate) async fn placed_call(
         };
         let framing = (Framing::phone(Carrier::Twilio), false);
         let ended = run_session(app.clone(), socket, framing, 16_000, opening).await;
-        // Twilio's `stop`: the callee hung up; else voxide ended the call.
-        let reason = if ended == Ended::Stopped {
-            "callee_hung_up"
-        } else {
-            "hung_up"
-        };
         app.outbound.note(
             &id,
             CallState::Ended {
-                reason: reason.into(),
+                reason: ended.placed_call_ended().into(),
             },
         );
     }))
@@ -300,21 +294,34 @@ async fn hand_over(
 ) {
     while let Some(to) = asked.recv().await {
         tracing::info!(%to, carrier = carrier.name(), "transferring the call");
-        let done = match (carrier, app.twilio.as_ref(), call.named.get()) {
-            (Carrier::Twilio, Some(twilio), Some(sid)) => {
-                twilio.transfer(sid, &to).await.map_err(|e| e.to_string())
+        let named = call.named.get();
+        let done = match (carrier, named) {
+            (Carrier::Twilio | Carrier::Telnyx, None) => {
+                Err("the stream never named its call".to_owned())
             }
-            (Carrier::Twilio, None, _) => Err(
-                "handing a Twilio call over needs --twilio-account-sid and TWILIO_AUTH_TOKEN"
-                    .to_owned(),
-            ),
-            (Carrier::Twilio, _, None) => Err("the stream never named its call".to_owned()),
+            (Carrier::Twilio, Some(sid)) => match app.twilio.as_ref() {
+                Some(twilio) => twilio.transfer(sid, &to).await.map_err(|e| e.to_string()),
+                None => Err(
+                    "handing a Twilio call over needs --twilio-account-sid and TWILIO_AUTH_TOKEN"
+                        .to_owned(),
+                ),
+            },
+            (Carrier::Telnyx, Some(id)) => match app.telnyx.as_ref() {
+                Some(telnyx) => telnyx.transfer(id, &to).await.map_err(|e| e.to_string()),
+                None => Err("handing a Telnyx call over needs TELNYX_API_KEY".to_owned()),
+            },
             _ => Err(format!(
                 "a {} stream cannot hand its call over",
                 carrier.name()
             )),
         };
         match done {
+            // Twilio ends the stream with the call's new TwiML; a Telnyx call bridged to its
+            // new party keeps streaming, which the bot must not hear or speak into.
+            Ok(()) if carrier == Carrier::Telnyx => {
+                tracing::info!("the call was handed over: the bot leaves it");
+                let _ = handle.stop_when_done().await;
+            }
             Ok(()) => tracing::info!("the call was handed over"),
             Err(why) => super::phone::transfer_failed(&handle, &why).await,
         }
@@ -469,7 +476,7 @@ async fn run_session(
     match ended {
         Ended::NotReading => app.metrics.closed_not_reading(),
         Ended::TooFast => app.metrics.closed_too_fast(),
-        Ended::Stopped | Ended::Left => {}
+        Ended::Stopped | Ended::Left | Ended::Over => {}
     }
     if let (Ended::NotReading | Ended::TooFast, Some(ip)) = (ended, client) {
         app.access.cool_down(ip);
@@ -532,12 +539,27 @@ async fn forward_events(
 enum Ended {
     /// The client asked the bot to finish first (`stop`, an RTVI disconnect).
     Stopped,
-    /// The client left, or the session ended.
+    /// The client's socket closed, or failed, without a word.
     Left,
+    /// The session ended on voxide's side: the bot hung up, or its time ran out.
+    Over,
     /// The client sent audio faster than real time.
     TooFast,
     /// The client read nothing for the write timeout: a ping unanswered, or a write stuck.
     NotReading,
+}
+
+impl Ended {
+    /// Who ended a call voxide placed through Twilio, as `GET /calls/{id}` says it. Twilio
+    /// closes the stream when the call ends, and says `stop` first; a close without it (a
+    /// reset can lose the `stop` with the bot's audio unread) is the callee's hang-up too.
+    fn placed_call_ended(self) -> &'static str {
+        match self {
+            Ended::Stopped | Ended::Left => "callee_hung_up",
+            Ended::Over | Ended::TooFast => "hung_up",
+            Ended::NotReading => "lost",
+        }
+    }
 }
 
 /// Why the writer gave up before the session ended.
@@ -642,7 +664,7 @@ async fn read_socket(
             message = receiver.next() => message,
             () = tokio::time::sleep_until(keypad.unwrap_or_else(Instant::now)), if keypad.is_some() => {
                 if input.keypad_due(handle).await.is_err() {
-                    break;
+                    return Ended::Over;
                 }
                 continue;
             }
@@ -763,7 +785,7 @@ async fn read_socket(
             }
         };
         if queued.is_err() {
-            break;
+            return Ended::Over;
         }
     }
     Ended::Left
@@ -794,6 +816,17 @@ mod tests {
         fn poll_close(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
             Poll::Pending
         }
+    }
+
+    #[test]
+    fn a_placed_call_whose_stream_closes_unasked_was_hung_up_by_the_callee() {
+        // `stop`, or the socket's close or reset that lost it: Twilio ended the call.
+        assert_eq!(Ended::Stopped.placed_call_ended(), "callee_hung_up");
+        assert_eq!(Ended::Left.placed_call_ended(), "callee_hung_up");
+        // The bot hung up, or voxide closed a client it could not keep.
+        assert_eq!(Ended::Over.placed_call_ended(), "hung_up");
+        assert_eq!(Ended::TooFast.placed_call_ended(), "hung_up");
+        assert_eq!(Ended::NotReading.placed_call_ended(), "lost");
     }
 
     #[test]
