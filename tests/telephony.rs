@@ -580,6 +580,7 @@ async fn bakery_calls(name: &str, audio: &[i16], time_limit_s: u64) -> Placed {
     let mut options = bakery(&records, 24_000..=24_999);
     options.bots[0].voicemail = Some(voxide::bot::answered_by::Voicemail {
         message: Some("This is the bakery. Your cake is ready.".into()),
+        ask_llm: false,
     });
     let server = start_options(options).await;
     let token = [("Authorization", "Bearer t0k3n")];

@@ -10,6 +10,12 @@ For each call: `GET /calls/{id}`'s `answered_by`; from the session's recording, 
 greeting where it has none), a person's greeting from the end of their "Hello?".
 
     bench/telephony/answered_by.py [--bin target/release/voxide] [--out DIR] [--noise-dbfs -55]
+        [--people short|long|both] [--ask-llm]
+
+`--people long` has the people answer at length, as at work ("Good afternoon, Northwind Bakery,
+Sam speaking, how can I help you?"): longer than a person's greeting by the clock, so the timing
+alone takes them for machines. `--ask-llm` gives the bot's `[voicemail]` `ask_llm = true`: the
+bot's LLM reads the greetings only the timing judged.
 
 Needs espeak-ng, sox and SIPp (`sip-tester`). Prints one JSON line; rows go to OUT/rows.jsonl.
 """
@@ -45,6 +51,11 @@ MESSAGE = "This is the bakery. Your cake is ready."
 # A person picks up: a short greeting, then they wait.
 PEOPLE = ["Hello?", "Hello, Sam speaking.", "Yeah, hello?", "Hi, who's this?",
           "Hello, this is Maria.", "Good morning.", "Yes?", "Hello, Patel residence."]
+# A person who answers at length, as at work: over two seconds, more than five words.
+LONG_PEOPLE = ["Good afternoon, Northwind Bakery, Sam speaking, how can I help you?",
+               "Hello, you're through to Maria in accounts, what can I do for you today?",
+               "Hi, this is Dan Patel, I'm driving at the moment but go ahead, I can talk.",
+               "Front desk, this is Jo, how may I direct your call?"]
 # A machine: its greeting, its beep (Hz, ms; None: no beep).
 MACHINES = [
     ("Hi, you've reached Sam. I can't take your call right now. Please leave a message after "
@@ -144,6 +155,8 @@ def main():
     parser.add_argument("--out", default=os.path.join(ROOT, "target/answered-by"))
     parser.add_argument("--port", type=int, default=7895)
     parser.add_argument("--sip-port", type=int, default=5097)
+    parser.add_argument("--people", choices=["short", "long", "both"], default="short")
+    parser.add_argument("--ask-llm", action="store_true")
     noise_arguments(parser)
     args = parser.parse_args()
     dbfs = noise_dbfs(args)
@@ -152,7 +165,7 @@ def main():
     os.makedirs(records, exist_ok=True)
     bot = os.path.join(args.out, "bakery.toml")
     with open(bot, "w") as f:
-        f.write(BOT)
+        f.write(BOT + ("ask_llm = true\n" if args.ask_llm else ""))
     server = subprocess.Popen(
         [args.bin, "serve", "--host", "127.0.0.1", "--port", str(args.port),
          "--auth-token", TOKEN, "--sip-listen", f"127.0.0.1:{args.sip_port}",
@@ -165,7 +178,8 @@ def main():
             break
         except OSError:
             time.sleep(0.5)
-    cases = [("human", text, None) for text in PEOPLE] + \
+    people = {"short": PEOPLE, "long": LONG_PEOPLE, "both": PEOPLE + LONG_PEOPLE}[args.people]
+    cases = [("human", text, None) for text in people] + \
         [("machine", text, beep) for text, beep in MACHINES]
     rows = []
     try:
@@ -237,7 +251,7 @@ def main():
     greet_ms = [r["first_word_after_callee_ms"] for r in people if r["greeted"]]
     message_ms = [r["first_word_after_callee_ms"] for r in machines if r["left_message"]]
     print(json.dumps({
-        "room": room_name(dbfs),
+        "room": room_name(dbfs), "people": args.people, "ask_llm": args.ask_llm,
         "people_told_human": share(people, lambda r: r["answered_by"] in ("human", "unknown")),
         "people_greeted": share(people, lambda r: r["greeted"] and not r["left_message"]),
         "machines_told_machine": share(machines, lambda r: r["answered_by"] == "machine"),

@@ -13,13 +13,24 @@
 //! stage until it knows who answered. A person (or a menu, or nobody told) then hears the
 //! greeting, or, for a bot without one, is answered as if the stage were not there; a machine
 //! gets the bot file's `[voicemail]` message once it records, and the call ends.
+//!
+//! Where only the timing spoke (a long greeting, many words, or nothing sure by the end of
+//! listening) and the bot file asks for it (`ask_llm`), the bot's LLM reads what the callee
+//! said ([`Judge`]), as LiveKit's detector does. Its answer overrules the timing: a person who
+//! gave their name and company is greeted rather than left a message, and a greeting the
+//! timing could not place is told apart. A beep still wins over it.
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures_util::StreamExt;
+
 use crate::audio::beep::BeepDetector;
+use crate::context::{Message, ToolsSchema};
 use crate::events::{AnsweredBecause, AnsweredBy, Event};
 use crate::frames::{ControlFrame, DataFrame, EndFrame, Frame, FrameBody, SystemFrame};
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, ProcessorError};
+use crate::services::llm::{LlmEngine, LlmEvent, LlmRequest};
 
 /// Quiet this long after the answer tells nothing: who answered is unknown (Asterisk's
 /// `initialSilence`, which calls it a machine).
@@ -221,6 +232,16 @@ impl Detector {
         }
     }
 
+    /// The LLM said `who` answered, where the timing had decided otherwise or nothing: a
+    /// machine waits for its beep or its silence (quiet since `quiet_since`, if it is quiet);
+    /// anyone else ends the listening.
+    pub fn overruled(&mut self, who: AnsweredBy, quiet_since: Option<Duration>) {
+        self.phase = match who {
+            AnsweredBy::Machine => Heard::Machine { quiet_since },
+            _ => Heard::Done,
+        };
+    }
+
     fn decide(&mut self, who: AnsweredBy, because: AnsweredBecause) -> Option<Verdict> {
         let quiet_since = match self.phase {
             Heard::Done | Heard::Machine { .. } => return None,
@@ -243,6 +264,128 @@ impl Detector {
 pub struct Voicemail {
     /// What it leaves once the machine records (none: it hangs up).
     pub message: Option<String>,
+    /// Where only the timing spoke, the bot's LLM reads the greeting and has the last word.
+    pub ask_llm: bool,
+}
+
+/// What the LLM is told when it reads a greeting.
+pub const JUDGE_INSTRUCTION: &str = "An assistant placed a phone call, and someone or something \
+answered. You are given what the callee said in the first seconds, as a speech recogniser heard \
+it. Tell who answered: a person, an answering machine or voicemail greeting, or an automated \
+phone menu. Reply with one word: person, machine, menu, or unsure.";
+/// The longest the LLM may take to read a greeting; past it, the timing's verdict stands.
+pub const JUDGE_TIMEOUT: Duration = Duration::from_secs(3);
+/// The longest answer read (one word is asked for).
+pub const JUDGE_MAX_TOKENS: usize = 8;
+/// The most of the greeting the LLM is given, in characters.
+const MOST_GREETING_CHARS: usize = 600;
+
+/// The LLM's answer about a greeting: `Some(None)` once it came unsure, failed or late.
+type Answer = Arc<Mutex<Option<Option<AnsweredBy>>>>;
+
+/// The LLM's say on a greeting the timing was not sure of: asked once, in the background; the
+/// stage reads its answer at the frame after it came.
+pub struct Judge {
+    engine: Arc<dyn LlmEngine>,
+    answer: Option<Answer>,
+}
+
+impl std::fmt::Debug for Judge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Judge")
+            .field("model", &self.engine.model())
+            .field("asked", &self.answer.is_some())
+            .finish()
+    }
+}
+
+impl Judge {
+    /// A judge asking `engine`.
+    pub fn new(engine: Arc<dyn LlmEngine>) -> Self {
+        Self {
+            engine,
+            answer: None,
+        }
+    }
+
+    /// Asks about `greeting`, in the background; false if it was asked already.
+    fn ask(&mut self, greeting: &str, cx: &mut FrameContext<'_>) -> bool {
+        if self.answer.is_some() {
+            return false;
+        }
+        let slot = Answer::default();
+        self.answer = Some(slot.clone());
+        let engine = self.engine.clone();
+        let greeting: String = greeting.chars().take(MOST_GREETING_CHARS).collect();
+        cx.spawn(async move {
+            let read = read_greeting(engine.as_ref(), &greeting);
+            let by = match tokio::time::timeout(JUDGE_TIMEOUT, read).await {
+                Ok(Ok(by)) => by,
+                Ok(Err(why)) => {
+                    tracing::warn!(%why, "the LLM could not read the greeting");
+                    None
+                }
+                Err(_) => {
+                    tracing::warn!("the LLM did not read the greeting in time");
+                    None
+                }
+            };
+            *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(by);
+            Ok(())
+        });
+        true
+    }
+
+    /// The LLM's answer, once, when it has come.
+    fn answered(&mut self) -> Option<Option<AnsweredBy>> {
+        let slot = self.answer.as_ref()?;
+        let mut answer = slot.lock().unwrap_or_else(|p| p.into_inner());
+        answer.take()
+    }
+}
+
+/// Who `engine` thinks said `greeting`: `None` when it is unsure.
+async fn read_greeting(
+    engine: &dyn LlmEngine,
+    greeting: &str,
+) -> Result<Option<AnsweredBy>, String> {
+    let request = LlmRequest {
+        messages: vec![
+            Message::system(JUDGE_INSTRUCTION),
+            Message::user(format!("The callee said: \"{greeting}\"")),
+        ],
+        tools: ToolsSchema::default(),
+        tool_choice: None,
+    };
+    let mut stream = engine.generate(request);
+    let mut reply = String::new();
+    while let Some(event) = stream.next().await {
+        match event {
+            Ok(LlmEvent::Text(piece)) => reply.push_str(&piece),
+            Ok(_) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+        if reply.len() > 200 {
+            break;
+        }
+    }
+    let by = verdict_of(&reply);
+    tracing::info!(reply = %reply.trim(), ?by, "the LLM read the greeting");
+    Ok(by)
+}
+
+/// Who the LLM's reply names: its first word that names one; `None` if it is unsure.
+fn verdict_of(reply: &str) -> Option<AnsweredBy> {
+    reply
+        .split(|c: char| !c.is_alphabetic())
+        .find_map(|word| match word.to_lowercase().as_str() {
+            "person" | "human" => Some(Some(AnsweredBy::Human)),
+            "machine" | "voicemail" | "answering" => Some(Some(AnsweredBy::Machine)),
+            "menu" | "ivr" => Some(Some(AnsweredBy::Menu)),
+            "unsure" | "unknown" => Some(None),
+            _ => None,
+        })
+        .flatten()
 }
 
 /// Where the stage stands.
@@ -250,6 +393,8 @@ pub struct Voicemail {
 enum Phase {
     /// Telling who answered: the callee's speech is held.
     Listening { held: Vec<(Frame, Direction)> },
+    /// The timing told nothing; the LLM reads the greeting. The speech is still held.
+    Asking { held: Vec<(Frame, Direction)> },
     /// A person greeted back: what is left of their "Hello?" (its stop, its last words) is
     /// not a turn; their next speech is.
     Greeted,
@@ -271,6 +416,12 @@ pub struct AnswererDetection {
     phase: Phase,
     greeting: Option<String>,
     voicemail: Voicemail,
+    /// The LLM, where the bot file asks for its say.
+    judge: Option<Judge>,
+    /// The callee's words: its final transcripts, and the interim one since.
+    said: (String, String),
+    /// Since when the callee is quiet (`None` while it speaks).
+    quiet_since: Option<Duration>,
 }
 
 impl AnswererDetection {
@@ -283,7 +434,97 @@ impl AnswererDetection {
             phase: Phase::Listening { held: Vec::new() },
             greeting,
             voicemail,
+            judge: None,
+            said: (String::new(), String::new()),
+            quiet_since: Some(Duration::ZERO),
         }
+    }
+
+    /// The stage with `engine` reading greetings where only the timing spoke.
+    pub fn with_judge(mut self, engine: Arc<dyn LlmEngine>) -> Self {
+        self.judge = Some(Judge::new(engine));
+        self
+    }
+
+    /// What the callee said so far.
+    fn greeting_heard(&self) -> String {
+        let (finals, interim) = &self.said;
+        format!("{finals} {interim}").trim().to_owned()
+    }
+
+    /// Asks the LLM about a verdict only the timing gave; true if the verdict waits for it
+    /// (nothing was told yet), false if it stands meanwhile (a machine, waiting to record).
+    fn ask_llm(
+        &mut self,
+        by: AnsweredBy,
+        because: AnsweredBecause,
+        cx: &mut FrameContext<'_>,
+    ) -> bool {
+        let timing = matches!(
+            because,
+            AnsweredBecause::LongGreeting | AnsweredBecause::ManyWords | AnsweredBecause::Undecided
+        );
+        let greeting = self.greeting_heard();
+        let Some(judge) = self.judge.as_mut() else {
+            return false;
+        };
+        if !timing || greeting.is_empty() || !judge.ask(&greeting, cx) {
+            return false;
+        }
+        tracing::info!(?by, ?because, "the LLM reads the greeting");
+        match (&mut self.phase, by) {
+            (Phase::Listening { held }, AnsweredBy::Unknown) => {
+                self.phase = Phase::Asking {
+                    held: std::mem::take(held),
+                };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The LLM's answer: what the timing left open, or a person or a menu where the timing
+    /// heard a machine.
+    fn take_llms_word(&mut self, answer: Option<AnsweredBy>, cx: &mut FrameContext<'_>) {
+        match (&mut self.phase, answer) {
+            (Phase::Asking { held }, _) => {
+                self.phase = Phase::Listening {
+                    held: std::mem::take(held),
+                };
+                let (by, because) = match answer {
+                    Some(by) => (by, AnsweredBecause::Llm),
+                    None => (AnsweredBy::Unknown, AnsweredBecause::Undecided),
+                };
+                self.detector.overruled(by, self.quiet_since);
+                self.act(Verdict::Answered(by, because), cx);
+            }
+            (Phase::Machine, Some(by @ (AnsweredBy::Human | AnsweredBy::Menu))) => {
+                tracing::info!(?by, "the LLM overrules the timing: no machine");
+                cx.emit(Event::CallAnswered {
+                    by,
+                    because: AnsweredBecause::Llm,
+                });
+                self.detector.overruled(by, None);
+                self.phase = Phase::Talking;
+                if by == AnsweredBy::Human {
+                    self.greet(cx);
+                }
+            }
+            (_, answer) => tracing::info!(?answer, "the LLM's reading changes nothing"),
+        }
+    }
+
+    /// Says the greeting, if the bot has one: true if it did.
+    fn greet(&mut self, cx: &mut FrameContext<'_>) -> bool {
+        let Some(greeting) = self.greeting.take() else {
+            return false;
+        };
+        // The greeting answers their "Hello?".
+        self.phase = Phase::Greeted;
+        for frame in Frame::response(greeting) {
+            cx.push(frame, Direction::Downstream);
+        }
+        true
     }
 
     /// What the detector makes of `frame`, with the audio's clock advanced past it.
@@ -303,14 +544,23 @@ impl AnswererDetection {
             }
             FrameBody::System(
                 SystemFrame::VadUserStartedSpeaking | SystemFrame::VadSpeechResumed,
-            ) => verdicts.extend(self.detector.speech_started(at)),
+            ) => {
+                self.quiet_since = None;
+                verdicts.extend(self.detector.speech_started(at));
+            }
             FrameBody::System(SystemFrame::VadSilenceStarted) => {
+                self.quiet_since = Some(at);
                 verdicts.extend(self.detector.speech_stopped(at));
             }
             FrameBody::Data(DataFrame::Transcription(words)) => {
+                let (finals, interim) = &mut self.said;
+                finals.push(' ');
+                finals.push_str(&words.text);
+                interim.clear();
                 verdicts.extend(self.detector.words(&words.text, true));
             }
             FrameBody::Data(DataFrame::InterimTranscription(words)) => {
+                self.said.1.clone_from(&words.text);
                 verdicts.extend(self.detector.words(&words.text, false));
             }
             _ => {}
@@ -330,6 +580,9 @@ impl AnswererDetection {
     fn act(&mut self, verdict: Verdict, cx: &mut FrameContext<'_>) {
         match verdict {
             Verdict::Answered(by, because) => {
+                if self.ask_llm(by, because, cx) {
+                    return;
+                }
                 tracing::info!(?by, ?because, "who answered the call");
                 cx.emit(Event::CallAnswered { by, because });
                 let held = match std::mem::replace(&mut self.phase, Phase::Talking) {
@@ -341,18 +594,14 @@ impl AnswererDetection {
                 };
                 if by == AnsweredBy::Machine {
                     self.phase = Phase::Machine;
-                } else if let Some(greeting) = self.greeting.take() {
-                    // The greeting answers their "Hello?".
-                    self.phase = Phase::Greeted;
-                    for frame in Frame::response(greeting) {
-                        cx.push(frame, Direction::Downstream);
-                    }
-                } else {
+                } else if !self.greet(cx) {
                     for (frame, direction) in held {
                         cx.push(frame, direction);
                     }
                 }
             }
+            // Only a machine records: the LLM may have told a person since.
+            Verdict::Record { .. } if !matches!(self.phase, Phase::Machine) => {}
             Verdict::Record { beep } => {
                 cx.emit(Event::VoicemailRecording { beep });
                 self.phase = Phase::Over;
@@ -399,6 +648,9 @@ impl FrameProcessor for AnswererDetection {
         direction: Direction,
         cx: &mut FrameContext<'_>,
     ) -> Result<(), ProcessorError> {
+        if let Some(answer) = self.judge.as_mut().and_then(Judge::answered) {
+            self.take_llms_word(answer, cx);
+        }
         if let Phase::Greeted = self.phase
             && let FrameBody::System(SystemFrame::VadUserStartedSpeaking) = frame.body
         {
@@ -413,7 +665,7 @@ impl FrameProcessor for AnswererDetection {
             Direction::Upstream => Vec::new(),
         };
         if callee_speech(&frame) {
-            if let Phase::Listening { held } = &mut self.phase {
+            if let Phase::Listening { held } | Phase::Asking { held } = &mut self.phase {
                 held.push((frame, direction));
             }
         } else {
@@ -748,6 +1000,7 @@ mod tests {
     fn voicemail(message: &str) -> Voicemail {
         Voicemail {
             message: Some(message.into()),
+            ask_llm: false,
         }
     }
 
@@ -871,5 +1124,165 @@ mod tests {
         let out = machine(false).await;
         assert_eq!(said(&out).1, Vec::<String>::new());
         assert_eq!(ends(&out), [None]);
+    }
+
+    /// An LLM that reads every greeting as `reply`, after `delay`; the greetings it was given.
+    struct Reads {
+        reply: &'static str,
+        delay: Duration,
+        asked: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Reads {
+        fn judge(
+            reply: &'static str,
+            delay_ms: u64,
+        ) -> (Arc<dyn LlmEngine>, Arc<Mutex<Vec<String>>>) {
+            let asked = Arc::new(Mutex::new(Vec::new()));
+            let engine = Reads {
+                reply,
+                delay: ms(delay_ms),
+                asked: asked.clone(),
+            };
+            (Arc::new(engine), asked)
+        }
+    }
+
+    impl LlmEngine for Reads {
+        fn model(&self) -> &str {
+            "reads"
+        }
+
+        fn provider(&self) -> &str {
+            "test"
+        }
+
+        fn generate(
+            &self,
+            request: LlmRequest,
+        ) -> futures_util::stream::BoxStream<
+            'static,
+            Result<LlmEvent, crate::services::llm::LlmError>,
+        > {
+            let said = request
+                .messages
+                .last()
+                .and_then(Message::text)
+                .unwrap_or_default();
+            self.asked.lock().expect("unpoisoned").push(said.to_owned());
+            let (reply, delay) = (self.reply.to_owned(), self.delay);
+            Box::pin(futures_util::stream::once(async move {
+                tokio::time::sleep(delay).await;
+                Ok(LlmEvent::Text(reply))
+            }))
+        }
+    }
+
+    /// A person who answers with their name and their shop: three seconds of speech, longer
+    /// than a person's greeting by the clock, then a wait for the caller. (The callee's audio
+    /// and the VAD's edges are system frames, which overtake words queued beside them: each
+    /// group's words arrive by its end.)
+    fn long_hello() -> Vec<Vec<Frame>> {
+        let first_words = [
+            audio(400, None),
+            system(SystemFrame::VadUserStartedSpeaking),
+            audio(1_000, None),
+            words("Hello, this is Sam Patel", false),
+        ]
+        .concat();
+        let longer_than_a_persons = [
+            audio(1_400, None),
+            words(
+                "Hello, this is Sam Patel at Northwind Bakery, how can I help?",
+                false,
+            ),
+        ]
+        .concat();
+        let then_quiet = [
+            audio(600, None),
+            system(SystemFrame::VadSilenceStarted),
+            audio(1_000, None),
+        ]
+        .concat();
+        vec![
+            first_words,
+            longer_than_a_persons,
+            then_quiet,
+            audio(2_000, None),
+        ]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_long_greeting_the_llm_reads_as_a_person_is_greeted_not_left_a_message() {
+        let (engine, asked) = Reads::judge("Person.", 300);
+        let out = run(bakery().with_judge(engine), long_hello()).await;
+        assert_eq!(said(&out).1, ["Hi, it's the bakery."]);
+        assert_eq!(ends(&out), [None], "the call goes on");
+        let asked = asked.lock().expect("unpoisoned");
+        assert_eq!(asked.len(), 1, "asked once: {asked:?}");
+        assert!(asked[0].contains("Sam Patel"), "{asked:?}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_the_llms_say_a_long_greeting_is_a_machine() {
+        // The same person, by the clock alone: a machine, left the message.
+        let out = run(bakery(), long_hello()).await;
+        assert_eq!(said(&out).1, ["Bye."]);
+        // An LLM that agrees, or answers too late, leaves the timing's verdict standing.
+        for (reply, delay) in [("machine", 300), ("person", 10_000)] {
+            let (engine, _) = Reads::judge(reply, delay);
+            let out = run(bakery().with_judge(engine), long_hello()).await;
+            assert_eq!(said(&out).1, ["Bye."], "{reply} after {delay} ms");
+        }
+    }
+
+    /// Speech in short bursts with short pauses: never long enough for a machine by the clock,
+    /// never quiet long enough for a person; then a second and a half of quiet.
+    fn halting() -> Vec<Vec<Frame>> {
+        let bursts = |n: usize| -> Vec<Frame> {
+            (0..n)
+                .flat_map(|_| {
+                    [
+                        system(SystemFrame::VadUserStartedSpeaking),
+                        audio(300, None),
+                        system(SystemFrame::VadSilenceStarted),
+                        audio(500, None),
+                    ]
+                    .concat()
+                })
+                .collect()
+        };
+        let first = [audio(200, None), bursts(3), words("Uh yes", true)].concat();
+        vec![first, bursts(3), audio(1_800, None), audio(1_800, None)]
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_greeting_the_timing_cannot_place_is_what_the_llm_reads_it_as() {
+        // The LLM hears a machine: it records once it has been quiet a while.
+        let (engine, _) = Reads::judge("machine", 200);
+        let out = run(bakery().with_judge(engine), halting()).await;
+        assert_eq!(said(&out).1, ["Bye."]);
+        // The LLM hears a person: greeted.
+        let (engine, _) = Reads::judge("It is a person.", 200);
+        let out = run(bakery().with_judge(engine), halting()).await;
+        assert_eq!(said(&out).1, ["Hi, it's the bakery."]);
+        // Unsure: unknown, and the conversation is the bot's, as without the LLM.
+        let (engine, _) = Reads::judge("unsure", 200);
+        let out = run(bakery().with_judge(engine), halting()).await;
+        assert_eq!(said(&out).1, ["Hi, it's the bakery."]);
+        assert_eq!(ends(&out), [None]);
+    }
+
+    #[test]
+    fn the_llms_reply_names_who_answered_by_its_first_telling_word() {
+        assert_eq!(verdict_of("Person."), Some(AnsweredBy::Human));
+        assert_eq!(verdict_of("machine"), Some(AnsweredBy::Machine));
+        assert_eq!(
+            verdict_of("It's a voicemail greeting."),
+            Some(AnsweredBy::Machine)
+        );
+        assert_eq!(verdict_of("MENU"), Some(AnsweredBy::Menu));
+        assert_eq!(verdict_of("unsure, maybe a person"), None);
+        assert_eq!(verdict_of("I cannot tell."), None);
     }
 }

@@ -706,10 +706,16 @@ pub fn build<S: AudioSink>(
                 .with_speech_end_offset(Duration::from_secs_f32(options.vad.stop_secs)),
         );
     let answerer = match (&options.voicemail, options.placed_call) {
-        (Some(voicemail), true) => Some(answered_by::AnswererDetection::new(
-            options.greeting.clone(),
-            voicemail.clone(),
-        )),
+        (Some(voicemail), true) => {
+            let stage =
+                answered_by::AnswererDetection::new(options.greeting.clone(), voicemail.clone());
+            Some(match voicemail.ask_llm {
+                true => stage.with_judge(Arc::from(
+                    text_llms[0].engine(answered_by::JUDGE_MAX_TOKENS, &[])?,
+                )),
+                false => stage,
+            })
+        }
         _ => None,
     };
     let greets_at_start = answerer.is_none();

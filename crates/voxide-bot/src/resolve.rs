@@ -61,6 +61,7 @@ fn voicemail_params(voicemail: &VoicemailConfig) -> Result<Voicemail, ConfigErro
     }
     Ok(Voicemail {
         message: voicemail.message.clone(),
+        ask_llm: voicemail.ask_llm,
     })
 }
 
@@ -222,6 +223,14 @@ impl BotConfig {
             "[voicemail] is told apart before the turns: it needs",
             voicemail_params,
         )?;
+        if voicemail.as_ref().is_some_and(|v| v.ask_llm)
+            && matches!(&llm, LlmChoice::Text(llms) if matches!(llms.first(), Some(super::TextLlm::Local)))
+        {
+            tracing::warn!(
+                "[voicemail] ask_llm with the embedded SmolLM2-135M: it is too small to read a \
+                 greeting (it named no one in bench/telephony's calls); list a network LLM first"
+            );
+        }
         let filler = spoken_by_tts(
             &llm,
             self.filler.as_ref(),

@@ -246,6 +246,8 @@ pub enum AnsweredBecause {
     Silence,
     /// Listening ran out.
     Undecided,
+    /// The bot's LLM read the greeting, where only the timing had spoken (`ask_llm`).
+    Llm,
 }
 
 /// How much of a function call clients are told (pipecat's function-call report levels). What

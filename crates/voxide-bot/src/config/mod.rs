@@ -178,6 +178,10 @@ pub struct IdleConfig {
 pub struct VoicemailConfig {
     /// What the bot leaves on an answering machine.
     pub message: Option<String>,
+    /// Where only the timing spoke (a long greeting, many words, nothing sure), the bot's LLM
+    /// reads what the callee said and has the last word.
+    #[serde(default)]
+    pub ask_llm: bool,
 }
 
 /// A bot file:
@@ -200,6 +204,7 @@ pub struct VoicemailConfig {
 ///
 /// [voicemail]                          # calls it places: a person, a menu or a machine?
 /// message = "Hi, it's the bakery: your cake is ready." # left after a machine's beep
+/// ask_llm = true                       # where only the timing spoke, the LLM reads the greeting
 ///
 /// [idle]                               # when the user goes quiet after the bot has spoken
 /// after_secs = 10
