@@ -9,9 +9,11 @@
 #   NOISE_DBFS=off bench/telephony/run.sh   # digital silence between the words (the lab)
 #   IMPAIR="--loss 2 --jitter-ms 30" bench/telephony/run.sh   # a lossy, jittery network
 #   SIP_PROTOCOL=sip-g722 bench/telephony/run.sh   # wideband phones: G.722 both ways
+#   SERVER=/path/to/old/voxide bench/telephony/run.sh # another build serves (a bisection);
+#                                                     # this tree's load tester still calls
 #
 # Prints one JSON line: p50/p95 v2v of one WebRTC caller, of one SIP caller, their difference,
-# and of CALLS SIP calls at once (with the network each ran over).
+# and of CALLS SIP calls at once (with the network each ran over and the server's CPU seconds).
 set -euo pipefail
 
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -33,6 +35,7 @@ BENCH=telephony
 source "$ROOT/bench/common.sh"
 build_release
 VOXIDE=$ROOT/target/release/voxide
+SERVER=${SERVER:-$VOXIDE}
 make_questions "$OUT"
 AUDIO=(--audio "$OUT/question1.wav" --audio "$OUT/question2.wav")
 [ "$NOISE_DBFS" = off ] || AUDIO+=(--noise-dbfs "$NOISE_DBFS")
@@ -43,22 +46,29 @@ pids+=($!)
 DEEPGRAM_API_KEY=local DEEPGRAM_URL=ws://127.0.0.1:$STAND_INS_PORT \
 CARTESIA_API_KEY=local CARTESIA_URL=ws://127.0.0.1:$STAND_INS_PORT \
 OPENAI_API_KEY=local OPENAI_BASE_URL=http://127.0.0.1:$STAND_INS_PORT/v1 \
-    taskset -c "$SERVER_CORE" "$VOXIDE" serve --port "$HTTP_PORT" --stt deepgram --llm openai \
+    taskset -c "$SERVER_CORE" "$SERVER" serve --port "$HTTP_PORT" --stt deepgram --llm openai \
     --tts cartesia --max-sessions $((CALLS * 2)) --sessions-per-minute-per-ip 0 \
     --sip-listen "127.0.0.1:$SIP_PORT" --sip-rtp-ports 30000-30999 >"$OUT/server.log" 2>&1 &
 pids+=($!)
+server=$!
 for _ in $(seq 1 300); do
     [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$HTTP_PORT/readyz")" = 200 ] && break
     sleep 0.2
 done
 
-# One run of the load tester: protocol, target, sessions at once, turns, name.
+# The server's CPU time so far, in clock ticks (user + system, from /proc).
+server_ticks() { awk '{print $14 + $15}' "/proc/$server/stat"; }
+# One run of the load tester: protocol, target, sessions at once, turns, name. The server's
+# CPU seconds over the run go to $OUT/$name.cpu_s.
 load() {
-    local protocol=$1 target=$2 concurrency=$3 turns=$4 name=$5
+    local protocol=$1 target=$2 concurrency=$3 turns=$4 name=$5 before
     log "$name: $concurrency $protocol caller(s), $turns turns each"
+    before=$(server_ticks)
     taskset -c "$CLIENT_CORE" "$VOXIDE" loadtest --protocol "$protocol" --target "$target" \
         "${AUDIO[@]}" --sessions "$concurrency" --concurrency "$concurrency" --turns "$turns" \
         --ramp 4 --response-timeout 10 ${IMPAIR:-} --out "$OUT/$name" >"$OUT/$name.log" 2>&1 || true
+    echo "$(( $(server_ticks) - before ))" "$(getconf CLK_TCK)" \
+        | awk '{printf "%.1f\n", $1 / $2}' >"$OUT/$name.cpu_s"
 }
 load webrtc "http://127.0.0.1:$HTTP_PORT" 1 "$TURNS" webrtc-one
 load "$SIP_PROTOCOL" "sip:agent@127.0.0.1:$SIP_PORT" 1 "$TURNS" sip-one
@@ -72,7 +82,8 @@ def figures(name):
     v = s["metrics"].get("v2v") or {}
     return {"p50": v.get("p50"), "p95": v.get("p95"), "n": v.get("n"),
             "failed": s["sessions"]["failed"], "room": s.get("room"),
-            "network": s.get("network")}
+            "network": s.get("network"),
+            "server_cpu_s": float(open(f"{out}/{name}.cpu_s").read())}
 one_webrtc, one_sip, many = figures("webrtc-one"), figures("sip-one"), figures("sip-many")
 result = {"sip_protocol": protocol, "webrtc_one": one_webrtc, "sip_one": one_sip,
           "sip_minus_webrtc_p50_ms": (one_sip["p50"] or 0) - (one_webrtc["p50"] or 0),
