@@ -10,7 +10,7 @@ RUN apt-get update -qq \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
-RUN cargo build --release --locked --bin voxide
+RUN cargo build --profile dist --locked --bin voxide
 RUN python3 scripts/fetch_models.py
 
 FROM debian:bookworm-slim
@@ -19,7 +19,7 @@ RUN apt-get update -qq \
        libespeak-ng1 libasound2 ca-certificates \
     && rm -rf /var/lib/apt/lists/* \
     && useradd --system --home /opt/voxide voxide
-COPY --from=build /src/target/release/voxide /usr/local/bin/voxide
+COPY --from=build /src/target/dist/voxide /usr/local/bin/voxide
 COPY --from=build /src/assets/models /opt/voxide/models
 ENV VOXIDE_MODELS=/opt/voxide/models
 USER voxide

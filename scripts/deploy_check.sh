@@ -32,7 +32,9 @@ echo "deploy: Dockerfile"
 for path in scripts/fetch_models.py assets/models.json Cargo.lock; do
   [ -e "$path" ] || { echo "deploy: the Dockerfile needs $path" >&2; exit 1; }
 done
-grep -q 'cargo build --release --locked --bin voxide' Dockerfile
+grep -q 'cargo build --profile dist --locked --bin voxide' Dockerfile
+grep -q 'target/dist/voxide' Dockerfile
+grep -q '^\[profile.dist\]' Cargo.toml
 grep -q 'voxide_active_sessions' src/server/metrics.rs
 grep -q 'voxide_active_sessions' deploy/k8s/keda-scaledobject.yaml
 echo "deploy: all valid"
