@@ -1017,6 +1017,45 @@ async fn puts_callers_through_to_sales()
     (options, stand_in)
 }
 
+/// Counts the loud μ-law samples a carrier's stream brings the caller (`media` events), until
+/// the stream ends.
+fn count_loud_mulaw(
+    mut rx: futures_util::stream::SplitStream<TwilioSocket>,
+) -> (
+    std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    tokio::task::JoinHandle<()>,
+) {
+    let loud = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = loud.clone();
+    let reader = tokio::spawn(async move {
+        while let Some(Ok(message)) = rx.next().await {
+            if let Message::Text(text) = message {
+                let samples = loud_mulaw(&serde_json::from_str(&text).expect("JSON"));
+                counted.fetch_add(samples, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    });
+    (loud, reader)
+}
+
+/// The transfer a carrier's API stand-in reports on `asked`, checked to come after the bot's
+/// words ("I'll put you through"): the caller had heard them (`loud` samples) by then.
+async fn transfer_after_words<T>(
+    asked: &mut tokio::sync::mpsc::Receiver<T>,
+    loud: &std::sync::atomic::AtomicUsize,
+) -> T {
+    let transfer = tokio::time::timeout(Duration::from_secs(90), asked.recv())
+        .await
+        .expect("a transfer within 90 s")
+        .expect("the stand-in runs");
+    let before = loud.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        before > 1000,
+        "the bot said it would transfer before it did: {before} loud samples"
+    );
+    transfer
+}
+
 /// A stand-in of Telnyx's Call Control API: each transfer asked of it with `key`, as
 /// (call control id, body), and answered as Telnyx does.
 async fn telnyx_api(key: &'static str) -> (String, tokio::sync::mpsc::Receiver<(String, Value)>) {
@@ -1065,7 +1104,7 @@ async fn the_bot_hands_a_telnyx_caller_over_through_call_control_and_leaves_the_
     let (socket, _) = tokio_tungstenite::connect_async(&url)
         .await
         .expect("upgrade");
-    let (mut tx, mut rx) = socket.split();
+    let (mut tx, rx) = socket.split();
     let start = json!({"event": "start", "sequence_number": "1", "stream_id": "32DE",
         "start": {"call_control_id": CALL, "from": "+13122010094", "to": "+13122123456",
                   "media_format": {"encoding": "PCMU", "sample_rate": 8000, "channels": 1}}});
@@ -1074,24 +1113,7 @@ async fn the_bot_hands_a_telnyx_caller_over_through_call_control_and_leaves_the_
             .await
             .expect("send");
     }
-    let loud = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let heard = {
-        let loud = loud.clone();
-        tokio::spawn(async move {
-            while let Some(Ok(message)) = rx.next().await {
-                if let Message::Text(text) = message {
-                    let media: Value = serde_json::from_str(&text).expect("JSON");
-                    if let Some(payload) = media["media"]["payload"].as_str() {
-                        let bytes = STANDARD.decode(payload).expect("base64");
-                        let n = bytes
-                            .iter()
-                            .filter(|b| mulaw::decode(**b).unsigned_abs() > 1000);
-                        loud.fetch_add(n.count(), std::sync::atomic::Ordering::SeqCst);
-                    }
-                }
-            }
-        })
-    };
+    let (loud, heard) = count_loud_mulaw(rx);
     let talking = tokio::spawn(async move {
         let hello = wav::read(HELLO).expect("test audio").to_mono();
         let mut audio = StreamResampler::new(16_000, 8_000)
@@ -1112,15 +1134,7 @@ async fn the_bot_hands_a_telnyx_caller_over_through_call_control_and_leaves_the_
     });
 
     // Once its words are out, Telnyx is asked to transfer the call to sales.
-    let (id, body) = tokio::time::timeout(Duration::from_secs(90), asked.recv())
-        .await
-        .expect("a transfer within 90 s")
-        .expect("the stand-in runs");
-    let before = loud.load(std::sync::atomic::Ordering::SeqCst);
-    assert!(
-        before > 1000,
-        "the bot said it would transfer before it did: {before} loud samples"
-    );
+    let (id, body) = transfer_after_words(&mut asked, &loud).await;
     assert_eq!(id, CALL);
     assert_eq!(body, json!({"to": "+15550001111"}));
     // The call is the new party's: the bot leaves it, and its stream closes.
@@ -1144,39 +1158,20 @@ async fn the_bot_hands_a_twilio_caller_over_with_new_twiml_after_saying_so() {
     options.twilio_api_url = Some(api);
     let server = common::start_options(options).await;
 
-    let (mut tx, mut rx) = open_twilio_stream(
+    let (mut tx, rx) = open_twilio_stream(
         &format!("ws://{}/ws/twilio", server.addr),
         ("wss://voice.example.com/ws/twilio", TWILIO),
         (ACCOUNT, CALL),
     )
     .await;
-    let loud = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let heard = {
-        let loud = loud.clone();
-        tokio::spawn(async move {
-            while let Some(Ok(message)) = rx.next().await {
-                if let Message::Text(text) = message {
-                    let samples = loud_mulaw(&serde_json::from_str(&text).expect("JSON"));
-                    loud.fetch_add(samples, std::sync::atomic::Ordering::SeqCst);
-                }
-            }
-        })
-    };
+    let (loud, heard) = count_loud_mulaw(rx);
     let talking = tokio::spawn(async move {
         say_hello_over_twilio(&mut tx, 20, || false).await;
         tx
     });
 
     // Once its words are out, the call gets new TwiML: a <Dial> to sales.
-    let transfer = tokio::time::timeout(Duration::from_secs(90), asked.recv())
-        .await
-        .expect("a transfer within 90 s")
-        .expect("the stand-in runs");
-    let before = loud.load(std::sync::atomic::Ordering::SeqCst);
-    assert!(
-        before > 1000,
-        "the bot said it would transfer before it did: {before} loud samples"
-    );
+    let transfer = transfer_after_words(&mut asked, &loud).await;
     assert_eq!(transfer.sid, CALL);
     assert_eq!(
         transfer.field("Twiml"),
