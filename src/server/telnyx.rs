@@ -125,6 +125,55 @@ fn is_call_control_id(id: &str) -> bool {
 mod tests {
     use super::*;
 
+    /// A Telnyx that answers every transfer with `status` and `body`; its URL.
+    async fn telnyx_answering(status: u16, body: String) -> String {
+        let answer = move || async move {
+            (
+                axum::http::StatusCode::from_u16(status).expect("a status"),
+                body.clone(),
+            )
+        };
+        let app = axum::Router::new().route(
+            "/v2/calls/{id}/actions/transfer",
+            axum::routing::post(answer),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a port");
+        let addr = listener.local_addr().expect("an address");
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        format!("http://{addr}")
+    }
+
+    #[tokio::test]
+    async fn a_refusal_carries_telnyx_words_and_an_endless_answer_is_cut_off() {
+        let refused = r#"{"errors": [{"code": "90018", "title": "Call has already ended",
+            "detail": "This call is no longer active and can't receive commands."}]}"#;
+        let api = telnyx_answering(422, refused.into()).await;
+        let telnyx = CallControl::new("k".into(), Some(&api)).expect("a client");
+        let e = telnyx
+            .transfer("v3:x", "+15550001111")
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(&e, TransferError::Refused { status: 422, detail } if detail.contains("already ended")),
+            "{e}"
+        );
+        let api = telnyx_answering(200, "x".repeat(carrier_api::MOST_ANSWER + 1)).await;
+        let telnyx = CallControl::new("k".into(), Some(&api)).expect("a client");
+        let e = telnyx
+            .transfer("v3:x", "+15550001111")
+            .await
+            .expect_err("too long");
+        assert!(matches!(e, TransferError::Unreachable(_)), "{e}");
+        // A call control id that is not one never reaches the API.
+        let e = telnyx
+            .transfer("../x", "+15550001111")
+            .await
+            .expect_err("not an id");
+        assert!(matches!(e, TransferError::NotAnId(_)), "{e}");
+    }
+
     #[test]
     fn only_a_call_control_id_goes_into_the_path() {
         assert!(is_call_control_id(
