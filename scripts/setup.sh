@@ -12,11 +12,12 @@ APT_PACKAGES=(pkg-config python3 python3-pip libespeak-ng-dev libasound2-dev cma
 # PulseAudio (the daemon, pacat/parecord,
 # ALSA's pulse plugin) for `voxide local` on a virtual sound server (tests/local.rs), HAProxy
 # for the cluster check (scripts/cluster.sh), python3-venv for the deployment files' checkers
-# (scripts/deploy_check.sh) and SIPp (sip-tester), the SIP caller of tests/telephony.rs.
+# (scripts/deploy_check.sh), SIPp (sip-tester) and baresip (baresip-core), the SIP callers of
+# tests/telephony.rs.
 TEST=0
 if [ "${1:-}" = "--test" ]; then
   TEST=1
-  APT_PACKAGES+=(chromium pulseaudio pulseaudio-utils libasound2-plugins haproxy python3-venv sip-tester)
+  APT_PACKAGES+=(chromium pulseaudio pulseaudio-utils libasound2-plugins haproxy python3-venv sip-tester baresip-core)
   command -v npm >/dev/null 2>&1 || APT_PACKAGES+=(nodejs npm)
 fi
 

@@ -424,6 +424,107 @@ async fn a_sipp_caller_is_answered_heard_and_its_keys_reach_the_conversation() {
     );
 }
 
+/// baresip's configuration: SIP on `sip_port`, its RTP on ports of its own, no sound card (ALSA's
+/// null device), `question` read as the microphone, and each call's audio both ways dumped
+/// into `work` (`dump-…-dec.wav` is what it heard, at the decoder's format).
+fn baresip_folder(work: &Path, sip_port: u16, question: &Path) {
+    let config = format!(
+        "poll_method epoll\nsip_listen 127.0.0.1:{sip_port}\nrtp_ports 23000-23099\n\
+         audio_player alsa,null\naudio_alert alsa,null\naudio_source aufile,{}\n\
+         ausrc_srate 16000\nausrc_channels 1\nauplay_srate 16000\nauplay_channels 1\n\
+         module_path /usr/lib/baresip/modules\nmodule g711.so\nmodule opus.so\n\
+         module aufile.so\nmodule alsa.so\nmodule sndfile.so\nmodule_app account.so\n\
+         module_app menu.so\nsnd_path {}\n",
+        question.display(),
+        work.display()
+    );
+    std::fs::write(work.join("config"), config).expect("config");
+    // Opus first: the phone a softphone user has. No registration.
+    let account = "<sip:caller@127.0.0.1>;regint=0;audio_codecs=opus/48000/2,PCMU\n";
+    std::fs::write(work.join("accounts"), account).expect("accounts");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_baresip_softphone_calls_in_opus_is_heard_and_hears_the_bot_answer() {
+    assert!(
+        Path::new("/usr/bin/baresip").exists(),
+        "baresip is not installed: scripts/setup.sh --test installs baresip-core"
+    );
+    let records = scratch("baresip-records");
+    let work = scratch("baresip");
+    let sip_port = free_udp_port();
+    let mut options = sip_options(
+        SocketAddr::from(([127, 0, 0, 1], sip_port)),
+        22_600..=22_699,
+        Network::loopback(),
+    );
+    options.record_dir = Some(records.clone());
+    let _server = start_options(options).await;
+
+    // The question, then ten seconds of the room while the bot answers: baresip hangs up when
+    // its file ends (and quits at 20 s). A quiet room's floor under it all, as a microphone
+    // sends.
+    let question = wav::read(HELLO).expect("the question");
+    let mut said = question.to_mono();
+    said.resize(said.len() + 16_000 * 10, 0);
+    let room = Room {
+        noise: Noise::Brown,
+        dbfs: -55.0,
+    };
+    let said = mix(&said, &room.tone(said.len(), 3).expect("room tone"));
+    let microphone = work.join("question.wav");
+    wav::write(
+        &microphone,
+        &wav::Wav {
+            samples: said,
+            sample_rate: 16_000,
+            channels: 1,
+        },
+    )
+    .expect("the question written");
+    baresip_folder(&work, free_udp_port(), &microphone);
+    let baresip = tokio::process::Command::new("baresip")
+        .arg("-f")
+        .arg(&work)
+        // Its own address in the SDP must be one that may call: loopback's.
+        .args(["-n", "127.0.0.1", "-t", "20", "-e"])
+        .arg(format!("/dial sip:agent@127.0.0.1:{sip_port}"))
+        .stdin(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let baresip = tokio::time::timeout(Duration::from_secs(90), baresip)
+        .await
+        .expect("baresip finished")
+        .expect("baresip ran");
+    let log = String::from_utf8_lossy(&baresip.stdout);
+    assert!(
+        log.contains("Set audio decoder: opus"),
+        "the call was in Opus: {log}"
+    );
+
+    let report = report_in(&records).await;
+    assert_eq!(report["transport"], "sip");
+    let said = user_said(&report).join(" ");
+    assert!(
+        said.contains("weather") && said.contains("paris"),
+        "the question was heard through Opus: {said:?}"
+    );
+    // What baresip heard, as its Opus decoder gave it (48 kHz, two channels).
+    let heard = std::fs::read_dir(&work)
+        .expect("the dumps")
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .find(|p| p.to_string_lossy().ends_with("-dec.wav"))
+        .expect("baresip dumped what it heard");
+    let heard = wav::read(&heard).expect("the dump reads");
+    assert_eq!((heard.sample_rate, heard.channels), (48_000, 2));
+    let loud = loud_samples(&heard, 0);
+    assert!(
+        loud > 48_000 / 2,
+        "the bot's answer reached the softphone: {loud} loud samples"
+    );
+}
+
 /// The report of the one session recorded in `records`, once it is written (as the session
 /// ends).
 async fn report_in(records: &Path) -> serde_json::Value {
@@ -847,14 +948,14 @@ async fn a_bad_or_unwelcome_invite_is_refused_with_the_status_sip_gives_it() {
     let mut options = sip_options(sip, 22_000..=22_099, Network::loopback());
     options.access.sessions_per_minute = 3;
     let _server = start_options(options).await;
-    let opus = "v=0\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 7000 RTP/AVP 111\r\na=rtpmap:111 opus/48000/2\r\n";
+    let g729 = "v=0\r\nc=IN IP4 127.0.0.1\r\nt=0 0\r\nm=audio 7000 RTP/AVP 18\r\na=rtpmap:18 G729/8000\r\n";
 
     // No codec in common: 488, saying what voxide speaks.
-    let (status, answer) = ask(sip, &invite(sip, "opus-1", opus))
+    let (status, answer) = ask(sip, &invite(sip, "g729-1", g729))
         .await
         .expect("an answer");
     assert_eq!(status, 488, "{answer}");
-    assert!(answer.contains("PCMU or PCMA"), "{answer}");
+    assert!(answer.contains("Opus, G722, PCMU or PCMA"), "{answer}");
     // Media sent anywhere but to a network that may call: refused, so no caller points
     // voxide's audio at an address of its choosing.
     let elsewhere = "v=0\r\nc=IN IP4 10.9.9.9\r\nt=0 0\r\nm=audio 7000 RTP/AVP 0\r\n";
@@ -881,7 +982,7 @@ async fn a_bad_or_unwelcome_invite_is_refused_with_the_status_sip_gives_it() {
     // Not SIP at all: no answer, and the server goes on.
     assert_eq!(ask(sip, "\u{1}\u{2} hello").await, None);
     // A flood of INVITEs: past the per-address limit, 503 with Retry-After.
-    let (status, answer) = ask(sip, &invite(sip, "opus-2", opus))
+    let (status, answer) = ask(sip, &invite(sip, "g729-2", g729))
         .await
         .expect("an answer");
     assert_eq!(
@@ -1057,6 +1158,11 @@ async fn the_load_tester_calls_over_sip_and_times_the_answer_from_the_rtp() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wideband_g722_call_is_answered_in_g722_and_timed_from_its_rtp() {
     load_test_over_sip(voxide::loadtest::Protocol::SipWideband, 22_500..=22_599).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_opus_call_is_answered_in_opus_and_timed_from_its_rtp() {
+    load_test_over_sip(voxide::loadtest::Protocol::SipOpus, 22_700..=22_799).await;
 }
 
 /// Two calls from the load tester in `protocol`'s codec, each question answered and timed from

@@ -12,7 +12,8 @@ pub struct LoadtestArgs {
     /// `webrtc` (SmallWebRTC: POST /api/offer, Opus, RTVI on the data channel), `webrtc-start`
     /// (pipecat's runner: POST /start, then /sessions/{id}/api/offer), `ws` (voxide's /ws: PCM
     /// and JSON), `twilio` (Twilio Media Streams at /ws/twilio), `sip` (a phone call: --target
-    /// sip:[user@]host[:port], PCMU over RTP) or `sip-g722` (the same call in wideband G.722).
+    /// sip:[user@]host[:port], PCMU over RTP), `sip-g722` (the same call in wideband G.722) or
+    /// `sip-opus` (in Opus).
     /// A path in --target replaces the default one.
     #[arg(long, default_value = "webrtc")]
     protocol: String,
@@ -149,9 +150,10 @@ fn options(args: LoadtestArgs) -> Result<voxide::loadtest::LoadtestOptions, Stri
         "webrtc-start" => Protocol::WebRtcStart,
         "sip" => Protocol::Sip,
         "sip-g722" => Protocol::SipWideband,
+        "sip-opus" => Protocol::SipOpus,
         other => {
             return Err(format!(
-                "--protocol {other:?}: use webrtc, webrtc-start, ws, twilio, sip or sip-g722"
+                "--protocol {other:?}: use webrtc, webrtc-start, ws, twilio, sip, sip-g722 or sip-opus"
             ));
         }
     };

@@ -104,7 +104,7 @@ pub struct ServeArgs {
     #[arg(long, env = "VOXIDE_WEBRTC_PUBLIC_IP")]
     webrtc_public_ip: Option<std::net::IpAddr>,
     /// Takes SIP calls on this UDP address (`0.0.0.0:5060`): INVITEs answered directly, audio
-    /// in G.711 over RTP. [default: no SIP]
+    /// in Opus, G.722 or G.711 over RTP. [default: no SIP]
     #[arg(long, env = "VOXIDE_SIP_LISTEN", value_name = "ADDR:PORT")]
     sip_listen: Option<SocketAddr>,
     /// SIP's transports: `udp` (TCP is not taken yet).

@@ -140,8 +140,6 @@ pub(crate) const REGISTERED: u8 = 2;
 const CALL_INBOX: usize = 16;
 /// The header that names the bot a call goes to (before the called user).
 pub const BOT_HEADER: &str = "X-Voxide-Bot";
-/// One packet's ticks of the 8 kHz RTP clock (20 ms), in every codec here.
-const PACKET_TICKS: u32 = 160;
 const FRAME: Duration = Duration::from_millis(20);
 /// How long without any audio from the caller, before its first packet, until the call's
 /// timeline moves on in silence: three packets' time. After the first packet the jitter buffer
@@ -457,7 +455,8 @@ impl Taking<'_> {
                 .saying("the offer's media address is not the caller's or in --sip-allow"));
         }
         let chosen = offer.choose().ok_or_else(|| {
-            Refused::new(488, "Not Acceptable Here").saying("voxide speaks G722, PCMU or PCMA")
+            Refused::new(488, "Not Acceptable Here")
+                .saying("voxide speaks Opus, G722, PCMU or PCMA")
         })?;
         let bot = self.bot(invite)?;
         let admission = self.app.admit().map_err(|e| {
@@ -857,9 +856,11 @@ async fn talk(
         remote: offered,
         chosen,
     } = media;
-    // The call's audio both ways is at the codec's rate: 8 kHz, or 16 kHz on G.722.
+    // The call's audio both ways is at the codec's rate: 8 kHz, or 16 kHz on G.722 and Opus;
+    // a packet is 20 ms, in ticks of the codec's RTP clock (48 kHz on Opus, else 8 kHz).
     let rate = chosen.codec.rate();
     let packet_samples = (rate / 50) as usize;
+    let packet_ticks = chosen.codec.clock() / 50;
     let (out_tx, mut out_rx) = mpsc::channel::<Out>(crate::audio::AUDIO_QUEUE);
     let sink: Box<dyn AudioSink> = Box::new(CallSink(out_tx, rate));
     let started = CallSession::start(app, info, "sip", (rate, sink), admission);
@@ -950,7 +951,7 @@ async fn talk(
                     let whole = pending.len() / packet_samples * packet_samples;
                     for frame in pending.drain(..whole).collect::<Vec<_>>().chunks(packet_samples) {
                         let payload = encoder.encode(frame);
-                        let _ = rtp.send_to(&sender.packet(&payload, PACKET_TICKS), remote).await;
+                        let _ = rtp.send_to(&sender.packet(&payload, packet_ticks), remote).await;
                     }
                 }
                 Some(Out::Clear) => {
@@ -960,13 +961,16 @@ async fn talk(
                 Some(Out::Phone(PhoneAction::SendKeys(keys))) => {
                     tracing::info!(session = %info.id, %keys, "pressing keys");
                     match chosen.events {
-                        Some(events) => pressing.extend(sender.keys(events, &keys)),
+                        Some(events) => {
+                            let clocks = (chosen.events_clock, chosen.codec.clock());
+                            pressing.extend(sender.keys(events, clocks, &keys));
+                        }
                         // No telephone-events on this call: the keypad's tones, in the audio.
                         None => {
                             let tones = crate::transports::dtmf::tones(&keys, rate);
                             pressing.extend(tones.chunks(packet_samples).map(|frame| {
                                 let payload = encoder.encode(frame);
-                                sender.packet(&payload, PACKET_TICKS)
+                                sender.packet(&payload, packet_ticks)
                             }));
                         }
                     }

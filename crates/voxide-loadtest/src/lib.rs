@@ -36,6 +36,7 @@ use std::time::Duration;
 use serde::Serialize;
 use serde_json::{Value, json};
 use tokio::time::Instant;
+use transports::sip::sdp::Codec;
 
 use plan::{NetworkCounts, Plan, TurnAudio};
 use session::SessionResult;
@@ -60,13 +61,16 @@ pub enum Protocol {
     /// A wideband phone call over SIP: G.722 over RTP, 16 kHz audio.
     #[serde(rename = "sip-g722")]
     SipWideband,
+    /// A phone call over SIP in Opus: 16 kHz audio on RTP's 48 kHz clock.
+    #[serde(rename = "sip-opus")]
+    SipOpus,
 }
 
 impl Protocol {
     /// The rate of the bot's audio as it arrives.
     fn output_rate(self) -> u32 {
         match self {
-            Protocol::Ws | Protocol::SipWideband => 16_000,
+            Protocol::Ws | Protocol::SipWideband | Protocol::SipOpus => 16_000,
             Protocol::Twilio | Protocol::Sip => 8_000,
             Protocol::WebRtc | Protocol::WebRtcStart => 48_000,
         }
@@ -80,7 +84,17 @@ impl Protocol {
                 vec![crate::audio::mulaw::encode(0); wire::FRAME / 2]
             }
             Protocol::SipWideband => wire::g722_silence(),
-            Protocol::WebRtc | Protocol::WebRtcStart => wire::opus_silence(),
+            Protocol::WebRtc | Protocol::WebRtcStart | Protocol::SipOpus => wire::opus_silence(),
+        }
+    }
+
+    /// The codec of a SIP call; `None` on the other protocols.
+    fn sip_codec(self) -> Option<Codec> {
+        match self {
+            Protocol::Sip => Some(Codec::Pcmu),
+            Protocol::SipWideband => Some(Codec::G722),
+            Protocol::SipOpus => Some(Codec::Opus),
+            Protocol::Ws | Protocol::Twilio | Protocol::WebRtc | Protocol::WebRtcStart => None,
         }
     }
 }
@@ -335,7 +349,7 @@ impl Recorder {
 /// The WebSocket URL of `target` for `protocol`: `http(s)://` becomes `ws(s)://`; with no path,
 /// voxide's (`/ws?…`, `/ws/twilio`); with one, that path (a pipecat bot's `/ws`).
 fn socket_url(target: &str, protocol: Protocol) -> Result<String, LoadtestError> {
-    if matches!(protocol, Protocol::Sip | Protocol::SipWideband) {
+    if protocol.sip_codec().is_some() {
         sip::target(target).map_err(LoadtestError::Usage)?;
         return Ok(target.to_owned());
     }
@@ -369,14 +383,16 @@ fn socket_url(target: &str, protocol: Protocol) -> Result<String, LoadtestError>
         (true, Protocol::Twilio) => "/ws/twilio".to_owned(),
         (true, Protocol::WebRtc) => "/api/offer".to_owned(),
         (true, Protocol::WebRtcStart) => "/start".to_owned(),
-        (true, Protocol::Sip | Protocol::SipWideband) => String::new(),
+        (true, Protocol::Sip | Protocol::SipWideband | Protocol::SipOpus) => String::new(),
     };
     let scheme = match protocol {
         // Signalling is HTTP.
         Protocol::WebRtc | Protocol::WebRtcStart => scheme.replacen("ws", "http", 1),
-        Protocol::Ws | Protocol::Twilio | Protocol::Sip | Protocol::SipWideband => {
-            scheme.to_owned()
-        }
+        Protocol::Ws
+        | Protocol::Twilio
+        | Protocol::Sip
+        | Protocol::SipWideband
+        | Protocol::SipOpus => scheme.to_owned(),
     };
     Ok(format!("{scheme}://{host}{path}"))
 }

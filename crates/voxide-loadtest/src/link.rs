@@ -57,7 +57,7 @@ impl Link {
                 let call = Call::connect(plan, index, heard, recorder).await?;
                 Ok(Link::WebRtc(Box::new(call)))
             }
-            Protocol::Sip | Protocol::SipWideband => {
+            Protocol::Sip | Protocol::SipWideband | Protocol::SipOpus => {
                 let traceparent = heard
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
@@ -79,11 +79,7 @@ impl Link {
                             Some("hung_up".into());
                     }),
                 };
-                let codec = if plan.protocol == Protocol::SipWideband {
-                    Codec::G722
-                } else {
-                    Codec::Pcmu
-                };
+                let codec = plan.protocol.sip_codec().unwrap_or(Codec::Pcmu);
                 let call = SipCall::connect(&plan.url, index, (codec, traceparent), hooks).await?;
                 Ok(Link::Sip(Box::new(call)))
             }

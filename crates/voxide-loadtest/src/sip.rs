@@ -1,5 +1,5 @@
 //! A caller over SIP, as a phone on a SIP trunk is: an INVITE from its own UDP port offering
-//! one codec (PCMU, or G.722 for a wideband phone) and telephone-events, the caller's audio as
+//! one codec (PCMU, G.722 for a wideband phone, or Opus) and telephone-events, the caller's audio as
 //! RTP every 20 ms to the address the answer names, the bot's RTP heard, and a BYE. It works
 //! against any SIP endpoint that answers with that codec.
 
@@ -54,6 +54,8 @@ pub(super) struct SipCall {
     rtp: Arc<UdpSocket>,
     remote_rtp: SocketAddr,
     sender: Sender,
+    /// A packet's 20 ms in ticks of the codec's RTP clock.
+    ticks: u32,
     /// The dialog as the BYE needs it: From (with our tag), To (with theirs), Call-ID, the
     /// target, and our address.
     dialog: Dialog,
@@ -114,7 +116,7 @@ impl SipCall {
         hooks: Hooks,
     ) -> Result<Self, String> {
         let pt = codec.payload_type();
-        let name = codec.name();
+        let (name, rtpmap) = (codec.name(), codec.rtpmap());
         let (user, host) = target(url)?;
         let server = tokio::net::lookup_host(&host)
             .await
@@ -140,7 +142,7 @@ impl SipCall {
         let family = if local.is_ipv4() { "IP4" } else { "IP6" };
         let offer = format!(
             "v=0\r\no=loadtest {index} 1 IN {family} {ip}\r\ns=voxide loadtest\r\nc=IN {family} {ip}\r\n\
-             t=0 0\r\nm=audio {rtp_port} RTP/AVP {pt} {EVENTS}\r\na=rtpmap:{pt} {name}/8000\r\n\
+             t=0 0\r\nm=audio {rtp_port} RTP/AVP {pt} {EVENTS}\r\na=rtpmap:{pt} {rtpmap}\r\n\
              a=rtpmap:{EVENTS} telephone-event/8000\r\na=fmtp:{EVENTS} 0-15\r\na=ptime:20\r\na=sendrecv\r\n",
             ip = local.ip()
         );
@@ -184,16 +186,17 @@ impl SipCall {
             rtp,
             remote_rtp,
             sender: Sender::new(pt, random_u32(), random_u32()),
+            ticks: codec.clock() / 50,
             dialog,
             readers: [listening, answering],
         })
     }
 
-    /// Sends frame number `n` (its codec's bytes, one a tick of the 8 kHz clock) as `fate` has
+    /// Sends frame number `n` (20 ms of its codec's bytes) as `fate` has
     /// it.
     pub(super) async fn send(&mut self, frame: &[u8], _n: usize, fate: Fate) -> Result<(), ()> {
         // The clock and the sequence move on for a lost packet too, as a sender's do.
-        let packet = self.sender.packet(frame, frame.len() as u32);
+        let packet = self.sender.packet(frame, self.ticks);
         let Fate::Sent { delay, copy } = fate else {
             return Ok(());
         };
@@ -291,6 +294,8 @@ async fn invite_and_wait(sip: &UdpSocket, invite: &[u8]) -> Result<SipMessage, S
 async fn hear(rtp: Arc<UdpSocket>, codec: Codec, mut audio: Listener) {
     let mut buffer = vec![0u8; 2_048];
     let mut wideband = G722Decoder::new();
+    let mut opus = opus::Decoder::new(codec.rate(), opus::Channels::Mono).ok();
+    let mut pcm = vec![0i16; 5_760];
     while let Ok(n) = rtp.recv(&mut buffer).await {
         let Ok(packet) = Packet::parse(&buffer[..n]) else {
             continue;
@@ -300,6 +305,13 @@ async fn hear(rtp: Arc<UdpSocket>, codec: Codec, mut audio: Listener) {
         }
         let samples: Vec<i16> = match codec {
             Codec::G722 => wideband.decode(packet.payload),
+            Codec::Opus => match opus
+                .as_mut()
+                .map(|d| d.decode(packet.payload, &mut pcm, false))
+            {
+                Some(Ok(n)) => pcm[..n].to_vec(),
+                _ => continue,
+            },
             _ => packet.payload.iter().map(|b| mulaw::decode(*b)).collect(),
         };
         audio(&samples);

@@ -10,7 +10,7 @@ use crate::audio::resample::StreamResampler;
 pub(super) const FRAME: usize = 320;
 
 /// `samples` (mono 16 kHz) as the 20 ms frames `protocol` carries: PCM bytes, μ-law bytes for
-/// Twilio and SIP, G.722 bytes for wideband SIP, Opus packets for WebRTC.
+/// Twilio and SIP, G.722 bytes for wideband SIP, Opus packets for WebRTC and SIP in Opus.
 pub(super) fn encode(samples: &[i16], protocol: Protocol) -> Option<Vec<Vec<u8>>> {
     Some(match protocol {
         Protocol::Ws => samples
@@ -21,7 +21,7 @@ pub(super) fn encode(samples: &[i16], protocol: Protocol) -> Option<Vec<Vec<u8>>
                 frame
             })
             .collect(),
-        Protocol::WebRtc | Protocol::WebRtcStart => opus_frames(samples)?,
+        Protocol::WebRtc | Protocol::WebRtcStart | Protocol::SipOpus => opus_frames(samples)?,
         Protocol::SipWideband => {
             let mut encoder = quiet_g722();
             samples

@@ -78,6 +78,11 @@ impl OpusInput {
         })
     }
 
+    /// The rate of the audio [`pop`](Self::pop) returns.
+    pub fn rate(&self) -> u32 {
+        self.rate
+    }
+
     /// When a hole is given up for lost if nothing comes first.
     pub fn deadline(&self) -> Option<Instant> {
         self.buffer.deadline()

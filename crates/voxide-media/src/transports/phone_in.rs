@@ -1,5 +1,6 @@
-//! One incoming telephone stream (a SIP call's RTP, in G.711 or G.722), from packets to PCM:
-//! the [`JitterBuffer`] puts the packets in order and on the sender's timeline; this decodes them
+//! One incoming telephone stream (a SIP call's RTP), from packets to PCM. Opus goes to
+//! [`OpusInput`], with its FEC and its own concealment. G.711 and G.722 go to [`WaveformInput`]:
+//! the [`JitterBuffer`] puts the packets in order and on the sender's timeline; it decodes them
 //! and conceals what was lost by repeating the last audio heard as it fades, the attenuation of
 //! G.711 Appendix I (whole for 10 ms, 20 % less each 10 ms after, silent from 60 ms) without its
 //! pitch search.
@@ -7,7 +8,7 @@
 use std::time::Instant;
 
 use super::jitter::{JitterBuffer, NetworkStats, Playout, RtpAudio};
-use super::opus_in::Decoded;
+use super::opus_in::{Decoded, OpusInput};
 use super::sip::sdp::{CLOCK, Codec};
 use crate::audio::g722::G722Decoder;
 use crate::audio::{alaw, mulaw};
@@ -21,7 +22,75 @@ const FADE: usize = 400;
 const LONGEST: usize = 1_600;
 
 /// A telephone stream decoded at its codec's rate.
-pub struct PhoneInput {
+pub enum PhoneInput {
+    /// G.711 or G.722.
+    Waveform(Box<WaveformInput>),
+    /// Opus, decoded in wideband.
+    Opus(Box<OpusInput>),
+}
+
+impl PhoneInput {
+    /// A stream in `codec`.
+    pub fn new(codec: Codec) -> Self {
+        match codec {
+            Codec::Opus => Self::Opus(Box::new(
+                OpusInput::new(codec.rate()).expect("16 kHz is one of Opus's rates"),
+            )),
+            waveform => Self::Waveform(Box::new(WaveformInput::new(waveform))),
+        }
+    }
+
+    /// The rate of the audio [`pop`](Self::pop) returns.
+    pub fn rate(&self) -> u32 {
+        match self {
+            Self::Waveform(input) => input.rate(),
+            Self::Opus(input) => input.rate(),
+        }
+    }
+
+    /// Takes a packet that arrived at `now`.
+    pub fn push(&mut self, sequence_number: u16, timestamp: u32, payload: &[u8], now: Instant) {
+        match self {
+            Self::Waveform(input) => input.push(sequence_number, timestamp, payload, now),
+            Self::Opus(input) => input.push(sequence_number, timestamp, payload, now),
+        }
+    }
+
+    /// The next piece of audio due at `now`, decoded.
+    pub fn pop(&mut self, now: Instant) -> Option<Decoded> {
+        match self {
+            Self::Waveform(input) => input.pop(now),
+            Self::Opus(input) => input.pop(now),
+        }
+    }
+
+    /// When a hole is given up for lost if nothing comes first; `None` before the first packet.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self {
+            Self::Waveform(input) => input.deadline(),
+            Self::Opus(input) => input.deadline(),
+        }
+    }
+
+    /// What the network did to the stream so far.
+    pub fn stats(&self) -> NetworkStats {
+        match self {
+            Self::Waveform(input) => input.stats(),
+            Self::Opus(input) => input.stats(),
+        }
+    }
+
+    /// Payloads dropped as not the codec's.
+    pub fn damaged(&self) -> u64 {
+        match self {
+            Self::Waveform(input) => input.damaged(),
+            Self::Opus(input) => input.damaged(),
+        }
+    }
+}
+
+/// A stream in G.711 or G.722, decoded at its codec's rate.
+pub struct WaveformInput {
     buffer: JitterBuffer,
     codec: Codec,
     /// G.722's decoder state, which runs on from packet to packet.
@@ -36,8 +105,8 @@ pub struct PhoneInput {
     damaged: u64,
 }
 
-impl PhoneInput {
-    /// A stream in `codec`.
+impl WaveformInput {
+    /// A stream in `codec` (G.711 or G.722).
     pub fn new(codec: Codec) -> Self {
         let per_tick = (codec.rate() / CLOCK) as usize;
         Self {

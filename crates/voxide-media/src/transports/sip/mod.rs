@@ -1,9 +1,11 @@
 //! Telephone calls over SIP, without a carrier in between: a user agent that answers and places
-//! calls on UDP and speaks G.711 over RTP, sans-IO. `server::sip` drives it with the sockets.
+//! calls on UDP and speaks Opus, G.722 or G.711 over RTP, sans-IO. `server::sip` drives it with
+//! the sockets.
 //!
 //! - [`message`]: SIP messages read and written (bounded, compact headers expanded).
-//! - [`sdp`]: the caller's offer read, G.722, PCMU or PCMA chosen in the caller's order (488 when
-//!   none is offered), and voxide's answer with RFC 4733 telephone-events when offered.
+//! - [`sdp`]: the caller's offer read, Opus, G.722, PCMU or PCMA chosen in the caller's order
+//!   (488 when none is offered), and voxide's answer with RFC 4733 telephone-events when
+//!   offered.
 //! - [`call`]: one answered call: the 200 OK resent until the ACK, requests within the call
 //!   (BYE, re-INVITE, INFO keys, OPTIONS, CANCEL), voxide's own BYE.
 //! - [`dial`]: a call voxide places: the INVITE resent, a challenge answered, the ringing

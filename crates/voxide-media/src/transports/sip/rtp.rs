@@ -103,9 +103,12 @@ impl Sender {
 
     /// RFC 4733 packets pressing `keys` as telephone-events of payload type `events`, to send
     /// one every 20 ms: each key held [`KEY_SAMPLES`], its end sent three times, the next key
-    /// [`KEY_GAP_SAMPLES`] after. The stream's clock moves on past them; keys that are not
+    /// [`KEY_GAP_SAMPLES`] after. Durations count ticks of the events' clock, `clocks.0`; the
+    /// stream's own clock, `clocks.1` (48 kHz on Opus), moves on past them. Keys that are not
     /// keypad keys are skipped.
-    pub fn keys(&mut self, events: u8, keys: &str) -> Vec<Vec<u8>> {
+    pub fn keys(&mut self, events: u8, clocks: (u32, u32), keys: &str) -> Vec<Vec<u8>> {
+        let (events_clock, clock) = clocks;
+        let in_events = |ticks: u32| ticks * (events_clock / CLOCK);
         let mut packets = Vec::new();
         for key in keys.chars() {
             let Some(event) = event_code(key) else {
@@ -114,8 +117,8 @@ impl Sender {
             let start = self.timestamp;
             let mut duration = 0u32;
             let mut first = true;
-            while duration < KEY_SAMPLES {
-                duration += PACKET_SAMPLES;
+            while duration < in_events(KEY_SAMPLES) {
+                duration += in_events(PACKET_SAMPLES);
                 packets.push(self.event(events, start, [event, VOLUME, 0, 0], duration, first));
                 first = false;
             }
@@ -123,7 +126,7 @@ impl Sender {
                 let end = [event, 0x80 | VOLUME, 0, 0];
                 packets.push(self.event(events, start, end, duration, false));
             }
-            self.timestamp = start.wrapping_add(KEY_SAMPLES + KEY_GAP_SAMPLES);
+            self.timestamp = start.wrapping_add((KEY_SAMPLES + KEY_GAP_SAMPLES) * (clock / CLOCK));
         }
         self.marker = true;
         packets
@@ -157,6 +160,8 @@ impl Sender {
     }
 }
 
+/// The clock the lengths below count: 8 kHz.
+const CLOCK: u32 = 8_000;
 /// How long a key voxide presses is held: 100 ms at 8 kHz.
 pub const KEY_SAMPLES: u32 = 800;
 /// The silence after a key voxide presses: 60 ms.
@@ -267,7 +272,7 @@ mod tests {
     #[test]
     fn keys_pressed_are_heard_back_once_each_in_order_and_the_audio_resumes_past_them() {
         let mut sender = Sender::new(0, 7, 1_000);
-        let packets = sender.keys(101, "1*9#x");
+        let packets = sender.keys(101, (8_000, 8_000), "1*9#x");
         // Five packets a key as it is held, three ends; the stray `x` is skipped.
         assert_eq!(packets.len(), 4 * 8);
         let mut keys = Keys::default();
@@ -294,5 +299,24 @@ mod tests {
         let audio = Packet::parse(&audio).expect("audio");
         assert_eq!(audio.timestamp, 1_000 + 4 * (KEY_SAMPLES + KEY_GAP_SAMPLES));
         assert!(audio.marker, "a new talkspurt");
+    }
+
+    #[test]
+    fn keys_on_an_opus_call_last_as_long_on_their_own_clock_and_move_the_48_khz_stream_on() {
+        let mut sender = Sender::new(96, 7, 1_000);
+        let on_8k = sender.keys(101, (8_000, 48_000), "5");
+        let end = Packet::parse(&on_8k[7]).expect("an end");
+        assert_eq!(end.payload[2..], 800u16.to_be_bytes(), "100 ms at 8 kHz");
+        let on_48k = sender.keys(102, (48_000, 48_000), "5");
+        let start = Packet::parse(&on_48k[0]).expect("a start");
+        let end = Packet::parse(&on_48k[7]).expect("an end");
+        assert_eq!(end.payload[2..], 4_800u16.to_be_bytes(), "100 ms at 48 kHz");
+        assert_eq!(start.timestamp, 1_000 + 6 * (KEY_SAMPLES + KEY_GAP_SAMPLES));
+        let audio = sender.packet(&[0; 40], 960);
+        let audio = Packet::parse(&audio).expect("audio");
+        assert_eq!(
+            audio.timestamp,
+            1_000 + 12 * (KEY_SAMPLES + KEY_GAP_SAMPLES)
+        );
     }
 }

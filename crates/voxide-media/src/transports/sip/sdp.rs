@@ -1,13 +1,19 @@
 //! SDP offer and answer for a telephone call's audio (RFC 4566, RFC 3264): the caller's
-//! address and port, the codec both sides speak (G.722 at 16 kHz, PCMU or PCMA at 8 kHz), and
-//! RFC 4733 telephone-events when the caller offers them.
+//! address and port, the codec both sides speak (Opus or G.722 in wideband, PCMU or PCMA at
+//! 8 kHz), and RFC 4733 telephone-events when the caller offers them.
 
 use std::net::IpAddr;
 
 use super::SipError;
 
-/// The RTP clock of every codec here: 8 kHz, G.722's too (RFC 3551).
+/// The RTP clock of G.711 and G.722 (RFC 3551) and of most telephone-events: 8 kHz.
 pub const CLOCK: u32 = 8_000;
+/// Opus's RTP clock, whatever its audio's band (RFC 7587).
+pub const OPUS_CLOCK: u32 = 48_000;
+/// The payload type voxide gives Opus in its own offer (a dynamic one).
+const OPUS_PAYLOAD_TYPE: u8 = 96;
+/// The payload type voxide gives telephone-events in its own offer.
+const EVENTS_PAYLOAD_TYPE: u8 = 101;
 
 /// An audio codec voxide speaks on a call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,6 +24,8 @@ pub enum Codec {
     Pcma,
     /// G.722, wideband (static payload type 9).
     G722,
+    /// Opus (RFC 7587, a dynamic payload type), decoded and encoded here in wideband.
+    Opus,
 }
 
 impl Codec {
@@ -27,30 +35,51 @@ impl Codec {
             Codec::Pcmu => "PCMU",
             Codec::Pcma => "PCMA",
             Codec::G722 => "G722",
+            Codec::Opus => "opus",
         }
     }
 
-    /// The rate of its audio: 16 kHz for G.722, 8 kHz for G.711.
+    /// The rate of its audio on a call: 16 kHz for G.722 and Opus (which voxide speaks in
+    /// wideband, all a phone call's speech needs), 8 kHz for G.711.
     pub fn rate(self) -> u32 {
         match self {
-            Codec::G722 => crate::audio::g722::RATE,
+            Codec::G722 | Codec::Opus => crate::audio::g722::RATE,
             Codec::Pcmu | Codec::Pcma => CLOCK,
         }
     }
 
-    /// Its static payload type.
+    /// The clock of its RTP timestamps: 48 kHz for Opus, 8 kHz for the others (G.722's too).
+    pub fn clock(self) -> u32 {
+        match self {
+            Codec::Opus => OPUS_CLOCK,
+            Codec::Pcmu | Codec::Pcma | Codec::G722 => CLOCK,
+        }
+    }
+
+    /// The payload type voxide gives it when it offers: the static one, 96 for Opus.
     pub fn payload_type(self) -> u8 {
         match self {
             Codec::Pcmu => 0,
             Codec::Pcma => 8,
             Codec::G722 => 9,
+            Codec::Opus => OPUS_PAYLOAD_TYPE,
         }
     }
 
-    fn named(name: &str) -> Option<Self> {
-        [Codec::Pcmu, Codec::Pcma, Codec::G722]
+    /// Its `rtpmap` after the payload type: Opus is always written as two channels (RFC 7587
+    /// §7), whatever is sent.
+    pub fn rtpmap(self) -> String {
+        match self {
+            Codec::Opus => format!("opus/{OPUS_CLOCK}/2"),
+            other => format!("{}/{CLOCK}", other.name()),
+        }
+    }
+
+    /// The codec an `rtpmap`'s name and clock stand for.
+    fn named(name: &str, clock: u32) -> Option<Self> {
+        [Codec::Pcmu, Codec::Pcma, Codec::G722, Codec::Opus]
             .into_iter()
-            .find(|c| c.name().eq_ignore_ascii_case(name))
+            .find(|c| c.name().eq_ignore_ascii_case(name) && c.clock() == clock)
     }
 }
 
@@ -74,8 +103,11 @@ pub struct Chosen {
     pub codec: Codec,
     /// Its payload type.
     pub payload_type: u8,
-    /// The telephone-event payload type, if the caller offered it at 8 kHz.
+    /// The telephone-event payload type, if the caller offered it at 8 kHz or at the codec's
+    /// clock.
     pub events: Option<u8>,
+    /// The clock of those events' durations: the codec's when offered so, else 8 kHz.
+    pub events_clock: u32,
 }
 
 /// The most lines an offer may hold.
@@ -163,21 +195,29 @@ impl Offer {
         }
     }
 
-    /// The first of the caller's formats voxide speaks, and its telephone-events.
+    /// The first of the caller's formats voxide speaks, and its telephone-events: at the
+    /// codec's clock (RFC 4733 §2.1) when offered so, else at 8 kHz.
     pub fn choose(&self) -> Option<Chosen> {
-        let (codec, payload_type) = self.formats.iter().find_map(|pt| match self.map(*pt)? {
-            (name, CLOCK) => Some((Codec::named(name)?, *pt)),
-            _ => None,
+        let (codec, payload_type) = self.formats.iter().find_map(|pt| {
+            let (name, clock) = self.map(*pt)?;
+            Some((Codec::named(name, clock)?, *pt))
         })?;
-        let events = self.formats.iter().copied().find(|pt| {
-            self.map(*pt).is_some_and(|(name, rate)| {
-                name.eq_ignore_ascii_case("telephone-event") && rate == 8_000
+        let events_at = |clock: u32| {
+            self.formats.iter().copied().find(|pt| {
+                self.map(*pt).is_some_and(|(name, rate)| {
+                    name.eq_ignore_ascii_case("telephone-event") && rate == clock
+                })
             })
-        });
+        };
+        let (events, events_clock) = match events_at(codec.clock()) {
+            Some(pt) => (Some(pt), codec.clock()),
+            None => (events_at(CLOCK), CLOCK),
+        };
         Some(Chosen {
             codec,
             payload_type,
             events,
+            events_clock,
         })
     }
 }
@@ -205,28 +245,39 @@ pub fn answer(address: IpAddr, port: u16, chosen: Chosen, session: u64) -> Strin
     let mut sdp = format!(
         "v=0\r\no=voxide {session} {session} IN {family} {address}\r\ns=voxide\r\n\
          c=IN {family} {address}\r\nt=0 0\r\nm=audio {port} RTP/AVP {formats}\r\n\
-         a=rtpmap:{} {}/8000\r\n",
+         a=rtpmap:{} {}\r\n",
         chosen.payload_type,
-        chosen.codec.name()
+        chosen.codec.rtpmap()
     );
+    if chosen.codec == Codec::Opus {
+        sdp.push_str(&format!("a=fmtp:{} {OPUS_FMTP}\r\n", chosen.payload_type));
+    }
     if let Some(events) = chosen.events {
         sdp.push_str(&format!(
-            "a=rtpmap:{events} telephone-event/8000\r\na=fmtp:{events} 0-15\r\n"
+            "a=rtpmap:{events} telephone-event/{}\r\na=fmtp:{events} 0-15\r\n",
+            chosen.events_clock
         ));
     }
     sdp.push_str("a=ptime:20\r\na=sendrecv\r\n");
     sdp
 }
 
-/// voxide's offer on a call it places: audio at `address:port` in G.722 (wideband, first),
-/// PCMU or PCMA, and telephone-events as payload type 101.
+/// What voxide asks of the Opus it takes and says of the Opus it sends: mono, in-band FEC.
+const OPUS_FMTP: &str = "useinbandfec=1; stereo=0; sprop-stereo=0";
+
+/// voxide's offer on a call it places: audio at `address:port` in Opus and G.722 (wideband,
+/// first), PCMU or PCMA, and telephone-events as payload type 101.
 pub fn offer(address: IpAddr, port: u16, session: u64) -> String {
     let family = if address.is_ipv4() { "IP4" } else { "IP6" };
+    let (opus, events) = (OPUS_PAYLOAD_TYPE, EVENTS_PAYLOAD_TYPE);
     format!(
         "v=0\r\no=voxide {session} {session} IN {family} {address}\r\ns=voxide\r\n\
-         c=IN {family} {address}\r\nt=0 0\r\nm=audio {port} RTP/AVP 9 0 8 101\r\n\
+         c=IN {family} {address}\r\nt=0 0\r\nm=audio {port} RTP/AVP {opus} 9 0 8 {events}\r\n\
+         a=rtpmap:{opus} {}\r\na=fmtp:{opus} {OPUS_FMTP}\r\n\
          a=rtpmap:9 G722/8000\r\na=rtpmap:0 PCMU/8000\r\na=rtpmap:8 PCMA/8000\r\n\
-         a=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-15\r\na=ptime:20\r\na=sendrecv\r\n"
+         a=rtpmap:{events} telephone-event/8000\r\na=fmtp:{events} 0-15\r\na=ptime:20\r\n\
+         a=sendrecv\r\n",
+        Codec::Opus.rtpmap()
     )
 }
 
@@ -249,7 +300,8 @@ mod tests {
             Some(Chosen {
                 codec: Codec::Pcma,
                 payload_type: 8,
-                events: Some(101)
+                events: Some(101),
+                events_clock: 8_000,
             })
         );
     }
@@ -280,32 +332,90 @@ mod tests {
 
     #[test]
     fn an_offer_without_a_common_codec_or_an_address_is_told_apart() {
-        let opus = Offer::parse(
-            "v=0\r\nc=IN IP4 10.0.0.9\r\nm=audio 4000 RTP/AVP 111\r\na=rtpmap:111 opus/48000/2\r\n",
+        let opus_at_16k = Offer::parse(
+            "v=0\r\nc=IN IP4 10.0.0.9\r\nm=audio 4000 RTP/AVP 111 18\r\na=rtpmap:111 opus/16000\r\n",
         )
         .expect("offer");
-        assert_eq!(opus.choose(), None);
+        assert_eq!(
+            opus_at_16k.choose(),
+            None,
+            "Opus runs on a 48 kHz clock, G.729 is not spoken"
+        );
         assert!(Offer::parse("v=0\r\nm=audio 4000 RTP/AVP 0\r\n").is_err());
         assert!(Offer::parse("v=0\r\nc=IN IP4 10.0.0.9\r\n").is_err());
         assert!(Offer::parse("v=0\r\nc=IN IP4 x\r\nm=audio 4000 RTP/AVP 0\r\n").is_err());
         assert!(Offer::parse("v=0\r\nc=IN IP4 10.0.0.9\r\nm=audio 4000 RTP/SAVP 0\r\n").is_err());
     }
 
+    /// baresip 1.0's offer with Opus put first, as its `audio_codecs` account parameter does.
+    const BARESIP_OPUS: &str = "v=0\r\no=- 2414296656 655741758 IN IP4 192.0.2.2\r\ns=-\r\n\
+        c=IN IP4 192.0.2.2\r\nt=0 0\r\na=tool:baresip 1.0.0\r\nm=audio 23314 RTP/AVP 96 0 101\r\n\
+        a=rtpmap:0 PCMU/8000\r\na=rtpmap:96 opus/48000/2\r\n\
+        a=fmtp:96 stereo=1;sprop-stereo=1;maxaveragebitrate=28000\r\n\
+        a=rtpmap:101 telephone-event/8000\r\na=fmtp:101 0-15\r\na=sendrecv\r\na=ptime:20\r\n";
+
     #[test]
-    fn voxides_offer_reads_back_wideband_first_with_its_events() {
+    fn opus_offered_first_is_answered_in_opus_on_its_48_khz_clock_with_8_khz_events() {
+        let offer = Offer::parse(BARESIP_OPUS).expect("offer");
+        let chosen = offer.choose().expect("Opus");
+        assert_eq!(
+            chosen,
+            Chosen {
+                codec: Codec::Opus,
+                payload_type: 96,
+                events: Some(101),
+                events_clock: 8_000,
+            }
+        );
+        assert_eq!(
+            (chosen.codec.rate(), chosen.codec.clock()),
+            (16_000, 48_000)
+        );
+        let answered = answer("192.0.2.1".parse().expect("ip"), 10_000, chosen, 7);
+        assert!(
+            answered.contains("m=audio 10000 RTP/AVP 96 101\r\n"),
+            "{answered}"
+        );
+        assert!(
+            answered.contains("a=rtpmap:96 opus/48000/2\r\n"),
+            "{answered}"
+        );
+        assert!(answered.contains("a=fmtp:96 useinbandfec=1"), "{answered}");
+        assert!(
+            answered.contains("a=rtpmap:101 telephone-event/8000\r\n"),
+            "{answered}"
+        );
+        // Events offered on Opus's own clock are taken on it, and answered so.
+        let both = Offer::parse(&BARESIP_OPUS.replace(
+            "m=audio 23314 RTP/AVP 96 0 101",
+            "m=audio 23314 RTP/AVP 96 0 101 102\r\na=rtpmap:102 telephone-event/48000",
+        ))
+        .expect("offer");
+        let chosen = both.choose().expect("Opus");
+        assert_eq!((chosen.events, chosen.events_clock), (Some(102), 48_000));
+        let answered = answer("192.0.2.1".parse().expect("ip"), 10_000, chosen, 7);
+        assert!(
+            answered.contains("a=rtpmap:102 telephone-event/48000\r\n"),
+            "{answered}"
+        );
+    }
+
+    #[test]
+    fn voxides_offer_reads_back_opus_and_wideband_first_with_its_events() {
         let offer = offer("192.0.2.4".parse().expect("ip"), 20_000, 7);
         let back = Offer::parse(&offer).expect("the offer reads as SDP");
         assert_eq!(back.address, "192.0.2.4".parse::<IpAddr>().expect("ip"));
         assert_eq!(
             (back.port, back.formats.clone()),
-            (20_000, vec![9, 0, 8, 101])
+            (20_000, vec![96, 9, 0, 8, 101])
         );
         assert_eq!(
             back.choose(),
             Some(Chosen {
-                codec: Codec::G722,
-                payload_type: 9,
-                events: Some(101)
+                codec: Codec::Opus,
+                payload_type: 96,
+                events: Some(101),
+                events_clock: 8_000,
             })
         );
     }
