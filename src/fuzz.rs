@@ -152,7 +152,7 @@ fn sip(bytes: &[u8]) {
     let (mut answered, _) = call::Call::answer(
         message.clone(),
         String::new(),
-        "127.0.0.1:5060".into(),
+        call::Local::udp("127.0.0.1:5060"),
         "vx".into(),
         now,
     );
@@ -163,7 +163,7 @@ fn sip(bytes: &[u8]) {
         dial::Dial {
             to: "sip:bob@127.0.0.1:5090".into(),
             from: "<sip:voxide@127.0.0.1:5060>".into(),
-            local: "127.0.0.1:5060".into(),
+            local: call::Local::udp("127.0.0.1:5060"),
             offer: String::new(),
             account: register::Account::parse("sip:1001@127.0.0.1", "secret".into()).ok(),
             ring_for: std::time::Duration::from_secs(30),

@@ -37,6 +37,7 @@ fn sip_options(
     let mut options = test_options(vec![espeak_bot()]);
     options.sip = Some(SipOptions {
         listen,
+        tcp: false,
         public_ip: None,
         rtp_ports,
         allow,
@@ -375,22 +376,37 @@ Content-Length: 0
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sipp_caller_is_answered_heard_and_its_keys_reach_the_conversation() {
+    sipp_call_is_heard("udp", 21_000..=21_499, false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sipp_caller_over_tcp_is_answered_on_its_connection_heard_and_its_keys_reach_it() {
+    sipp_call_is_heard("tcp", 21_500..=21_999, true).await;
+}
+
+/// SIPp's caller (over TCP with `tcp`, one connection for the whole call): the question heard,
+/// its RTP key and its INFO key gathered, the bot's answer in the recording.
+async fn sipp_call_is_heard(name: &str, rtp_ports: std::ops::RangeInclusive<u16>, tcp: bool) {
     assert!(
         Path::new(PCAP_DIR).join("dtmf_2833_1.pcap").exists(),
         "SIPp is not installed: scripts/setup.sh --test installs sip-tester"
     );
-    let records = scratch("records");
+    let records = scratch(&format!("records-{name}"));
     let sip_port = free_udp_port();
     let mut options = sip_options(
         SocketAddr::from(([127, 0, 0, 1], sip_port)),
-        21_000..=21_999,
+        rtp_ports,
         Network::loopback(),
     );
     options.record_dir = Some(records.clone());
+    if let Some(sip) = &mut options.sip {
+        sip.tcp = tcp;
+    }
     let _server = start_options(options).await;
 
-    let work = caller_folder("caller", SCENARIO);
-    let sipp = sipp_caller(&work, sip_port, &[]).await;
+    let work = caller_folder(&format!("caller-{name}"), SCENARIO);
+    let transport: &[&str] = if tcp { &["-t", "t1"] } else { &[] };
+    let sipp = sipp_caller(&work, sip_port, transport).await;
     succeeded(&sipp, "SIPp's call failed");
 
     let report = report_in(&records).await;
@@ -930,6 +946,45 @@ async fn ask(to: SocketAddr, message: &str) -> Option<(u16, String)> {
     Some((status, text))
 }
 
+/// What the other side of `stream` sends next ("" when it closes), within 5 s.
+async fn read_some(stream: &mut tokio::net::TcpStream) -> Option<String> {
+    use tokio::io::AsyncReadExt;
+    let mut buffer = vec![0u8; 4_096];
+    match tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buffer)).await {
+        Ok(Ok(n)) => Some(String::from_utf8_lossy(&buffer[..n]).into_owned()),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sip_over_tcp_answers_on_the_connection_pongs_a_ping_and_closes_on_a_broken_stream() {
+    use tokio::io::AsyncWriteExt;
+    let sip = SocketAddr::from(([127, 0, 0, 1], free_udp_port()));
+    let mut options = sip_options(sip, 22_800..=22_899, Network::loopback());
+    if let Some(sip) = &mut options.sip {
+        sip.tcp = true;
+    }
+    let _server = start_options(options).await;
+    let mut stream = tokio::net::TcpStream::connect(sip).await.expect("connects");
+    let probe = "OPTIONS sip:agent@127.0.0.1 SIP/2.0\r\nVia: SIP/2.0/TCP 127.0.0.1:5999;branch=z9hG4bK-t\r\n\
+                 From: <sip:c@127.0.0.1>;tag=1\r\nTo: <sip:a@127.0.0.1>\r\nCall-ID: tcp-probe\r\n\
+                 CSeq: 1 OPTIONS\r\nContent-Length: 0\r\n\r\n";
+    // A probe sent in two pieces: one answer, on this connection.
+    let (head, tail) = probe.split_at(40);
+    stream.write_all(head.as_bytes()).await.expect("sent");
+    stream.write_all(tail.as_bytes()).await.expect("sent");
+    let answer = read_some(&mut stream).await.expect("an answer");
+    assert!(answer.starts_with("SIP/2.0 200 OK\r\n"), "{answer}");
+    assert!(answer.contains("Via: SIP/2.0/TCP"), "{answer}");
+    // A keepalive ping gets its pong.
+    stream.write_all(b"\r\n\r\n").await.expect("sent");
+    assert_eq!(read_some(&mut stream).await.as_deref(), Some("\r\n"));
+    // A length past what a message may be: the stream cannot be read on and is closed.
+    let huge = probe.replace("Content-Length: 0", "Content-Length: 900000");
+    stream.write_all(huge.as_bytes()).await.expect("sent");
+    assert_eq!(read_some(&mut stream).await.as_deref(), Some(""), "closed");
+}
+
 /// An INVITE with `sdp` as its offer, in call `call_id`.
 fn invite(to: SocketAddr, call_id: &str, sdp: &str) -> String {
     format!(
@@ -1268,6 +1323,7 @@ async fn voxide_registers_with_a_pbx_answering_its_digest_challenge() {
     let mut options = test_options(vec![espeak_bot()]);
     options.sip = Some(SipOptions {
         listen: SocketAddr::from(([127, 0, 0, 1], free_udp_port())),
+        tcp: false,
         public_ip: None,
         rtp_ports: 22_300..=22_399,
         allow: Network::loopback(),

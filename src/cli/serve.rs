@@ -107,12 +107,13 @@ pub struct ServeArgs {
     /// in Opus, G.722 or G.711 over RTP. [default: no SIP]
     #[arg(long, env = "VOXIDE_SIP_LISTEN", value_name = "ADDR:PORT")]
     sip_listen: Option<SocketAddr>,
-    /// SIP's transports: `udp` (TCP is not taken yet).
+    /// SIP's transports: `udp`, or `udp,tcp` to take SIP over TCP too, on the same address and
+    /// port (calls that come over TCP are answered on their connection).
     #[arg(
         long,
         env = "VOXIDE_SIP_TRANSPORT",
         default_value = "udp",
-        value_name = "udp"
+        value_name = "udp[,tcp]"
     )]
     sip_transport: String,
     /// The IP callers reach this host at behind a 1:1 NAT: SIP's Contact and the SDP carry it.
@@ -310,14 +311,10 @@ impl ServeArgs {
                     anyhow::bail!("--sip-users needs --sip-listen: its users call in there")
                 }
                 Some(listen) => {
-                    if self.sip_transport != "udp" {
-                        anyhow::bail!(
-                            "--sip-transport {:?}: only udp is taken so far",
-                            self.sip_transport
-                        );
-                    }
+                    let tcp = sip_over_tcp(&self.sip_transport)?;
                     Some(voxide::server::SipOptions {
                         listen,
+                        tcp,
                         public_ip: self.sip_public_ip,
                         rtp_ports: port_range("--sip-rtp-ports", &self.sip_rtp_ports)?,
                         allow: self.callers(),
@@ -376,6 +373,25 @@ impl ServeArgs {
 }
 
 /// `--webrtc-udp-ports A-B`.
+/// Whether `--sip-transport` takes TCP beside UDP: `udp` or `udp,tcp` (in either order).
+fn sip_over_tcp(transports: &str) -> Result<bool> {
+    let mut udp = false;
+    let mut tcp = false;
+    for transport in transports.split(',').map(str::trim) {
+        match transport.to_ascii_lowercase().as_str() {
+            "udp" => udp = true,
+            "tcp" => tcp = true,
+            other => {
+                anyhow::bail!("--sip-transport {other:?}: write udp or udp,tcp (TLS is not taken)")
+            }
+        }
+    }
+    if !udp {
+        anyhow::bail!("--sip-transport {transports:?}: UDP is always taken: write udp or udp,tcp");
+    }
+    Ok(tcp)
+}
+
 fn port_range(flag: &str, text: &str) -> Result<std::ops::RangeInclusive<u16>> {
     let bad = || anyhow::anyhow!("{flag} {text:?}: write A-B, 1 <= A <= B <= 65535");
     let (a, b) = text.split_once('-').ok_or_else(bad)?;

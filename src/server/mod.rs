@@ -12,6 +12,7 @@ mod phone;
 mod recorded;
 mod rtvi;
 mod sip;
+mod sip_tcp;
 mod telnyx;
 pub mod twilio;
 mod webrtc;
@@ -646,14 +647,28 @@ pub async fn serve_with(
     })
     .await?;
     let sip = match &options.sip {
-        Some(sip) => Some(
-            tokio::net::UdpSocket::bind(sip.listen)
+        Some(sip) => {
+            let bind_error = |source| ServeError::BindSip {
+                addr: sip.listen,
+                source,
+            };
+            let udp = tokio::net::UdpSocket::bind(sip.listen)
                 .await
-                .map_err(|source| ServeError::BindSip {
-                    addr: sip.listen,
-                    source,
-                })?,
-        ),
+                .map_err(bind_error)?;
+            // TCP on the same address and port as UDP (the port UDP took, when asked for any).
+            let tcp = match sip.tcp {
+                true => {
+                    let at = udp.local_addr().map_err(bind_error)?;
+                    Some(
+                        tokio::net::TcpListener::bind(at)
+                            .await
+                            .map_err(bind_error)?,
+                    )
+                }
+                false => None,
+            };
+            Some((udp, tcp))
+        }
         None => None,
     };
     let audiosocket = bind_optional(
@@ -676,9 +691,10 @@ pub async fn serve_with(
         });
     }
     let mut own = own_tasks(&app, agent, admin);
-    if let (Some(socket), Some(options)) = (sip, app.options.sip.clone()) {
-        tracing::info!(addr = %socket.local_addr()?, "taking SIP calls");
-        own.spawn(sip::serve(app.clone(), socket, options));
+    if let (Some(sockets), Some(options)) = (sip, app.options.sip.clone()) {
+        let tcp = sockets.1.is_some();
+        tracing::info!(addr = %sockets.0.local_addr()?, tcp, "taking SIP calls");
+        own.spawn(sip::serve(app.clone(), sockets, options));
     }
     if let (Some(listener), Some((_, allow))) = (audiosocket, app.options.audiosocket.clone()) {
         tracing::info!(addr = %listener.local_addr()?, "taking AudioSocket calls");

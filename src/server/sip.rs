@@ -1,6 +1,7 @@
-//! SIP calls without a carrier (`--sip-listen`): one UDP socket takes every call's signalling,
-//! each answered call gets an RTP port of `--sip-rtp-ports` and a session like any other. The
-//! protocol is `transports::sip`'s, sans-IO; this is its driver.
+//! SIP calls without a carrier (`--sip-listen`): one UDP socket takes every call's signalling
+//! (and with `--sip-transport udp,tcp` a TCP listener on the same address, its connections read
+//! by `sip_tcp`), each answered call gets an RTP port of `--sip-rtp-ports` and a session like
+//! any other. The protocol is `transports::sip`'s, sans-IO; this is its driver.
 //!
 //! Who may call: source addresses in `--sip-allow` (loopback when none is given), and from
 //! anywhere the users of `--sip-users` who answer a digest challenge (401, then 403 for a wrong
@@ -15,13 +16,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
-use tokio::net::UdpSocket;
+use tokio::net::{TcpListener, UdpSocket};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::calls::{CallState, Placing, plain_user};
 use super::phone::CallSession;
 use super::rtvi::RtviInput;
+use super::sip_tcp::{Connections, Heard, Wire, accept};
 use super::{Admission, ApiError, App};
 use crate::bot::SessionInfo;
 use crate::events::Event;
@@ -33,7 +35,7 @@ use crate::transports::phone_in::PhoneInput;
 use crate::transports::phone_out::PhoneEncoder;
 use crate::transports::sip::SipError;
 use crate::transports::sip::auth::{Callers, Verdict};
-use crate::transports::sip::call::{Action, Call, Ending};
+use crate::transports::sip::call::{Action, Call, Ending, Local};
 use crate::transports::sip::dial::{Dial, Dialer, Dialing};
 use crate::transports::sip::message::{MAX_MESSAGE, SipMessage, StartLine};
 use crate::transports::sip::register::{Account, Registration, Standing};
@@ -43,8 +45,10 @@ use crate::transports::sip::sdp::{self, Chosen, Offer};
 /// How SIP calls are taken.
 #[derive(Debug, Clone)]
 pub struct SipOptions {
-    /// Where SIP is heard (UDP).
+    /// Where SIP is heard (UDP, and TCP with `tcp`).
     pub listen: SocketAddr,
+    /// Whether SIP is taken over TCP too, on the same address (`--sip-transport udp,tcp`).
+    pub tcp: bool,
     /// The address callers reach this host at (behind a 1:1 NAT): in Contact, Via and SDP.
     pub public_ip: Option<IpAddr>,
     /// The UDP ports calls' RTP binds, one a call.
@@ -148,8 +152,12 @@ const QUIET_AFTER: Duration = Duration::from_millis(60);
 /// A call whose caller sends no audio for this long is hung up (a phone gone without a BYE).
 const RTP_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Takes calls on `socket` until the server stops.
-pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, mut options: SipOptions) {
+/// Takes calls on `socket` (and the connections of `tcp`) until the server stops.
+pub(crate) async fn serve(
+    app: Arc<App>,
+    (socket, tcp): (UdpSocket, Option<TcpListener>),
+    mut options: SipOptions,
+) {
     let socket = Arc::new(socket);
     let listen = socket.local_addr().unwrap_or(options.listen);
     let mut registration = match options.register.clone() {
@@ -161,17 +169,20 @@ pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, mut options: SipOpti
     }
     let options = Arc::new(options);
     let next_port = Arc::new(AtomicU32::new(0));
-    let mut calls: HashMap<String, mpsc::Sender<SipMessage>> = HashMap::new();
+    let mut calls: HashMap<String, mpsc::Sender<(SipMessage, Wire)>> = HashMap::new();
     let (ended_tx, mut ended) = mpsc::channel::<String>(64);
     let mut placing = app.outbound.open();
     let mut buffer = vec![0u8; MAX_MESSAGE];
+    let connections = Connections::default();
+    let (heard_tx, mut heard) = mpsc::channel::<Heard>(CALL_INBOX);
     loop {
         let renewal = registration
             .as_ref()
             .map(|(r, _)| tokio::time::Instant::from_std(r.deadline()));
-        tokio::select! {
+        let (message, from, wire) = tokio::select! {
             Some(id) = ended.recv() => {
                 calls.remove(&id);
+                continue;
             }
             Some(placing) = placing.recv() => {
                 let taken = Taking { app: &app, options: &options, listen, next_port: &next_port };
@@ -186,7 +197,7 @@ pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, mut options: SipOpti
                         calls.insert(call_id.clone(), tx);
                         tracing::info!(session = %info.id, %to, %peer, "placing a SIP call");
                         let _ = placed.send(Ok(()));
-                        let line = Line { sip: socket.clone(), peer, inbox };
+                        let line = Line { wire: Wire::Udp(socket.clone(), peer), peer, inbox };
                         let media = Pending { rtp, options: options.clone(), info, admission, time_limit };
                         tokio::spawn(run_placed(app.clone(), line, dialer, media, (call_id, ended_tx.clone())));
                     }
@@ -194,6 +205,7 @@ pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, mut options: SipOpti
                         let _ = placed.send(Err(e));
                     }
                 }
+                continue;
             }
             () = tokio::time::sleep_until(renewal.unwrap_or_else(Instant::now)), if renewal.is_some() => {
                 if let Some((registration, registrar)) = &mut registration {
@@ -202,7 +214,16 @@ pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, mut options: SipOpti
                     }
                     app.note_registration(registration.standing());
                 }
+                continue;
             }
+            accepted = accept(tcp.as_ref()) => {
+                match accepted {
+                    Ok((stream, peer)) => connections.take(stream, peer, heard_tx.clone()),
+                    Err(e) => tracing::debug!(error = %e, "a SIP connection could not be taken"),
+                }
+                continue;
+            }
+            Some(from_stream) = heard.recv() => from_stream,
             received = socket.recv_from(&mut buffer) => {
                 let (n, from) = match received {
                     Ok(received) => received,
@@ -211,75 +232,73 @@ pub(crate) async fn serve(app: Arc<App>, socket: UdpSocket, mut options: SipOpti
                         continue;
                     }
                 };
-                let message = match SipMessage::parse(&buffer[..n]) {
-                    Ok(message) => message,
+                match SipMessage::parse(&buffer[..n]) {
+                    Ok(message) => (message, from, Wire::Udp(socket.clone(), from)),
                     // Nothing to answer to: a message without its headers has no address.
                     Err(e) => {
                         tracing::debug!(%from, error = %e, "an unreadable SIP datagram dropped");
                         continue;
                     }
-                };
-                let Some(call_id) = message.call_id().map(str::to_owned) else {
-                    continue;
-                };
-                if let Some(call) = calls.get(&call_id) {
-                    // A full inbox drops the message: the caller sends it again.
-                    let _ = call.try_send(message);
-                    continue;
                 }
-                if let Some((registration, registrar)) = &mut registration
-                    && registration.owns(&message)
-                {
-                    if let Some(register) = registration.receive(&message, Instant::now().into_std()) {
-                        let _ = socket.send_to(&register, *registrar).await;
-                    }
-                    app.note_registration(registration.standing());
-                    continue;
-                }
-                let reply = |response: SipMessage| {
-                    let socket = socket.clone();
-                    async move {
-                        let _ = socket.send_to(&response.render(), from).await;
-                    }
+            }
+        };
+        let Some(call_id) = message.call_id().map(str::to_owned) else {
+            continue;
+        };
+        if let Some(call) = calls.get(&call_id) {
+            // A full inbox drops the message: the caller sends it again.
+            let _ = call.try_send((message, wire));
+            continue;
+        }
+        if let Some((registration, registrar)) = &mut registration
+            && registration.owns(&message)
+        {
+            if let Some(register) = registration.receive(&message, Instant::now().into_std()) {
+                let _ = socket.send_to(&register, *registrar).await;
+            }
+            app.note_registration(registration.standing());
+            continue;
+        }
+        match message.method() {
+            Some("INVITE") if message.param("To", "tag").is_none() => {
+                let taken = Taking {
+                    app: &app,
+                    options: &options,
+                    listen,
+                    next_port: &next_port,
                 };
-                match message.method() {
-                    Some("INVITE") if message.param("To", "tag").is_none() => {
-                        let taken = Taking { app: &app, options: &options, listen, next_port: &next_port };
-                        match taken.take(&message, from).await {
-                            Ok(answering) => {
-                                let (tx, inbox) = mpsc::channel(CALL_INBOX);
-                                calls.insert(call_id.clone(), tx);
-                                tokio::spawn(run_call(
-                                    app.clone(),
-                                    (socket.clone(), from, inbox),
-                                    message,
-                                    answering,
-                                    (call_id, ended_tx.clone()),
-                                ));
-                            }
-                            Err(refused) => {
-                                tracing::info!(%from, status = refused.status, reason = refused.reason, "a SIP call refused");
-                                let mut response = message.response(refused.status, refused.reason, Some("refused"));
-                                if let Some(after) = refused.retry_after {
-                                    response = response.with("Retry-After", after.to_string());
-                                }
-                                if let Some(warning) = refused.warning {
-                                    response = response.with("Warning", format!("399 voxide \"{warning}\""));
-                                }
-                                if let Some(challenge) = refused.challenge {
-                                    response = response.with("WWW-Authenticate", challenge);
-                                }
-                                reply(response).await;
-                            }
-                        }
+                match taken.take(&message, from).await {
+                    Ok(answering) => {
+                        let (tx, inbox) = mpsc::channel(CALL_INBOX);
+                        calls.insert(call_id.clone(), tx);
+                        tokio::spawn(run_call(
+                            app.clone(),
+                            Line {
+                                wire,
+                                peer: from,
+                                inbox,
+                            },
+                            message,
+                            answering,
+                            (call_id, ended_tx.clone()),
+                        ));
                     }
-                    Some("OPTIONS") if allowed(&options, from.ip()) => {
-                        reply(message.response(200, "OK", None).with("Allow", "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO")).await;
+                    Err(refused) => {
+                        tracing::info!(%from, status = refused.status, reason = refused.reason, "a SIP call refused");
+                        wire.send(&refused.answering(&message).render()).await;
                     }
-                    // An ACK to a refusal, or a stray response: nothing to answer.
-                    Some("ACK") | None => {}
-                    Some(_) => reply(message.response(481, "Call/Transaction Does Not Exist", None)).await,
                 }
+            }
+            Some("OPTIONS") if allowed(&options, from.ip()) => {
+                let allow = "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO";
+                let response = message.response(200, "OK", None).with("Allow", allow);
+                wire.send(&response.render()).await;
+            }
+            // An ACK to a refusal, or a stray response: nothing to answer.
+            Some("ACK") | None => {}
+            Some(_) => {
+                let response = message.response(481, "Call/Transaction Does Not Exist", None);
+                wire.send(&response.render()).await;
             }
         }
     }
@@ -376,6 +395,21 @@ impl Refused {
     fn after(mut self, secs: u32) -> Self {
         self.retry_after = Some(secs);
         self
+    }
+
+    /// The refusal as the answer to `invite`.
+    fn answering(self, invite: &SipMessage) -> SipMessage {
+        let mut response = invite.response(self.status, self.reason, Some("refused"));
+        if let Some(after) = self.retry_after {
+            response = response.with("Retry-After", after.to_string());
+        }
+        if let Some(warning) = self.warning {
+            response = response.with("Warning", format!("399 voxide \"{warning}\""));
+        }
+        if let Some(challenge) = self.challenge {
+            response = response.with("WWW-Authenticate", challenge);
+        }
+        response
     }
 }
 
@@ -570,7 +604,7 @@ impl Taking<'_> {
         let dial = Dial {
             to: uri,
             from,
-            local,
+            local: Local::udp(local),
             offer: sdp::offer(host, rtp_port, u64::from(random_u32())),
             account: account.filter(|_| through_pbx).cloned(),
             ring_for,
@@ -665,12 +699,12 @@ impl AudioSink for CallSink {
     }
 }
 
-/// A call's signalling: the shared SIP socket, the other side's address, and the messages of
-/// this call the SIP loop hands on.
+/// A call's signalling: the way to the other side, its address, and the messages of this call
+/// the SIP loop hands on, each with the way it came.
 struct Line {
-    sip: Arc<UdpSocket>,
+    wire: Wire,
     peer: SocketAddr,
-    inbox: mpsc::Receiver<SipMessage>,
+    inbox: mpsc::Receiver<(SipMessage, Wire)>,
 }
 
 /// What a call placed needs once answered.
@@ -694,7 +728,7 @@ struct Media {
 /// One answered call: its signalling, its RTP both ways, and its session.
 async fn run_call(
     app: Arc<App>,
-    (sip, peer, inbox): (Arc<UdpSocket>, SocketAddr, mpsc::Receiver<SipMessage>),
+    line: Line,
     invite: SipMessage,
     answering: Answering,
     (call_id, ended): (String, mpsc::Sender<String>),
@@ -710,7 +744,10 @@ async fn run_call(
     } = answering;
     let rtp_port = rtp.local_addr().map(|a| a.port()).unwrap_or_default();
     let answer = sdp::answer(host, rtp_port, chosen, u64::from(random_u32()));
-    let local = SocketAddr::new(host, sip_port).to_string();
+    let local = Local {
+        address: SocketAddr::new(host, sip_port).to_string(),
+        transport: line.wire.transport(),
+    };
     let (call, actions) = Call::answer(
         invite,
         answer,
@@ -718,22 +755,15 @@ async fn run_call(
         format!("{:08x}", random_u32()),
         Instant::now().into_std(),
     );
-    send_all(&sip, peer, &actions).await;
-    tracing::info!(session = %info.id, %peer, codec = chosen.codec.name(), rtp_port, "a SIP call answered");
+    send_all(&line.wire, &actions).await;
+    let transport = line.wire.transport();
+    tracing::info!(session = %info.id, peer = %line.peer, ?transport, codec = chosen.codec.name(), rtp_port, "a SIP call answered");
     let media = Media {
         rtp,
         remote: SocketAddr::new(offer.address, offer.port),
         chosen,
     };
-    let ending = talk(
-        &app,
-        Line { sip, peer, inbox },
-        call,
-        media,
-        (&info, admission),
-        None,
-    )
-    .await;
+    let ending = talk(&app, line, call, media, (&info, admission), None).await;
     tracing::info!(session = %info.id, ending = ?ending, "a SIP call ended");
     let _ = ended.send(call_id).await;
 }
@@ -758,7 +788,7 @@ async fn run_placed(
         let deadline = dialer.deadline().map(Instant::from_std);
         let actions = tokio::select! {
             message = line.inbox.recv() => match message {
-                Some(message) => dialer.receive(&message, Instant::now().into_std()),
+                Some((message, _)) => dialer.receive(&message, Instant::now().into_std()),
                 None => break,
             },
             () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
@@ -768,7 +798,7 @@ async fn run_placed(
         for action in actions {
             match action {
                 Dialing::Send(bytes) => {
-                    let _ = line.sip.send_to(&bytes, line.peer).await;
+                    line.wire.send(&bytes).await;
                 }
                 Dialing::Ringing => app.outbound.note(&info.id, CallState::Ringing),
                 Dialing::Answered(call, sdp) => answered = Some((call, sdp)),
@@ -805,7 +835,7 @@ async fn run_placed(
     let Some(media) = media else {
         tracing::warn!(session = %info.id, "the callee's answer has no codec voxide speaks, or audio elsewhere: hanging up");
         let actions = call.hang_up(Instant::now().into_std());
-        send_all(&line.sip, line.peer, &actions).await;
+        send_all(&line.wire, &actions).await;
         app.outbound.note(
             &info.id,
             CallState::Failed {
@@ -847,8 +877,8 @@ async fn talk(
     mut hang_up_at: Option<Instant>,
 ) -> Option<Ending> {
     let Line {
-        sip,
-        peer,
+        mut wire,
+        peer: _,
         mut inbox,
     } = line;
     let Media {
@@ -869,7 +899,7 @@ async fn talk(
         Err(e) => {
             tracing::error!(error = %e, "cannot build the bot; hanging up");
             let actions = call.hang_up(Instant::now().into_std());
-            send_all(&sip, peer, &actions).await;
+            send_all(&wire, &actions).await;
             return None;
         }
     };
@@ -901,9 +931,14 @@ async fn talk(
         let hole = input.deadline().map(Instant::from_std);
         tokio::select! {
             message = inbox.recv() => {
-                let Some(message) = message else { break };
+                let Some((message, came)) = message else { break };
+                // On TCP the other side may come back on a new connection: its latest is the
+                // way to it.
+                if let Wire::Tcp(_) = came {
+                    wire = came;
+                }
                 let actions = call.receive(&message, Instant::now().into_std());
-                ending = ending.or(act(&sip, peer, &actions, &mut phone.input, &phone.handle).await);
+                ending = ending.or(act(&wire, &actions, &mut phone.input, &phone.handle).await);
             }
             received = rtp.recv_from(&mut buffer) => {
                 let Ok((n, from)) = received else { continue };
@@ -978,7 +1013,7 @@ async fn talk(
                 Some(Out::Phone(PhoneAction::Transfer(to))) => {
                     tracing::info!(session = %info.id, %to, "transferring the call");
                     let actions = call.transfer(&to, Instant::now().into_std());
-                    ending = ending.or(act(&sip, peer, &actions, &mut phone.input, &phone.handle).await);
+                    ending = ending.or(act(&wire, &actions, &mut phone.input, &phone.handle).await);
                 }
                 None => session_over = true,
             },
@@ -999,7 +1034,7 @@ async fn talk(
             },
             () = tokio::time::sleep_until(deadline.unwrap_or_else(Instant::now)), if deadline.is_some() => {
                 let actions = call.poll(Instant::now().into_std());
-                ending = ending.or(act(&sip, peer, &actions, &mut phone.input, &phone.handle).await);
+                ending = ending.or(act(&wire, &actions, &mut phone.input, &phone.handle).await);
             }
             () = tokio::time::sleep_until(keypad.unwrap_or_else(Instant::now)), if keypad.is_some() => {
                 let _ = phone.input.keypad_due(&phone.handle).await;
@@ -1013,7 +1048,7 @@ async fn talk(
         if session_over && ending.is_none() && !call.over() {
             // The bot ended the call: hang up, and wait for the BYE's answer.
             let actions = call.hang_up(Instant::now().into_std());
-            send_all(&sip, peer, &actions).await;
+            send_all(&wire, &actions).await;
             session_over = false;
         }
         if ending.is_some() || call.over() {
@@ -1059,23 +1094,22 @@ async fn send_dialing(sip: &UdpSocket, peer: SocketAddr, actions: &[Dialing]) {
     }
 }
 
-async fn send_all(sip: &UdpSocket, peer: SocketAddr, actions: &[Action]) {
+async fn send_all(wire: &Wire, actions: &[Action]) {
     for action in actions {
         if let Action::Send(bytes) = action {
-            let _ = sip.send_to(bytes, peer).await;
+            wire.send(bytes).await;
         }
     }
 }
 
 /// Carries out a call's actions: messages sent, keys pressed; how it ended, if it did.
 async fn act(
-    sip: &UdpSocket,
-    peer: SocketAddr,
+    wire: &Wire,
     actions: &[Action],
     input: &mut RtviInput,
     handle: &crate::pipeline::SessionHandle,
 ) -> Option<Ending> {
-    send_all(sip, peer, actions).await;
+    send_all(wire, actions).await;
     let mut ending = None;
     for action in actions {
         match action {

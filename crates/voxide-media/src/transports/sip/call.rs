@@ -104,12 +104,72 @@ enum Side {
     Placed { ack: Vec<u8> },
 }
 
+/// The transport a call's signalling travels on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    /// Datagrams, each message in one.
+    Udp,
+    /// A connection the other side opened, messages framed by their Content-Length.
+    Tcp,
+}
+
+/// Where voxide's signalling is reached in a call: `host:port` on a transport, as its Contact
+/// and Via say.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Local {
+    /// `host:port`.
+    pub address: String,
+    /// The transport.
+    pub transport: Transport,
+}
+
+impl Local {
+    /// `address` on UDP.
+    pub fn udp(address: impl Into<String>) -> Self {
+        Self {
+            address: address.into(),
+            transport: Transport::Udp,
+        }
+    }
+
+    /// `address` on TCP.
+    pub fn tcp(address: impl Into<String>) -> Self {
+        Self {
+            address: address.into(),
+            transport: Transport::Tcp,
+        }
+    }
+
+    /// voxide's Contact: `<sip:voxide@host:port>`, with `;transport=tcp` on TCP so that the
+    /// other side's requests within the call come the same way (RFC 3261 §19.1.1).
+    pub(super) fn contact(&self) -> String {
+        match self.transport {
+            Transport::Udp => format!("<sip:voxide@{}>", self.address),
+            Transport::Tcp => format!("<sip:voxide@{};transport=tcp>", self.address),
+        }
+    }
+
+    /// A Via for a request voxide sends, on a fresh branch.
+    pub(super) fn via(&self) -> String {
+        let transport = match self.transport {
+            Transport::Udp => "UDP",
+            Transport::Tcp => "TCP",
+        };
+        format!(
+            "SIP/2.0/{transport} {};branch=z9hG4bK{:08x}{:08x};rport",
+            self.address,
+            crate::ids::random_u32(),
+            crate::ids::random_u32()
+        )
+    }
+}
+
 /// A dialog as voxide's requests within it need it (RFC 3261 §12), whichever side placed
 /// the call.
 #[derive(Debug, Clone)]
 pub struct Dialog {
-    /// `host:port` voxide's signalling is reached at (its Contact and Via).
-    pub(super) local: String,
+    /// Where voxide's signalling is reached (its Contact and Via).
+    pub(super) local: Local,
     pub(super) call_id: String,
     /// voxide's party, with its tag: From in voxide's requests.
     pub(super) us: String,
@@ -125,7 +185,7 @@ pub struct Dialog {
 
 impl Dialog {
     /// The callee's dialog, from the INVITE it answers with tag `tag` (§12.1.1).
-    fn answering(invite: &SipMessage, local: String, tag: &str) -> Self {
+    fn answering(invite: &SipMessage, local: Local, tag: &str) -> Self {
         let to = invite.header("To").unwrap_or_default();
         let us = if invite.param("To", "tag").is_some() {
             to.to_owned()
@@ -145,7 +205,7 @@ impl Dialog {
 
     /// The caller's dialog, from its INVITE and the callee's 2xx to it (§12.1.2): the route
     /// the 2xx recorded is taken in reverse.
-    pub(super) fn placed(invite: &SipMessage, ok: &SipMessage, local: String) -> Self {
+    pub(super) fn placed(invite: &SipMessage, ok: &SipMessage, local: Local) -> Self {
         let mut route: Vec<String> = ok.all("Record-Route").map(str::to_owned).collect();
         route.reverse();
         Self {
@@ -169,7 +229,7 @@ impl Dialog {
             headers: Vec::new(),
             body: Vec::new(),
         }
-        .with("Via", via(&self.local))
+        .with("Via", self.local.via())
         .with("Max-Forwards", "70");
         for route in &self.route {
             request = request.with("Route", route.clone());
@@ -186,15 +246,6 @@ impl Dialog {
         self.cseq += 1;
         self.request(method, self.cseq)
     }
-}
-
-/// A Via for a request voxide sends from `local`, on a fresh branch.
-pub(super) fn via(local: &str) -> String {
-    format!(
-        "SIP/2.0/UDP {local};branch=z9hG4bK{:08x}{:08x};rport",
-        crate::ids::random_u32(),
-        crate::ids::random_u32()
-    )
 }
 
 /// The URI a message's Contact names (its From when it has none).
@@ -222,12 +273,12 @@ pub struct Call {
 pub(super) const ALLOW: &str = "INVITE, ACK, BYE, CANCEL, OPTIONS, INFO, NOTIFY";
 
 impl Call {
-    /// Answers `invite` with the SDP `answer`, as `local` (`host:port`) with dialog tag
+    /// Answers `invite` with the SDP `answer`, as `local` with dialog tag
     /// `local_tag`: the 200 OK to send comes back.
     pub fn answer(
         invite: SipMessage,
         answer: String,
-        local: String,
+        local: Local,
         local_tag: String,
         now: Instant,
     ) -> (Self, Vec<Action>) {
@@ -255,10 +306,10 @@ impl Call {
         }
     }
 
-    fn ok_to(request: &SipMessage, local: &str, tag: &str, sdp: &[u8]) -> Vec<u8> {
+    fn ok_to(request: &SipMessage, local: &Local, tag: &str, sdp: &[u8]) -> Vec<u8> {
         request
             .response(200, "OK", Some(tag))
-            .with("Contact", format!("<sip:voxide@{local}>"))
+            .with("Contact", local.contact())
             .with("Allow", ALLOW)
             .with("Server", "voxide")
             .with_body("application/sdp", sdp.to_vec())
@@ -475,7 +526,7 @@ impl Call {
             let host = host.split(';').next().unwrap_or(host);
             format!("sip:{to}@{host}")
         };
-        let local = format!("<sip:voxide@{}>", self.dialog.local);
+        let local = self.dialog.local.contact();
         let refer = self
             .dialog
             .next("REFER")
@@ -594,7 +645,7 @@ mod tests {
         Call::answer(
             invite(),
             "v=0\r\n".into(),
-            "127.0.0.1:5080".into(),
+            Local::udp("127.0.0.1:5080"),
             "vx".into(),
             now,
         )

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::call::{ALLOW, Call, Dialog, via};
+use super::call::{ALLOW, Call, Dialog, Local};
 use super::message::{SipMessage, StartLine};
 use super::register::{Account, Challenge};
 
@@ -20,8 +20,8 @@ pub struct Dial {
     pub to: String,
     /// voxide's party (From), without a tag: `<sip:voxide@host>`.
     pub from: String,
-    /// `host:port` voxide's signalling is reached at.
-    pub local: String,
+    /// Where voxide's signalling is reached.
+    pub local: Local,
     /// voxide's SDP offer.
     pub offer: String,
     /// Credentials for a challenge (the PBX's extension, when calls go through it).
@@ -135,13 +135,13 @@ impl Dialer {
             headers: Vec::new(),
             body: Vec::new(),
         }
-        .with("Via", via(&dial.local))
+        .with("Via", dial.local.via())
         .with("Max-Forwards", "70")
         .with("From", format!("{};tag={}", dial.from, dial.ids.1))
         .with("To", format!("<{}>", dial.to))
         .with("Call-ID", dial.ids.0.clone())
         .with("CSeq", format!("{cseq} INVITE"))
-        .with("Contact", format!("<sip:voxide@{}>", dial.local))
+        .with("Contact", dial.local.contact())
         .with("Allow", ALLOW)
         .with("User-Agent", "voxide");
         if let Some((field, value)) = authorization {
@@ -349,7 +349,7 @@ mod tests {
         Dial {
             to: "sip:bob@127.0.0.1:5090".into(),
             from: "<sip:voxide@127.0.0.1:5080>".into(),
-            local: "127.0.0.1:5080".into(),
+            local: Local::udp("127.0.0.1:5080"),
             offer: "v=0\r\n".into(),
             account,
             ring_for: Duration::from_secs(30),

@@ -1,6 +1,6 @@
 //! Telephone calls over SIP, without a carrier in between: a user agent that answers and places
-//! calls on UDP and speaks Opus, G.722 or G.711 over RTP, sans-IO. `server::sip` drives it with
-//! the sockets.
+//! calls on UDP or TCP and speaks Opus, G.722 or G.711 over RTP, sans-IO. `server::sip` drives
+//! it with the sockets.
 //!
 //! - [`message`]: SIP messages read and written (bounded, compact headers expanded).
 //! - [`sdp`]: the caller's offer read, Opus, G.722, PCMU or PCMA chosen in the caller's order
@@ -13,6 +13,7 @@
 //! - [`auth`]: callers from outside the allowed networks let in by digest authentication.
 //! - [`register`]: voxide as a PBX's extension: REGISTER, the digest challenge answered, the
 //!   binding renewed.
+//! - [`stream`]: messages cut out of a TCP stream by their Content-Length, keepalives told.
 //! - [`rtp`]: packets read and written, keys of telephone-events heard once, stale or repeated
 //!   packets told apart.
 
@@ -23,6 +24,7 @@ pub mod message;
 pub mod register;
 pub mod rtp;
 pub mod sdp;
+pub mod stream;
 
 /// Why a SIP message, an SDP offer or an RTP packet could not be used.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
