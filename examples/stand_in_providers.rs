@@ -13,9 +13,13 @@
 //! repeats a run). `GET /stand-in/stats` says what failed, and whether every final was answered
 //! exactly once and every finished tool result reached the model.
 //!
+//! `--stt-whisper` makes Deepgram's finals what the embedded Whisper hears (its model from
+//! `scripts/setup.sh`), so that two bots' transports can be scored on the words (a network's
+//! loss, a room's noise) behind the same recogniser.
+//!
 //! ```bash
 //! cargo run --release --example stand_in_providers -- [--port 9000] [--stt-ms 150] [--llm-ms 300] [--tts-ms 100] \
-//!     [--faults 0.01] [--late-ms 6000] [--seed 1]
+//!     [--faults 0.01] [--late-ms 6000] [--seed 1] [--stt-whisper]
 //! DEEPGRAM_API_KEY=local DEEPGRAM_URL=ws://127.0.0.1:9000 \
 //! CARTESIA_API_KEY=local CARTESIA_URL=ws://127.0.0.1:9000 \
 //! OPENAI_API_KEY=local OPENAI_BASE_URL=http://127.0.0.1:9000/v1 \
@@ -72,8 +76,19 @@ async fn main() {
         std::process::exit(2);
     };
     let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+    let hearing = if std::env::args().any(|a| a == "--stt-whisper") {
+        match voxide::stt::whisper::Whisper::shared() {
+            Ok(whisper) => Some(whisper),
+            Err(e) => {
+                eprintln!("error: --stt-whisper: {e}");
+                std::process::exit(1);
+            }
+        }
+    } else {
+        None
+    };
     let (_stand_ins, addr, server) =
-        match StandIns::serve(addr, delays, Protocol::Openai, faults).await {
+        match StandIns::serve_hearing(addr, delays, (Protocol::Openai, faults), hearing).await {
             Ok(served) => served,
             Err(e) => {
                 eprintln!("error: cannot listen on {addr}: {e}");

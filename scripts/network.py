@@ -12,6 +12,13 @@ one WAV each with its text beside it (`q.wav`, `q.txt`), so the load tester scor
 transcribed (WER) as well as timing its answers from the audio (v2v). A quiet room's floor is
 under the speech and in every gap unless told otherwise.
 
+With `--bots voxide,pipecat` the two bots run side by side behind the same providers: the
+stand-ins (`stand_in_providers --stt-whisper`, so Deepgram's finals are what the embedded
+Whisper hears of the audio each bot's transport delivered), `voxide serve --stt deepgram --llm
+openai --tts cartesia` and pipecat 1.14's standard bot (bench/pipecat-compare/bot.py, installed
+by bench/pipecat-compare/run.sh into target/venv-pipecat): the same questions, the same
+network, scored from each bot's RTVI transcripts.
+
 Conditions (each a `voxide loadtest` flag set, `--condition NAME=FLAGS` to add or replace):
   clean       no impairment
   lossy       3 % random loss, 30 ms jitter
@@ -19,7 +26,8 @@ Conditions (each a `voxide loadtest` flag set, `--condition NAME=FLAGS` to add o
 
     scripts/network.py [--bin target/release/voxide] [--out target/network] [--sessions 1]
                        [--condition NAME=FLAGS ...] [--conditions clean,lossy]
-                       [--protocol webrtc|ws|sip|sip-g722] [--questions N]
+                       [--protocol webrtc|ws|sip|sip-g722|sip-opus] [--questions N]
+                       [--bots voxide,pipecat]
                        [--noise-dbfs -55 | --digital-silence]
 
 Prints one JSON line per condition (`heard`: the share of turns with at most a quarter of the
@@ -116,9 +124,14 @@ def free_port():
 def serve(binary, port, log, flags=()):
     server = subprocess.Popen([binary, "serve", "--port", str(port), "--max-sessions", "8",
                                *flags], stdout=log, stderr=subprocess.STDOUT)
+    return ready(server, f"http://127.0.0.1:{port}/readyz", log)
+
+
+def ready(server, url, log):
+    """`server` once `url` answers 200 (a server without /readyz: its page)."""
     for _ in range(600):
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=1) as r:
+            with urllib.request.urlopen(url, timeout=1) as r:
                 if r.status == 200:
                     return server
         except OSError:
@@ -128,6 +141,59 @@ def serve(binary, port, log, flags=()):
         time.sleep(0.5)
     server.kill()
     sys.exit("the server did not become ready")
+
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PIPECAT_PYTHON = os.path.join(ROOT, "target", "venv-pipecat", "bin", "python")
+
+
+def side_by_side(args, bots, conditions, wavs, room):
+    """Each of `bots` behind the same hearing stand-ins, every condition in turn."""
+    stand_in_port = free_port()
+    providers = os.path.join(os.path.dirname(args.bin), "examples", "stand_in_providers")
+    if not os.path.exists(providers):
+        sys.exit(f"no {providers}: cargo build --release --example stand_in_providers")
+    if "pipecat" in bots and not os.path.exists(PIPECAT_PYTHON):
+        sys.exit("no pipecat: bench/pipecat-compare/run.sh installs it into target/venv-pipecat")
+    at = f"127.0.0.1:{stand_in_port}"
+    env = dict(os.environ, DEEPGRAM_API_KEY="local", DEEPGRAM_URL=f"ws://{at}",
+               CARTESIA_API_KEY="local", CARTESIA_URL=f"ws://{at}", OPENAI_API_KEY="local",
+               OPENAI_BASE_URL=f"http://{at}/v1", STAND_INS=at, RUST_LOG="warn")
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "stand-ins.log"), "w") as log:
+        stand_ins = subprocess.Popen([providers, "--port", str(stand_in_port), "--stt-whisper"],
+                                     stdout=log, stderr=subprocess.STDOUT, env=env)
+        try:
+            ready(stand_ins, f"http://{at}/stand-in/stats", log)
+            for bot in bots:
+                port = free_port()
+                with open(os.path.join(args.out, f"{bot}.log"), "w") as bot_log:
+                    if bot == "voxide":
+                        server = subprocess.Popen(
+                            [args.bin, "serve", "--port", str(port), "--stt", "deepgram",
+                             "--llm", "openai", "--tts", "cartesia"],
+                            stdout=bot_log, stderr=subprocess.STDOUT, env=env)
+                        ready(server, f"http://127.0.0.1:{port}/readyz", bot_log)
+                    else:
+                        server = subprocess.Popen(
+                            [PIPECAT_PYTHON, "bot.py", "-t", "webrtc", "--host", "127.0.0.1",
+                             "--port", str(port)],
+                            cwd=os.path.join(ROOT, "bench", "pipecat-compare"),
+                            stdout=bot_log, stderr=subprocess.STDOUT, env=env)
+                        ready(server, f"http://127.0.0.1:{port}/", bot_log)
+                    try:
+                        for name, flags in conditions.items():
+                            out = os.path.join(args.out, bot, name)
+                            figures = run(args.bin, f"http://127.0.0.1:{port}", wavs, out,
+                                          args.sessions, room + shlex.split(flags))
+                            print(json.dumps({"bot": bot, "condition": name, **figures}),
+                                  flush=True)
+                    finally:
+                        server.terminate()
+                        server.wait()
+        finally:
+            stand_ins.terminate()
+            stand_ins.wait()
 
 
 def run(binary, target, wavs, out, sessions, flags, protocol="webrtc"):
@@ -167,8 +233,10 @@ def main():
     parser.add_argument("--condition", action="append", default=[],
                         help="NAME=FLAGS: a network condition as loadtest flags")
     parser.add_argument("--conditions", help="the ones to run, comma-separated (default: all)")
-    parser.add_argument("--protocol", default="webrtc", help="webrtc, ws, sip or sip-g722")
+    parser.add_argument("--protocol", default="webrtc",
+                        help="webrtc, ws, sip, sip-g722 or sip-opus")
     parser.add_argument("--questions", type=int, help="only the first N questions")
+    parser.add_argument("--bots", help="voxide,pipecat: side by side behind the stand-ins")
     noise_arguments(parser)
     args = parser.parse_args()
     conditions = dict(CONDITIONS)
@@ -180,7 +248,10 @@ def main():
     dbfs = noise_dbfs(args)
     room = [] if dbfs is None else ["--noise-dbfs", str(dbfs)]
     wavs = build(os.path.join(args.out, "questions"))[:args.questions]
-    if args.protocol in ("sip", "sip-g722"):
+    if args.bots:
+        side_by_side(args, args.bots.split(","), conditions, wavs, room)
+        return
+    if args.protocol in ("sip", "sip-g722", "sip-opus"):
         # One call a condition, its own recording.
         for name, flags in conditions.items():
             out = os.path.join(args.out, name)

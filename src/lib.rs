@@ -10,7 +10,7 @@ pub use voxide_bot::{config, flows, turns};
 pub use voxide_core::{
     aggregators, context, events, frames, ids, pipeline, secret, text, warnings,
 };
-pub use voxide_engines::{bpe, models, onnx};
+pub use voxide_engines::{bpe, models, onnx, stt};
 pub use voxide_loadtest as loadtest;
 pub use voxide_media::{audio, transports};
 pub use voxide_services as services;

@@ -11,6 +11,10 @@
 //! - the tool [`TOOL`] itself, as an HTTP tool, answering [`TOOL_DELAY`] after it is called.
 //!
 //! Every turn is named `session N question T` on all three, so the legs line up across them.
+//! Served with a Whisper ([`StandIns::serve_hearing`]), Deepgram's final is instead what the
+//! embedded Whisper hears in the audio since the last finalize (16 kHz linear16, as voxide's
+//! and pipecat's clients send it), so that two bots behind the same stand-ins can be scored on
+//! the words their transports delivered.
 //! With [`Faults`] they also fail on purpose (sockets dropped, first tokens late, requests and
 //! upgrades refused), and `GET /stand-in/stats` tells what failed and whether the bot made up for
 //! it: each final answered once, each finished tool result delivered ([`audit`]). The chat
@@ -88,6 +92,8 @@ pub struct StandIns {
     ledger: Arc<Mutex<Ledger>>,
     /// Sockets opened, to name those whose key names no session.
     sockets: Arc<AtomicUsize>,
+    /// Transcribes Deepgram's audio, when given.
+    hearing: Option<Arc<voxide_engines::stt::whisper::Whisper>>,
 }
 
 /// What `GET /stand-in/stats` answers.
@@ -107,6 +113,16 @@ impl StandIns {
         protocol: Protocol,
         faults: Faults,
     ) -> std::io::Result<(Self, std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+        Self::serve_hearing(addr, delays, (protocol, faults), None).await
+    }
+
+    /// Serves all of them on `addr`, Deepgram's finals transcribed by `hearing` when given.
+    pub async fn serve_hearing(
+        addr: std::net::SocketAddr,
+        delays: Delays,
+        (protocol, faults): (Protocol, Faults),
+        hearing: Option<Arc<voxide_engines::stt::whisper::Whisper>>,
+    ) -> std::io::Result<(Self, std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
         let stand_ins = Self {
             log: Arc::default(),
             delays,
@@ -114,6 +130,7 @@ impl StandIns {
             faults: Arc::new(FaultState::new(faults)),
             ledger: Arc::default(),
             sockets: Arc::default(),
+            hearing,
         };
         let app = axum::Router::new()
             .route("/v1/listen", axum::routing::get(sockets::listen))

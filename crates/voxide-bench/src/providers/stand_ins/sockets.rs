@@ -1,6 +1,7 @@
 //! The socket stand-ins: Deepgram's live transcription and Cartesia's TTS.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use axum::extract::State;
 use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
@@ -77,17 +78,30 @@ fn writer(
     })
 }
 
-/// Deepgram: audio is counted; each `Finalize` is answered `delay` later (or, as a fault, the
-/// socket is dropped instead).
+/// Deepgram: audio is counted (and kept, to hear it); each `Finalize` is answered `delay` later
+/// (or, as a fault, the socket is dropped instead).
 async fn transcribe(socket: WebSocket, stand_ins: StandIns, session: String) {
     use futures_util::StreamExt;
     let (sink, mut stream) = socket.split();
     let (out, outgoing) = mpsc::channel::<Due>(16);
     let writer = writer(sink, outgoing, stand_ins.clone());
     let (mut received, mut finalized, mut question) = (0usize, 0usize, 0usize);
+    let mut heard: Vec<i16> = Vec::new();
     while let Some(Ok(message)) = stream.next().await {
         match message {
-            Message::Binary(bytes) => received += bytes.len() / 2,
+            Message::Binary(bytes) => {
+                received += bytes.len() / 2;
+                if stand_ins.hearing.is_some() {
+                    heard.extend(
+                        bytes
+                            .chunks_exact(2)
+                            .map(|b| i16::from_le_bytes([b[0], b[1]])),
+                    );
+                    // A turn is heard whole up to a minute; older audio goes.
+                    let over = heard.len().saturating_sub(HEARD_AT_MOST);
+                    heard.drain(..over);
+                }
+            }
             Message::Text(text) if text.contains("\"Finalize\"") => {
                 if stand_ins.faults.strike(Fault::SocketDropped) {
                     // Gone without a word: the finalize and the audio before it unanswered.
@@ -100,17 +114,23 @@ async fn transcribe(socket: WebSocket, stand_ins: StandIns, session: String) {
                     writer.abort();
                     return;
                 }
+                let arrived = Instant::now();
                 let key = turn(&session, question);
                 question += 1;
+                let transcript = match &stand_ins.hearing {
+                    Some(whisper) => hear(whisper.clone(), std::mem::take(&mut heard)).await,
+                    None => format!("{key}."),
+                };
                 let results = json!({"type": "Results", "channel_index": [0, 1],
                     "start": finalized as f64 / 16_000.0,
                     "duration": (received - finalized) as f64 / 16_000.0,
                     "is_final": true, "speech_final": true, "from_finalize": true,
                     // Punctuated, as Deepgram writes it with `punctuate=true`: a whole sentence.
-                    "channel": {"alternatives": [{"transcript": format!("{key}."),
+                    "channel": {"alternatives": [{"transcript": transcript,
                         "confidence": 0.99, "words": []}]}});
                 finalized = received;
-                let due = Instant::now() + stand_ins.delays.stt;
+                // Hearing took what it took; the delay counts from the finalize, not after it.
+                let due = (arrived + stand_ins.delays.stt).max(Instant::now());
                 let noted = Some((key, Noted::Final));
                 if out.send((due, noted, results.to_string())).await.is_err() {
                     break;
@@ -122,6 +142,20 @@ async fn transcribe(socket: WebSocket, stand_ins: StandIns, session: String) {
     }
     drop(out);
     let _ = writer.await;
+}
+
+/// The most audio kept between finalizes: a minute at 16 kHz.
+const HEARD_AT_MOST: usize = 16_000 * 60;
+
+/// What Whisper hears in `audio` (16 kHz); nothing when it cannot.
+async fn hear(whisper: Arc<voxide_engines::stt::whisper::Whisper>, audio: Vec<i16>) -> String {
+    let samples = voxide_engines::audio::wav::to_f32(&audio);
+    tokio::task::spawn_blocking(move || whisper.transcribe(&samples))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .map(|text| text.trim().to_owned())
+        .unwrap_or_default()
 }
 
 pub(super) async fn speak(
