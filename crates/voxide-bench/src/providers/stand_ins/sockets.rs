@@ -79,7 +79,9 @@ fn writer(
 }
 
 /// Deepgram: audio is counted (and kept, to hear it); each `Finalize` is answered `delay` later
-/// (or, as a fault, the socket is dropped instead).
+/// (or, as a fault, the socket is dropped instead). As Deepgram does with `interim_results`,
+/// a second of audio without a final gets an interim result, so that a long stretch of speech
+/// is not a silent socket.
 async fn transcribe(socket: WebSocket, stand_ins: StandIns, session: String) {
     use futures_util::StreamExt;
     let (sink, mut stream) = socket.split();
@@ -87,10 +89,27 @@ async fn transcribe(socket: WebSocket, stand_ins: StandIns, session: String) {
     let writer = writer(sink, outgoing, stand_ins.clone());
     let (mut received, mut finalized, mut question) = (0usize, 0usize, 0usize);
     let mut heard: Vec<i16> = Vec::new();
+    let mut interim_at = 0usize;
     while let Some(Ok(message)) = stream.next().await {
         match message {
             Message::Binary(bytes) => {
                 received += bytes.len() / 2;
+                if received - interim_at.max(finalized) >= INTERIM_EVERY {
+                    interim_at = received;
+                    let interim = json!({"type": "Results", "channel_index": [0, 1],
+                        "start": finalized as f64 / 16_000.0,
+                        "duration": (received - finalized) as f64 / 16_000.0,
+                        "is_final": false, "speech_final": false,
+                        "channel": {"alternatives": [{"transcript": "", "confidence": 0.0,
+                            "words": []}]}});
+                    if out
+                        .send((Instant::now(), None, interim.to_string()))
+                        .await
+                        .is_err()
+                    {
+                        break;
+                    }
+                }
                 if stand_ins.hearing.is_some() {
                     heard.extend(
                         bytes
@@ -144,6 +163,8 @@ async fn transcribe(socket: WebSocket, stand_ins: StandIns, session: String) {
     let _ = writer.await;
 }
 
+/// Audio between interim results: a second at 16 kHz.
+const INTERIM_EVERY: usize = 16_000;
 /// The most audio kept between finalizes: a minute at 16 kHz.
 const HEARD_AT_MOST: usize = 16_000 * 60;
 
