@@ -47,6 +47,23 @@ fn sip_options(
     options
 }
 
+/// A test server's options taking SIP from loopback on a free port, its RTP on `rtp_ports`,
+/// recording each call into the fresh folder `name`: the options, the folder, the SIP port.
+fn recording_sip(
+    name: &str,
+    rtp_ports: std::ops::RangeInclusive<u16>,
+) -> (voxide::server::ServeOptions, std::path::PathBuf, u16) {
+    let records = scratch(name);
+    let sip_port = free_udp_port();
+    let mut options = sip_options(
+        SocketAddr::from(([127, 0, 0, 1], sip_port)),
+        rtp_ports,
+        Network::loopback(),
+    );
+    options.record_dir = Some(records.clone());
+    (options, records, sip_port)
+}
+
 /// A fresh folder of this test's, under the system's temporary folder.
 fn scratch(name: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(format!("voxide-telephony-{name}-{}", std::process::id()));
@@ -391,14 +408,7 @@ async fn sipp_call_is_heard(name: &str, rtp_ports: std::ops::RangeInclusive<u16>
         Path::new(PCAP_DIR).join("dtmf_2833_1.pcap").exists(),
         "SIPp is not installed: scripts/setup.sh --test installs sip-tester"
     );
-    let records = scratch(&format!("records-{name}"));
-    let sip_port = free_udp_port();
-    let mut options = sip_options(
-        SocketAddr::from(([127, 0, 0, 1], sip_port)),
-        rtp_ports,
-        Network::loopback(),
-    );
-    options.record_dir = Some(records.clone());
+    let (mut options, records, sip_port) = recording_sip(&format!("records-{name}"), rtp_ports);
     if let Some(sip) = &mut options.sip {
         sip.tcp = tcp;
     }
@@ -466,15 +476,8 @@ async fn a_baresip_softphone_calls_in_opus_is_heard_and_hears_the_bot_answer() {
         Path::new("/usr/bin/baresip").exists(),
         "baresip is not installed: scripts/setup.sh --test installs baresip-core"
     );
-    let records = scratch("baresip-records");
+    let (options, records, sip_port) = recording_sip("baresip-records", 22_600..=22_699);
     let work = scratch("baresip");
-    let sip_port = free_udp_port();
-    let mut options = sip_options(
-        SocketAddr::from(([127, 0, 0, 1], sip_port)),
-        22_600..=22_699,
-        Network::loopback(),
-    );
-    options.record_dir = Some(records.clone());
     let _server = start_options(options).await;
 
     // The question, then ten seconds of the room while the bot answers: baresip hangs up when
@@ -898,14 +901,7 @@ async fn the_bot_hands_a_sip_caller_over_with_refer_after_saying_so() {
     };
     let (addr, _stand_in) =
         llm_stand_in::start(vec![Reply::With(std::sync::Arc::new(reply))]).await;
-    let records = scratch("transferred");
-    let sip_port = free_udp_port();
-    let mut options = sip_options(
-        SocketAddr::from(([127, 0, 0, 1], sip_port)),
-        24_000..=24_999,
-        Network::loopback(),
-    );
-    options.record_dir = Some(records.clone());
+    let (mut options, records, sip_port) = recording_sip("transferred", 24_000..=24_999);
     options.bots[0].llm = voxide::bot::LlmChoice::Text(vec![voxide::bot::TextLlm::OpenAi(
         voxide::services::llm::openai::OpenAiSettings {
             base_url: format!("http://{addr}/v1"),
