@@ -124,12 +124,24 @@ fn socket_into(framing: &mut crate::transports::websocket::Framing, bytes: &[u8]
     }
 }
 
-/// What reaches `--sip-listen` and a call's RTP port: a SIP message (and its SDP offer, its
+/// What reaches `--sip-listen` and a call's RTP port: the bytes as a TCP stream, a SIP message (and its SDP offer, its
 /// answer to a digest challenge, an answered call taking it, and the same as the answer to a
 /// call voxide placed, then within it during a transfer), then RTP packets.
 fn sip(bytes: &[u8]) {
     use crate::transports::sip::{auth, call, dial, message::SipMessage, register, rtp, sdp};
     static CALLERS: std::sync::OnceLock<Option<auth::Callers>> = std::sync::OnceLock::new();
+    // The same bytes as a TCP stream, in pieces: cut into messages, each parsed.
+    let mut framer = crate::transports::sip::stream::Framer::default();
+    for piece in bytes.chunks(97) {
+        if framer.push(piece).is_err() {
+            break;
+        }
+        while let Ok(Some(framed)) = framer.take() {
+            if let crate::transports::sip::stream::Framed::Message(m) = framed {
+                let _ = SipMessage::parse(&m);
+            }
+        }
+    }
     let mut parts = messages(bytes);
     let Some(first) = parts.next() else {
         return;

@@ -219,7 +219,11 @@ pub(crate) async fn serve(
             accepted = accept(tcp.as_ref()) => {
                 match accepted {
                     Ok((stream, peer)) => connections.take(stream, peer, heard_tx.clone()),
-                    Err(e) => tracing::debug!(error = %e, "a SIP connection could not be taken"),
+                    Err(e) => {
+                        // Out of descriptors, say: a short pause, not a loop that spins on it.
+                        tracing::warn!(error = %e, "a SIP connection could not be taken");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
                 }
                 continue;
             }
