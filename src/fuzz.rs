@@ -434,7 +434,8 @@ fn context_trim(bytes: &[u8]) {
 
 /// A caller's RTP audio through the jitter buffer, into the Opus decoder and (the same packets)
 /// into a SIP call's G.711 or G.722 input: each packet is 8 bytes of header (sequence number, timestamp,
-/// milliseconds since the last packet, a spare byte), then its payload up to the next `0xff`.
+/// milliseconds since the last packet, a byte whose low bit says the payload is RED around Opus
+/// of payload type 111), then its payload up to the next `0xff`.
 fn rtp_audio(bytes: &[u8]) {
     use crate::transports::phone_in::PhoneInput;
     use crate::transports::sip::sdp::Codec;
@@ -455,7 +456,11 @@ fn rtp_audio(bytes: &[u8]) {
         let sequence = u16::from_be_bytes([header[0], header[1]]);
         let timestamp = u32::from_be_bytes([header[2], header[3], header[4], header[5]]);
         now += std::time::Duration::from_millis(u64::from(header[6]));
-        input.push(sequence, timestamp, payload, now);
+        if header[7] & 1 == 1 {
+            input.push_red(sequence, timestamp, payload, 111, now);
+        } else {
+            input.push(sequence, timestamp, payload, now);
+        }
         phone.push(sequence, timestamp, payload, now);
         // Bounded: a piece is at most a second of audio, and the buffer holds 256 packets.
         for _ in 0..1_000 {

@@ -377,6 +377,33 @@ async fn the_page_talks_to_the_bot_over_webrtc() {
         summary.contains("voice to voice, p95") && summary.contains("download"),
         "{summary}"
     );
+    // The answer put RED first, so Chrome sent the microphone in RED (RFC 2198), each packet
+    // with a copy of the one before.
+    let red = |metrics: &str| {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix("voxide_webrtc_packets_total{outcome=\"red\"} "))
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    let mut metrics = String::new();
+    while Instant::now() < until {
+        metrics = common::get(server.addr, "/metrics").await.1;
+        if red(&metrics) > 50 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        red(&metrics) > 50,
+        "Chrome's packets did not come in RED: {}",
+        metrics
+            .lines()
+            .filter(|l| l.starts_with("voxide_webrtc_packets_total"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
 }
 
 /// Disconnects the console; the session's summary it then shows, in lower case.

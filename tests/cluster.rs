@@ -186,6 +186,7 @@ async fn behind_a_nat_webrtc_offers_the_public_address_on_a_port_of_the_range() 
         room: None,
         network: Default::default(),
         received: Default::default(),
+        red: 1,
     };
     let summary = voxide::loadtest::run(options).await.expect("runs");
     assert_eq!(summary.sessions.connected, 1, "{summary:?}");

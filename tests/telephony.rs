@@ -1245,6 +1245,7 @@ async fn load_test_over_sip(
         room: None,
         network: Default::default(),
         received: Default::default(),
+        red: 1,
     };
     let summary = voxide::loadtest::run(load).await.expect("runs");
     assert_eq!(summary.sessions.connected, 2, "{summary:?}");

@@ -110,6 +110,10 @@ pub struct LoadtestArgs {
     /// Delays each of the bot's packets by up to this much on its way back (WebRTC).
     #[arg(long, value_name = "MS", default_value_t = 0)]
     recv_jitter_ms: u64,
+    /// Copies of earlier frames a WebRTC caller sends in each packet when the bot's answer puts
+    /// RED first (RFC 2198), as Chrome does with one; 0 sends plain Opus.
+    #[arg(long, value_name = "N", default_value_t = 1, value_parser = clap::value_parser!(u8).range(0..=8))]
+    red: u8,
 }
 
 /// Runs `voxide loadtest`; the exit status.
@@ -233,6 +237,7 @@ fn options(args: LoadtestArgs) -> Result<voxide::loadtest::LoadtestOptions, Stri
         }),
         network,
         received,
+        red: usize::from(args.red),
     })
 }
 

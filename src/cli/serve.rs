@@ -103,6 +103,11 @@ pub struct ServeArgs {
     /// node's, from the downward API): WebRTC host candidates carry it.
     #[arg(long, env = "VOXIDE_WEBRTC_PUBLIC_IP")]
     webrtc_public_ip: Option<std::net::IpAddr>,
+    /// Asks WebRTC clients that offer RED (Chrome does) to send each packet with a copy of the
+    /// one before (RFC 2198): a lost packet arrives again in the next, for twice the upload
+    /// (`true` or `false`). [default: true]
+    #[arg(long, env = "VOXIDE_WEBRTC_RED")]
+    webrtc_red: Option<bool>,
     /// Takes SIP calls on this UDP address (`0.0.0.0:5060`): INVITEs answered directly, audio
     /// in Opus, G.722 or G.711 over RTP. [default: no SIP]
     #[arg(long, env = "VOXIDE_SIP_LISTEN", value_name = "ADDR:PORT")]
@@ -279,6 +284,7 @@ impl ServeArgs {
             max_sessions,
             webrtc_udp_ports,
             webrtc_public_ip: self.webrtc_public_ip,
+            webrtc_red: self.webrtc_red.unwrap_or(true),
             admin_addr,
             access,
             drain_timeout: Duration::from_secs_f64(drain_timeout),

@@ -405,6 +405,8 @@ impl Metrics {
                 ("received", network.received),
                 ("lost", network.lost),
                 ("recovered", network.recovered),
+                ("redundant", network.redundant),
+                ("red", network.red),
                 ("concealed", network.concealed),
                 ("late", network.late),
                 ("reordered", network.reordered),

@@ -71,6 +71,8 @@ pub struct ServeOptions {
     pub webrtc_udp_ports: Option<std::ops::RangeInclusive<u16>>,
     /// The address callers reach this host at behind a 1:1 NAT, for host candidates.
     pub webrtc_public_ip: Option<std::net::IpAddr>,
+    /// Whether a WebRTC client that offers RED is asked to send it.
+    pub webrtc_red: bool,
     /// This node's name, the prefix of every id it mints.
     pub node_id: NodeId,
     /// Where the other nodes answer, for requests that belong to them.
@@ -115,6 +117,7 @@ impl ServeOptions {
             ice_servers: Vec::new(),
             webrtc_udp_ports: None,
             webrtc_public_ip: None,
+            webrtc_red: true,
             node_id: NodeId::from_hostname(),
             peers: Peers::default(),
             agent_addr: None,

@@ -375,6 +375,7 @@ fn peer_options(app: &App) -> PeerOptions {
         ice_servers: app.options.ice_servers.clone(),
         udp_ports: app.options.webrtc_udp_ports.clone(),
         public_ip: app.options.webrtc_public_ip,
+        red: app.options.webrtc_red,
     }
 }
 
@@ -532,6 +533,8 @@ impl Drive {
                 received: total.received,
                 lost: total.lost,
                 recovered: total.recovered,
+                redundant: total.redundant,
+                red: total.red,
                 concealed: total.concealed,
                 late: total.late,
                 reordered: total.reordered,

@@ -145,6 +145,9 @@ pub struct LoadtestOptions {
     /// What the network does to the bot's voice on its way to each caller (WebRTC: the caller
     /// loses its packets and says so in its receiver reports).
     pub received: impair::Impairment,
+    /// Copies of earlier frames each WebRTC caller sends in every packet when the bot's answer
+    /// asks for RED (RFC 2198); Chrome sends one. 0: plain Opus always.
+    pub red: usize,
 }
 
 /// Why a run could not be made (exit 2).
@@ -511,6 +514,7 @@ pub async fn run(options: LoadtestOptions) -> Result<Summary, LoadtestError> {
         auth_token: options.auth_token.clone(),
         network: options.network,
         received: options.received,
+        red: options.red,
     });
     let recorder = Recorder::default();
     let expected = if options.stages.is_empty() {
@@ -1097,8 +1101,8 @@ pub fn table(summary: &Summary) -> String {
     for (way, counts) in seen {
         if let Some(c) = counts {
             out.push_str(&format!(
-                "{way}: {} packets, {} lost ({} rebuilt by FEC), {} frames concealed, {} late\n",
-                c.received, c.lost, c.recovered, c.concealed, c.late
+                "{way}: {} packets, {} lost ({} played from RED copies, {} rebuilt by FEC), {} frames concealed, {} late\n",
+                c.received, c.lost, c.redundant, c.recovered, c.concealed, c.late
             ));
         }
     }

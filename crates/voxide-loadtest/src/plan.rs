@@ -50,6 +50,10 @@ pub struct NetworkCounts {
     pub received: u64,
     pub lost: u64,
     pub recovered: u64,
+    /// Lost packets played from a copy in a later packet (RED); a bot that does not say has
+    /// none.
+    #[serde(default)]
+    pub redundant: u64,
     pub concealed: u64,
     pub late: u64,
 }
@@ -60,6 +64,7 @@ impl NetworkCounts {
         self.received += other.received;
         self.lost += other.lost;
         self.recovered += other.recovered;
+        self.redundant += other.redundant;
         self.concealed += other.concealed;
         self.late += other.late;
     }
@@ -71,6 +76,7 @@ impl From<crate::transports::jitter::NetworkStats> for NetworkCounts {
             received: stats.received,
             lost: stats.lost,
             recovered: stats.recovered,
+            redundant: stats.redundant,
             concealed: stats.concealed,
             late: stats.late,
         }
@@ -239,6 +245,8 @@ pub struct Plan {
     pub network: Impairment,
     /// What the network does to the bot's voice on its way back (WebRTC).
     pub received: Impairment,
+    /// Copies of earlier frames a WebRTC caller puts in each packet when the bot asks for RED.
+    pub red: usize,
 }
 
 impl Plan {
@@ -313,6 +321,7 @@ mod tests {
                 received: 90,
                 lost: 10,
                 recovered: 6,
+                redundant: 0,
                 concealed: 4,
                 late: 1,
             })

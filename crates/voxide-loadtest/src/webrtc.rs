@@ -3,8 +3,11 @@
 //! through pipecat's runner, `POST /start` and then `/sessions/{id}/api/offer`) as soon as it is
 //! made, its ICE candidates trickled after the answer with `PATCH` on the same URL (batched, as
 //! the JS transport's `waitForICEGathering: false` default does), RTVI `client-ready` answered
-//! by `bot-ready`, the JS transport's `ping` once a second. The bot's Opus is decoded and
-//! followed like any other audio.
+//! by `bot-ready`, the JS transport's `ping` once a second. RED is offered after Opus, as Chrome
+//! offers it, and sent (with [`Plan::red`] copies in each packet) when the answer lists it
+//! first. The bot's Opus is decoded and followed like any other audio.
+
+use std::collections::VecDeque;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -31,7 +34,8 @@ use super::plan::{Heard, Plan};
 use super::{Protocol, Recorder};
 use crate::ids::random_u32;
 use crate::transports::opus_in::OpusInput;
-use crate::transports::webrtc::{Reports, audio_track, opus_media, sleep_until};
+use crate::transports::red;
+use crate::transports::webrtc::{AudioPayloads, Reports, audio_track, opus_media, sleep_until};
 
 struct Events {
     /// Candidates as they are gathered, for the trickle.
@@ -244,13 +248,13 @@ async fn peer_connection(
 }
 
 /// Makes the offer, sends it as soon as it is made (whatever candidates it has; the rest
-/// trickle once the answer names the connection) and applies the answer.
+/// trickle once the answer names the connection) and applies the answer; the answer's SDP.
 async fn negotiate(
     plan: &Plan,
     pc: &dyn PeerConnection,
     candidates: mpsc::Receiver<Value>,
     heard: Arc<Mutex<Heard>>,
-) -> Result<(), String> {
+) -> Result<String, String> {
     let offer = pc
         .create_offer(None)
         .await
@@ -282,7 +286,8 @@ async fn negotiate(
         RTCSessionDescription::answer(sdp.to_owned()).map_err(|e| failed("offer_bad_answer", e))?;
     pc.set_remote_description(description)
         .await
-        .map_err(|e| failed("offer_bad_answer", e))
+        .map_err(|e| failed("offer_bad_answer", e))?;
+    Ok(sdp.to_owned())
 }
 
 /// The caller's microphone track.
@@ -345,6 +350,8 @@ pub(super) struct Call {
     mic: Arc<TrackLocalStaticSample>,
     ssrc: u32,
     payload_type: u8,
+    /// How the caller's packets go in RED, when the answer asked for it.
+    red: Option<RedSender>,
     /// The RTP numbers of frame 0 (random, per RFC 3550).
     first_sequence: u16,
     first_timestamp: u32,
@@ -373,8 +380,7 @@ impl Call {
         });
         let pc = peer_connection(plan, events).await?;
         let mic = mic_track(index, ssrc)?;
-        let sender = pc
-            .add_track(mic.clone() as Arc<dyn TrackLocal>)
+        pc.add_track(mic.clone() as Arc<dyn TrackLocal>)
             .await
             .map_err(|e| failed("webrtc_setup", e))?;
         // The bot's receiver reports about the caller's voice queue on the track until read;
@@ -386,13 +392,18 @@ impl Call {
             .create_data_channel("chat", None)
             .await
             .map_err(|e| failed("webrtc_setup", e))?;
-        negotiate(plan, pc.as_ref(), candidates, heard.clone()).await?;
-        let payload_type = sender
-            .get_parameters()
-            .await
-            .ok()
-            .and_then(|p| p.rtp_parameters.codecs.first().map(|c| c.payload_type))
-            .unwrap_or(111);
+        let answer = negotiate(plan, pc.as_ref(), candidates, heard.clone()).await?;
+        let payloads = AudioPayloads::of(&answer);
+        let payload_type = payloads.opus.unwrap_or(111);
+        let red = match payloads.red {
+            Some(red) if plan.red > 0 && AudioPayloads::red_first(&answer) => Some(RedSender {
+                payload_type: red,
+                copies: plan.red,
+                earlier: VecDeque::new(),
+                packet: Vec::new(),
+            }),
+            _ => None,
+        };
 
         let (opened_tx, opened) = oneshot::channel();
         let (ready_tx, ready) = mpsc::channel::<()>(1);
@@ -413,6 +424,7 @@ impl Call {
             mic,
             ssrc,
             payload_type,
+            red,
             first_sequence: random as u16,
             first_timestamp: random.rotate_left(13),
             channel,
@@ -461,6 +473,17 @@ impl Call {
         if n.is_multiple_of(50) {
             let _ = self.channel.send_text(&format!("ping: {n}")).await;
         }
+        let timestamp = self
+            .first_timestamp
+            .wrapping_add((n * crate::wire::OPUS_FRAME) as u32);
+        // The copies go into every packet the encoder makes, lost on the way or not.
+        let (payload_type, payload) = match &mut self.red {
+            Some(red) => (
+                red.payload_type,
+                red.wrap(self.payload_type, timestamp, frame),
+            ),
+            None => (self.payload_type, Bytes::copy_from_slice(frame)),
+        };
         let Fate::Sent { delay, copy } = fate else {
             return Ok(());
         };
@@ -468,15 +491,13 @@ impl Call {
             header: rtc::rtp::Header {
                 version: 2,
                 marker: n == 0,
-                payload_type: self.payload_type,
+                payload_type,
                 sequence_number: self.first_sequence.wrapping_add(n as u16),
-                timestamp: self
-                    .first_timestamp
-                    .wrapping_add((n * crate::wire::OPUS_FRAME) as u32),
+                timestamp,
                 ssrc: self.ssrc,
                 ..Default::default()
             },
-            payload: Bytes::copy_from_slice(frame),
+            payload,
         };
         for after in std::iter::once(delay).chain(copy) {
             if after.is_zero() {
@@ -496,6 +517,46 @@ impl Call {
     pub(super) async fn close(self) {
         self.reader.abort();
         let _ = self.pc.close().await;
+    }
+}
+
+/// A caller's packets in RED (RFC 2198): each with copies of the frames before it, as Chrome
+/// sends them (one copy) when the answer puts RED first.
+struct RedSender {
+    /// RED's payload type.
+    payload_type: u8,
+    /// Copies of earlier frames in each packet.
+    copies: usize,
+    /// The last frames sent, the oldest first, with their timestamps.
+    earlier: VecDeque<(u32, Vec<u8>)>,
+    /// The packet being written.
+    packet: Vec<u8>,
+}
+
+impl RedSender {
+    /// The RED payload for `frame` (Opus of payload type `opus`) at `timestamp`.
+    fn wrap(&mut self, opus: u8, timestamp: u32, frame: &[u8]) -> Bytes {
+        let earlier: Vec<red::Block<'_>> = self
+            .earlier
+            .iter()
+            .map(|(timestamp, payload)| red::Block {
+                payload_type: opus,
+                timestamp: *timestamp,
+                payload,
+            })
+            .collect();
+        let primary = red::Block {
+            payload_type: opus,
+            timestamp,
+            payload: frame,
+        };
+        red::write(primary, &earlier, &mut self.packet);
+        let payload = Bytes::copy_from_slice(&self.packet);
+        if self.earlier.len() == self.copies {
+            self.earlier.pop_front();
+        }
+        self.earlier.push_back((timestamp, frame.to_vec()));
+        payload
     }
 }
 

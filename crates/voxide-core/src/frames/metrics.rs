@@ -117,6 +117,10 @@ pub enum MetricsData {
         lost: u64,
         /// Lost packets rebuilt from the next packet's forward error correction.
         recovered: u64,
+        /// Lost packets played from a copy a later packet carried (RED, RFC 2198).
+        redundant: u64,
+        /// Packets that came in RED.
+        red: u64,
         /// 20 ms frames concealed.
         concealed: u64,
         /// Packets that came after their time was played.

@@ -8,9 +8,10 @@
 //!   should have come ([`JitterBuffer::deadline`]); the depth follows the measured jitter
 //!   (RFC 3550 §6.4.1), between [`MIN_DEPTH`] and [`MAX_DEPTH`], and grows when packets come
 //!   too late to play.
-//! - **A hole is filled, never skipped.** One lost packet whose successor is here is rebuilt
-//!   from the successor's in-band FEC ([`Playout::Fec`]); the rest is concealed by the decoder
-//!   ([`Playout::Conceal`]). When nothing comes at all, the timeline still moves on at the
+//! - **A hole is filled, never skipped.** A lost packet whose copy came inside a later one (RED,
+//!   RFC 2198: [`JitterBuffer::push_redundant`]) plays from the copy; one whose successor (or
+//!   the successor's copy) is here is rebuilt from the successor's in-band FEC
+//!   ([`Playout::Fec`]); the rest is concealed by the decoder ([`Playout::Conceal`]). When nothing comes at all, the timeline still moves on at the
 //!   deadline, concealed and then silent, so a speaker whose network stalls at the end of a
 //!   sentence still ends their turn.
 //! - **Sender silence is silence.** A jump of the timestamp with no gap in the sequence is DTX
@@ -102,6 +103,11 @@ pub struct NetworkStats {
     /// Lost packets decoded from the next packet's in-band FEC (where that packet carries
     /// none, the decoder conceals instead).
     pub recovered: u64,
+    /// Lost packets played from a copy a later packet carried (RED, RFC 2198).
+    pub redundant: u64,
+    /// Packets that came in RED, carrying copies of earlier ones (counted by the decoder that
+    /// takes them apart, not by the buffer).
+    pub red: u64,
     /// 20 ms frames the decoder concealed for lost audio (a stall counts once the sender's next
     /// packet shows it lost some; one that was its quiet does not).
     pub concealed: u64,
@@ -123,6 +129,8 @@ impl NetworkStats {
         self.received += other.received;
         self.lost += other.lost;
         self.recovered += other.recovered;
+        self.redundant += other.redundant;
+        self.red += other.red;
         self.concealed += other.concealed;
         self.late += other.late;
         self.reordered += other.reordered;
@@ -137,6 +145,8 @@ impl NetworkStats {
             received: self.received.saturating_sub(earlier.received),
             lost: self.lost.saturating_sub(earlier.lost),
             recovered: self.recovered.saturating_sub(earlier.recovered),
+            redundant: self.redundant.saturating_sub(earlier.redundant),
+            red: self.red.saturating_sub(earlier.red),
             concealed: self.concealed.saturating_sub(earlier.concealed),
             late: self.late.saturating_sub(earlier.late),
             reordered: self.reordered.saturating_sub(earlier.reordered),
@@ -174,6 +184,9 @@ pub struct JitterBuffer {
     fec: bool,
     /// Packets received and not yet played, by extended sequence number.
     held: BTreeMap<u64, Held>,
+    /// Copies of earlier packets that later ones carried (RED), by extended timestamp, until
+    /// their time is played.
+    spares: BTreeMap<u64, Held>,
     /// The next sequence number to play, extended; `None` before the first packet.
     next: Option<u64>,
     /// The extended timestamp the timeline has been played up to.
@@ -219,6 +232,7 @@ impl JitterBuffer {
             clock,
             fec,
             held: BTreeMap::new(),
+            spares: BTreeMap::new(),
             next: None,
             played_to: 0,
             highest: 0,
@@ -310,6 +324,31 @@ impl JitterBuffer {
         self.held.insert(sequence, held(packet, timestamp));
     }
 
+    /// Takes a copy of an earlier packet (its timestamp, duration and payload) that a later
+    /// one carried (RED, RFC 2198), after that later packet. It plays only if its packet has
+    /// not come when the hole's deadline passes; a copy of audio held or played already, or
+    /// before the stream's first packet, is dropped.
+    pub fn push_redundant(&mut self, timestamp: u32, samples: u32, payload: Vec<u8>) {
+        if self.next.is_none() || samples == 0 || self.spares.len() as u64 >= MAX_HELD {
+            return;
+        }
+        let timestamp = unwrap(self.highest_timestamp, u64::from(timestamp), 32);
+        if timestamp < self.played_to
+            || timestamp > self.highest_timestamp
+            || self.held.values().any(|held| held.timestamp == timestamp)
+        {
+            return;
+        }
+        self.spares.insert(
+            timestamp,
+            Held {
+                timestamp,
+                samples,
+                payload,
+            },
+        );
+    }
+
     /// What to play at `now`, one piece at a time; `None` when nothing is due (ask again at
     /// [`deadline`](Self::deadline) or when the next packet comes).
     pub fn pop(&mut self, now: Instant) -> Option<Playout> {
@@ -329,6 +368,12 @@ impl JitterBuffer {
         let Some(next) = self.next else {
             return Step::Wait;
         };
+        // Copies of audio whose time has been played are no use any more.
+        while let Some(entry) = self.spares.first_entry()
+            && entry.key() < &self.played_to
+        {
+            entry.remove();
+        }
         if let Some(packet) = self.held.get(&next) {
             if packet.timestamp > self.played_to {
                 // The sequence runs on but time jumped: the sender was quiet (DTX).
@@ -353,31 +398,59 @@ impl JitterBuffer {
                 trim,
             });
         }
+        if let Some((&after, packet)) = self.held.first_key_value()
+            && packet.timestamp <= self.played_to
+        {
+            // The time of the packets before it has been played (from a copy, or concealed
+            // through a stall): they are lost, and it plays now.
+            self.stats.lost += after - next;
+            self.next = Some(after);
+            return Step::Again;
+        }
         if self.deadline().is_none_or(|deadline| now < deadline) {
             return Step::Wait;
         }
         // The next packet is overdue past the depth.
         let playout = match self.held.first_key_value() {
             Some((&after, packet)) => {
+                if let Some(copy) = self.spares.remove(&self.played_to) {
+                    // Lost, and a later packet carried a copy of it.
+                    self.stats.lost += 1;
+                    self.stats.redundant += 1;
+                    self.next = Some(next + 1);
+                    self.played_to += u64::from(copy.samples);
+                    self.stalled = 0;
+                    return Step::Play(Playout::Packet {
+                        payload: copy.payload,
+                        trim: 0,
+                    });
+                }
                 // Lost: the packets from `next` to `after`, sharing the time up to `after`'s.
                 let missing = after - next;
                 let span = packet.timestamp.saturating_sub(self.played_to);
                 let samples = (span / missing).min(self.max_gap()) as u32;
                 self.stats.lost += 1;
                 self.next = Some(next + 1);
+                let successor = if missing == 1 {
+                    Some(packet.payload.clone())
+                } else {
+                    // The packet after this one may have come as a copy.
+                    let at = self.played_to + u64::from(samples);
+                    self.spares.get(&at).map(|copy| copy.payload.clone())
+                };
                 self.played_to += u64::from(samples);
                 if samples == 0 {
                     return Step::Again;
                 }
-                if missing == 1 && self.fec {
-                    self.stats.recovered += 1;
-                    Playout::Fec {
-                        next: packet.payload.clone(),
-                        samples,
+                match successor {
+                    Some(next) if self.fec => {
+                        self.stats.recovered += 1;
+                        Playout::Fec { next, samples }
                     }
-                } else {
-                    self.stats.concealed += 1;
-                    Playout::Conceal { samples }
+                    _ => {
+                        self.stats.concealed += 1;
+                        Playout::Conceal { samples }
+                    }
                 }
             }
             None => {
@@ -580,6 +653,48 @@ mod tests {
         assert!(
             s.buffer.depth() > MIN_DEPTH,
             "a late packet deepens the buffer"
+        );
+    }
+
+    #[test]
+    fn a_copy_plays_only_for_a_packet_still_missing_at_its_deadline() {
+        let mut s = Script::new(7, 1_000);
+        let copy = |s: &mut Script, n: u16| {
+            let timestamp = s.first_timestamp.wrapping_add(u32::from(n) * 960);
+            s.buffer.push_redundant(timestamp, 960, vec![100 + n as u8]);
+        };
+        assert_eq!(s.arrive(0, 0), vec![packet(0)]);
+        // 1 is lost; 2 carries its copy, kept until 1's deadline.
+        assert_eq!(s.arrive(2, 0), vec![]);
+        copy(&mut s, 1);
+        // A copy of what has played already is dropped.
+        copy(&mut s, 0);
+        let deadline = s.buffer.deadline().expect("a deadline");
+        assert_eq!(s.drain(deadline - MS), vec![]);
+        assert_eq!(
+            s.drain(deadline),
+            vec![
+                Playout::Packet {
+                    payload: vec![101],
+                    trim: 0
+                },
+                packet(2)
+            ]
+        );
+        // 4 is only late: it comes before its deadline, and its copy in 5 is not used.
+        assert_eq!(s.arrive(3, 0), vec![packet(3)]);
+        assert_eq!(s.arrive(5, 0), vec![]);
+        copy(&mut s, 4);
+        assert_eq!(s.arrive(4, 30), vec![packet(4), packet(5)]);
+        let stats = s.buffer.stats();
+        assert_eq!(
+            (
+                stats.lost,
+                stats.redundant,
+                stats.recovered,
+                stats.concealed
+            ),
+            (1, 1, 0, 0)
         );
     }
 

@@ -16,6 +16,7 @@ pub mod output;
 pub mod pace;
 pub mod phone_in;
 pub mod phone_out;
+pub mod red;
 pub mod rtvi;
 pub mod signalling;
 pub mod sip;

@@ -675,6 +675,8 @@ impl Rtvi {
                     received,
                     lost,
                     recovered,
+                    redundant,
+                    red,
                     concealed,
                     late,
                     reordered,
@@ -686,7 +688,7 @@ impl Rtvi {
                     "network",
                     json!({"processor": transport, "value": {
                         "received": received, "lost": lost, "recovered": recovered,
-                        "concealed": concealed, "late": late, "reordered": reordered,
+                        "redundant": redundant, "red": red, "concealed": concealed, "late": late, "reordered": reordered,
                         "duplicated": duplicated, "jitter_ms": jitter_ms, "depth_ms": depth_ms,
                         "sent_loss": sent_loss,
                     }}),

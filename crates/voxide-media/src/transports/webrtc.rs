@@ -1,9 +1,11 @@
 //! WebRTC (webrtc-rs, Opus): one peer connection per session, compatible with pipecat's
 //! SmallWebRTC signalling, so its browser client works against voxide unchanged.
 //!
-//! The browser's microphone arrives as Opus over RTP and is decoded to 48 kHz mono input audio;
-//! the bot's voice goes back as 20 ms Opus frames, with silence while the bot is quiet so the
-//! track never starves. A data channel carries RTVI messages (see [`super::rtvi`]).
+//! The browser's microphone arrives as Opus over RTP and is decoded to 16 kHz mono input audio;
+//! when the offer has RED (`red/48000/2`, RFC 2198) the answer puts it first, so Chrome sends
+//! each packet with a copy of the one before and a lost packet arrives again in the next. The
+//! bot's voice goes back as 20 ms Opus frames with in-band FEC. A data channel carries RTVI
+//! messages (see [`super::rtvi`]).
 
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -91,6 +93,57 @@ pub struct PeerOptions {
     /// The address callers reach this host at, when it is behind a 1:1 NAT (a cloud VM's
     /// public IP, a pod's node IP): host candidates carry it instead of the bound one.
     pub public_ip: Option<IpAddr>,
+    /// Asks a client that offers RED to send it (the answer lists `red/48000/2` before Opus).
+    pub red: bool,
+}
+
+/// The payload types an answer gave the user's audio.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AudioPayloads {
+    /// Opus's.
+    pub opus: Option<u8>,
+    /// RED's, when the answer has it.
+    pub red: Option<u8>,
+}
+
+impl AudioPayloads {
+    /// The payload types of Opus and RED in the audio section of `sdp`, in its own numbering.
+    pub fn of(sdp: &str) -> Self {
+        let mut payloads = Self::default();
+        let mut audio = false;
+        for line in sdp.lines() {
+            if let Some(media) = line.strip_prefix("m=") {
+                audio = media.starts_with("audio");
+                continue;
+            }
+            let Some(map) = line.strip_prefix("a=rtpmap:").filter(|_| audio) else {
+                continue;
+            };
+            let Some((number, name)) = map.split_once(' ') else {
+                continue;
+            };
+            let Ok(number) = number.parse::<u8>() else {
+                continue;
+            };
+            let name = name.to_ascii_lowercase();
+            if name.starts_with("opus/48000") {
+                payloads.opus.get_or_insert(number);
+            } else if name.starts_with("red/48000") {
+                payloads.red.get_or_insert(number);
+            }
+        }
+        payloads
+    }
+
+    /// Whether the audio section of `sdp` lists RED first: what the side that reads it sends.
+    pub fn red_first(sdp: &str) -> bool {
+        let first = sdp
+            .lines()
+            .find_map(|line| line.strip_prefix("m=audio "))
+            .and_then(|media| media.split_whitespace().nth(2))
+            .and_then(|number| number.parse::<u8>().ok());
+        first.is_some() && first == Self::of(sdp).red
+    }
 }
 
 /// Where the next connection starts looking for a free port in [`PeerOptions::udp_ports`].
@@ -131,6 +184,8 @@ pub struct Peer {
     /// most [`OUTGOING_QUEUE`]: a client that takes none loses messages, not the server memory).
     outgoing: mpsc::Sender<Outgoing>,
     network: NetworkLog,
+    /// Whether its answers ask for RED.
+    red: bool,
 }
 
 /// The tasks of one connection: the pacer of the bot's voice, the decoder of the user's track,
@@ -179,7 +234,7 @@ impl Peer {
 
     /// Applies a renegotiation offer; returns the answer's SDP.
     pub async fn renegotiate(&self, offer_sdp: String) -> Result<String, WebRtcError> {
-        answer(self.connection.as_ref(), offer_sdp).await
+        answer(self.connection.as_ref(), offer_sdp, self.red).await
     }
 
     /// Adds trickled ICE candidates.
@@ -248,6 +303,8 @@ impl AudioSink for TrackSink {
 struct Handler {
     tasks: PeerTasks,
     network: NetworkLog,
+    /// The user's payload types, once the answer is made.
+    payloads: Arc<std::sync::OnceLock<AudioPayloads>>,
     events: mpsc::Sender<PeerEvent>,
     gathered: Mutex<Option<oneshot::Sender<()>>>,
     channel: Arc<Mutex<Option<mpsc::Receiver<Outgoing>>>>,
@@ -283,6 +340,7 @@ impl PeerConnectionEventHandler for Handler {
         }
         let events = self.events.clone();
         let network = self.network.clone();
+        let payloads = self.payloads.clone();
         self.tasks.spawn(async move {
             let input = match OpusInput::new(INPUT_RATE) {
                 Ok(input) => input,
@@ -291,7 +349,13 @@ impl PeerConnectionEventHandler for Handler {
                     return;
                 }
             };
-            listen(track, input, &events, &network).await;
+            let user = User {
+                track,
+                payloads,
+                events,
+                network,
+            };
+            user.listen(input).await;
         });
     }
 
@@ -345,38 +409,55 @@ impl PeerConnectionEventHandler for Handler {
     }
 }
 
-/// Plays the user's track through its jitter buffer into the session: each packet as it comes,
-/// each hole at its deadline.
-async fn listen(
+/// The user's track, and where what it carries goes.
+struct User {
     track: Arc<dyn TrackRemote>,
-    mut input: OpusInput,
-    events: &mpsc::Sender<PeerEvent>,
-    network: &NetworkLog,
-) {
-    loop {
-        let deadline = input.deadline();
-        tokio::select! {
-            event = track.poll() => match event {
-                Some(TrackRemoteEvent::OnRtpPacket(packet)) => {
-                    let header = &packet.header;
-                    input.push(header.sequence_number, header.timestamp, &packet.payload, Instant::now());
-                }
-                Some(_) => continue,
-                None => break,
-            },
-            () = sleep_until(deadline), if deadline.is_some() => {}
-        }
-        while let Some(piece) = input.pop(Instant::now()) {
-            match events.try_send(PeerEvent::Audio(piece.samples)) {
-                Ok(()) => {}
-                // The session fell behind: it loses 20 ms, not memory.
-                Err(mpsc::error::TrySendError::Full(_)) => {
-                    crate::warnings::audio_dropped("webrtc_in");
-                }
-                Err(mpsc::error::TrySendError::Closed(_)) => return,
+    payloads: Arc<std::sync::OnceLock<AudioPayloads>>,
+    events: mpsc::Sender<PeerEvent>,
+    network: NetworkLog,
+}
+
+impl User {
+    /// Plays the track through its jitter buffer into the session: each packet as it comes,
+    /// each hole at its deadline.
+    async fn listen(self, mut input: OpusInput) {
+        loop {
+            let deadline = input.deadline();
+            tokio::select! {
+                event = self.track.poll() => match event {
+                    Some(TrackRemoteEvent::OnRtpPacket(packet)) => self.push(&mut input, &packet),
+                    Some(_) => continue,
+                    None => break,
+                },
+                () = sleep_until(deadline), if deadline.is_some() => {}
             }
+            while let Some(piece) = input.pop(Instant::now()) {
+                match self.events.try_send(PeerEvent::Audio(piece.samples)) {
+                    Ok(()) => {}
+                    // The session fell behind: it loses 20 ms, not memory.
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        crate::warnings::audio_dropped("webrtc_in");
+                    }
+                    Err(mpsc::error::TrySendError::Closed(_)) => return,
+                }
+            }
+            self.network.record(input.stats());
         }
-        network.record(input.stats());
+    }
+
+    /// One packet into the buffer: taken apart first when it came in RED.
+    fn push(&self, input: &mut OpusInput, packet: &rtc::rtp::Packet) {
+        let header = &packet.header;
+        let (sequence, timestamp, now) = (header.sequence_number, header.timestamp, Instant::now());
+        match self.payloads.get() {
+            Some(AudioPayloads {
+                red: Some(red),
+                opus: Some(opus),
+            }) if header.payload_type == *red => {
+                input.push_red(sequence, timestamp, &packet.payload, *opus, now);
+            }
+            _ => input.push(sequence, timestamp, &packet.payload, now),
+        }
     }
 }
 
@@ -403,9 +484,11 @@ pub async fn connect(
     let (outgoing, outgoing_rx) = mpsc::channel(OUTGOING_QUEUE);
     let tasks = PeerTasks::default();
     let network = NetworkLog::default();
+    let payloads = Arc::new(std::sync::OnceLock::new());
     let handler = Arc::new(Handler {
         tasks: tasks.clone(),
         network: network.clone(),
+        payloads: payloads.clone(),
         events: events_tx.clone(),
         gathered: Mutex::new(Some(gathered_tx)),
         channel: Arc::new(Mutex::new(Some(outgoing_rx))),
@@ -419,7 +502,8 @@ pub async fn connect(
         .await
         .map_err(rtc_err)?;
 
-    let sdp = answer(connection.as_ref(), offer_sdp).await?;
+    let sdp = answer(connection.as_ref(), offer_sdp, options.red).await?;
+    let _ = payloads.set(AudioPayloads::of(&sdp));
     let _ = tokio::time::timeout(GATHER_TIMEOUT, gathered).await;
     let sdp = connection
         .local_description()
@@ -427,13 +511,15 @@ pub async fn connect(
         .map(|d| d.sdp)
         .unwrap_or(sdp);
 
+    // The bot speaks plain Opus, even where the user sends RED.
     let payload_type = sender
         .get_parameters()
         .await
         .map_err(rtc_err)?
         .rtp_parameters
         .codecs
-        .first()
+        .iter()
+        .find(|c| c.rtp_codec.mime_type.eq_ignore_ascii_case(MIME_TYPE_OPUS))
         .map(|c| c.payload_type)
         .ok_or_else(|| WebRtcError::Rtc("no codec was negotiated for the bot's audio".into()))?;
     let mut encoder = opus::Encoder::new(OPUS_RATE, opus::Channels::Mono, opus::Application::Voip)
@@ -458,10 +544,25 @@ pub async fn connect(
             tasks,
             outgoing,
             network,
+            red: options.red,
         },
         events,
         sdp,
     ))
+}
+
+/// RED's MIME type.
+pub const MIME_TYPE_RED: &str = "audio/red";
+
+/// RED (RFC 2198) around Opus (payload type 111), as Chrome offers it: `a=fmtp:63 111/111`.
+pub fn red_codec() -> RTCRtpCodec {
+    RTCRtpCodec {
+        mime_type: MIME_TYPE_RED.to_owned(),
+        clock_rate: OPUS_RATE,
+        channels: 2,
+        sdp_fmtp_line: "111/111".to_owned(),
+        rtcp_feedback: vec![],
+    }
 }
 
 /// Opus at 48 kHz, as both sides send it.
@@ -485,7 +586,8 @@ pub enum Reports {
     Application,
 }
 
-/// A media engine that speaks Opus (payload type 111), with webrtc-rs's default interceptors
+/// A media engine that speaks Opus (payload type 111) and RED around it (63, offered after Opus
+/// as Chrome offers it), with webrtc-rs's default interceptors
 /// (the receiver reports' generator only when `reports` says so) and the one that lets the
 /// remote's receiver reports through to the application.
 pub fn opus_media(reports: Reports) -> Result<(MediaEngine, Registry), String> {
@@ -495,6 +597,15 @@ pub fn opus_media(reports: Reports) -> Result<(MediaEngine, Registry), String> {
             RTCRtpCodecParameters {
                 rtp_codec: opus_codec(),
                 payload_type: 111,
+            },
+            RtpCodecKind::Audio,
+        )
+        .map_err(|e| e.to_string())?;
+    media
+        .register_codec(
+            RTCRtpCodecParameters {
+                rtp_codec: red_codec(),
+                payload_type: 63,
             },
             RtpCodecKind::Audio,
         )
@@ -829,13 +940,33 @@ impl Interceptor for ReceiverReportsToApplication {
 /// The slot of [`ReceiverReportsToApplication`]: after every default interceptor.
 const REPORTS_SLOT: usize = 14_000;
 
-async fn answer(connection: &dyn PeerConnection, offer_sdp: String) -> Result<String, WebRtcError> {
+/// Answers `offer_sdp`; with `red`, RED first where the offer has it, so the client sends it.
+async fn answer(
+    connection: &dyn PeerConnection,
+    offer_sdp: String,
+    red: bool,
+) -> Result<String, WebRtcError> {
+    let offers_red = AudioPayloads::of(&offer_sdp).red.is_some();
     let offer =
         RTCSessionDescription::offer(offer_sdp).map_err(|e| WebRtcError::Offer(e.to_string()))?;
     connection
         .set_remote_description(offer)
         .await
         .map_err(|e| WebRtcError::Offer(e.to_string()))?;
+    if red && offers_red {
+        let preferred = [(red_codec(), 63), (opus_codec(), 111)]
+            .map(|(rtp_codec, payload_type)| RTCRtpCodecParameters {
+                rtp_codec,
+                payload_type,
+            })
+            .to_vec();
+        for transceiver in connection.get_transceivers().await {
+            // A transceiver of another kind refuses audio codecs; it keeps its own.
+            if let Err(e) = transceiver.set_codec_preferences(preferred.clone()).await {
+                tracing::debug!(error = %e, "codec preferences not set");
+            }
+        }
+    }
     let answer = connection.create_answer(None).await.map_err(rtc_err)?;
     let sdp = answer.sdp.clone();
     connection
@@ -880,6 +1011,7 @@ mod tests {
             ice_servers: Vec::new(),
             udp_ports: Some(ports),
             public_ip: None,
+            red: true,
         };
         assert!(
             udp_port(&options(busy..=busy)).is_err(),
@@ -899,5 +1031,33 @@ mod tests {
             ..options(1..=1)
         };
         assert_eq!(udp_port(&any).expect("any"), 0);
+    }
+
+    /// The audio section of Chrome's offer, as it writes it (trimmed).
+    const CHROME_OFFER: &str = "v=0\r\nm=audio 9 UDP/TLS/RTP/SAVPF 111 63 9 0 8 13 110 126\r\n\
+        a=rtpmap:111 opus/48000/2\r\na=fmtp:111 minptime=10;useinbandfec=1\r\n\
+        a=rtpmap:63 red/48000/2\r\na=fmtp:63 111/111\r\na=rtpmap:9 G722/8000\r\n\
+        m=application 9 UDP/DTLS/SCTP webrtc-datachannel\r\na=rtpmap:63 other/90000\r\n";
+
+    #[test]
+    fn the_payload_types_of_opus_and_red_are_read_from_the_audio_section_and_red_first_seen() {
+        assert_eq!(
+            AudioPayloads::of(CHROME_OFFER),
+            AudioPayloads {
+                opus: Some(111),
+                red: Some(63)
+            }
+        );
+        assert!(
+            !AudioPayloads::red_first(CHROME_OFFER),
+            "Chrome offers Opus first"
+        );
+        let answer = "m=audio 9 UDP/TLS/RTP/SAVPF 63 111\r\na=rtpmap:63 red/48000/2\r\n\
+            a=rtpmap:111 opus/48000/2\r\n";
+        assert!(AudioPayloads::red_first(answer));
+        assert_eq!(
+            AudioPayloads::of("m=audio 9 RTP/AVP 0\r\n"),
+            AudioPayloads::default()
+        );
     }
 }
