@@ -133,6 +133,46 @@ mod whole_bot {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_caller_that_reports_losing_the_bots_voice_gets_it_in_red_and_plays_holes_from_copies()
+    {
+        let server = start(2).await;
+        let options = voxide::loadtest::LoadtestOptions {
+            target: format!("http://{}", server.addr),
+            protocol: voxide::loadtest::Protocol::WebRtc,
+            audio: vec![HELLO.into()],
+            sessions: 1,
+            concurrency: 1,
+            turns: 2,
+            think: Duration::from_millis(200),
+            barge_in_at: None,
+            ramp: Duration::ZERO,
+            stages: Vec::new(),
+            seed: 5,
+            response_timeout: Duration::from_secs(30),
+            slos: Vec::new(),
+            out: None,
+            max_pacing_lag: Duration::from_secs(1),
+            auth_token: None,
+            room: None,
+            network: Default::default(),
+            received: voxide::loadtest::impair::Impairment {
+                loss: 0.10,
+                seed: 3,
+                ..Default::default()
+            },
+            red: 1,
+        };
+        let summary = voxide::loadtest::run(options).await.expect("runs");
+        assert_eq!(summary.metrics["v2v"].map(|d| d.n), Some(2), "{summary:?}");
+        let seen = summary.network_seen.to_caller.expect("the callers counted");
+        eprintln!("the bot's voice at the caller: {seen:?}");
+        assert!(seen.lost > 0, "{seen:?}");
+        // Once the caller's receiver reports tell the bot of the loss, its packets carry a
+        // copy of the one before.
+        assert!(seen.redundant > 0, "{seen:?}");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_webrtc_caller_on_a_lossy_jittery_network_is_answered_and_the_bot_counts_the_damage()
     {
         let server = start(2).await;

@@ -7,8 +7,6 @@
 //! offers it, and sent (with [`Plan::red`] copies in each packet) when the answer lists it
 //! first. The bot's Opus is decoded and followed like any other audio.
 
-use std::collections::VecDeque;
-
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -48,6 +46,8 @@ struct Events {
     ssrc: u32,
     /// What the network does to the bot's voice on its way here; `None`: nothing.
     received: Option<Network>,
+    /// The payload types of the bot's voice, once the answer is read.
+    payloads: Arc<std::sync::OnceLock<AudioPayloads>>,
 }
 
 #[async_trait::async_trait]
@@ -79,6 +79,7 @@ impl PeerConnectionEventHandler for Events {
             index: self.index,
             origin: self.origin,
             ssrc: self.ssrc,
+            payloads: self.payloads.clone(),
         };
         tokio::spawn(listener.listen(track));
     }
@@ -102,6 +103,7 @@ struct BotVoice {
     index: usize,
     origin: Instant,
     ssrc: u32,
+    payloads: Arc<std::sync::OnceLock<AudioPayloads>>,
 }
 
 /// The packets the impaired network lost, for the receiver reports.
@@ -187,8 +189,18 @@ impl BotVoice {
 
     fn play(&mut self, packet: &rtc::rtp::Packet, now: std::time::Instant) {
         let h = &packet.header;
-        self.input
-            .push(h.sequence_number, h.timestamp, &packet.payload, now);
+        match self.payloads.get() {
+            Some(AudioPayloads {
+                red: Some(red),
+                opus: Some(opus),
+            }) if h.payload_type == *red => {
+                self.input
+                    .push_red(h.sequence_number, h.timestamp, &packet.payload, *opus, now);
+            }
+            _ => self
+                .input
+                .push(h.sequence_number, h.timestamp, &packet.payload, now),
+        }
     }
 
     /// Tells the bot what its voice lost on the way (RFC 3550 §6.4.2's fraction lost).
@@ -350,8 +362,8 @@ pub(super) struct Call {
     mic: Arc<TrackLocalStaticSample>,
     ssrc: u32,
     payload_type: u8,
-    /// How the caller's packets go in RED, when the answer asked for it.
-    red: Option<RedSender>,
+    /// RED's payload type and the caller's packets in it, when the answer asked for it.
+    red: Option<(u8, red::Sender)>,
     /// The RTP numbers of frame 0 (random, per RFC 3550).
     first_sequence: u16,
     first_timestamp: u32,
@@ -369,6 +381,7 @@ impl Call {
     ) -> Result<Self, String> {
         let (candidates_tx, candidates) = mpsc::channel(TRICKLE_QUEUE);
         let ssrc = 0x10ad_0000 | (index as u32 & 0xffff);
+        let payloads = Arc::new(std::sync::OnceLock::new());
         let events = Arc::new(Events {
             candidates: candidates_tx,
             heard: heard.clone(),
@@ -377,6 +390,7 @@ impl Call {
             origin: plan.origin,
             ssrc,
             received: (!plan.received.is_clean()).then(|| plan.received.network(index)),
+            payloads: payloads.clone(),
         });
         let pc = peer_connection(plan, events).await?;
         let mic = mic_track(index, ssrc)?;
@@ -393,15 +407,13 @@ impl Call {
             .await
             .map_err(|e| failed("webrtc_setup", e))?;
         let answer = negotiate(plan, pc.as_ref(), candidates, heard.clone()).await?;
+        let _ = payloads.set(AudioPayloads::of(&answer));
         let payloads = AudioPayloads::of(&answer);
         let payload_type = payloads.opus.unwrap_or(111);
         let red = match payloads.red {
-            Some(red) if plan.red > 0 && AudioPayloads::red_first(&answer) => Some(RedSender {
-                payload_type: red,
-                copies: plan.red,
-                earlier: VecDeque::new(),
-                packet: Vec::new(),
-            }),
+            Some(red) if plan.red > 0 && AudioPayloads::red_first(&answer) => {
+                Some((red, red::Sender::new(plan.red)))
+            }
             _ => None,
         };
 
@@ -478,9 +490,9 @@ impl Call {
             .wrapping_add((n * crate::wire::OPUS_FRAME) as u32);
         // The copies go into every packet the encoder makes, lost on the way or not.
         let (payload_type, payload) = match &mut self.red {
-            Some(red) => (
-                red.payload_type,
-                red.wrap(self.payload_type, timestamp, frame),
+            Some((red, sender)) => (
+                *red,
+                Bytes::copy_from_slice(sender.wrap(self.payload_type, timestamp, frame)),
             ),
             None => (self.payload_type, Bytes::copy_from_slice(frame)),
         };
@@ -517,46 +529,6 @@ impl Call {
     pub(super) async fn close(self) {
         self.reader.abort();
         let _ = self.pc.close().await;
-    }
-}
-
-/// A caller's packets in RED (RFC 2198): each with copies of the frames before it, as Chrome
-/// sends them (one copy) when the answer puts RED first.
-struct RedSender {
-    /// RED's payload type.
-    payload_type: u8,
-    /// Copies of earlier frames in each packet.
-    copies: usize,
-    /// The last frames sent, the oldest first, with their timestamps.
-    earlier: VecDeque<(u32, Vec<u8>)>,
-    /// The packet being written.
-    packet: Vec<u8>,
-}
-
-impl RedSender {
-    /// The RED payload for `frame` (Opus of payload type `opus`) at `timestamp`.
-    fn wrap(&mut self, opus: u8, timestamp: u32, frame: &[u8]) -> Bytes {
-        let earlier: Vec<red::Block<'_>> = self
-            .earlier
-            .iter()
-            .map(|(timestamp, payload)| red::Block {
-                payload_type: opus,
-                timestamp: *timestamp,
-                payload,
-            })
-            .collect();
-        let primary = red::Block {
-            payload_type: opus,
-            timestamp,
-            payload: frame,
-        };
-        red::write(primary, &earlier, &mut self.packet);
-        let payload = Bytes::copy_from_slice(&self.packet);
-        if self.earlier.len() == self.copies {
-            self.earlier.pop_front();
-        }
-        self.earlier.push_back((timestamp, frame.to_vec()));
-        payload
     }
 }
 

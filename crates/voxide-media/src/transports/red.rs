@@ -9,6 +9,8 @@
 //! earlier blocks' data, in the headers' order, then the primary's
 //! ```
 
+use std::collections::VecDeque;
+
 /// The most earlier blocks one packet may carry (libwebrtc's limit, too).
 pub const MAX_EARLIER: usize = 32;
 /// The longest earlier block the format can say (10 bits).
@@ -114,6 +116,67 @@ pub fn write(primary: Block<'_>, earlier: &[Block<'_>], out: &mut Vec<u8>) {
     out.extend_from_slice(primary.payload);
 }
 
+/// The sending side of one stream: each frame goes out with copies of the frames sent before
+/// it (those the format can still say: a talkspurt's first frame carries none of the last one's).
+#[derive(Debug, Default)]
+pub struct Sender {
+    /// Copies of earlier frames in each packet.
+    copies: usize,
+    /// The last frames sent, the oldest first, with their timestamps.
+    earlier: VecDeque<(u32, Vec<u8>)>,
+    /// The packet being written.
+    packet: Vec<u8>,
+}
+
+impl Sender {
+    /// A stream whose packets carry `copies` earlier frames each (at most [`MAX_EARLIER`]).
+    pub fn new(copies: usize) -> Self {
+        Self {
+            copies: copies.min(MAX_EARLIER),
+            ..Self::default()
+        }
+    }
+
+    /// Carries `copies` earlier frames from the next packet on.
+    pub fn set_copies(&mut self, copies: usize) {
+        self.copies = copies.min(MAX_EARLIER);
+    }
+
+    /// Copies of earlier frames each packet carries now.
+    pub fn copies(&self) -> usize {
+        self.copies
+    }
+
+    /// The RED payload for `frame`, of payload type `payload_type`, sent at `timestamp`.
+    pub fn wrap(&mut self, payload_type: u8, timestamp: u32, frame: &[u8]) -> &[u8] {
+        while self.earlier.len() > self.copies {
+            self.earlier.pop_front();
+        }
+        let earlier: Vec<Block<'_>> = self
+            .earlier
+            .iter()
+            .map(|(timestamp, payload)| Block {
+                payload_type,
+                timestamp: *timestamp,
+                payload,
+            })
+            .collect();
+        let primary = Block {
+            payload_type,
+            timestamp,
+            payload: frame,
+        };
+        write(primary, &earlier, &mut self.packet);
+        if self.copies > 0 {
+            if self.earlier.len() == self.copies {
+                self.earlier.pop_front();
+            }
+            self.earlier.push_back((timestamp, frame.to_vec()));
+        }
+        &self.packet
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,6 +243,32 @@ mod tests {
             .chain([0x6f])
             .collect();
         assert_eq!(parse(0, &many), Err(RedError::TooManyBlocks));
+    }
+
+    #[test]
+    fn a_sender_carries_the_frames_before_within_a_talkspurt_and_as_many_as_it_is_told() {
+        let mut sender = Sender::new(1);
+        let first = sender.wrap(111, 0, &[1]).to_vec();
+        assert!(parse(0, &first).expect("RED").earlier.is_empty());
+        let second = sender.wrap(111, 960, &[2]).to_vec();
+        let parsed = parse(960, &second).expect("RED");
+        assert_eq!(parsed.earlier.len(), 1);
+        assert_eq!(
+            (parsed.earlier[0].timestamp, parsed.earlier[0].payload),
+            (0, &[1u8][..])
+        );
+        // After a second of quiet the last talkspurt's frames are too old to say.
+        let next = sender.wrap(111, 960 + 48_000, &[3]).to_vec();
+        assert!(parse(960 + 48_000, &next).expect("RED").earlier.is_empty());
+        sender.set_copies(2);
+        sender.wrap(111, 49_920, &[4]);
+        let fifth = sender.wrap(111, 50_880, &[5]).to_vec();
+        let parsed = parse(50_880, &fifth).expect("RED");
+        let carried: Vec<&[u8]> = parsed.earlier.iter().map(|b| b.payload).collect();
+        assert_eq!(carried, [&[3u8][..], &[4u8][..]]);
+        sender.set_copies(0);
+        let plain = sender.wrap(111, 51_840, &[6]).to_vec();
+        assert_eq!(plain, [111, 6], "the primary's header alone");
     }
 
     #[test]

@@ -45,6 +45,7 @@ use webrtc::peer_connection::{
 use super::jitter::NetworkStats;
 use super::opus_in::OpusInput;
 use super::output::AudioSink;
+use super::red;
 use super::talkspurt::Talkspurts;
 use crate::ids::random_u32;
 
@@ -533,6 +534,10 @@ pub async fn connect(
         track: track.clone(),
         ssrc,
         payload_type,
+        red: AudioPayloads::red_first(&sdp)
+            .then_some(AudioPayloads::of(&sdp).red)
+            .flatten()
+            .map(|red| (red, red::Sender::new(0))),
         network: network.clone(),
         protection: Protection::default(),
     };
@@ -728,6 +733,9 @@ struct Pacer {
     track: Arc<TrackLocalStaticSample>,
     ssrc: u32,
     payload_type: u8,
+    /// RED's payload type and the voice in it, where the answer put RED first; it carries
+    /// copies while the client reports loss ([`Protection::copies`]).
+    red: Option<(u8, red::Sender)>,
     /// Where the client's loss reports arrive.
     network: NetworkLog,
     /// The FEC and bitrate the encoder runs at now.
@@ -765,17 +773,24 @@ impl Pacer {
             let Ok(n) = self.encoder.encode(&frame, &mut packet) else {
                 continue;
             };
+            let (payload_type, payload) = match &mut self.red {
+                Some((red, sender)) if sender.copies() > 0 => (
+                    *red,
+                    sender.wrap(self.payload_type, header.timestamp, &packet[..n]),
+                ),
+                _ => (self.payload_type, &packet[..n]),
+            };
             let rtp = rtc::rtp::Packet {
                 header: rtc::rtp::Header {
                     version: 2,
                     marker: header.marker,
-                    payload_type: self.payload_type,
+                    payload_type,
                     sequence_number: header.sequence_number,
                     timestamp: header.timestamp,
                     ssrc: self.ssrc,
                     ..Default::default()
                 },
-                payload: Bytes::copy_from_slice(&packet[..n]),
+                payload: Bytes::copy_from_slice(payload),
             };
             if let Err(e) = self.track.write_rtp(rtp).await {
                 tracing::debug!(error = %e, "the bot's audio track closed");
@@ -803,16 +818,22 @@ impl Pacer {
             Ok(()) => self.protection = wanted,
             Err(e) => tracing::debug!(error = %e, "cannot set the Opus encoder's protection"),
         }
+        if let Some((_, sender)) = &mut self.red {
+            sender.set_copies(wanted.copies);
+        }
     }
 }
 
 /// How the bot's voice is protected against the loss the client reports: Opus in-band FEC
-/// sized for that loss, and a bitrate that leaves it room without growing without bound.
+/// sized for that loss, a bitrate that leaves it room without growing without bound, and, where
+/// the client takes RED, a copy of the frame before in each packet once any loss is reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Protection {
     /// The loss the encoder expects, in percent (`OPUS_SET_PACKET_LOSS_PERC`).
     loss_percent: i32,
     bits_per_second: i32,
+    /// Copies of earlier frames in each packet (RED).
+    copies: usize,
 }
 
 impl Default for Protection {
@@ -835,6 +856,7 @@ impl Protection {
         Self {
             loss_percent,
             bits_per_second,
+            copies: usize::from(loss_percent > 0),
         }
     }
 }
@@ -990,6 +1012,8 @@ mod tests {
         let lossy = Protection::for_loss(0.10);
         assert_eq!(lossy.loss_percent, 10);
         assert!(lossy.bits_per_second > Protection::default().bits_per_second);
+        // A client that takes RED gets a copy of the frame before once it reports loss.
+        assert_eq!((Protection::default().copies, lossy.copies), (0, 1));
         // One clean report lowers the expectation a fifth of the way, not to nothing.
         log.reported_loss(0.0);
         let after = log.get().sent_loss.expect("a loss");
