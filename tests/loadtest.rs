@@ -134,7 +134,7 @@ mod whole_bot {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_caller_that_reports_losing_the_bots_voice_gets_it_in_red_and_plays_holes_from_copies()
-    {
+     {
         let server = start(2).await;
         let options = voxide::loadtest::LoadtestOptions {
             target: format!("http://{}", server.addr),

@@ -310,9 +310,14 @@ impl JitterBuffer {
             self.played_to = timestamp;
         }
         if self.stalled > 0 {
-            // The stall is over: the sender's quiet if the sequence runs on, else loss.
+            // The stall is over: the sender's quiet if the sequence runs on, else loss. Loss
+            // that outlasted the depth (a burst) deepens the buffer as a late packet does: the
+            // packet that ends a burst carries what rebuilds its last packets (FEC, RED), and
+            // only a hole still open when it comes can use it.
             if sequence > next {
                 self.stats.concealed += u64::from(self.stalled.min(MAX_CONCEALED_RUN));
+                self.late_depth = (self.stats.depth + LATE_STEP).min(MAX_DEPTH.as_secs_f64());
+                self.update_depth();
             }
             self.stalled = 0;
         }
@@ -428,6 +433,14 @@ impl JitterBuffer {
                 // Lost: the packets from `next` to `after`, sharing the time up to `after`'s.
                 let missing = after - next;
                 let span = packet.timestamp.saturating_sub(self.played_to);
+                // A stall played the time of the first ones already: as many packets of
+                // `after`'s length as the time left holds are still to come.
+                let left = span.div_ceil(u64::from(packet.samples.max(1))).max(1);
+                if left < missing {
+                    self.stats.lost += missing - left;
+                    self.next = Some(after - left);
+                    return Step::Again;
+                }
                 let samples = (span / missing).min(self.max_gap()) as u32;
                 self.stats.lost += 1;
                 self.next = Some(next + 1);
@@ -751,6 +764,38 @@ mod tests {
             ]
         );
         assert_eq!(s.buffer.stats().lost, 3);
+    }
+
+    #[test]
+    fn a_copy_after_a_stall_fills_the_time_the_stall_left_and_the_buffer_deepens() {
+        let mut s = Script::new(0, 0);
+        s.arrive(0, 0);
+        // 1, 2 and 3 are lost: 1 and 2 are concealed as a stall, on the clock.
+        assert_eq!(s.drain(s.at(60)), vec![Playout::Conceal { samples: 960 }]);
+        assert_eq!(s.drain(s.at(80)), vec![Playout::Conceal { samples: 960 }]);
+        // 4 comes a little late, with a copy of 3.
+        let now = s.at(85);
+        s.buffer.push(s.packet(4), now);
+        s.buffer.push_redundant(3 * 960, 960, vec![103]);
+        assert!(s.buffer.depth() > MIN_DEPTH, "a burst deepens the buffer");
+        let mut played = s.drain(now);
+        played.extend(s.drain(s.at(140)));
+        assert_eq!(
+            played,
+            vec![
+                Playout::Packet {
+                    payload: vec![103],
+                    trim: 0
+                },
+                packet(4)
+            ]
+        );
+        let stats = s.buffer.stats();
+        assert_eq!(
+            (stats.lost, stats.redundant, stats.concealed),
+            (3, 1, 2),
+            "{stats:?}"
+        );
     }
 
     #[test]
