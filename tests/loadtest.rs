@@ -30,6 +30,40 @@ async fn loadtest(args: Vec<String>) -> (Option<i32>, String) {
 
 mod whole_bot {
     use super::*;
+    use voxide::loadtest::LoadtestOptions;
+    use voxide::loadtest::impair::Impairment;
+
+    /// One WebRTC caller asking `HELLO` `turns` times over `network`, hearing the bot's voice
+    /// over `received`, sending RED as Chrome does when asked.
+    fn webrtc_caller(
+        server: &common::Server,
+        turns: usize,
+        network: Impairment,
+        received: Impairment,
+    ) -> LoadtestOptions {
+        LoadtestOptions {
+            target: format!("http://{}", server.addr),
+            protocol: voxide::loadtest::Protocol::WebRtc,
+            audio: vec![HELLO.into()],
+            sessions: 1,
+            concurrency: 1,
+            turns,
+            think: Duration::from_millis(200),
+            barge_in_at: None,
+            ramp: Duration::ZERO,
+            stages: Vec::new(),
+            seed: 5,
+            response_timeout: Duration::from_secs(30),
+            slos: Vec::new(),
+            out: None,
+            max_pacing_lag: Duration::from_secs(1),
+            auth_token: None,
+            room: None,
+            network,
+            received,
+            red: 1,
+        }
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn two_callers_over_the_websocket_are_timed_and_an_impossible_slo_fails_the_run() {
@@ -94,27 +128,11 @@ mod whole_bot {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn two_webrtc_callers_get_bot_ready_and_their_replies_are_timed() {
         let server = start(4).await;
-        let options = voxide::loadtest::LoadtestOptions {
-            target: format!("http://{}", server.addr),
-            protocol: voxide::loadtest::Protocol::WebRtc,
-            audio: vec![HELLO.into()],
+        let options = LoadtestOptions {
             sessions: 2,
             concurrency: 2,
-            turns: 1,
-            think: Duration::from_millis(200),
-            barge_in_at: None,
             ramp: Duration::from_millis(500),
-            stages: Vec::new(),
-            seed: 5,
-            response_timeout: Duration::from_secs(30),
-            slos: Vec::new(),
-            out: None,
-            max_pacing_lag: Duration::from_secs(1),
-            auth_token: None,
-            room: None,
-            network: Default::default(),
-            received: Default::default(),
-            red: 1,
+            ..webrtc_caller(&server, 1, Impairment::default(), Impairment::default())
         };
         let summary = voxide::loadtest::run(options).await.expect("runs");
         assert_eq!(summary.sessions.connected, 2, "{summary:?}");
@@ -136,32 +154,12 @@ mod whole_bot {
     async fn a_caller_that_reports_losing_the_bots_voice_gets_it_in_red_and_plays_holes_from_copies()
      {
         let server = start(2).await;
-        let options = voxide::loadtest::LoadtestOptions {
-            target: format!("http://{}", server.addr),
-            protocol: voxide::loadtest::Protocol::WebRtc,
-            audio: vec![HELLO.into()],
-            sessions: 1,
-            concurrency: 1,
-            turns: 2,
-            think: Duration::from_millis(200),
-            barge_in_at: None,
-            ramp: Duration::ZERO,
-            stages: Vec::new(),
-            seed: 5,
-            response_timeout: Duration::from_secs(30),
-            slos: Vec::new(),
-            out: None,
-            max_pacing_lag: Duration::from_secs(1),
-            auth_token: None,
-            room: None,
-            network: Default::default(),
-            received: voxide::loadtest::impair::Impairment {
-                loss: 0.10,
-                seed: 3,
-                ..Default::default()
-            },
-            red: 1,
+        let received = Impairment {
+            loss: 0.10,
+            seed: 3,
+            ..Default::default()
         };
+        let options = webrtc_caller(&server, 2, Impairment::default(), received);
         let summary = voxide::loadtest::run(options).await.expect("runs");
         assert_eq!(summary.metrics["v2v"].map(|d| d.n), Some(2), "{summary:?}");
         let seen = summary.network_seen.to_caller.expect("the callers counted");
@@ -176,7 +174,7 @@ mod whole_bot {
     async fn a_webrtc_caller_on_a_lossy_jittery_network_is_answered_and_the_bot_counts_the_damage()
     {
         let server = start(2).await;
-        let network = voxide::loadtest::impair::Impairment {
+        let network = Impairment {
             loss: 0.10,
             burst: 1.0,
             jitter: Duration::from_millis(30),
@@ -184,28 +182,7 @@ mod whole_bot {
             duplicate: 0.05,
             seed: 11,
         };
-        let options = voxide::loadtest::LoadtestOptions {
-            target: format!("http://{}", server.addr),
-            protocol: voxide::loadtest::Protocol::WebRtc,
-            audio: vec![HELLO.into()],
-            sessions: 1,
-            concurrency: 1,
-            turns: 1,
-            think: Duration::from_millis(200),
-            barge_in_at: None,
-            ramp: Duration::ZERO,
-            stages: Vec::new(),
-            seed: 5,
-            response_timeout: Duration::from_secs(30),
-            slos: Vec::new(),
-            out: None,
-            max_pacing_lag: Duration::from_secs(1),
-            auth_token: None,
-            room: None,
-            network,
-            received: Default::default(),
-            red: 1,
-        };
+        let options = webrtc_caller(&server, 1, network, Impairment::default());
         let summary = voxide::loadtest::run(options).await.expect("runs");
         assert_eq!(summary.metrics["v2v"].map(|d| d.n), Some(1), "{summary:?}");
         assert!(summary.network.contains("10 % loss"), "{}", summary.network);
