@@ -11,8 +11,9 @@
 //! - **A hole is filled, never skipped.** A lost packet whose copy came inside a later one (RED,
 //!   RFC 2198: [`JitterBuffer::push_redundant`]) plays from the copy; one whose successor (or
 //!   the successor's copy) is here is rebuilt from the successor's in-band FEC
-//!   ([`Playout::Fec`]); the rest is concealed by the decoder ([`Playout::Conceal`]). When nothing comes at all, the timeline still moves on at the
-//!   deadline, concealed and then silent, so a speaker whose network stalls at the end of a
+//!   ([`Playout::Fec`]); the rest is concealed by the decoder ([`Playout::Conceal`]). When
+//!   nothing comes at all, the timeline still moves on at the deadline, concealed and then
+//!   silent, so a speaker whose network stalls at the end of a
 //!   sentence still ends their turn.
 //! - **Sender silence is silence.** A jump of the timestamp with no gap in the sequence is DTX
 //!   (RFC 7587 §3.1.3): it plays as [`Playout::Silence`] of its exact length.
@@ -444,19 +445,21 @@ impl JitterBuffer {
                 let samples = (span / missing).min(self.max_gap()) as u32;
                 self.stats.lost += 1;
                 self.next = Some(next + 1);
-                let successor = if missing == 1 {
-                    Some(packet.payload.clone())
-                } else {
-                    // The packet after this one may have come as a copy.
-                    let at = self.played_to + u64::from(samples);
-                    self.spares.get(&at).map(|copy| copy.payload.clone())
+                // The packet after this one, for its FEC: `after`, or a copy that came.
+                let successor = match missing {
+                    _ if !self.fec => None,
+                    1 => Some(packet.payload.clone()),
+                    _ => {
+                        let at = self.played_to + u64::from(samples);
+                        self.spares.get(&at).map(|copy| copy.payload.clone())
+                    }
                 };
                 self.played_to += u64::from(samples);
                 if samples == 0 {
                     return Step::Again;
                 }
                 match successor {
-                    Some(next) if self.fec => {
+                    Some(next) => {
                         self.stats.recovered += 1;
                         Playout::Fec { next, samples }
                     }
