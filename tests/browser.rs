@@ -236,13 +236,14 @@ impl Page {
 
 /// What the page shows and how much audio its track has received.
 const PROBE: &str = r#"(async () => {
-  let energy = 0, packets = 0;
+  let energy = 0, packets = 0, discarded = 0;
   if (pc) {
     const stats = await pc.getStats();
     stats.forEach((r) => {
       if (r.type === "inbound-rtp" && r.kind === "audio") {
         energy = r.totalAudioEnergy || 0;
         packets = r.packetsReceived || 0;
+        discarded = r.packetsDiscarded || 0;
       }
     });
   }
@@ -252,6 +253,9 @@ const PROBE: &str = r#"(async () => {
     connection: pc ? pc.connectionState : "none",
     energy,
     packets,
+    // Packets Chrome's jitter buffer threw away: in RED, the copy in each packet of the one
+    // it already has.
+    discarded,
     // Each turn's voice to voice, as its card shows it, and the parts of its bar.
     v2v: [...document.querySelectorAll(".turn .v2vtext")].map((e) => Number(e.dataset.ms || 0)),
     segments: document.querySelectorAll(".turn .v2v span").length,
@@ -298,7 +302,18 @@ async fn open_url(url: &str, name: &str) -> Opened {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_page_talks_to_the_bot_over_webrtc() {
-    let server = start(2).await;
+    // The bot's voice goes in RED from its first packet, so Chrome decodes RED as well as
+    // sending it (on this loopback it reports no loss, which is what turns it on by default).
+    let bot = voxide::bot::BotOptions {
+        voice: voxide::bot::Voice::Espeak,
+        ..voxide::bot::BotOptions::default()
+    };
+    let server = common::start_options(voxide::server::ServeOptions {
+        max_sessions: 2,
+        webrtc_red_voice: voxide::transports::webrtc::RedVoice::Always,
+        ..common::test_options(vec![bot])
+    })
+    .await;
     let mut opened = open(&server, "browser").await;
     let page = &mut opened.page;
     // Connect over WebRTC (the page's default transport).
@@ -353,6 +368,17 @@ async fn the_page_talks_to_the_bot_over_webrtc() {
         "no bot audio energy on the track: {last:#}"
     );
     assert_eq!(last["connection"], "connected", "{last:#}");
+    // Chrome heard the bot's voice in RED: it took each packet apart and threw away the copy
+    // of the packet before, which it had (with plain Opus it discards none), and the audio came
+    // through (the energy above).
+    let (packets, discarded) = (
+        last["packets"].as_u64().unwrap_or(0),
+        last["discarded"].as_u64().unwrap_or(0),
+    );
+    assert!(
+        packets > 10 && discarded * 2 > packets,
+        "Chrome did not take the bot's voice as RED: {last:#}"
+    );
     // The turn's card: its voice to voice (the server's figure, over RTVI) and its bar.
     let until = Instant::now() + Duration::from_secs(15);
     while Instant::now() < until

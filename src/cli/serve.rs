@@ -10,6 +10,14 @@ use super::bot::{BotArgs, preloaded};
 use voxide::bot::run::{RunOptions, run};
 use voxide::config::BotConfig;
 use voxide::server::{AccessOptions, NodeId, Peers, ServeOptions};
+use voxide::transports::webrtc::RedVoice;
+
+/// `--webrtc-red-voice`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum RedVoiceArg {
+    OnLoss,
+    Always,
+}
 
 /// `voxide serve`.
 #[derive(clap::Args)]
@@ -108,6 +116,11 @@ pub struct ServeArgs {
     /// (`true` or `false`). [default: true]
     #[arg(long, env = "VOXIDE_WEBRTC_RED")]
     webrtc_red: Option<bool>,
+    /// When the bot's voice goes in RED to a client that takes it: `on-loss`, once the client
+    /// reports losing some of it; `always`, from the first packet (a call's first losses come
+    /// before its first report), for about twice the download. [default: on-loss]
+    #[arg(long, env = "VOXIDE_WEBRTC_RED_VOICE", value_enum)]
+    webrtc_red_voice: Option<RedVoiceArg>,
     /// Takes SIP calls on this UDP address (`0.0.0.0:5060`): INVITEs answered directly, audio
     /// in Opus, G.722 or G.711 over RTP. [default: no SIP]
     #[arg(long, env = "VOXIDE_SIP_LISTEN", value_name = "ADDR:PORT")]
@@ -285,6 +298,10 @@ impl ServeArgs {
             webrtc_udp_ports,
             webrtc_public_ip: self.webrtc_public_ip,
             webrtc_red: self.webrtc_red.unwrap_or(true),
+            webrtc_red_voice: match self.webrtc_red_voice {
+                Some(RedVoiceArg::Always) => RedVoice::Always,
+                Some(RedVoiceArg::OnLoss) | None => RedVoice::OnLoss,
+            },
             admin_addr,
             access,
             drain_timeout: Duration::from_secs_f64(drain_timeout),

@@ -73,6 +73,8 @@ pub struct ServeOptions {
     pub webrtc_public_ip: Option<std::net::IpAddr>,
     /// Whether a WebRTC client that offers RED is asked to send it.
     pub webrtc_red: bool,
+    /// When the bot's voice goes in RED to a client that takes it.
+    pub webrtc_red_voice: crate::transports::webrtc::RedVoice,
     /// This node's name, the prefix of every id it mints.
     pub node_id: NodeId,
     /// Where the other nodes answer, for requests that belong to them.
@@ -118,6 +120,7 @@ impl ServeOptions {
             webrtc_udp_ports: None,
             webrtc_public_ip: None,
             webrtc_red: true,
+            webrtc_red_voice: crate::transports::webrtc::RedVoice::OnLoss,
             node_id: NodeId::from_hostname(),
             peers: Peers::default(),
             agent_addr: None,

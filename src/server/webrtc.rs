@@ -376,6 +376,7 @@ fn peer_options(app: &App) -> PeerOptions {
         udp_ports: app.options.webrtc_udp_ports.clone(),
         public_ip: app.options.webrtc_public_ip,
         red: app.options.webrtc_red,
+        red_voice: app.options.webrtc_red_voice,
     }
 }
 

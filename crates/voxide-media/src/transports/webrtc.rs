@@ -96,6 +96,21 @@ pub struct PeerOptions {
     pub public_ip: Option<IpAddr>,
     /// Asks a client that offers RED to send it (the answer lists `red/48000/2` before Opus).
     pub red: bool,
+    /// When the bot's voice goes in RED, where the answer put it first.
+    pub red_voice: RedVoice,
+}
+
+/// When the bot's voice goes in RED (a copy of the frame before in each packet), where the
+/// answer put RED first.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum RedVoice {
+    /// Once the client reports losing some of it (RTCP receiver reports): a clean path pays
+    /// nothing.
+    #[default]
+    OnLoss,
+    /// From the first packet, as Chrome sends its microphone: a call's first losses come
+    /// before its first report.
+    Always,
 }
 
 /// The payload types an answer gave the user's audio.
@@ -538,8 +553,9 @@ pub async fn connect(
             .then_some(AudioPayloads::of(&sdp).red)
             .flatten()
             .map(|red| (red, red::Sender::new(0))),
+        red_voice: options.red_voice,
         network: network.clone(),
-        protection: Protection::default(),
+        protection: None,
     };
     tasks.spawn(pacer.run(events_tx));
     tasks.spawn(receiver_reports(track, ssrc, network.clone()));
@@ -736,10 +752,13 @@ struct Pacer {
     /// RED's payload type and the voice in it, where the answer put RED first; it carries
     /// copies while the client reports loss ([`Protection::copies`]).
     red: Option<(u8, red::Sender)>,
+    /// Whether those copies wait for a loss report.
+    red_voice: RedVoice,
     /// Where the client's loss reports arrive.
     network: NetworkLog,
-    /// The FEC and bitrate the encoder runs at now.
-    protection: Protection,
+    /// The FEC and bitrate the encoder runs at now; `None` before the first packet (Opus's own
+    /// defaults: a bitrate of twice what speech needs here).
+    protection: Option<Protection>,
 }
 
 impl Pacer {
@@ -803,8 +822,9 @@ impl Pacer {
 impl Pacer {
     /// Sets the encoder for the loss the client last reported, when that changed its setting.
     fn protect(&mut self) {
-        let wanted = Protection::for_loss(self.network.get().sent_loss.unwrap_or(0.0));
-        if wanted == self.protection {
+        let wanted =
+            Protection::for_loss(self.network.get().sent_loss.unwrap_or(0.0)).with(self.red_voice);
+        if self.protection == Some(wanted) {
             return;
         }
         let set = self
@@ -815,7 +835,7 @@ impl Pacer {
                     .set_bitrate(opus::Bitrate::Bits(wanted.bits_per_second))
             });
         match set {
-            Ok(()) => self.protection = wanted,
+            Ok(()) => self.protection = Some(wanted),
             Err(e) => tracing::debug!(error = %e, "cannot set the Opus encoder's protection"),
         }
         if let Some((_, sender)) = &mut self.red {
@@ -858,6 +878,14 @@ impl Protection {
             bits_per_second,
             copies: usize::from(loss_percent > 0),
         }
+    }
+
+    /// With a copy in each packet whatever the loss, when `red_voice` says so.
+    fn with(mut self, red_voice: RedVoice) -> Self {
+        if red_voice == RedVoice::Always {
+            self.copies = self.copies.max(1);
+        }
+        self
     }
 }
 
@@ -1012,8 +1040,17 @@ mod tests {
         let lossy = Protection::for_loss(0.10);
         assert_eq!(lossy.loss_percent, 10);
         assert!(lossy.bits_per_second > Protection::default().bits_per_second);
-        // A client that takes RED gets a copy of the frame before once it reports loss.
+        // A client that takes RED gets a copy of the frame before once it reports loss, or from
+        // the first packet when told so; the copies never replace what the loss asks for.
         assert_eq!((Protection::default().copies, lossy.copies), (0, 1));
+        let always = Protection::default().with(RedVoice::Always);
+        assert_eq!(always.copies, 1);
+        assert_eq!(
+            always.bits_per_second,
+            Protection::default().bits_per_second
+        );
+        assert_eq!(lossy.with(RedVoice::Always), lossy);
+        assert_eq!(Protection::default().with(RedVoice::OnLoss).copies, 0);
         // One clean report lowers the expectation a fifth of the way, not to nothing.
         log.reported_loss(0.0);
         let after = log.get().sent_loss.expect("a loss");
@@ -1036,6 +1073,7 @@ mod tests {
             udp_ports: Some(ports),
             public_ip: None,
             red: true,
+            red_voice: RedVoice::OnLoss,
         };
         assert!(
             udp_port(&options(busy..=busy)).is_err(),
