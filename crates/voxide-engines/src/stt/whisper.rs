@@ -230,12 +230,25 @@ impl Whisper {
     /// The text of `audio_features` as said after `prompt`, greedy, with the suppress lists and
     /// the repetition stop.
     fn decode(&self, audio_features: &Tensor, prompt: &[u32]) -> Result<String, SttError> {
+        let always = || true;
+        Ok(self
+            .decode_while(audio_features, prompt, &always)?
+            .unwrap_or_default())
+    }
+
+    /// As [`decode`](Self::decode), given up between two tokens once `wanted` says no: `None`.
+    fn decode_while(
+        &self,
+        audio_features: &Tensor,
+        prompt: &[u32],
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<Option<String>, SttError> {
         let err = |e: candle_core::Error| SttError(e.to_string());
         let prefix = self.prefix(prompt);
         let state = self.decoder.start(audio_features).map_err(err)?;
         let limit = MAX_TOKENS.min(self.decoder.max_tokens().saturating_sub(prefix.len()));
-        let tokens = self.greedy(state, prefix, limit).map_err(err)?;
-        Ok(self.text(&tokens))
+        let tokens = self.greedy(state, prefix, limit, wanted).map_err(err)?;
+        Ok(tokens.map(|tokens| self.text(&tokens)))
     }
 
     /// The readings of `audio_features` a beam search of [`BEAM`] ends with, likeliest first
@@ -288,11 +301,15 @@ impl Whisper {
         mut state: DecoderState,
         prefix: Vec<u32>,
         limit: usize,
-    ) -> candle_core::Result<Vec<u32>> {
+        wanted: &dyn Fn() -> bool,
+    ) -> candle_core::Result<Option<Vec<u32>>> {
         let mask = self.mask();
         let mut tokens = Vec::new();
         let mut logits = self.decoder.step(&mut state, &prefix)?;
         for step in 0..limit {
+            if !wanted() {
+                return Ok(None);
+            }
             self.restrict(&mut logits, &mask, step == 0);
             let next = argmax(&logits);
             if next == self.special.eot {
@@ -305,7 +322,7 @@ impl Whisper {
             }
             logits = self.decoder.step(&mut state, &[next])?;
         }
-        Ok(tokens)
+        Ok(Some(tokens))
     }
 
     /// Beam search as OpenAI's decoder does it: [`BEAM`] hypotheses, each extended by its
@@ -433,18 +450,37 @@ impl PromptedWhisper {
     }
 
     /// Transcribes `audio` after the prompt, greedy alone: for the words so far of an
-    /// utterance still going on, which a request half said would make garbled.
-    pub fn transcribe_partial(&self, audio: &[f32]) -> Result<String, SttError> {
-        self.first_listen(&self.whisper.encode(audio)?)
+    /// utterance still going on, which a request half said would make garbled. Given up
+    /// (`None`) as soon as `wanted` says no: newer audio is waiting to be heard.
+    pub fn transcribe_partial(
+        &self,
+        audio: &[f32],
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<Option<String>, SttError> {
+        let features = self.whisper.encode(audio)?;
+        self.first_listen_while(&features, wanted)
     }
 
     fn first_listen(&self, features: &Tensor) -> Result<String, SttError> {
-        let text = self.whisper.decode(features, &self.prompt)?;
+        let always = || true;
+        Ok(self
+            .first_listen_while(features, &always)?
+            .unwrap_or_default())
+    }
+
+    fn first_listen_while(
+        &self,
+        features: &Tensor,
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<Option<String>, SttError> {
+        let Some(text) = self.whisper.decode_while(features, &self.prompt, wanted)? else {
+            return Ok(None);
+        };
         if !self.prompt.is_empty() && echoes(&self.words, &text) {
             tracing::debug!(%text, "the transcript only repeats the prompt: decoding without it");
-            return self.whisper.decode(features, &[]);
+            return self.whisper.decode_while(features, &[], wanted);
         }
-        Ok(text)
+        Ok(Some(text))
     }
 
     fn second_listen(&self, features: &Tensor, text: String) -> Result<String, SttError> {

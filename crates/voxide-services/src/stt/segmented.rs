@@ -9,7 +9,8 @@
 //! may be guessed on them), and when that silence becomes the VAD's stop, those words are the
 //! final ones, ready a stop delay sooner; speech that resumes makes a new silence start
 //! and a new decode. One worker per stream runs the requests in order and skips interim ones that
-//! a newer request made stale.
+//! a newer request made stale; an interim decode under way is given up between two tokens when
+//! a pause's, a stop's or a window's request comes, so the words at a pause never wait for it.
 //!
 //! Whisper hears 30 s at most. A turn spoken without a pause longer than that is cut into
 //! windows: when the utterance reaches [`MAX_WINDOW_SECS`], it is cut at the quietest 20 ms of
@@ -19,6 +20,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::sync::mpsc;
 
@@ -36,9 +38,18 @@ pub trait Transcriber: Send + Sync + 'static {
     fn transcribe(&self, audio: &[f32]) -> Result<String, SttError>;
 
     /// The words so far of an utterance still going on, for an interim transcript: as
-    /// [`Transcriber::transcribe`], minus any pains taken over final words.
-    fn transcribe_partial(&self, audio: &[f32]) -> Result<String, SttError> {
-        self.transcribe(audio)
+    /// [`Transcriber::transcribe`], minus any pains taken over final words. Given up (`None`)
+    /// once `wanted` says no: newer audio is waiting to be heard, and the words at a pause
+    /// must not wait for a transcript nobody will read.
+    fn transcribe_partial(
+        &self,
+        audio: &[f32],
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<Option<String>, SttError> {
+        if !wanted() {
+            return Ok(None);
+        }
+        self.transcribe(audio).map(Some)
     }
 }
 
@@ -62,8 +73,12 @@ impl Transcriber for super::PromptedWhisper {
     }
 
     /// Without the second listen: the words of a request half said read as garbled.
-    fn transcribe_partial(&self, audio: &[f32]) -> Result<String, SttError> {
-        super::PromptedWhisper::transcribe_partial(self, audio)
+    fn transcribe_partial(
+        &self,
+        audio: &[f32],
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<Option<String>, SttError> {
+        super::PromptedWhisper::transcribe_partial(self, audio, wanted)
     }
 }
 
@@ -107,14 +122,17 @@ impl SttEngine for Segmented {
         let (input, inputs) = mpsc::channel(INPUT_QUEUE);
         let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
         let (requests_tx, requests) = mpsc::unbounded_channel();
+        let urgent = Arc::new(AtomicU64::new(0));
         let worker = Worker {
             transcriber: self.0.clone(),
             events: events_tx,
             speculative: None,
             windows: VecDeque::new(),
+            urgent: urgent.clone(),
+            urgent_taken: 0,
         };
         tokio::spawn(worker.run(requests));
-        tokio::spawn(Segmenter::new(requests_tx).run(inputs));
+        tokio::spawn(Segmenter::new(requests_tx, urgent).run(inputs));
         SttStream { input, events }
     }
 }
@@ -135,6 +153,13 @@ enum Request {
 }
 
 impl Request {
+    /// Whether an interim decode under way is given up for this one: a pause's or a stop's
+    /// words, or a full window's, are waited for; the next interim is not (a decode slower than
+    /// [`INTERIM_SECS`] would otherwise never finish one).
+    fn urgent(&self) -> bool {
+        !matches!(self, Request::Interim(_))
+    }
+
     /// Whether this request must still run when `newer` is queued behind it (a pending interim
     /// is pointless once a newer request exists).
     fn wanted_before(&self, newer: &Request) -> bool {
@@ -161,10 +186,13 @@ struct Segmenter {
     speculative: Option<u64>,
     next_speculative: u64,
     requests: mpsc::UnboundedSender<Request>,
+    /// Requests sent so far that an interim decode must not delay, which the worker compares
+    /// with those it has taken.
+    urgent: Arc<AtomicU64>,
 }
 
 impl Segmenter {
-    fn new(requests: mpsc::UnboundedSender<Request>) -> Self {
+    fn new(requests: mpsc::UnboundedSender<Request>, urgent: Arc<AtomicU64>) -> Self {
         Self {
             preroll: VecDeque::with_capacity((PREROLL_SECS * RATE as f32) as usize),
             since_stop: usize::MAX,
@@ -174,6 +202,7 @@ impl Segmenter {
             speculative: None,
             next_speculative: 0,
             requests,
+            urgent,
         }
     }
 
@@ -184,6 +213,10 @@ impl Segmenter {
     }
 
     fn send(&self, request: Request) {
+        if request.urgent() {
+            // Counted before it is sent: the worker never takes more than were counted.
+            self.urgent.fetch_add(1, Ordering::AcqRel);
+        }
         let _ = self.requests.send(request);
     }
 
@@ -273,19 +306,31 @@ struct Worker {
     speculative: Option<(u64, String)>,
     /// The words of the utterance's full windows so far.
     windows: VecDeque<String>,
+    /// The urgent requests ([`Request::urgent`]) the segmenter has sent, and those taken here:
+    /// while they differ, one waits behind the decode under way.
+    urgent: Arc<AtomicU64>,
+    urgent_taken: u64,
 }
 
 impl Worker {
     async fn run(mut self, mut requests: mpsc::UnboundedReceiver<Request>) {
         while let Some(mut request) = requests.recv().await {
+            self.take(&request);
             // A newer request makes a pending interim one pointless.
             while let Ok(newer) = requests.try_recv() {
+                self.take(&newer);
                 if request.wanted_before(&newer) {
                     self.handle(request).await;
                 }
                 request = newer;
             }
             self.handle(request).await;
+        }
+    }
+
+    fn take(&mut self, request: &Request) {
+        if request.urgent() {
+            self.urgent_taken += 1;
         }
     }
 
@@ -355,20 +400,25 @@ impl Worker {
             .await
     }
 
-    /// The words so far in the `audio` of an utterance still going on.
+    /// The words so far in the `audio` of an utterance still going on; `None` when an urgent
+    /// request came while they were being worked out (the decode is given up) or on an error.
     async fn decode_partial(&self, audio: &[i16]) -> Option<String> {
-        self.off_runtime(audio, |t, samples| t.transcribe_partial(samples))
-            .await
+        let (urgent, taken) = (self.urgent.clone(), self.urgent_taken);
+        self.off_runtime(audio, move |t, samples| {
+            t.transcribe_partial(samples, &|| urgent.load(Ordering::Acquire) == taken)
+        })
+        .await
+        .flatten()
     }
 
     /// `transcribe` on `audio`, off the async workers; `None` after reporting an error.
-    async fn off_runtime(
+    async fn off_runtime<T: Default + Send + 'static>(
         &self,
         audio: &[i16],
-        transcribe: fn(&dyn Transcriber, &[f32]) -> Result<String, SttError>,
-    ) -> Option<String> {
+        transcribe: impl FnOnce(&dyn Transcriber, &[f32]) -> Result<T, SttError> + Send + 'static,
+    ) -> Option<T> {
         if audio.is_empty() {
-            return Some(String::new());
+            return Some(T::default());
         }
         let transcriber = self.transcriber.clone();
         let samples = voxide_engines::audio::wav::to_f32(audio);
@@ -448,5 +498,62 @@ mod tests {
             loud,
             "every loud sample heard once: {text}"
         );
+    }
+
+    /// Works out an interim transcript for as long as it is wanted (up to 10 s), saying when it
+    /// starts, and a pause's words at once.
+    #[derive(Default)]
+    struct SlowInterims(tokio::sync::Notify);
+
+    impl Transcriber for SlowInterims {
+        fn name(&self) -> &str {
+            "slow interims"
+        }
+
+        fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
+            Ok(format!("{} samples", audio.len()))
+        }
+
+        fn transcribe_partial(
+            &self,
+            _audio: &[f32],
+            wanted: &dyn Fn() -> bool,
+        ) -> Result<Option<String>, SttError> {
+            self.0.notify_one();
+            let started = std::time::Instant::now();
+            while wanted() {
+                if started.elapsed() > std::time::Duration::from_secs(10) {
+                    return Ok(Some("a late interim".into()));
+                }
+                std::thread::yield_now();
+            }
+            Ok(None)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pause_does_not_wait_for_an_interim_transcript_under_way() {
+        let slow = Arc::new(SlowInterims::default());
+        let engine = Segmented::shared(slow.clone());
+        let SttStream { input, mut events } = engine.start();
+        input.send(SttInput::SpeechStarted).await.expect("open");
+        // Half a second of speech asks for an interim transcript; the pause comes while it is
+        // being worked out.
+        input
+            .send(SttInput::Audio(vec![1_000; RATE / 2]))
+            .await
+            .expect("audio");
+        slow.0.notified().await;
+        input.send(SttInput::SilenceStarted).await.expect("pause");
+        let first = events.recv().await.expect("an event");
+        let SttEvent::Settled(words) = first else {
+            panic!("the pause's words waited for the interim: {first:?}");
+        };
+        assert_eq!(words, format!("{} samples", RATE / 2));
+        input.send(SttInput::Finalize).await.expect("stop");
+        let SttEvent::Finalized(words) = events.recv().await.expect("the final") else {
+            panic!("no final");
+        };
+        assert_eq!(words, format!("{} samples", RATE / 2));
     }
 }
