@@ -19,11 +19,12 @@ For each utterance that starts while the bot is audible:
 
     scripts/backchannels.py [--bin target/release/voxide] [--out target/backchannels]
                             [--config NAME=FLAGS ...] [--noise-dbfs -55 | --digital-silence]
-                            [--rejudge]
+                            [--rejudge] [--tuning]
 
 Prints one JSON line per configuration (default: voxide's defaults, `--backchannels true
 --pause-at-onset false`, and pipecat-style `--interrupt-min-words 2 --resume-after-secs 1`).
-`--config NAME=FLAGS` runs others. Tune nothing on this set: it is held out.
+`--config NAME=FLAGS` runs others. Tune nothing on this set: it is held out. `--tuning` builds
+the set to tune on instead: half the phrases, drawn by another seed, in two other voices.
 """
 
 import argparse
@@ -40,6 +41,8 @@ from turn_wait import (RATE, noise_arguments, noise_dbfs, quantile, room_name,  
                        speech, under, write_wav)
 
 VOICES = ["en-us+m4", "en-gb-x-rp+f3", "en-us+f4", "en-gb+m5"]
+# The set to tune on: voices no held-out set uses.
+TUNING_VOICES = ["en-us+m3", "en-gb-x-rp+f1"]
 QUESTIONS = [
     "Tell me a long story about a dragon who learns to bake bread.",
     "Describe the city of Rome in as much detail as you can.",
@@ -173,21 +176,26 @@ def main():
                         help="NAME=FLAGS: a configuration of `voxide run` flags to measure")
     parser.add_argument("--rejudge", action="store_true",
                         help="judge the outputs an earlier run left in --out again, without running")
+    parser.add_argument("--tuning", action="store_true",
+                        help="the set to tune on (two other voices, another seed), not the held-out one")
     noise_arguments(parser)
     args = parser.parse_args()
+    voices = TUNING_VOICES if args.tuning else VOICES
     configs = DEFAULT_CONFIGS
     if args.config:
         configs = {c.split("=", 1)[0]: c.split("=", 1)[1].split() for c in args.config}
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bot.toml"), "w") as f:
         f.write(BOT)
-    rng = random.Random(50)
+    rng = random.Random(51 if args.tuning else 50)
     items = [("backchannel", t) for t in BACKCHANNELS] + [("interruption", t) for t in INTERRUPTIONS]
     rng.shuffle(items)
+    if args.tuning:
+        items = items[::2]
     sets = {}
-    for v, voice in enumerate(VOICES):
+    for v, voice in enumerate(voices):
         wav = os.path.join(args.out, f"{voice.replace('+', '_')}.wav")
-        sets[voice] = (wav, build(voice, items[v::len(VOICES)], wav, noise_dbfs(args), rng))
+        sets[voice] = (wav, build(voice, items[v::len(voices)], wav, noise_dbfs(args), rng))
     for name, flags in configs.items():
         rows = []
         for voice, (wav, voice_items) in sets.items():
@@ -200,7 +208,7 @@ def main():
         stop_ms = [r["stop_ms"] for r in stops if "stop_ms" in r]
         print(json.dumps({
             "config": name, "flags": " ".join(flags), "room": room_name(noise_dbfs(args)),
-            "voices": VOICES,
+            "voices": voices,
             "backchannels": {"measured": len(backs), "talked_on": sum(r["pass"] for r in backs),
                              "interrupted": sum(r["interrupted"] for r in backs),
                              "gap_250ms": sum(r["gap"] for r in backs)},

@@ -59,9 +59,16 @@ const REACTIONS: &[&str] = &[
     "absolutely",
     "haha",
     "ha",
+    // Hesitations: the start of "uh huh", or of a remark whose words will tell.
+    "uh",
+    "um",
+    "er",
+    "erm",
 ];
 
-/// Words of `text` that are not a reaction: "yeah I see" has none, "yeah but wait" two.
+/// Words of `text` that are not a reaction: "yeah I see" has none, "yeah but wait" two. Numbers
+/// alone are none: Whisper writes short sounds it cannot place as digits ("oh" as "0", "hmm" as
+/// "10"), and a lone number over the bot is no request to stop.
 pub fn meaning_words(text: &str) -> usize {
     let cleaned: String = text
         .chars()
@@ -72,6 +79,7 @@ pub fn meaning_words(text: &str) -> usize {
     let words: Vec<&str> = cleaned.split_whitespace().collect();
     let mut at = 0;
     let mut meaning = 0;
+    let mut numbers = 0;
     'words: while at < words.len() {
         for reaction in REACTIONS {
             let length = reaction.split(' ').count();
@@ -85,10 +93,14 @@ pub fn meaning_words(text: &str) -> usize {
                 continue 'words;
             }
         }
-        meaning += 1;
+        if words[at].chars().all(|c| c.is_ascii_digit()) {
+            numbers += 1;
+        } else {
+            meaning += 1;
+        }
         at += 1;
     }
-    meaning
+    if meaning == 0 { 0 } else { meaning + numbers }
 }
 
 #[cfg(test)]
@@ -111,6 +123,11 @@ mod tests {
             "Oh okay",
             "Ha ha.",
             "Right, right.",
+            "Uh",
+            "Um, okay.",
+            "0",
+            "10.",
+            "1, 2, 3.",
             "",
         ] {
             assert_eq!(meaning_words(reaction), 0, "{reaction:?}");
@@ -130,5 +147,11 @@ mod tests {
         );
         assert_eq!(meaning_words("Okay, tell me about cats."), 4);
         assert_eq!(meaning_words("I see what you mean"), 3);
+        assert_eq!(meaning_words("Um, wait."), 1, "a hesitation before a word");
+        assert_eq!(
+            meaning_words("What is 7 times 8?"),
+            5,
+            "numbers among words"
+        );
     }
 }

@@ -97,6 +97,9 @@ const CUT_SEARCH_SECS: f32 = 2.0;
 const MAX_WINDOWS: usize = 128;
 /// New audio between two interim transcripts.
 const INTERIM_SECS: f32 = 0.5;
+/// Speech after the VAD's start before the first interim transcript: sooner than the rest, as
+/// the first words decide whether speech over the bot interrupts it ("wait") or not ("yeah").
+const FIRST_INTERIM_SECS: f32 = 0.2;
 const RATE: usize = mel::SAMPLE_RATE as usize;
 
 /// A [`Transcriber`] as an [`SttEngine`].
@@ -181,7 +184,8 @@ struct Segmenter {
     since_stop: usize,
     utterance: Vec<i16>,
     speaking: bool,
-    since_interim: usize,
+    /// New audio still to come before the next interim transcript.
+    until_interim: usize,
     /// The speculative decode of the latest silence in this utterance.
     speculative: Option<u64>,
     next_speculative: u64,
@@ -198,7 +202,7 @@ impl Segmenter {
             since_stop: usize::MAX,
             utterance: Vec::new(),
             speaking: false,
-            since_interim: 0,
+            until_interim: 0,
             speculative: None,
             next_speculative: 0,
             requests,
@@ -226,7 +230,7 @@ impl Segmenter {
             SttInput::SpeechStarted => {
                 self.speaking = true;
                 self.speculative = None;
-                self.since_interim = 0;
+                self.until_interim = samples(FIRST_INTERIM_SECS);
                 // Speech that follows the last utterance closely must not lose its first
                 // syllable, nor take that utterance's last words with it.
                 let reach = self
@@ -238,7 +242,7 @@ impl Segmenter {
             SttInput::SilenceStarted if self.speaking => {
                 self.next_speculative += 1;
                 self.speculative = Some(self.next_speculative);
-                self.since_interim = 0;
+                self.until_interim = samples(INTERIM_SECS);
                 self.send(Request::Speculative(
                     self.next_speculative,
                     self.utterance.clone(),
@@ -272,7 +276,7 @@ impl Segmenter {
         let window = std::mem::replace(&mut self.utterance, rest);
         // A speculative decode covered audio now split in two: the stop decodes afresh.
         self.speculative = None;
-        self.since_interim = 0;
+        self.until_interim = samples(INTERIM_SECS);
         self.send(Request::Window(window));
     }
 
@@ -287,15 +291,20 @@ impl Segmenter {
             if self.utterance.len() as f32 >= MAX_WINDOW_SECS * RATE as f32 {
                 self.cut_window();
             }
-            self.since_interim += audio.len();
-            if self.since_interim as f32 >= INTERIM_SECS * RATE as f32 {
-                self.since_interim = 0;
+            self.until_interim = self.until_interim.saturating_sub(audio.len());
+            if self.until_interim == 0 {
+                self.until_interim = samples(INTERIM_SECS);
                 self.send(Request::Interim(self.utterance.clone()));
             }
         } else {
             self.since_stop = self.since_stop.saturating_add(audio.len());
         }
     }
+}
+
+/// Samples in `secs` of audio.
+fn samples(secs: f32) -> usize {
+    (secs * RATE as f32) as usize
 }
 
 /// Runs one stream's decodes in order.
@@ -555,5 +564,38 @@ mod tests {
             panic!("no final");
         };
         assert_eq!(words, format!("{} samples", RATE / 2));
+    }
+
+    #[tokio::test]
+    async fn the_first_interim_transcript_comes_sooner_than_the_rest() {
+        let heard = Arc::new(Lengths::default());
+        let engine = Segmented::shared(heard.clone());
+        let SttStream { input, mut events } = engine.start();
+        input.send(SttInput::SpeechStarted).await.expect("open");
+        // Each interim reads the utterance as it stood when it was asked for: the first
+        // FIRST_INTERIM_SECS of speech, then INTERIM_SECS more each time.
+        let piece = RATE / 50;
+        let first = samples(FIRST_INTERIM_SECS) / piece;
+        let then = samples(INTERIM_SECS) / piece;
+        assert!(first < then);
+        let mut said = 0;
+        for pieces in [first, then, then] {
+            for _ in 0..pieces {
+                input
+                    .send(SttInput::Audio(vec![10_000; piece]))
+                    .await
+                    .expect("audio");
+            }
+            said += pieces * piece;
+            let words = format!("[{said}]");
+            let event = tokio::time::timeout(std::time::Duration::from_secs(10), events.recv())
+                .await
+                .unwrap_or_else(|_| panic!("no interim of {words} samples"))
+                .expect("open");
+            assert!(
+                matches!(&event, SttEvent::Interim(text) if *text == words),
+                "{event:?} where the interim of {words} samples was due"
+            );
+        }
     }
 }
