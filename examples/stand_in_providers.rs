@@ -17,9 +17,12 @@
 //! `scripts/setup.sh`), so that two bots' transports can be scored on the words (a network's
 //! loss, a room's noise) behind the same recogniser.
 //!
+//! `--long-answers N` makes every answer a story of N words, spoken a quarter second a word,
+//! long enough for a user to talk over (`scripts/backchannels.py --stand-ins`).
+//!
 //! ```bash
 //! cargo run --release --example stand_in_providers -- [--port 9000] [--stt-ms 150] [--llm-ms 300] [--tts-ms 100] \
-//!     [--faults 0.01] [--late-ms 6000] [--seed 1] [--stt-whisper]
+//!     [--faults 0.01] [--late-ms 6000] [--seed 1] [--stt-whisper] [--long-answers 30]
 //! DEEPGRAM_API_KEY=local DEEPGRAM_URL=ws://127.0.0.1:9000 \
 //! CARTESIA_API_KEY=local CARTESIA_URL=ws://127.0.0.1:9000 \
 //! OPENAI_API_KEY=local OPENAI_BASE_URL=http://127.0.0.1:9000/v1 \
@@ -29,7 +32,7 @@
 use std::time::Duration;
 
 use voxide::bench::providers::Protocol;
-use voxide::bench::providers::stand_ins::{Delays, Faults, StandIns};
+use voxide::bench::providers::stand_ins::{Delays, Faults, Options, StandIns};
 
 /// The value after `flag`, or `default`.
 fn arg<T: std::str::FromStr>(flag: &str, default: T) -> Result<T, String> {
@@ -62,9 +65,13 @@ async fn main() {
                 late: Duration::from_millis(arg("--late-ms", 6_000)?),
                 seed: arg("--seed", 1)?,
             },
+            match arg("--long-answers", 0usize)? {
+                0 => None,
+                words => Some(words),
+            },
         ))
     })();
-    let (port, delays, faults) = match parsed {
+    let (port, delays, faults, long_answers) = match parsed {
         Ok(parsed) => parsed,
         Err(e) => {
             eprintln!("error: {e}");
@@ -87,8 +94,12 @@ async fn main() {
     } else {
         None
     };
+    let options = Options {
+        hearing,
+        long_answers,
+    };
     let (_stand_ins, addr, server) =
-        match StandIns::serve_hearing(addr, delays, (Protocol::Openai, faults), hearing).await {
+        match StandIns::serve_with(addr, delays, (Protocol::Openai, faults), options).await {
             Ok(served) => served,
             Err(e) => {
                 eprintln!("error: cannot listen on {addr}: {e}");

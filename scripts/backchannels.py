@@ -19,12 +19,20 @@ For each utterance that starts while the bot is audible:
 
     scripts/backchannels.py [--bin target/release/voxide] [--out target/backchannels]
                             [--config NAME=FLAGS ...] [--noise-dbfs -55 | --digital-silence]
-                            [--rejudge] [--tuning]
+                            [--rejudge] [--tuning] [--stand-ins WORDS] [--pipecat PYTHON]
 
 Prints one JSON line per configuration (default: voxide's defaults, `--backchannels true
 --pause-at-onset false`, and pipecat-style `--interrupt-min-words 2 --resume-after-secs 1`).
 `--config NAME=FLAGS` runs others. Tune nothing on this set: it is held out. `--tuning` builds
 the set to tune on instead: half the phrases, drawn by another seed, in two other voices.
+
+`--stand-ins WORDS` gives the bot the provider stand-ins' LLM and TTS (`--llm openai --tts
+cartesia`; `stand_in_providers --long-answers WORDS`: every answer a story of WORDS words, a
+quarter second of tone a word) behind the embedded Whisper, so that `--pipecat PYTHON` (a
+Python with `pipecat-ai[whisper]` 1.14) can run pipecat's own pipeline on the same set with the
+same services: faster-whisper on the same Whisper weights, the same stand-ins
+(bench/pipecat-compare/backchannels.py), with its default interruptions and with
+`MinWordsUserTurnStartStrategy(min_words=2)`. `--pipecat` implies `--stand-ins 30`.
 """
 
 import argparse
@@ -34,6 +42,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 import wave
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -82,6 +91,15 @@ DEFAULT_CONFIGS = {
     "backchannels": ["--backchannels", "true", "--pause-at-onset", "false"],
     "min_words_2_resume_1s": ["--interrupt-min-words", "2", "--resume-after-secs", "1"],
 }
+# pipecat 1.14 on the same set: its defaults, and its minimum-words start strategy.
+PIPECAT_CONFIGS = {
+    "pipecat_default": [],
+    "pipecat_min_words_2": ["--min-words", "2"],
+}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PIPECAT_SCRIPT = os.path.join(ROOT, "bench", "pipecat-compare", "backchannels.py")
+WHISPER = os.path.join(ROOT, "assets", "models", "whisper-tiny.en")
+STAND_IN_PORT = 9470
 
 
 def build(voice, items, path, dbfs, rng):
@@ -148,14 +166,50 @@ def judge(item, audible, events, item_end):
     return row
 
 
+def command(args, name, flags, wav, out_wav, events_path):
+    """The command that plays `wav` to configuration `name` and records what it answers."""
+    if name in PIPECAT_CONFIGS:
+        return [args.pipecat, PIPECAT_SCRIPT, "--stand-ins", f"127.0.0.1:{STAND_IN_PORT}",
+                "--whisper", ct2_whisper(args.out), *flags, wav, out_wav, events_path]
+    providers = ["--llm", "openai", "--tts", "cartesia"] if args.stand_ins else []
+    return [args.bin, "run", "--input", wav, "--output", out_wav, "--events", events_path,
+            "--bot", os.path.join(args.out, "bot.toml"), "--max-tail-secs", "5",
+            "--max-tokens", MAX_TOKENS, *providers, *flags]
+
+
+def ct2_whisper(out):
+    """The embedded Whisper as faster-whisper loads it: the same files, and the vocabulary
+    CTranslate2 wants beside them (the tokenizer's tokens, then Whisper's 1,501 timestamps)."""
+    folder = os.path.join(out, "whisper-ct2")
+    os.makedirs(folder, exist_ok=True)
+    for name in ("model.bin", "config.json", "tokenizer.json"):
+        link = os.path.join(folder, name)
+        if not os.path.exists(link):
+            os.symlink(os.path.join(WHISPER, name), link)
+    with open(os.path.join(WHISPER, "tokenizer.json")) as f:
+        tokenizer = json.load(f)
+    ids = dict(tokenizer["model"]["vocab"])
+    ids.update({t["content"]: t["id"] for t in tokenizer.get("added_tokens", [])})
+    tokens = [""] * (max(ids.values()) + 1)
+    for token, i in ids.items():
+        tokens[i] = token
+    tokens += [f"<|{i * 0.02:.2f}|>" for i in range(1501)]
+    with open(os.path.join(folder, "vocabulary.json"), "w") as f:
+        json.dump(tokens, f)
+    return folder
+
+
 def run(args, name, flags, voice, wav, items):
     label = f"{name}-{voice.replace('+', '_')}"
     events_path = os.path.join(args.out, f"{label}.events.jsonl")
     out_wav = os.path.join(args.out, f"{label}.out.wav")
     if not args.rejudge:
-        subprocess.run([args.bin, "run", "--input", wav, "--output", out_wav,
-                        "--events", events_path, "--bot", os.path.join(args.out, "bot.toml"),
-                        "--max-tail-secs", "5", "--max-tokens", MAX_TOKENS, *flags],
+        env = dict(os.environ)
+        if args.stand_ins:
+            env.update(OPENAI_API_KEY="local", CARTESIA_API_KEY="local",
+                       OPENAI_BASE_URL=f"http://127.0.0.1:{STAND_IN_PORT}/v1",
+                       CARTESIA_URL=f"ws://127.0.0.1:{STAND_IN_PORT}")
+        subprocess.run(command(args, name, flags, wav, out_wav, events_path), env=env,
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     events = [json.loads(line) for line in open(events_path) if line.strip()]
     audible = voiced(out_wav)
@@ -178,12 +232,24 @@ def main():
                         help="judge the outputs an earlier run left in --out again, without running")
     parser.add_argument("--tuning", action="store_true",
                         help="the set to tune on (two other voices, another seed), not the held-out one")
+    parser.add_argument("--stand-ins", type=int, metavar="WORDS",
+                        help="the provider stand-ins' LLM and TTS, answering WORDS words")
+    parser.add_argument("--pipecat", metavar="PYTHON",
+                        help="also run pipecat 1.14's pipeline on the set, with this Python")
     noise_arguments(parser)
     args = parser.parse_args()
+    if args.pipecat and not args.stand_ins:
+        args.stand_ins = 30
+    if args.pipecat and subprocess.run([args.pipecat, "-c", "import faster_whisper"],
+                                       capture_output=True).returncode != 0:
+        sys.exit(f"{args.pipecat} has no faster-whisper: "
+                 f"{args.pipecat} -m pip install 'pipecat-ai[whisper]==1.14.0'")
     voices = TUNING_VOICES if args.tuning else VOICES
-    configs = DEFAULT_CONFIGS
+    configs = dict(DEFAULT_CONFIGS)
     if args.config:
         configs = {c.split("=", 1)[0]: c.split("=", 1)[1].split() for c in args.config}
+    if args.pipecat:
+        configs.update(PIPECAT_CONFIGS)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bot.toml"), "w") as f:
         f.write(BOT)
@@ -196,27 +262,43 @@ def main():
     for v, voice in enumerate(voices):
         wav = os.path.join(args.out, f"{voice.replace('+', '_')}.wav")
         sets[voice] = (wav, build(voice, items[v::len(voices)], wav, noise_dbfs(args), rng))
-    for name, flags in configs.items():
-        rows = []
-        for voice, (wav, voice_items) in sets.items():
-            rows += run(args, name, flags, voice, wav, voice_items)
-        with open(os.path.join(args.out, f"{name}.rows.jsonl"), "w") as f:
-            for row in rows:
-                f.write(json.dumps(row) + "\n")
-        backs = [r for r in rows if r["kind"] == "backchannel"]
-        stops = [r for r in rows if r["kind"] == "interruption"]
-        stop_ms = [r["stop_ms"] for r in stops if "stop_ms" in r]
-        print(json.dumps({
-            "config": name, "flags": " ".join(flags), "room": room_name(noise_dbfs(args)),
-            "voices": voices,
-            "backchannels": {"measured": len(backs), "talked_on": sum(r["pass"] for r in backs),
-                             "interrupted": sum(r["interrupted"] for r in backs),
-                             "gap_250ms": sum(r["gap"] for r in backs)},
-            "interruptions": {"measured": len(stops), "stopped": sum(r["pass"] for r in stops),
-                              "stop_ms": {"p50": quantile(stop_ms, 0.5),
-                                          "p95": quantile(stop_ms, 0.95),
-                                          "max": quantile(stop_ms, 1.0)}},
-        }), flush=True)
+    stand_ins = None
+    if args.stand_ins and not args.rejudge:
+        stand_ins = subprocess.Popen(
+            [os.path.join(ROOT, "target", "release", "examples", "stand_in_providers"),
+             "--port", str(STAND_IN_PORT), "--long-answers", str(args.stand_ins)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(1.0)
+    try:
+        for name, flags in configs.items():
+            report(args, name, flags, voices, sets)
+    finally:
+        if stand_ins:
+            stand_ins.terminate()
+
+
+def report(args, name, flags, voices, sets):
+    """Runs configuration `name` on every voice's WAV and prints its line."""
+    rows = []
+    for voice, (wav, voice_items) in sets.items():
+        rows += run(args, name, flags, voice, wav, voice_items)
+    with open(os.path.join(args.out, f"{name}.rows.jsonl"), "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+    backs = [r for r in rows if r["kind"] == "backchannel"]
+    stops = [r for r in rows if r["kind"] == "interruption"]
+    stop_ms = [r["stop_ms"] for r in stops if "stop_ms" in r]
+    print(json.dumps({
+        "config": name, "flags": " ".join(flags), "room": room_name(noise_dbfs(args)),
+        "voices": voices,
+        "backchannels": {"measured": len(backs), "talked_on": sum(r["pass"] for r in backs),
+                         "interrupted": sum(r["interrupted"] for r in backs),
+                         "gap_250ms": sum(r["gap"] for r in backs)},
+        "interruptions": {"measured": len(stops), "stopped": sum(r["pass"] for r in stops),
+                          "stop_ms": {"p50": quantile(stop_ms, 0.5),
+                                      "p95": quantile(stop_ms, 0.95),
+                                      "max": quantile(stop_ms, 1.0)}},
+    }), flush=True)
 
 
 if __name__ == "__main__":

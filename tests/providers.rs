@@ -618,6 +618,49 @@ mod cartesia {
             Some(TtsEvent::Failed(_))
         ));
     }
+
+    /// Seconds of audio the bench's Cartesia stand-in speaks for `pieces`, with or without
+    /// long answers.
+    async fn stand_in_speaks(pieces: &[&str], long_answers: Option<usize>) -> f64 {
+        use voxide::bench::providers::Protocol;
+        use voxide::bench::providers::stand_ins::{Delays, Faults, Options, StandIns};
+        let options = Options {
+            long_answers,
+            ..Options::default()
+        };
+        let (_stand_ins, addr, _serving) = StandIns::serve_with(
+            ([127, 0, 0, 1], 0).into(),
+            Delays::all(Duration::ZERO),
+            (Protocol::Openai, Faults::NONE),
+            options,
+        )
+        .await
+        .expect("the stand-ins listen");
+        let engine = CartesiaTts::new(CartesiaSettings {
+            url: format!("ws://{addr}"),
+            reconnect: super::quick_reconnects(),
+            ..CartesiaSettings::new("local")
+        });
+        let mut context = engine.open();
+        say(&context, pieces).await;
+        let events = super::until_end(&mut context).await;
+        assert_eq!(events.last(), Some(&TtsEvent::Done));
+        let samples: usize = events
+            .iter()
+            .map(|e| match e {
+                TtsEvent::Audio(samples) => samples.len(),
+                _ => 0,
+            })
+            .sum();
+        samples as f64 / 24_000.0
+    }
+
+    #[tokio::test]
+    async fn the_stand_in_speaks_a_quarter_second_a_word_with_long_answers() {
+        let pieces = ["Once upon a time a dragon baked bread.", "The end."];
+        assert_eq!(stand_in_speaks(&pieces, Some(30)).await, 10.0 * 0.25);
+        assert_eq!(stand_in_speaks(&pieces, None).await, 2.0 * 0.25);
+    }
 }
 
 /// AssemblyAI Universal-Streaming v3: audio only after `Begin`, frames of 50 ms to 1 s,

@@ -42,7 +42,7 @@ if [[ " $BOTS " == *" pipecat "* && ! -x "$VENV/bin/python" ]]; then
     log "installing pipecat 1.14 into $VENV (a minute or two)"
     python3.11 -m venv "$VENV"
     "$VENV/bin/pip" install --progress-bar on \
-        'pipecat-ai[deepgram,cartesia,openai,anthropic,webrtc,runner]==1.14.0'
+        'pipecat-ai[deepgram,cartesia,openai,anthropic,webrtc,runner,whisper]==1.14.0'
 fi
 build_release
 

@@ -62,14 +62,37 @@ fn shape(messages: &[Value]) -> String {
         .join(" ")
 }
 
+/// What a long answer tells, its words taken in turn as many times as it takes.
+const STORY: &str = "once upon a time a dragon lived by the sea and every morning it baked \
+    bread for the village below the hill where the people woke to the smell of warm loaves and \
+    came to thank it";
+
+/// A story of `words` words, in sentences of at most twelve.
+fn story(words: usize) -> String {
+    let mut text = String::new();
+    for (i, word) in STORY.split_whitespace().cycle().take(words).enumerate() {
+        let mut letters = word.chars();
+        if i % 12 == 0
+            && let Some(first) = letters.next()
+        {
+            text.extend(first.to_uppercase());
+        }
+        text.push_str(letters.as_str());
+        let end = i + 1 == words || (i + 1) % 12 == 0;
+        text.push_str(if end { ". " } else { " " });
+    }
+    text.trim_end().to_owned()
+}
+
 /// The stream of one answer: the first event holds the first token; the rest follow at once.
 /// The answer begins with the last turn the question names, so that the TTS stand-in knows
-/// which turn it speaks for.
-fn answer(protocol: Protocol, question: &str) -> (String, String) {
+/// which turn it speaks for; the rest is "it is noon.", or a story of `long` words.
+fn answer(protocol: Protocol, question: &str, long: Option<usize>) -> (String, String) {
     let first_words = match super::audit::turns_named(question).pop() {
         Some(turn) => format!("{turn}: sure, "),
         None => "Sure, ".to_owned(),
     };
+    let rest = long.map_or_else(|| "it is noon.".to_owned(), story);
     let sse = |name: Option<&str>, data: Value| match name {
         Some(name) => format!("event: {name}\ndata: {data}\n\n"),
         None => format!("data: {data}\n\n"),
@@ -91,7 +114,7 @@ fn answer(protocol: Protocol, question: &str) -> (String, String) {
             (
                 chunk(delta(&first_words), Value::Null),
                 [
-                    chunk(delta("it is noon."), Value::Null),
+                    chunk(delta(&rest), Value::Null),
                     chunk(
                         json!([{"index": 0, "delta": {}, "finish_reason": "stop"}]),
                         Value::Null,
@@ -124,7 +147,7 @@ fn answer(protocol: Protocol, question: &str) -> (String, String) {
             [
                 sse(
                     Some("content_block_delta"),
-                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": "it is noon."}}),
+                    json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": rest}}),
                 ),
                 sse(
                     Some("content_block_stop"),
@@ -212,7 +235,7 @@ pub(super) async fn chat(State(stand_ins): State<StandIns>, body: Bytes) -> Resp
             let call = stand_ins.sockets.fetch_add(1, Ordering::Relaxed);
             tool_call(&format!("call_stand_in_{call}"))
         } else {
-            answer(stand_ins.protocol, &key)
+            answer(stand_ins.protocol, &key, stand_ins.options.long_answers)
         }
     };
     let delay = if late {
@@ -241,4 +264,30 @@ pub(super) async fn tool(State(stand_ins): State<StandIns>, Json(call): Json<Val
     let id = call["tool_call_id"].as_str().unwrap_or_default().to_owned();
     stand_ins.ledger().tool_finished(&id);
     Json(json!({"order": "A-1042", "status": "shipped", "arrives": "tomorrow"})).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_answer_tells_as_many_words_as_asked_in_short_sentences() {
+        let text = story(30);
+        assert_eq!(text.split_whitespace().count(), 30);
+        let sentences: Vec<&str> = text.split_terminator('.').collect();
+        assert_eq!(sentences.len(), 3, "{text}");
+        assert!(sentences.iter().all(|s| s.split_whitespace().count() <= 12));
+        assert!(text.ends_with('.'));
+        assert!(text.starts_with("Once upon a time"), "{text}");
+        assert!(text.contains(". Morning"), "{text}");
+    }
+
+    #[test]
+    fn an_openai_answer_streams_the_story_after_its_first_words() {
+        let (first, rest) = answer(Protocol::Openai, "What time is it?", Some(20));
+        assert!(first.contains("Sure, "));
+        assert!(rest.contains(&story(20)), "{rest}");
+        let (_, plain) = answer(Protocol::Openai, "What time is it?", None);
+        assert!(plain.contains("it is noon."));
+    }
 }

@@ -7,14 +7,15 @@
 //! - an OpenAI-compatible or Anthropic chat stream: the first token [`Delays::llm`] after the
 //!   request. Offered the tool [`TOOL`], the OpenAI stream calls it once a conversation;
 //! - Cartesia's TTS socket: a context's first audio [`Delays::tts`] after its first text, a
-//!   quarter second of tone a word;
+//!   quarter second of tone for each text it is sent;
 //! - the tool [`TOOL`] itself, as an HTTP tool, answering [`TOOL_DELAY`] after it is called.
 //!
 //! Every turn is named `session N question T` on all three, so the legs line up across them.
-//! Served with a Whisper ([`StandIns::serve_hearing`]), Deepgram's final is instead what the
+//! Served with a Whisper ([`Options::hearing`]), Deepgram's final is instead what the
 //! embedded Whisper hears in the audio since the last finalize (16 kHz linear16, as voxide's
 //! and pipecat's clients send it), so that two bots behind the same stand-ins can be scored on
-//! the words their transports delivered.
+//! the words their transports delivered. With [`Options::long_answers`], every answer is a story
+//! of that many words, spoken a quarter second a word, long enough to talk over.
 //! With [`Faults`] they also fail on purpose (sockets dropped, first tokens late, requests and
 //! upgrades refused), and `GET /stand-in/stats` tells what failed and whether the bot made up for
 //! it: each final answered once, each finished tool result delivered ([`audit`]). The chat
@@ -92,8 +93,17 @@ pub struct StandIns {
     ledger: Arc<Mutex<Ledger>>,
     /// Sockets opened, to name those whose key names no session.
     sockets: Arc<AtomicUsize>,
+    options: Options,
+}
+
+/// What the stand-ins do beyond the providers' plain answers.
+#[derive(Clone, Default)]
+pub struct Options {
     /// Transcribes Deepgram's audio, when given.
-    hearing: Option<Arc<voxide_engines::stt::whisper::Whisper>>,
+    pub hearing: Option<Arc<voxide_engines::stt::whisper::Whisper>>,
+    /// Every answer is a story of this many words, and Cartesia speaks each word of a text for
+    /// a quarter second (rather than a quarter second a text).
+    pub long_answers: Option<usize>,
 }
 
 /// What `GET /stand-in/stats` answers.
@@ -113,15 +123,15 @@ impl StandIns {
         protocol: Protocol,
         faults: Faults,
     ) -> std::io::Result<(Self, std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
-        Self::serve_hearing(addr, delays, (protocol, faults), None).await
+        Self::serve_with(addr, delays, (protocol, faults), Options::default()).await
     }
 
-    /// Serves all of them on `addr`, Deepgram's finals transcribed by `hearing` when given.
-    pub async fn serve_hearing(
+    /// Serves all of them on `addr`, doing what `options` say beyond the plain answers.
+    pub async fn serve_with(
         addr: std::net::SocketAddr,
         delays: Delays,
         (protocol, faults): (Protocol, Faults),
-        hearing: Option<Arc<voxide_engines::stt::whisper::Whisper>>,
+        options: Options,
     ) -> std::io::Result<(Self, std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
         let stand_ins = Self {
             log: Arc::default(),
@@ -130,7 +140,7 @@ impl StandIns {
             faults: Arc::new(FaultState::new(faults)),
             ledger: Arc::default(),
             sockets: Arc::default(),
-            hearing,
+            options,
         };
         let app = axum::Router::new()
             .route("/v1/listen", axum::routing::get(sockets::listen))

@@ -110,7 +110,7 @@ async fn transcribe(socket: WebSocket, stand_ins: StandIns, session: String) {
                         break;
                     }
                 }
-                if stand_ins.hearing.is_some() {
+                if stand_ins.options.hearing.is_some() {
                     heard.extend(
                         bytes
                             .chunks_exact(2)
@@ -136,7 +136,7 @@ async fn transcribe(socket: WebSocket, stand_ins: StandIns, session: String) {
                 let arrived = Instant::now();
                 let key = turn(&session, question);
                 question += 1;
-                let transcript = match &stand_ins.hearing {
+                let transcript = match &stand_ins.options.hearing {
                     Some(whisper) => hear(whisper.clone(), std::mem::take(&mut heard)).await,
                     None => format!("{key}."),
                 };
@@ -254,12 +254,21 @@ async fn voice(socket: WebSocket, stand_ins: StandIns, session: String) {
             "start": (0..words.len()).map(|i| i as f64 * 0.3).collect::<Vec<_>>(),
             "end": (0..words.len()).map(|i| i as f64 * 0.3 + 0.25).collect::<Vec<_>>()}});
         let chunk = json!({"type": "chunk", "data": WORD_B64.as_str(), "done": false,
-            "status_code": 206, "step_time": 10, "context_id": context});
-        let first = (!known).then_some((key, Noted::FirstAudio));
-        if out.send((at, None, timestamps.to_string())).await.is_err()
-            || out.send((at, first, chunk.to_string())).await.is_err()
-        {
+            "status_code": 206, "step_time": 10, "context_id": context})
+        .to_string();
+        // A quarter second a text, or with long answers a quarter second a word.
+        let chunks = match stand_ins.options.long_answers {
+            Some(_) => words.len(),
+            None => 1,
+        };
+        let mut first = (!known).then_some((key, Noted::FirstAudio));
+        if out.send((at, None, timestamps.to_string())).await.is_err() {
             break;
+        }
+        for _ in 0..chunks {
+            if out.send((at, first.take(), chunk.clone())).await.is_err() {
+                break;
+            }
         }
     }
     drop(out);
