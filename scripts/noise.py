@@ -114,7 +114,8 @@ def main():
                         source = noise if args.babble == "espeak" else "babble"
                         flags = ["--noise", source, "--noise-dbfs", f"{speech_dbfs - snr:.1f}"]
                     out = os.path.join(args.out, denoise, room if args.babble == "espeak" or snr is None else f"{room}-piper")
-                    figures = run(args.bin, port, wavs, out, 1, flags, args.protocol)
+                    figures = run(args.bin, f"http://127.0.0.1:{port}", wavs, out, 1, flags,
+                                  args.protocol)
                     print(json.dumps({**figures, "room": room, "denoise": denoise, "babble": args.babble,
                                       "speech_dbfs": round(speech_dbfs, 1)}), flush=True)
             finally:
