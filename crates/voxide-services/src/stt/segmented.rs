@@ -452,6 +452,17 @@ mod tests {
 
     use super::*;
 
+    /// A stream of `transcriber`'s, told that speech has started.
+    async fn speaking(transcriber: Arc<dyn Transcriber>) -> SttStream {
+        let stream = Segmented::shared(transcriber).start();
+        stream
+            .input
+            .send(SttInput::SpeechStarted)
+            .await
+            .expect("open");
+        stream
+    }
+
     /// Hears how long each piece of audio is, and where its loud samples are.
     #[derive(Default)]
     struct Lengths(Mutex<Vec<usize>>);
@@ -471,9 +482,7 @@ mod tests {
     #[tokio::test]
     async fn seventy_seconds_without_a_pause_are_heard_whole_in_windows_whisper_can_take() {
         let heard = Arc::new(Lengths::default());
-        let engine = Segmented::shared(heard.clone());
-        let SttStream { input, mut events } = engine.start();
-        input.send(SttInput::SpeechStarted).await.expect("open");
+        let SttStream { input, mut events } = speaking(heard.clone()).await;
         // 70 s of "speech": loud, with a short quiet gap every 1.3 s, as between words.
         let mut loud = 0usize;
         for k in 0..3_500usize {
@@ -543,9 +552,7 @@ mod tests {
     #[tokio::test]
     async fn a_pause_does_not_wait_for_an_interim_transcript_under_way() {
         let slow = Arc::new(SlowInterims::default());
-        let engine = Segmented::shared(slow.clone());
-        let SttStream { input, mut events } = engine.start();
-        input.send(SttInput::SpeechStarted).await.expect("open");
+        let SttStream { input, mut events } = speaking(slow.clone()).await;
         // Half a second of speech asks for an interim transcript; the pause comes while it is
         // being worked out.
         input
@@ -569,9 +576,7 @@ mod tests {
     #[tokio::test]
     async fn the_first_interim_transcript_comes_sooner_than_the_rest() {
         let heard = Arc::new(Lengths::default());
-        let engine = Segmented::shared(heard.clone());
-        let SttStream { input, mut events } = engine.start();
-        input.send(SttInput::SpeechStarted).await.expect("open");
+        let SttStream { input, mut events } = speaking(heard.clone()).await;
         // Each interim reads the utterance as it stood when it was asked for: the first
         // FIRST_INTERIM_SECS of speech, then INTERIM_SECS more each time.
         let piece = RATE / 50;
