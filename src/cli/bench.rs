@@ -46,6 +46,32 @@ pub enum Bench {
     /// Word error rate of the embedded STT on sentences voiced by both embedded voices (the TTS
     /// round trip), with each voice's speed. Needs the models (`scripts/setup.sh`).
     Wer,
+    /// Where the VAD ends turns in a room: the --audio questions one after another, room tone
+    /// before, under and after each, through the VAD as a session runs it. Reports how long
+    /// after each question's voice its turn stopped, the questions missed or split, and the
+    /// turns the room started on its own. Only the VAD runs: seconds for a set of questions.
+    Turns {
+        /// The questions (WAV files), asked in this order; repeat the flag.
+        #[arg(long = "audio", required = true)]
+        audio: Vec<PathBuf>,
+        /// The room: `brown`, `pink`, `babble` (four talkers by the embedded Piper voice) or a
+        /// WAV to loop.
+        #[arg(long, default_value = "brown")]
+        noise: String,
+        /// The room's RMS level, dBFS.
+        #[arg(long, default_value_t = -55.0, allow_negative_numbers = true, conflicts_with = "snr")]
+        noise_dbfs: f64,
+        /// The room's level as dB under the questions' active speech level (a café at SNR 10 dB:
+        /// `--snr 10`), instead of --noise-dbfs.
+        #[arg(long, allow_negative_numbers = true)]
+        snr: Option<f64>,
+        /// Seconds of room tone before each question and after the last.
+        #[arg(long, default_value_t = 3.0)]
+        gap_secs: f64,
+        /// The noise's seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
     /// Interruption latency: a Piper-voiced user asks for a long answer and talks over it
     /// --after-secs after asking, --rounds times; reports the ms from the first sample of the
     /// interrupting speech to the last sample of bot audio (p50/p99). The bot is told to answer
@@ -158,6 +184,14 @@ impl Bench {
                 json(tokio::task::spawn_blocking(voxide::bench::tools::run).await??)?
             }
             Bench::Wer => json(tokio::task::spawn_blocking(voxide::bench::wer::run).await??)?,
+            Bench::Turns {
+                audio,
+                noise,
+                noise_dbfs,
+                snr,
+                gap_secs,
+                seed,
+            } => turns(audio, &noise, noise_dbfs, snr, gap_secs, seed).await?,
             Bench::Conversation {
                 turns,
                 gap_secs,
@@ -215,6 +249,34 @@ async fn conversation(
     let bot = preloaded(bot, BotConfig::default()).await?;
     let gap = Duration::from_secs_f64(gap_secs);
     json(voxide::bench::conversation::run_conversation(turns, gap, bot, workdir).await?)
+}
+
+async fn turns(
+    audio: Vec<PathBuf>,
+    noise: &str,
+    noise_dbfs: f64,
+    snr: Option<f64>,
+    gap_secs: f64,
+    seed: u64,
+) -> Result<serde_json::Value> {
+    use voxide::bench::turn_ends::{NoiseLevel, TurnEndsOptions};
+    if audio.len() > 1_000 || !(0.0..=60.0).contains(&gap_secs) {
+        anyhow::bail!("at most 1000 --audio files, and --gap-secs 0 to 60");
+    }
+    let level = match snr {
+        Some(snr) if (-20.0..=60.0).contains(&snr) => NoiseLevel::Snr(snr),
+        Some(_) => anyhow::bail!("--snr must be -20 to 60 dB"),
+        None if (-120.0..0.0).contains(&noise_dbfs) => NoiseLevel::Dbfs(noise_dbfs),
+        None => anyhow::bail!("--noise-dbfs must be under 0 (and over -120)"),
+    };
+    let options = TurnEndsOptions {
+        audio,
+        noise: voxide::loadtest::room::Noise::parse(noise),
+        level,
+        gap_secs,
+        seed,
+    };
+    json(tokio::task::spawn_blocking(move || voxide::bench::turn_ends::run(&options)).await??)
 }
 
 async fn interruptions(

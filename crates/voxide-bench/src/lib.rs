@@ -16,4 +16,5 @@ pub mod pipeline;
 pub mod providers;
 pub mod sessions;
 pub mod tools;
+pub mod turn_ends;
 pub mod wer;

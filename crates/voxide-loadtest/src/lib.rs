@@ -960,15 +960,7 @@ fn summarize(
 fn room_name(room: Option<&room::Room>) -> String {
     match room {
         None => "digital silence".into(),
-        Some(room::Room { noise, dbfs }) => {
-            let noise = match noise {
-                room::Noise::Brown => "brown noise".to_owned(),
-                room::Noise::Pink => "pink noise".to_owned(),
-                room::Noise::Babble => format!("babble of {} talkers", room::TALKERS),
-                room::Noise::File(path) => path.display().to_string(),
-            };
-            format!("{noise} at {dbfs} dBFS")
-        }
+        Some(room) => room.to_string(),
     }
 }
 

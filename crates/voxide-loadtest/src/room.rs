@@ -60,6 +60,18 @@ pub struct Room {
     pub dbfs: f64,
 }
 
+impl std::fmt::Display for Room {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.noise {
+            Noise::Brown => f.write_str("brown noise")?,
+            Noise::Pink => f.write_str("pink noise")?,
+            Noise::Babble => write!(f, "babble of {TALKERS} talkers")?,
+            Noise::File(path) => write!(f, "{}", path.display())?,
+        }
+        write!(f, " at {} dBFS", self.dbfs)
+    }
+}
+
 impl Room {
     /// `len` samples of this room's tone at 16 kHz, at its level; seeded, so every run of the
     /// same seed sends the same noise.

@@ -12,6 +12,11 @@
 //! "No sound" is relative to the room: the analyzer learns the noise floor from the pieces it
 //! hears while nobody speaks ([`RoomFloor`]), so a quiet room's hiss ends speech as soon as
 //! digital silence does, and a piece must rise clear of that hiss to take a silence back.
+//!
+//! Where other people talk around the speaker (a café), the model hears their talk as speech
+//! too. A window must then stand out of the room's level ([`Background`]), and come near the
+//! speaker's own level (`Speaker`): the speaker is nearer the microphone than the room, so the
+//! room's talk seldom starts a turn and does not keep one open once the speaker has stopped.
 
 use std::sync::Arc;
 
@@ -171,6 +176,66 @@ impl RoomFloor {
     }
 }
 
+/// Loudness bins of a [`Levels`] histogram: 0.01 (1 dB) each, from 0 to 1.2.
+const LEVEL_BINS: usize = 120;
+
+/// The loudness of the last so many 10 ms pieces or model windows, in 1 dB bins: its
+/// percentiles in constant time and memory.
+#[derive(Debug, Clone)]
+struct Levels {
+    /// The last levels' bins, oldest first, as a ring.
+    ring: Vec<u8>,
+    next: usize,
+    capacity: usize,
+    counts: [u32; LEVEL_BINS],
+}
+
+impl Levels {
+    fn new(capacity: usize) -> Self {
+        Self {
+            ring: Vec::with_capacity(capacity),
+            next: 0,
+            capacity,
+            counts: [0; LEVEL_BINS],
+        }
+    }
+
+    fn hear(&mut self, level: f32) {
+        let bin = ((level.max(0.0) * 100.0) as usize).min(LEVEL_BINS - 1) as u8;
+        if self.ring.len() < self.capacity {
+            self.ring.push(bin);
+        } else {
+            self.counts[usize::from(self.ring[self.next])] -= 1;
+            self.ring[self.next] = bin;
+            self.next = (self.next + 1) % self.capacity;
+        }
+        self.counts[usize::from(bin)] += 1;
+    }
+
+    fn len(&self) -> usize {
+        self.ring.len()
+    }
+
+    fn clear(&mut self) {
+        self.ring.clear();
+        self.next = 0;
+        self.counts = [0; LEVEL_BINS];
+    }
+
+    /// The loudness under which `share` of the levels heard fall.
+    fn percentile(&self, share: f32) -> f32 {
+        let wanted = (self.ring.len() as f32 * share).ceil() as u32;
+        let mut seen = 0;
+        for (bin, &count) in self.counts.iter().enumerate() {
+            seen += count;
+            if seen >= wanted {
+                return bin as f32 / 100.0;
+            }
+        }
+        0.0
+    }
+}
+
 /// 10 ms pieces the background's level is read over (8 s).
 const BACKGROUND_PIECES: usize = 800;
 
@@ -184,66 +249,155 @@ const BACKGROUND_PERCENTILE: f32 = 0.10;
 /// does not.
 const BACKGROUND_MARGIN: f32 = 0.10;
 
-/// Loudness bins of the background's histogram: 0.01 (1 dB) each, from 0 to 1.2.
-const BACKGROUND_BINS: usize = 120;
-
 /// The level of what goes on around the speaker: a low percentile of the last 8 s of 10 ms
 /// pieces, whoever is speaking. Where that is louder than a quiet room (a café, a crowd),
 /// a window has to stand [`BACKGROUND_MARGIN`] over it to be speech: the Silero model hears
 /// other people's talk as speech too, and without this a turn in a café never ends.
 #[derive(Debug, Clone)]
-pub struct Background {
-    /// The last pieces' bins, oldest first, as a ring.
-    pieces: Vec<u8>,
-    next: usize,
-    counts: [u32; BACKGROUND_BINS],
-}
+pub struct Background(Levels);
 
 impl Default for Background {
     fn default() -> Self {
-        Self {
-            pieces: Vec::with_capacity(BACKGROUND_PIECES),
-            next: 0,
-            counts: [0; BACKGROUND_BINS],
-        }
+        Self(Levels::new(BACKGROUND_PIECES))
     }
 }
 
 impl Background {
     /// Takes one piece's loudness.
     pub fn hear(&mut self, level: f32) {
-        let bin = ((level.max(0.0) * 100.0) as usize).min(BACKGROUND_BINS - 1) as u8;
-        if self.pieces.len() < BACKGROUND_PIECES {
-            self.pieces.push(bin);
-        } else {
-            self.counts[usize::from(self.pieces[self.next])] -= 1;
-            self.pieces[self.next] = bin;
-            self.next = (self.next + 1) % BACKGROUND_PIECES;
-        }
-        self.counts[usize::from(bin)] += 1;
+        self.0.hear(level);
     }
 
     /// The background's level: the loudness under which [`BACKGROUND_PERCENTILE`] of the
     /// pieces fall; 0 until a second has been heard.
     pub fn level(&self) -> f32 {
-        let heard = self.pieces.len();
-        if heard < 100 {
+        if self.0.len() < 100 {
             return 0.0;
         }
-        let wanted = (heard as f32 * BACKGROUND_PERCENTILE).ceil() as u32;
-        let mut seen = 0;
-        for (bin, &count) in self.counts.iter().enumerate() {
-            seen += count;
-            if seen >= wanted {
-                return bin as f32 / 100.0;
-            }
-        }
-        0.0
+        self.0.percentile(BACKGROUND_PERCENTILE)
     }
 
     /// The loudness a window needs to stand out of the background as speech.
     fn speech(&self) -> f32 {
         self.level() + BACKGROUND_MARGIN
+    }
+}
+
+/// Turns the speaker's level is read from: the loudest of the last six. The room's talk starts
+/// turns of its own now and then, quieter than the speaker's, and the speaker's own turns keep
+/// the level up; should the room start six in a row, the level falls to the room's, and the
+/// speaker's next turn lifts it again.
+const SPEAKER_TURNS: usize = 6;
+
+/// Speech windows of a turn heard before its level counts (0.3 s).
+const SPEAKER_KNOWN: usize = 10;
+
+/// Speech windows a turn's level is read over at most: its last 32 s.
+const TURN_WINDOWS: usize = 1_000;
+
+/// The share of a turn's speech windows quieter than its level: the loud part of the voice, its
+/// vowels.
+const SPEAKER_PERCENTILE: f32 = 0.80;
+
+/// How far under the speaker's level a window can be and still keep a turn open (6 dB): a near
+/// voice's vowels come that loud every few hundred milliseconds, the talk behind it in a café
+/// at SNR 20 dB never does.
+const SPEAKER_RANGE: f32 = 0.06;
+
+/// How far under the speaker's level a window can be and still start a turn (12 dB): a turn
+/// missed is worse than a turn the room started.
+const SPEAKER_ONSET_RANGE: f32 = 0.12;
+
+/// Seconds a turn stays open without a window at the speaker's level: the held-out voices leave
+/// at most 0.42 s between two, and a stop takes `stop_secs` more, so a gap under 0.5 s keeps
+/// the turn whole.
+const SPEAKER_HOLD_SECS: f32 = 0.3;
+
+/// How near the background must come to the speaker's level for the speaker to be told from
+/// the room by loudness (40 dB): over a quiet room the silence between words ends a turn on
+/// its own, and a voice that drops for a moment loses nothing.
+const SPEAKER_OVER_BACKGROUND: f32 = 0.40;
+
+/// The speaker's own level: the loudest of the last turns' levels (each a high percentile of
+/// the turn's speech windows), and how long ago a window came near it. Where talk goes on
+/// behind the speaker (a café), the model hears that talk as speech too and the background's
+/// margin lets its peaks through: turns would start on the room's talk and run on for seconds
+/// after a question, and the transcript would take in the room's words. The speaker is nearer
+/// the microphone than the room, so a turn starts only near the speaker's level and stays open
+/// only while windows at that level keep coming.
+#[derive(Debug, Clone)]
+struct Speaker {
+    /// The last turns' levels, oldest first.
+    turns: std::collections::VecDeque<f32>,
+    /// This turn's speech windows.
+    turn: Levels,
+    /// Windows since the last one at the speaker's level.
+    since_voice: u32,
+}
+
+impl Default for Speaker {
+    fn default() -> Self {
+        Self {
+            turns: std::collections::VecDeque::with_capacity(SPEAKER_TURNS),
+            turn: Levels::new(TURN_WINDOWS),
+            since_voice: 0,
+        }
+    }
+}
+
+impl Speaker {
+    /// Takes a speech window's loudness.
+    fn hear(&mut self, level: f32) {
+        self.turn.hear(level);
+    }
+
+    /// This turn's level, once [`SPEAKER_KNOWN`] windows have been heard.
+    fn turn_level(&self) -> Option<f32> {
+        (self.turn.len() >= SPEAKER_KNOWN).then(|| self.turn.percentile(SPEAKER_PERCENTILE))
+    }
+
+    /// The speaker's level: the loudest of the last turns' and this one's.
+    fn level(&self) -> Option<f32> {
+        self.turns
+            .iter()
+            .copied()
+            .chain(self.turn_level())
+            .reduce(f32::max)
+    }
+
+    /// The turn ended: its level joins the last turns' if it was `spoken` (not an onset that
+    /// faded).
+    fn end_turn(&mut self, spoken: bool) {
+        if let Some(level) = self.turn_level().filter(|_| spoken) {
+            if self.turns.len() == SPEAKER_TURNS {
+                self.turns.pop_front();
+            }
+            self.turns.push_back(level);
+        }
+        self.turn.clear();
+    }
+
+    /// Follows a window of `level`; whether it is the speaker's speech, `heard` saying whether
+    /// the model and the background take it for speech. Where the `background` comes near the
+    /// speaker, an `onset` must come near the speaker's level, and a turn stays open only while
+    /// a window at that level came within `hold` windows.
+    fn claims(&mut self, heard: bool, level: f32, background: f32, onset: bool, hold: u32) -> bool {
+        let Some(speaker) = self.level() else {
+            return heard;
+        };
+        if onset || level >= speaker - SPEAKER_RANGE {
+            self.since_voice = 0;
+        } else {
+            self.since_voice = self.since_voice.saturating_add(1);
+        }
+        if !heard || speaker - background >= SPEAKER_OVER_BACKGROUND {
+            return heard;
+        }
+        if onset {
+            level >= speaker - SPEAKER_ONSET_RANGE
+        } else {
+            self.since_voice <= hold
+        }
     }
 }
 
@@ -281,6 +435,10 @@ pub struct VadAnalyzer {
     floor: RoomFloor,
     /// The level of the talk and noise around the speaker.
     background: Background,
+    /// The speaker's level over the turn.
+    speaker: Speaker,
+    /// [`SPEAKER_HOLD_SECS`] in windows.
+    hold_windows: u32,
 }
 
 impl VadAnalyzer {
@@ -316,6 +474,8 @@ impl VadAnalyzer {
             soundless_stop: None,
             floor: RoomFloor::default(),
             background: Background::default(),
+            speaker: Speaker::default(),
+            hold_windows: windows_for(SPEAKER_HOLD_SECS),
         })
     }
 
@@ -427,12 +587,28 @@ impl VadAnalyzer {
         let ending = matches!(self.state, VadState::Speaking | VadState::Stopping);
         let hush = self.floor.hush();
         let sound = level >= hush && !(ending && loudness(tail) < hush);
-        let speech = sound
+        let heard = sound
             && confidence >= self.params.confidence
             && self.volume >= self.params.min_volume
             && level >= self.background.speech();
+        let onset = matches!(self.state, VadState::Quiet | VadState::Starting);
+        let speech = self.speaker.claims(
+            heard,
+            level,
+            self.background.level(),
+            onset,
+            self.hold_windows,
+        );
+        if speech {
+            self.speaker.hear(level);
+        }
         let was_speaking = self.state == VadState::Speaking;
         let event = self.step(speech);
+        match event {
+            Some(VadEvent::Stopped) => self.speaker.end_turn(true),
+            Some(VadEvent::OnsetFaded) => self.speaker.end_turn(false),
+            _ => {}
+        }
         if self.state != VadState::Stopping {
             self.soundless_stop = None;
         } else if was_speaking && !sound {
@@ -459,6 +635,7 @@ impl VadAnalyzer {
             VadState::Starting => Some(VadEvent::OnsetFaded),
             VadState::Quiet => None,
         };
+        self.speaker.end_turn(event == Some(VadEvent::Stopped));
         self.state = VadState::Quiet;
         self.count = 0;
         self.buffer.clear();
@@ -548,6 +725,116 @@ mod tests {
         }
         assert!(monologue.level() <= 0.51, "{}", monologue.level());
         assert!(monologue.speech() < 0.9, "the speaker stays speech");
+    }
+
+    /// Windows of `amplitudes` (one 32 ms window each, a tone at that amplitude), each judged
+    /// by the model with full confidence, as a model that hears every voice as speech does;
+    /// the events, with the window each came in.
+    fn heard_as_speech(vad: &mut VadAnalyzer, amplitudes: &[f32]) -> Vec<(usize, VadEvent)> {
+        let audio: Vec<i16> = amplitudes.iter().flat_map(|&a| tone(512, a)).collect();
+        vad.windows(&audio)
+            .iter()
+            .enumerate()
+            .filter_map(|(i, w)| vad.apply(1.0, w).map(|e| (i, e)))
+            .collect()
+    }
+
+    /// A café's talk: louder moments (`peak`, one window in `every`) over a low murmur.
+    fn cafe(windows: usize, peak: f32, every: usize) -> Vec<f32> {
+        (0..windows)
+            .map(|i| if i % every == 0 { peak } else { 150.0 })
+            .collect()
+    }
+
+    #[test]
+    fn the_rooms_talk_does_not_keep_a_turn_open_after_the_speaker_stops() {
+        let model = SileroVad::shared().expect("the VAD model loads; run scripts/setup.sh");
+        let mut vad = VadAnalyzer::new(model, 16_000, VadParams::default()).expect("16 kHz");
+        // The room alone for a second: its peaks (10 dB under the speaker, 16 dB over the
+        // murmur) never last long enough to start a turn.
+        let room = heard_as_speech(&mut vad, &cafe(31, 1_000.0, 3));
+        assert!(
+            !room.iter().any(|(_, e)| *e == VadEvent::Started),
+            "{room:?}"
+        );
+        // The speaker, near the microphone, for a second: one turn.
+        let events = heard_as_speech(&mut vad, &[3_000.0; 31]);
+        assert!(
+            events.iter().any(|(_, e)| *e == VadEvent::Started),
+            "{events:?}"
+        );
+        // The room again: its peaks come every 64 ms, each over the background and taken for
+        // speech by the model. They keep the turn open only for the hold, then it stops.
+        let events = heard_as_speech(&mut vad, &cafe(62, 1_000.0, 2));
+        let stopped = events
+            .iter()
+            .find(|(_, e)| *e == VadEvent::Stopped)
+            .map(|(i, _)| (*i as f32 + 1.0) * 0.032);
+        assert!(
+            stopped.is_some_and(|secs| secs <= SPEAKER_HOLD_SECS + 0.25),
+            "{events:?}"
+        );
+        assert_eq!(vad.state(), VadState::Quiet);
+    }
+
+    #[test]
+    fn the_rooms_talk_starts_no_turn_once_the_speaker_is_known() {
+        let model = SileroVad::shared().expect("the VAD model loads; run scripts/setup.sh");
+        let mut vad = VadAnalyzer::new(model, 16_000, VadParams::default()).expect("16 kHz");
+        // A stretch of the room's talk as loud as a voice for a third of a second at a time,
+        // 14 dB under the speaker, over a murmur 12 dB under it.
+        let talk: Vec<f32> = (0..64)
+            .map(|i| if i % 16 < 10 { 600.0 } else { 150.0 })
+            .collect();
+        let before = heard_as_speech(&mut vad, &talk);
+        assert!(
+            before.iter().any(|(_, e)| *e == VadEvent::Started),
+            "before the speaker is heard the room's talk is taken for speech: {before:?}"
+        );
+        let mut vad = VadAnalyzer::new(
+            SileroVad::shared().expect("the VAD model"),
+            16_000,
+            VadParams::default(),
+        )
+        .expect("16 kHz");
+        heard_as_speech(&mut vad, &cafe(31, 150.0, 1));
+        heard_as_speech(&mut vad, &[3_000.0; 31]);
+        heard_as_speech(&mut vad, &cafe(31, 150.0, 1));
+        assert_eq!(vad.state(), VadState::Quiet);
+        let after = heard_as_speech(&mut vad, &talk);
+        assert!(
+            !after.iter().any(|(_, e)| *e == VadEvent::Started),
+            "{after:?}"
+        );
+        // The speaker still starts turns, a little softer than before too.
+        let events = heard_as_speech(&mut vad, &[1_500.0; 31]);
+        assert!(
+            events.iter().any(|(_, e)| *e == VadEvent::Started),
+            "{events:?}"
+        );
+    }
+
+    #[test]
+    fn over_a_quiet_room_a_soft_passage_stays_inside_the_turn() {
+        let model = SileroVad::shared().expect("the VAD model loads; run scripts/setup.sh");
+        let mut vad = VadAnalyzer::new(model, 16_000, VadParams::default()).expect("16 kHz");
+        // A second of a quiet room (-70 dBFS), then the voice.
+        let mut voice = vec![10.0; 31];
+        voice.extend([3_000.0; 31]);
+        // Half a second 16 dB under the voice: nothing in the room comes near the speaker, so
+        // only the model and the silence decide.
+        voice.extend([500.0; 16]);
+        voice.extend([3_000.0; 31]);
+        let events = heard_as_speech(&mut vad, &voice);
+        assert_eq!(
+            events
+                .iter()
+                .map(|(_, e)| *e)
+                .filter(|e| *e != VadEvent::Speaking)
+                .collect::<Vec<_>>(),
+            [VadEvent::Onset, VadEvent::Started],
+            "{events:?}"
+        );
     }
 
     #[test]
