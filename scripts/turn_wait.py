@@ -13,6 +13,11 @@ WAVs: Smart Turn alone (`--turn-words false`) and Smart Turn weighed with the wo
     scripts/turn_wait.py [--bin target/release/voxide] [--out target/turn-wait] [--parallel 2]
                          [--pipecat target/venv-pipecat/bin/python]
                          [--noise-dbfs -55 | --digital-silence]
+    scripts/turn_wait.py --wavs DIR
+
+`--wavs DIR` only writes the set, one clean WAV per question or paused sentence with its text
+beside it (`t00.wav`, `t00.txt`, ...): the set `voxide bench turns --transcribe` tunes a room's
+turn ends on, keeping the 45 held-out questions (`scripts/noise.py`) for checking.
 
 The WAVs carry a quiet room's floor (brown noise at -55 dBFS) under the speech and between the
 questions unless told otherwise: a microphone never sends digital zero.
@@ -211,6 +216,26 @@ def quantile(values, q):
     return round(values[min(len(values) - 1, int(round(q * (len(values) - 1))))], 1) if values else None
 
 
+def write_items(out):
+    """Each question and paused sentence of every voice, clean, as its own WAV and text."""
+    os.makedirs(out, exist_ok=True)
+    items = [(q, None, None) for q in QUESTIONS] + PAUSED
+    k = 0
+    for voice in VOICES:
+        for first, pause_ms, second in items:
+            samples = speech(voice, first)
+            text = first
+            if second is not None:
+                samples.extend(array.array("h", [0] * int(pause_ms / 1000 * RATE)))
+                samples.extend(speech(voice, second))
+                text = f"{first} {second}"
+            write_wav(os.path.join(out, f"t{k:02d}.wav"), samples)
+            with open(os.path.join(out, f"t{k:02d}.txt"), "w") as f:
+                f.write(text + "\n")
+            k += 1
+    print(f"{k} WAVs in {out}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--bin", default="target/release/voxide")
@@ -220,8 +245,13 @@ def main():
     parser.add_argument("--pipecat", metavar="PYTHON",
                         help="also time pipecat 1.14's default turn strategy on the same WAVs, "
                              "with this Python (one that has pipecat-ai 1.14 installed)")
+    parser.add_argument("--wavs", metavar="DIR",
+                        help="write each question and paused sentence as a WAV with its text "
+                             "to DIR, and stop")
     noise_arguments(parser)
     args = parser.parse_args()
+    if args.wavs:
+        return write_items(args.wavs)
     os.makedirs(args.out, exist_ok=True)
     stand_ins = subprocess.Popen(
         ["target/release/examples/stand_in_providers", "--port", str(args.stand_in_port)],

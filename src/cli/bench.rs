@@ -71,6 +71,10 @@ pub enum Bench {
         /// The noise's seed.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+        /// The bot's recogniser hears the turns as a session's STT does; the report adds the
+        /// word error rate against the `.txt` beside each WAV, and what was heard.
+        #[arg(long)]
+        transcribe: bool,
     },
     /// Interruption latency: a Piper-voiced user asks for a long answer and talks over it
     /// --after-secs after asking, --rounds times; reports the ms from the first sample of the
@@ -191,7 +195,8 @@ impl Bench {
                 snr,
                 gap_secs,
                 seed,
-            } => turns(audio, &noise, noise_dbfs, snr, gap_secs, seed).await?,
+                transcribe,
+            } => turns(audio, &noise, noise_dbfs, snr, gap_secs, seed, transcribe).await?,
             Bench::Conversation {
                 turns,
                 gap_secs,
@@ -258,6 +263,7 @@ async fn turns(
     snr: Option<f64>,
     gap_secs: f64,
     seed: u64,
+    transcribe: bool,
 ) -> Result<serde_json::Value> {
     use voxide::bench::turn_ends::{NoiseLevel, TurnEndsOptions};
     if audio.len() > 1_000 || !(0.0..=60.0).contains(&gap_secs) {
@@ -275,6 +281,7 @@ async fn turns(
         level,
         gap_secs,
         seed,
+        transcribe,
     };
     json(tokio::task::spawn_blocking(move || voxide::bench::turn_ends::run(&options)).await??)
 }

@@ -4,17 +4,25 @@
 //! recording, so the report says how long after the voice each turn stopped, which questions
 //! were missed or split, and how many turns the room started on its own. Only the VAD runs: a
 //! set of 45 questions takes seconds, where a whole bot over the network takes ten minutes.
+//!
+//! With `transcribe`, the bot's recogniser (the embedded Whisper as the default bot runs it)
+//! hears the stream as a session's STT does: all of the audio, cut into utterances at the
+//! VAD's starts, silences and stops. Each question's words are then scored against the text
+//! beside its WAV, and the words written in the room's own turns are counted: a minute or so
+//! for 45 questions.
 
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
 use crate::audio::resample::{ResampleError, StreamResampler};
-use crate::audio::vad::{SileroVad, VadAnalyzer, VadError, VadEvent, VadParams};
+use crate::audio::vad::{SileroVad, VadAnalyzer, VadError, VadEvent, VadParams, VadState};
 use crate::audio::wav;
+use crate::bot::{BotError, BotOptions};
 use crate::loadtest::room::{Noise, Room};
 use crate::loadtest::stats::Distribution;
 use crate::models::ModelError;
+use crate::services::stt::{SttEvent, SttInput};
 
 /// The VAD's rate, and the rate everything here is mixed at.
 const RATE: usize = 16_000;
@@ -36,6 +44,8 @@ pub struct TurnEndsOptions {
     pub gap_secs: f64,
     /// The noise's seed.
     pub seed: u64,
+    /// Whether the bot's recogniser hears the turns, scored against each WAV's `.txt`.
+    pub transcribe: bool,
 }
 
 /// How loud the room is.
@@ -70,6 +80,12 @@ pub enum TurnEndsError {
     /// A question's rate cannot be converted.
     #[error(transparent)]
     Resample(#[from] ResampleError),
+    /// The recogniser could not be made.
+    #[error("the recogniser: {0}")]
+    Recogniser(#[from] BotError),
+    /// No runtime for the recogniser's stream.
+    #[error("the recogniser's runtime: {0}")]
+    Runtime(#[from] std::io::Error),
 }
 
 /// The figures, one JSON line.
@@ -96,6 +112,34 @@ pub struct TurnEndsReport {
     pub room_turns: usize,
     /// Their length in all, seconds.
     pub room_turn_secs: f64,
+    /// What the recogniser wrote, with `transcribe`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub words: Option<Words>,
+}
+
+/// What the recogniser wrote for the turns.
+#[derive(Debug, Clone, Serialize)]
+pub struct Words {
+    /// Word error rate over the questions, %: each question against the words of the turns
+    /// over its voice (a question no turn covered loses every word).
+    pub wer_pct: f64,
+    /// Words said in the questions.
+    pub said: usize,
+    /// Words written for them.
+    pub written: usize,
+    /// Words written in the room's own turns (each one an answer a bot would give to nobody).
+    pub room_words: usize,
+    /// Each question: what was said and what was heard.
+    pub heard: Vec<Heard>,
+}
+
+/// One question's words.
+#[derive(Debug, Clone, Serialize)]
+pub struct Heard {
+    /// Its text.
+    pub said: String,
+    /// The recogniser's finals for the turns over its voice.
+    pub heard: String,
 }
 
 /// A stretch of the stream, in 10 ms pieces: `[start, end)`.
@@ -120,6 +164,27 @@ pub fn run(options: &TurnEndsOptions) -> Result<TurnEndsReport, TurnEndsError> {
         .iter()
         .map(|path| read_16k(path))
         .collect::<Result<Vec<_>, _>>()?;
+    if let Some((path, _)) = options
+        .audio
+        .iter()
+        .zip(&questions)
+        .find(|(_, q)| !q.chunks(PIECE).any(|piece| rms(piece) > VOICED_RMS))
+    {
+        return Err(TurnEndsError::Input {
+            path: path.clone(),
+            reason: "no voice in it".to_owned(),
+        });
+    }
+    let texts = match options.transcribe {
+        true => Some(
+            options
+                .audio
+                .iter()
+                .map(|path| text_of(path))
+                .collect::<Result<Vec<_>, _>>()?,
+        ),
+        false => None,
+    };
     let speech_dbfs = active_dbfs(&questions);
     let noise_dbfs = round1(match options.level {
         NoiseLevel::Dbfs(dbfs) => dbfs,
@@ -137,8 +202,15 @@ pub fn run(options: &TurnEndsOptions) -> Result<TurnEndsReport, TurnEndsError> {
     for (s, n) in stream.iter_mut().zip(tone) {
         *s = s.saturating_add(n);
     }
-    let turns = vad_turns(&stream)?;
+    let (turns, cues) = vad_turns(&stream)?;
     let scores = score(&turns, &voices);
+    let words = match texts {
+        Some(texts) => {
+            let finals = transcribe(&stream, cues)?;
+            Some(words(&texts, &turns, &finals, &voices))
+        }
+        None => None,
+    };
     Ok(TurnEndsReport {
         room: room.to_string(),
         noise_dbfs,
@@ -150,7 +222,19 @@ pub fn run(options: &TurnEndsOptions) -> Result<TurnEndsReport, TurnEndsError> {
         stop_after_voice_ms: scores.stop_after_voice_ms,
         room_turns: scores.room_turns,
         room_turn_secs: round1(scores.room_turn_pieces as f64 / 100.0),
+        words,
     })
+}
+
+/// What the WAV at `path` says: the `.txt` beside it.
+fn text_of(path: &Path) -> Result<String, TurnEndsError> {
+    let input = |reason: String| TurnEndsError::Input {
+        path: path.to_owned(),
+        reason,
+    };
+    crate::loadtest::reference(path)
+        .map_err(|e| input(e.to_string()))?
+        .ok_or_else(|| input("no .txt beside it to score the words against".to_owned()))
 }
 
 /// A question as mono 16 kHz.
@@ -198,20 +282,34 @@ fn line_up(questions: &[Vec<i16>], gap: usize) -> (Vec<i16>, Vec<Span>) {
     (stream, voices)
 }
 
+/// What the STT is told after a 10 ms piece of the stream, as a session's VAD stage tells it.
+type Cue = (usize, SttInput);
+
 /// The VAD's turns over `stream`, fed 10 ms at a time: from each start to its stop, in 10 ms
-/// pieces (a turn still open at the end ends there).
-fn vad_turns(stream: &[i16]) -> Result<Vec<Span>, TurnEndsError> {
+/// pieces (a turn still open at the end ends there); and the cues the STT gets.
+fn vad_turns(stream: &[i16]) -> Result<(Vec<Span>, Vec<Cue>), TurnEndsError> {
     let model = SileroVad::shared()?;
     let mut vad = VadAnalyzer::new(model, RATE as u32, VadParams::default())?;
     let mut turns = Vec::new();
+    let mut cues = Vec::new();
     let mut open = None;
+    let pieces = stream.len().div_ceil(PIECE);
     for (i, piece) in stream.chunks(PIECE).enumerate() {
-        for event in vad.analyze(piece)? {
+        let speaking = vad.state() == VadState::Speaking;
+        let events = vad.analyze(piece)?;
+        if speaking && matches!(vad.state(), VadState::Stopping | VadState::Quiet) {
+            cues.push((i, SttInput::SilenceStarted));
+        }
+        for event in events {
             match event {
-                VadEvent::Started => open = Some(i + 1),
+                VadEvent::Started => {
+                    open = Some(i + 1);
+                    cues.push((i, SttInput::SpeechStarted));
+                }
                 VadEvent::Stopped => {
                     if let Some(start) = open.take() {
                         turns.push(Span { start, end: i + 1 });
+                        cues.push((i, SttInput::Finalize));
                     }
                 }
                 _ => {}
@@ -219,12 +317,79 @@ fn vad_turns(stream: &[i16]) -> Result<Vec<Span>, TurnEndsError> {
         }
     }
     if let Some(start) = open {
-        turns.push(Span {
-            start,
-            end: stream.len().div_ceil(PIECE),
+        turns.push(Span { start, end: pieces });
+        cues.push((pieces, SttInput::SilenceStarted));
+        cues.push((pieces, SttInput::Finalize));
+    }
+    Ok((turns, cues))
+}
+
+/// The bot's recogniser over `stream` with the VAD's `cues`: each turn's final, in order.
+fn transcribe(stream: &[i16], cues: Vec<Cue>) -> Result<Vec<String>, TurnEndsError> {
+    let stt = BotOptions::default().recogniser()?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    Ok(runtime.block_on(async move {
+        let mut stream_of = stt.start();
+        let finals = tokio::spawn(async move {
+            let mut finals = Vec::new();
+            while let Some(event) = stream_of.events.recv().await {
+                if let SttEvent::Finalized(words) = event {
+                    finals.push(words);
+                }
+            }
+            finals
+        });
+        let mut cues = cues.into_iter().peekable();
+        for (i, piece) in stream.chunks(PIECE).enumerate() {
+            let _ = stream_of.input.send(SttInput::Audio(piece.to_vec())).await;
+            while let Some((_, cue)) = cues.next_if(|(at, _)| *at <= i) {
+                let _ = stream_of.input.send(cue).await;
+            }
+        }
+        for (_, cue) in cues {
+            let _ = stream_of.input.send(cue).await;
+        }
+        drop(stream_of.input);
+        finals.await.unwrap_or_default()
+    }))
+}
+
+/// The questions' words against the finals of the `turns` over their `voices`.
+fn words(texts: &[String], turns: &[Span], finals: &[String], voices: &[Span]) -> Words {
+    let (mut errors, mut said, mut written) = (0, 0, 0);
+    let mut heard = Vec::new();
+    for (text, voice) in texts.iter().zip(voices) {
+        let over: Vec<&str> = turns
+            .iter()
+            .zip(finals)
+            .filter(|(turn, _)| turn.overlaps(voice))
+            .map(|(_, words)| words.as_str())
+            .collect();
+        let joined = over.join(" ");
+        let (wrong, words) = crate::loadtest::word_errors(text, &joined);
+        errors += wrong;
+        said += words;
+        written += joined.split_whitespace().count();
+        heard.push(Heard {
+            said: text.clone(),
+            heard: joined,
         });
     }
-    Ok(turns)
+    let room_words = turns
+        .iter()
+        .zip(finals)
+        .filter(|(turn, _)| !voices.iter().any(|v| turn.overlaps(v)))
+        .map(|(_, words)| words.split_whitespace().count())
+        .sum();
+    Words {
+        wer_pct: round1(100.0 * errors as f64 / said.max(1) as f64),
+        said,
+        written,
+        room_words,
+        heard,
+    }
 }
 
 /// How the turns fell on the questions' voices.
@@ -333,6 +498,36 @@ mod tests {
     }
 
     #[test]
+    fn each_question_is_scored_on_the_finals_of_its_turns_and_the_rooms_words_apart() {
+        let voices = [span(100, 200), span(500, 600), span(900, 1000)];
+        let turns = [
+            span(110, 150),
+            span(160, 210),
+            span(300, 320),
+            span(510, 610),
+        ];
+        let finals = [
+            "What is",
+            "eight times nine?",
+            "Close button.",
+            "Set a timer",
+        ];
+        let texts = [
+            "What is eight times nine?",
+            "Set a timer for two minutes.",
+            "Thank you.",
+        ]
+        .map(String::from);
+        let words = words(&texts, &turns, &finals.map(String::from), &voices);
+        // 0 errors, 3 of 6 words missing, 2 of 2 missing: 5 errors in 13 words.
+        assert_eq!((words.said, words.written), (13, 8));
+        assert_eq!(words.wer_pct, 38.5);
+        assert_eq!(words.room_words, 2);
+        assert_eq!(words.heard[0].heard, "What is eight times nine?");
+        assert_eq!(words.heard[2].heard, "");
+    }
+
+    #[test]
     fn questions_line_up_after_gaps_with_their_voices_found() {
         let mut question = vec![0i16; 320];
         question.extend(vec![3_000; 800]);
@@ -356,6 +551,7 @@ mod tests {
                 level: NoiseLevel::Dbfs(dbfs),
                 gap_secs: 2.0,
                 seed: 1,
+                transcribe: false,
             })
             .expect("the VAD model loads; run scripts/setup.sh")
         };

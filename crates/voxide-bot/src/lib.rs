@@ -384,6 +384,18 @@ impl Default for BotOptions {
 }
 
 impl BotOptions {
+    /// The bot's speech recogniser: its STT choices in order of preference, each handing the
+    /// listening to the next should it fail for good.
+    pub fn recogniser(&self) -> Result<Arc<dyn SttEngine>, BotError> {
+        let expected = self.expected_words();
+        let stt = self
+            .stt
+            .iter()
+            .map(|choice| choice.engine(&expected, &self.builtin))
+            .collect::<Result<Vec<_>, _>>()?;
+        SttFallback::shared(stt).map_err(BotError::Config)
+    }
+
     /// What the embedded Whisper is told to expect: the `stt_prompt`, or by default the
     /// requests the bot's tools are made for (the built-in tools' own, then the bot's worked
     /// examples that call a tool), so that "cancel the timer" is not heard as "console my
@@ -686,13 +698,7 @@ pub fn build<S: AudioSink>(
         speech_end_offset: Duration::from_secs_f32(options.vad.stop_secs),
         ..output
     };
-    let expected = options.expected_words();
-    let stt = options
-        .stt
-        .iter()
-        .map(|choice| choice.engine(&expected, &options.builtin))
-        .collect::<Result<Vec<_>, _>>()?;
-    let stt = SttFallback::shared(stt).map_err(BotError::Config)?;
+    let stt = options.recogniser()?;
     let (front, sink) = input_front(options, sink);
     // A summarizer keeps the conversation near its budget; turns are dropped only far past it.
     let hard_cap = match options.summarize_context {

@@ -245,6 +245,14 @@ impl NetworkSeen {
     }
 }
 
+/// The words `heard` got wrong against what was said (`reference`), and the reference's words,
+/// as the load tester scores a turn: lowercase, without punctuation, numbers as digits.
+pub fn word_errors(reference: &str, heard: &str) -> (usize, usize) {
+    let reference = plan::scored_words(reference);
+    let errors = text::word_edits(&reference, &plan::scored_words(heard));
+    (errors, reference.len())
+}
+
 /// The word error rate of the bot's transcripts against the turns' reference texts, over the
 /// turns that have one; `None` when no turn has one or the bot sent no transcript at all. A turn
 /// the bot did not transcribe counts every word as an error.
@@ -454,7 +462,7 @@ fn turns(options: &LoadtestOptions) -> Result<Vec<TurnAudio>, LoadtestError> {
 const MAX_REFERENCE: u64 = 64 * 1024;
 
 /// What `wav` says, from the `.txt` beside it (`q.wav` and `q.txt`), if there is one.
-fn reference(wav: &std::path::Path) -> Result<Option<String>, LoadtestError> {
+pub fn reference(wav: &std::path::Path) -> Result<Option<String>, LoadtestError> {
     let path = wav.with_extension("txt");
     let Ok(meta) = std::fs::metadata(&path) else {
         return Ok(None);

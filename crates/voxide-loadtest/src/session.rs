@@ -10,8 +10,7 @@ use tokio::time::{Instant, MissedTickBehavior};
 use super::Recorder;
 use super::impair::Network;
 use super::link::Link;
-use super::plan::{Heard, NetworkCounts, Plan, scored_words};
-use crate::text::word_edits;
+use super::plan::{Heard, NetworkCounts, Plan};
 
 /// What the session's driver is told of each turn.
 #[derive(Debug, Clone, Default)]
@@ -258,9 +257,7 @@ impl Caller {
         let transcript = heard.join(" ");
         let reference = self.plan.turn_audio(self.index, turn).reference.as_deref();
         if let Some(reference) = reference {
-            let reference = scored_words(reference);
-            let errors = word_edits(&reference, &scored_words(&transcript));
-            outcome.word_errors = Some((errors, reference.len()));
+            outcome.word_errors = Some(crate::word_errors(reference, &transcript));
         }
         outcome.transcript = (!heard.is_empty()).then_some(transcript);
     }

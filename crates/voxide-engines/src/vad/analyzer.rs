@@ -308,6 +308,16 @@ const SPEAKER_RANGE: f32 = 0.06;
 /// missed is worse than a turn the room started.
 const SPEAKER_ONSET_RANGE: f32 = 0.12;
 
+/// How far under the speaker's level the loudest window of an onset can be and still start a
+/// turn after `start_secs` (5 dB): a voice's first syllable comes that near its level, a
+/// café's louder moments (its talk at SNR 10 dB) stay 6 dB or more under it.
+const SPEAKER_START_RANGE: f32 = 0.05;
+
+/// Seconds of speech an onset quieter than [`SPEAKER_START_RANGE`] needs before it starts a
+/// turn: the room's louder moments last less, and a speaker who has stepped back from the
+/// microphone is heard a quarter second later rather than not at all.
+const SPEAKER_SLOW_START_SECS: f32 = 0.45;
+
 /// Seconds a turn stays open without a window at the speaker's level: the held-out voices leave
 /// at most 0.42 s between two, and a stop takes `stop_secs` more, so a gap under 0.5 s keeps
 /// the turn whole.
@@ -363,6 +373,17 @@ impl Speaker {
             .copied()
             .chain(self.turn_level())
             .reduce(f32::max)
+    }
+
+    /// Whether the onset so far comes near enough the speaker's level to start a turn at once:
+    /// always where the speaker is not told from a room at `background` by loudness.
+    fn starts_soon(&self, background: f32) -> bool {
+        match self.level() {
+            Some(speaker) if speaker - background < SPEAKER_OVER_BACKGROUND => {
+                self.turn.percentile(1.0) >= speaker - SPEAKER_START_RANGE
+            }
+            _ => true,
+        }
     }
 
     /// The turn ended: its level joins the last turns' if it was `spoken` (not an onset that
@@ -439,6 +460,8 @@ pub struct VadAnalyzer {
     speaker: Speaker,
     /// [`SPEAKER_HOLD_SECS`] in windows.
     hold_windows: u32,
+    /// [`SPEAKER_SLOW_START_SECS`] in windows.
+    slow_start_windows: u32,
 }
 
 impl VadAnalyzer {
@@ -476,6 +499,7 @@ impl VadAnalyzer {
             background: Background::default(),
             speaker: Speaker::default(),
             hold_windows: windows_for(SPEAKER_HOLD_SECS),
+            slow_start_windows: windows_for(SPEAKER_SLOW_START_SECS),
         })
     }
 
@@ -603,7 +627,8 @@ impl VadAnalyzer {
             self.speaker.hear(level);
         }
         let was_speaking = self.state == VadState::Speaking;
-        let event = self.step(speech);
+        let soon = self.speaker.starts_soon(self.background.level());
+        let event = self.step(speech, soon);
         match event {
             Some(VadEvent::Stopped) => self.speaker.end_turn(true),
             Some(VadEvent::OnsetFaded) => self.speaker.end_turn(false),
@@ -646,7 +671,10 @@ impl VadAnalyzer {
         event
     }
 
-    fn step(&mut self, speech: bool) -> Option<VadEvent> {
+    /// Moves the state machine on by a window that is `speech` or not; an onset reaching
+    /// `start_windows` starts a turn if it comes near the speaker's level (`soon`), and
+    /// otherwise only at `slow_start_windows`.
+    fn step(&mut self, speech: bool, soon: bool) -> Option<VadEvent> {
         use VadState::*;
         self.state = match (self.state, speech) {
             (Quiet, true) => {
@@ -669,7 +697,10 @@ impl VadAnalyzer {
             (state, _) => state,
         };
         match self.state {
-            Starting if self.count >= self.start_windows => {
+            Starting
+                if self.count >= self.start_windows
+                    && (soon || self.count >= self.slow_start_windows) =>
+            {
                 self.state = Speaking;
                 self.since_tick = 0;
                 Some(VadEvent::Started)
@@ -775,6 +806,44 @@ mod tests {
             "{events:?}"
         );
         assert_eq!(vad.state(), VadState::Quiet);
+    }
+
+    #[test]
+    fn in_a_cafe_a_moment_under_the_speakers_level_starts_no_turn_and_a_voice_held_there_does() {
+        let model = SileroVad::shared().expect("the VAD model loads; run scripts/setup.sh");
+        let mut vad = VadAnalyzer::new(model, 16_000, VadParams::default()).expect("16 kHz");
+        heard_as_speech(&mut vad, &cafe(31, 150.0, 1));
+        heard_as_speech(&mut vad, &[3_000.0; 31]);
+        heard_as_speech(&mut vad, &cafe(31, 150.0, 1));
+        let started = |events: &[(usize, VadEvent)]| {
+            events
+                .iter()
+                .find(|(_, e)| *e == VadEvent::Started)
+                .map(|(i, _)| *i)
+        };
+        // A louder moment of the room, 7 dB under the speaker, for 0.3 s: near enough the
+        // speaker's level to be an onset, not to start a turn.
+        let mut moment = vec![1_300.0; 9];
+        moment.extend([150.0; 31]);
+        let events = heard_as_speech(&mut vad, &moment);
+        assert_eq!(started(&events), None, "{events:?}");
+        assert!(events.contains(&(9, VadEvent::OnsetFaded)), "{events:?}");
+        // A voice at that level for longer (the speaker stepped back): a turn, a quarter
+        // second later than at the speaker's level.
+        let mut voice = vec![1_300.0; 20];
+        voice.extend([150.0; 31]);
+        let events = heard_as_speech(&mut vad, &voice);
+        let slow = vad.slow_start_windows as usize - 1;
+        assert_eq!(started(&events), Some(slow), "{events:?}");
+        // At the speaker's level, a turn after `start_secs` as ever.
+        let mut voice = vec![3_000.0; 20];
+        voice.extend([150.0; 31]);
+        let events = heard_as_speech(&mut vad, &voice);
+        assert_eq!(
+            started(&events),
+            Some(vad.start_windows as usize - 1),
+            "{events:?}"
+        );
     }
 
     #[test]
