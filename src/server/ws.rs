@@ -451,7 +451,7 @@ async fn run_session(
     ));
     // Reader and writer share the framing: Twilio's stream id arrives in, and is needed out.
     let framing = Arc::new(std::sync::Mutex::new(framing));
-    let beat = Arc::new(std::sync::Mutex::new(Heartbeat::new(
+    let beat = Arc::new(Beat::new(Heartbeat::new(
         Instant::now().into_std(),
         CLIENT_WRITE_TIMEOUT,
     )));
@@ -571,23 +571,50 @@ enum Gone {
     NotReading,
 }
 
+/// The client's heartbeat, shared by the reader (pongs) and the writer (pings), and the writer's
+/// wake-up when a pong makes the next ping due: a writer that waits only for the session's
+/// messages while the bot and the user are both silent would send no ping, and the client,
+/// owing one from when it was due, would stop being listened to.
+struct Beat {
+    heartbeat: std::sync::Mutex<Heartbeat>,
+    answered: tokio::sync::Notify,
+}
+
+impl Beat {
+    fn new(heartbeat: Heartbeat) -> Self {
+        Self {
+            heartbeat: std::sync::Mutex::new(heartbeat),
+            answered: tokio::sync::Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Heartbeat> {
+        self.heartbeat.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A pong arrived at `now`.
+    fn pong(&self, payload: &[u8], now: std::time::Instant) {
+        self.lock().pong(payload, now);
+        self.answered.notify_one();
+    }
+}
+
 /// Writes what the session sends, framed, and the heartbeat's pings, until the session is done
 /// or the client is gone or has read nothing for `timeout`; then says which through `gone`.
 async fn write_socket<S>(
     mut sender: S,
     mut out: mpsc::Receiver<Outbound>,
-    (framing, beat): (
-        Arc<std::sync::Mutex<Framing>>,
-        Arc<std::sync::Mutex<Heartbeat>>,
-    ),
+    (framing, beat): (Arc<std::sync::Mutex<Framing>>, Arc<Beat>),
     (timeout, gone): (std::time::Duration, oneshot::Sender<Gone>),
 ) where
     S: futures_util::Sink<Message> + Unpin,
 {
-    let lock_beat = || beat.lock().unwrap_or_else(|p| p.into_inner());
+    let lock_beat = || beat.lock();
     let ended = loop {
         let next_ping = lock_beat().next_ping().map(Instant::from_std);
         let messages = tokio::select! {
+            // The pong came: the next ping is due at a time the loop reads afresh.
+            () = beat.answered.notified(), if next_ping.is_none() => Vec::new(),
             outbound = out.recv() => match outbound {
                 Some(outbound) => framing
                     .lock()
@@ -650,11 +677,11 @@ async fn write_socket<S>(
 /// client that owes one for the give-up time is closed.
 async fn read_socket(
     mut receiver: impl futures_util::Stream<Item = Result<Message, axum::Error>> + Unpin,
-    (framing, beat): (&std::sync::Mutex<Framing>, &std::sync::Mutex<Heartbeat>),
+    (framing, beat): (&std::sync::Mutex<Framing>, &Beat),
     (app, handle, input): (&App, &crate::pipeline::SessionHandle, &mut RtviInput),
     (out, call): (&mpsc::Sender<Outbound>, &CallId),
 ) -> Ended {
-    let lock_beat = || beat.lock().unwrap_or_else(|p| p.into_inner());
+    let lock_beat = || beat.lock();
     let mut pace = Pace::default();
     let mut typed = TextPace::default();
     loop {
@@ -682,7 +709,7 @@ async fn read_socket(
             Ok(Message::Binary(bytes)) => WsMessage::Binary(bytes.to_vec()),
             Ok(Message::Close(_)) => break,
             Ok(Message::Pong(payload)) => {
-                lock_beat().pong(&payload, Instant::now().into_std());
+                beat.pong(&payload, Instant::now().into_std());
                 continue;
             }
             Ok(Message::Ping(_)) => continue,
@@ -818,6 +845,48 @@ mod tests {
         }
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_answers_is_pinged_again_while_nothing_else_is_sent() {
+        let (_out_tx, out_rx) = mpsc::channel(4);
+        let (gone_tx, _gone) = oneshot::channel();
+        let framing = Arc::new(std::sync::Mutex::new(Framing::pcm(
+            16_000,
+            EvalFlags::default(),
+        )));
+        let beat = Arc::new(Beat::new(Heartbeat::new(
+            Instant::now().into_std(),
+            Duration::from_secs(15),
+        )));
+        let (sent_tx, mut sent) = mpsc::unbounded_channel();
+        let sink = Box::pin(futures_util::sink::unfold(
+            sent_tx,
+            |sent_tx, message: Message| async move {
+                let _ = sent_tx.send(message);
+                Ok::<_, std::convert::Infallible>(sent_tx)
+            },
+        ));
+        let writer = tokio::spawn(write_socket(
+            sink,
+            out_rx,
+            (framing, beat.clone()),
+            (Duration::from_secs(15), gone_tx),
+        ));
+        // The bot and the user are silent: the session sends nothing, only pings go out, each
+        // once the last is answered.
+        for _ in 0..3 {
+            let ping = tokio::time::timeout(Duration::from_secs(5), sent.recv())
+                .await
+                .expect("a ping within the ping interval")
+                .expect("the writer runs");
+            let Message::Ping(payload) = ping else {
+                panic!("{ping:?} where a ping was due");
+            };
+            beat.pong(&payload, Instant::now().into_std());
+            assert!(beat.lock().listening(Instant::now().into_std()));
+        }
+        writer.abort();
+    }
+
     #[test]
     fn a_placed_call_whose_stream_closes_unasked_was_hung_up_by_the_callee() {
         // `stop`, or the socket's close or reset that lost it: Twilio ended the call.
@@ -871,7 +940,7 @@ mod tests {
             EvalFlags::default(),
         )));
         let started = Instant::now();
-        let beat = Arc::new(std::sync::Mutex::new(Heartbeat::new(
+        let beat = Arc::new(Beat::new(Heartbeat::new(
             started.into_std(),
             Duration::from_secs(15),
         )));
