@@ -627,7 +627,9 @@ impl VadAnalyzer {
             self.speaker.hear(level);
         }
         let was_speaking = self.state == VadState::Speaking;
-        let soon = self.speaker.starts_soon(self.background.level());
+        // Only an onset asks how near the speaker's level it came.
+        let soon = !matches!(self.state, VadState::Quiet | VadState::Starting)
+            || self.speaker.starts_soon(self.background.level());
         let event = self.step(speech, soon);
         match event {
             Some(VadEvent::Stopped) => self.speaker.end_turn(true),
