@@ -108,6 +108,9 @@ pub struct TurnEndsReport {
     /// From the end of each question's voice to the stop of its last turn, ms (negative: cut
     /// short); none when every question was missed.
     pub stop_after_voice_ms: Option<Distribution>,
+    /// From the start of each question's voice to the start of its first turn, ms (negative:
+    /// the room started it); none when every question was missed.
+    pub start_after_voice_ms: Option<Distribution>,
     /// Turns that covered no question: started by the room.
     pub room_turns: usize,
     /// Their length in all, seconds.
@@ -129,6 +132,13 @@ pub struct Words {
     pub written: usize,
     /// Words written in the room's own turns (each one an answer a bot would give to nobody).
     pub room_words: usize,
+    /// Words said that no final has: left out, not misheard.
+    pub left_out: usize,
+    /// The finals of the room's own turns that have words, each a transcript of nothing said
+    /// to the bot: where the room is noise, not talk, the recogniser made them up.
+    pub room_finals: Vec<String>,
+    /// Questions whose words repeat themselves: four words in a row heard more often than said.
+    pub repeated: usize,
     /// Each question: what was said and what was heard.
     pub heard: Vec<Heard>,
 }
@@ -140,6 +150,10 @@ pub struct Heard {
     pub said: String,
     /// The recogniser's finals for the turns over its voice.
     pub heard: String,
+    /// Its words that no final has.
+    pub left_out: usize,
+    /// Whether the finals say four of its words in a row more often than it did.
+    pub repeated: bool,
 }
 
 /// A stretch of the stream, in 10 ms pieces: `[start, end)`.
@@ -220,6 +234,7 @@ pub fn run(options: &TurnEndsOptions) -> Result<TurnEndsReport, TurnEndsError> {
         split: scores.split,
         cut_short: scores.cut_short,
         stop_after_voice_ms: scores.stop_after_voice_ms,
+        start_after_voice_ms: scores.start_after_voice_ms,
         room_turns: scores.room_turns,
         room_turn_secs: round1(scores.room_turn_pieces as f64 / 100.0),
         words,
@@ -302,6 +317,8 @@ fn vad_turns(stream: &[i16]) -> Result<(Vec<Span>, Vec<Cue>), TurnEndsError> {
         }
         for event in events {
             match event {
+                VadEvent::Onset => cues.push((i, SttInput::SpeechOnset)),
+                VadEvent::OnsetFaded => cues.push((i, SttInput::OnsetFaded)),
                 VadEvent::Started => {
                     open = Some(i + 1);
                     cues.push((i, SttInput::SpeechStarted));
@@ -358,7 +375,7 @@ fn transcribe(stream: &[i16], cues: Vec<Cue>) -> Result<Vec<String>, TurnEndsErr
 
 /// The questions' words against the finals of the `turns` over their `voices`.
 fn words(texts: &[String], turns: &[Span], finals: &[String], voices: &[Span]) -> Words {
-    let (mut errors, mut said, mut written) = (0, 0, 0);
+    let (mut errors, mut said, mut written, mut left_out) = (0, 0, 0, 0);
     let mut heard = Vec::new();
     for (text, voice) in texts.iter().zip(voices) {
         let over: Vec<&str> = turns
@@ -369,27 +386,57 @@ fn words(texts: &[String], turns: &[Span], finals: &[String], voices: &[Span]) -
             .collect();
         let joined = over.join(" ");
         let (wrong, words) = crate::loadtest::word_errors(text, &joined);
+        let lost = crate::loadtest::words_left_out(text, &joined);
         errors += wrong;
         said += words;
         written += joined.split_whitespace().count();
+        left_out += lost;
         heard.push(Heard {
             said: text.clone(),
+            repeated: repeats(text, &joined),
             heard: joined,
+            left_out: lost,
         });
     }
-    let room_words = turns
+    let room_finals: Vec<String> = turns
         .iter()
         .zip(finals)
-        .filter(|(turn, _)| !voices.iter().any(|v| turn.overlaps(v)))
-        .map(|(_, words)| words.split_whitespace().count())
-        .sum();
+        .filter(|(turn, words)| {
+            !voices.iter().any(|v| turn.overlaps(v)) && words.split_whitespace().next().is_some()
+        })
+        .map(|(_, words)| words.clone())
+        .collect();
     Words {
         wer_pct: round1(100.0 * errors as f64 / said.max(1) as f64),
         said,
         written,
-        room_words,
+        room_words: room_finals
+            .iter()
+            .map(|w| w.split_whitespace().count())
+            .sum(),
+        left_out,
+        room_finals,
+        repeated: heard.iter().filter(|h| h.repeated).count(),
         heard,
     }
+}
+
+/// Whether `heard` says some four words in a row more often than `said` does: Whisper repeating
+/// itself ("Could you recommend a good book for a long flight? Good you recommend a good book
+/// for a long flight."), exactly or not.
+fn repeats(said: &str, heard: &str) -> bool {
+    let counts = |text: &str| {
+        let words = crate::loadtest::scored_words(text);
+        let mut counts = std::collections::HashMap::new();
+        for four in words.windows(4) {
+            *counts.entry(four.to_vec()).or_insert(0usize) += 1;
+        }
+        counts
+    };
+    let said = counts(said);
+    counts(heard)
+        .into_iter()
+        .any(|(four, n)| n > 1 && n > said.get(&four).copied().unwrap_or(0))
 }
 
 /// How the turns fell on the questions' voices.
@@ -399,19 +446,21 @@ struct Scores {
     split: usize,
     cut_short: usize,
     stop_after_voice_ms: Option<Distribution>,
+    start_after_voice_ms: Option<Distribution>,
     room_turns: usize,
     room_turn_pieces: usize,
 }
 
 fn score(turns: &[Span], voices: &[Span]) -> Scores {
     let (mut missed, mut split, mut cut_short) = (0, 0, 0);
-    let mut after = Vec::new();
+    let (mut after, mut started) = (Vec::new(), Vec::new());
     for voice in voices {
         let covering: Vec<&Span> = turns.iter().filter(|t| t.overlaps(voice)).collect();
-        let Some(last) = covering.last() else {
+        let (Some(first), Some(last)) = (covering.first(), covering.last()) else {
             missed += 1;
             continue;
         };
+        started.push((first.start as f64 - voice.start as f64) * 10.0);
         if covering.len() > 1 {
             split += 1;
         }
@@ -429,6 +478,7 @@ fn score(turns: &[Span], voices: &[Span]) -> Scores {
         split,
         cut_short,
         stop_after_voice_ms: Distribution::of(&after),
+        start_after_voice_ms: Distribution::of(&started),
         room_turns: room.len(),
         room_turn_pieces: room.iter().map(|t| t.end - t.start).sum(),
     }
@@ -495,6 +545,10 @@ mod tests {
         assert_eq!(scores.room_turn_pieces, 80);
         let after = scores.stop_after_voice_ms.expect("two questions had turns");
         assert_eq!((after.p50, after.max, after.n), (-20.0, 250.0, 2));
+        let started = scores
+            .start_after_voice_ms
+            .expect("two questions had turns");
+        assert_eq!((started.p50, started.max, started.n), (50.0, 100.0, 2));
     }
 
     #[test]
@@ -523,8 +577,34 @@ mod tests {
         assert_eq!((words.said, words.written), (13, 8));
         assert_eq!(words.wer_pct, 38.5);
         assert_eq!(words.room_words, 2);
+        assert_eq!(words.room_finals, ["Close button."]);
         assert_eq!(words.heard[0].heard, "What is eight times nine?");
         assert_eq!(words.heard[2].heard, "");
+        // Missing, not misheard: three words of the second question, both of the third.
+        assert_eq!(words.left_out, 5);
+        assert_eq!(words.heard[1].left_out, 3);
+        assert_eq!(words.repeated, 0);
+    }
+
+    #[test]
+    fn a_question_heard_twice_over_repeats_itself_and_one_said_twice_does_not() {
+        let flight = "Could you recommend a good book for a long flight?";
+        assert!(repeats(
+            flight,
+            "Could you recommend a good book for a long flight? Good you recommend a good book \
+             for a long flight."
+        ));
+        assert!(!repeats(flight, flight));
+        assert!(!repeats(
+            flight,
+            "Could you recommend a good book for a long flight? Thanks."
+        ));
+        let twice = "Say it again, say it again please.";
+        assert!(!repeats(twice, twice), "said so");
+        assert!(repeats(
+            twice,
+            "Say it again, say it again, say it again please."
+        ));
     }
 
     #[test]

@@ -72,9 +72,57 @@ pub fn word_edits(a: &[String], b: &[String]) -> usize {
     row[b.len()]
 }
 
+/// The words of `a` that `b` leaves out: those an alignment of the fewest edits ([`word_edits`])
+/// removes, taking of those alignments the one that removes fewest (a word heard wrong is
+/// replaced, not lost).
+pub fn words_left_out(a: &[String], b: &[String]) -> usize {
+    // (edits, words of `a` removed), compared in that order.
+    let mut row: Vec<(usize, usize)> = (0..=b.len()).map(|j| (j, 0)).collect();
+    for (i, wa) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = (i + 1, i + 1);
+        for (j, wb) in b.iter().enumerate() {
+            let replaced = (diagonal.0 + usize::from(wa != wb), diagonal.1);
+            diagonal = row[j + 1];
+            let added = (row[j].0 + 1, row[j].1);
+            let removed = (row[j + 1].0 + 1, row[j + 1].1 + 1);
+            row[j + 1] = replaced.min(added).min(removed);
+        }
+    }
+    row[b.len()].1
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn words_left_out_are_those_missing_not_those_misheard() {
+        let words = |text: &str| word_list(text);
+        let said = words("could you recommend a good book for a long flight");
+        assert_eq!(words_left_out(&said, &said), 0);
+        assert_eq!(
+            words_left_out(
+                &said,
+                &words("good you recommend a good book for a long flight")
+            ),
+            0,
+            "one word misheard"
+        );
+        assert_eq!(
+            words_left_out(&said, &words("could you recommend a long flight")),
+            4
+        );
+        assert_eq!(words_left_out(&said, &words("")), said.len());
+        assert_eq!(
+            words_left_out(
+                &said,
+                &words("could you recommend a good book for a long flight thanks")
+            ),
+            0,
+            "a word added loses none"
+        );
+    }
 
     #[test]
     fn sentences_end_at_punctuation_followed_by_space() {

@@ -253,6 +253,17 @@ pub fn word_errors(reference: &str, heard: &str) -> (usize, usize) {
     (errors, reference.len())
 }
 
+/// The words of what was said (`reference`) that `heard` left out, scored as [`word_errors`]
+/// scores them: a word heard wrong is not one left out.
+pub fn words_left_out(reference: &str, heard: &str) -> usize {
+    text::words_left_out(&plan::scored_words(reference), &plan::scored_words(heard))
+}
+
+/// The words of `text` as [`word_errors`] scores them.
+pub fn scored_words(text: &str) -> Vec<String> {
+    plan::scored_words(text)
+}
+
 /// The word error rate of the bot's transcripts against the turns' reference texts, over the
 /// turns that have one; `None` when no turn has one or the bot sent no transcript at all. A turn
 /// the bot did not transcribe counts every word as an error.

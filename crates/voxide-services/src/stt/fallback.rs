@@ -135,7 +135,7 @@ impl Relay {
                 self.kept.drain(..excess);
             }
             SttInput::SpeechStarted => self.speaking = true,
-            SttInput::SilenceStarted => {}
+            SttInput::SpeechOnset | SttInput::OnsetFaded | SttInput::SilenceStarted => {}
             SttInput::Finalize => {
                 self.speaking = false;
                 self.owed += 1;

@@ -2,7 +2,8 @@
 //! is one utterance, decoded off the async workers.
 //!
 //! Audio is kept from a little before the VAD confirmed speech (it confirms after `start_secs`),
-//! so the first syllable is not lost. While the user speaks, the growing utterance is re-decoded
+//! so the first syllable is not lost: from before its onset, and over a room's noise from before
+//! the first of the onsets that faded on the way to the start. While the user speaks, the growing utterance is re-decoded
 //! every half second for interim transcripts; at the finalize (the VAD's stop) the whole
 //! utterance is decoded for the final one. Better: at the first silence after speech the
 //! utterance so far is decoded at once and its words are settled ([`SttEvent::Settled`]: the turn
@@ -82,8 +83,19 @@ impl Transcriber for super::PromptedWhisper {
     }
 }
 
-/// Audio kept from before the VAD confirmed speech.
+/// Audio kept from before the VAD confirmed speech, at least.
 const PREROLL_SECS: f32 = 0.6;
+/// Audio kept from before the VAD confirmed speech, at most: over a room's noise, a voice's
+/// first words can be onsets that fade before one lasts long enough to be confirmed, 1.5 s
+/// after the voice began.
+const MAX_PREROLL_SECS: f32 = 2.0;
+/// Audio kept from before the first onset of those that led to the start: the model is sure of
+/// a voice a window or two after it begins.
+const ONSET_LEAD_SECS: f32 = 0.3;
+/// An onset that comes within this long of the last one's fade goes on from it: the same
+/// words, a closure or a short pause in them having faded it. Longer, and in a café the talk
+/// before a question comes with it.
+const ONSET_GAP_SECS: f32 = 0.2;
 /// The pre-roll may reach this far back past the last VAD stop: the VAD stops only after
 /// `stop_secs` (0.2 s by default) without speech, so the end of that span is silence, while the
 /// next speech may begin well before the VAD is sure of it.
@@ -178,10 +190,16 @@ impl Request {
 
 /// Cuts the audio into utterances at the VAD's verdicts.
 struct Segmenter {
-    /// The last [`PREROLL_SECS`] of audio, whatever the VAD says.
+    /// The last [`MAX_PREROLL_SECS`] of audio, whatever the VAD says.
     preroll: VecDeque<i16>,
     /// Samples since the last VAD stop.
     since_stop: usize,
+    /// Samples heard so far.
+    heard: usize,
+    /// Where the onsets on the way to the next start began (`heard` then), and where the last
+    /// of them faded.
+    onset: Option<usize>,
+    faded: Option<usize>,
     utterance: Vec<i16>,
     speaking: bool,
     /// New audio still to come before the next interim transcript.
@@ -198,8 +216,11 @@ struct Segmenter {
 impl Segmenter {
     fn new(requests: mpsc::UnboundedSender<Request>, urgent: Arc<AtomicU64>) -> Self {
         Self {
-            preroll: VecDeque::with_capacity((PREROLL_SECS * RATE as f32) as usize),
+            preroll: VecDeque::with_capacity(samples(MAX_PREROLL_SECS)),
             since_stop: usize::MAX,
+            heard: 0,
+            onset: None,
+            faded: None,
             utterance: Vec::new(),
             speaking: false,
             until_interim: 0,
@@ -227,15 +248,26 @@ impl Segmenter {
     fn handle(&mut self, input: SttInput) {
         match input {
             SttInput::Audio(audio) => self.audio(&audio),
+            SttInput::SpeechOnset => {
+                if self.recent_onset().is_none() {
+                    self.onset = Some(self.heard);
+                }
+                self.faded = None;
+            }
+            SttInput::OnsetFaded => self.faded = Some(self.heard),
             SttInput::SpeechStarted => {
                 self.speaking = true;
                 self.speculative = None;
                 self.until_interim = samples(FIRST_INTERIM_SECS);
+                let since_onset = self
+                    .recent_onset()
+                    .map_or(0, |at| self.heard - at + samples(ONSET_LEAD_SECS));
+                (self.onset, self.faded) = (None, None);
                 // Speech that follows the last utterance closely must not lose its first
                 // syllable, nor take that utterance's last words with it.
-                let reach = self
-                    .since_stop
-                    .saturating_add((BEFORE_STOP_SECS * RATE as f32) as usize);
+                let reach = since_onset
+                    .clamp(samples(PREROLL_SECS), samples(MAX_PREROLL_SECS))
+                    .min(self.since_stop.saturating_add(samples(BEFORE_STOP_SECS)));
                 let skip = self.preroll.len().saturating_sub(reach);
                 self.utterance = self.preroll.iter().skip(skip).copied().collect();
             }
@@ -280,8 +312,17 @@ impl Segmenter {
         self.send(Request::Window(window));
     }
 
+    /// Where the onsets on the way to a start began, unless the last faded too long ago.
+    fn recent_onset(&self) -> Option<usize> {
+        let gone = self
+            .faded
+            .is_some_and(|at| self.heard - at > samples(ONSET_GAP_SECS));
+        self.onset.filter(|_| !gone)
+    }
+
     fn audio(&mut self, audio: &[i16]) {
-        let cap = (PREROLL_SECS * RATE as f32) as usize;
+        self.heard += audio.len();
+        let cap = samples(MAX_PREROLL_SECS);
         let excess = (self.preroll.len() + audio.len()).saturating_sub(cap);
         self.preroll.drain(..excess.min(self.preroll.len()));
         self.preroll
@@ -477,6 +518,77 @@ mod tests {
             let loud = audio.iter().filter(|s| s.abs() > 0.1).count();
             Ok(format!("[{loud}]"))
         }
+    }
+
+    /// What a stream of [`Lengths`] hears of `script`: each input in turn, audio written as
+    /// seconds of loud (`Some(true)`) or quiet sound. The loud samples of the final.
+    async fn final_of(script: &[Result<(bool, f32), SttInput>]) -> usize {
+        let SttStream { input, mut events } =
+            Segmented::shared(Arc::new(Lengths::default())).start();
+        for step in script {
+            let input_of = match step {
+                Ok((loud, secs)) => {
+                    SttInput::Audio(vec![if *loud { 10_000 } else { 0 }; samples(*secs)])
+                }
+                Err(cue) => cue.clone(),
+            };
+            input.send(input_of).await.expect("open");
+        }
+        loop {
+            if let SttEvent::Finalized(text) = events.recv().await.expect("a final transcript") {
+                return text.trim_matches(['[', ']']).parse().expect("a count");
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn words_that_faded_as_onsets_before_the_start_are_heard_and_the_rooms_moment_before_them_is_not()
+     {
+        use SttInput::{OnsetFaded, SpeechOnset, SpeechStarted};
+        let (loud, quiet) = (|secs| Ok((true, secs)), |secs| Ok((false, secs)));
+        // Over a room's noise: two onsets fade inside the first words, the third starts the
+        // turn, 1.3 s after the voice began.
+        let voice = [
+            quiet(3.0),
+            Err(SpeechOnset),
+            loud(0.3),
+            Err(OnsetFaded),
+            quiet(0.1),
+            Err(SpeechOnset),
+            loud(0.3),
+            Err(OnsetFaded),
+            quiet(0.15),
+            Err(SpeechOnset),
+            loud(0.45),
+            Err(SpeechStarted),
+            loud(0.5),
+            Err(SttInput::SilenceStarted),
+            Err(SttInput::Finalize),
+        ];
+        assert_eq!(
+            final_of(&voice).await,
+            2 * samples(0.3) + samples(0.45) + samples(0.5),
+            "every loud sample"
+        );
+        // The room's moment faded a second before the speaker's onset: not the same words.
+        let room_then_voice = [
+            quiet(3.0),
+            Err(SpeechOnset),
+            loud(0.2),
+            Err(OnsetFaded),
+            quiet(1.0),
+            Err(SpeechOnset),
+            loud(0.2),
+            Err(SpeechStarted),
+            loud(0.5),
+            Err(SttInput::SilenceStarted),
+            Err(SttInput::Finalize),
+        ];
+        assert_eq!(
+            final_of(&room_then_voice).await,
+            samples(0.7),
+            "the voice alone"
+        );
     }
 
     #[tokio::test]

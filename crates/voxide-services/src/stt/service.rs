@@ -151,6 +151,12 @@ impl FrameProcessor for SttService {
                     Err(e) => cx.push_error(e.message),
                 }
             }
+            FrameBody::System(SystemFrame::VadSpeechOnset) if !self.speaking => {
+                self.send(SttInput::SpeechOnset, cx);
+            }
+            FrameBody::System(SystemFrame::VadOnsetFaded) if !self.speaking => {
+                self.send(SttInput::OnsetFaded, cx);
+            }
             FrameBody::System(SystemFrame::VadUserStartedSpeaking) => {
                 self.speaking = true;
                 self.send(SttInput::SpeechStarted, cx);

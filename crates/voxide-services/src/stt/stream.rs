@@ -20,6 +20,13 @@ pub enum SttInput {
     /// The user's audio, mono at the engine's [`SttEngine::sample_rate`]: all of it, whatever
     /// the VAD says.
     Audio(Vec<i16>),
+    /// The VAD heard speech in silence, not yet confirmed: a [`SttInput::SpeechStarted`] or an
+    /// [`SttInput::OnsetFaded`] follows. Where speech began, for an engine that keeps the
+    /// audio before the start.
+    SpeechOnset,
+    /// The onset fell quiet before it was confirmed. Over a room's noise a voice's first words
+    /// can be a few onsets that fade before one is confirmed.
+    OnsetFaded,
     /// The VAD confirmed speech.
     SpeechStarted,
     /// The first silence after speech, which may become the VAD's stop.

@@ -377,7 +377,10 @@ impl WsCore for AssemblyAiCore {
                 (send, Vec::new())
             }
             // AssemblyAI listens to all of it; its own speech events say when a turn is open.
-            SttInput::SpeechStarted | SttInput::SilenceStarted => (Vec::new(), Vec::new()),
+            SttInput::SpeechOnset
+            | SttInput::OnsetFaded
+            | SttInput::SpeechStarted
+            | SttInput::SilenceStarted => (Vec::new(), Vec::new()),
         }
     }
 

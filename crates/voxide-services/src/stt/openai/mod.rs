@@ -399,7 +399,9 @@ impl WsCore for OpenAiSttCore {
                 }
                 (self.unsent(), Vec::new())
             }
-            SttInput::SilenceStarted => (Vec::new(), Vec::new()),
+            SttInput::SpeechOnset | SttInput::OnsetFaded | SttInput::SilenceStarted => {
+                (Vec::new(), Vec::new())
+            }
             SttInput::Finalize => {
                 let due = Some(now + self.settings.finalize_timeout);
                 match self.open_segment() {

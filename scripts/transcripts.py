@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""Transcripts you can trust: the bot's recogniser over the held-out questions in every room,
+counting the finals it makes up, the ones that repeat themselves and the words it leaves out;
+and a 40 s monologue, which must lose no words.
+
+`voxide bench turns --transcribe` runs the VAD and the embedded Whisper exactly as a session
+does (no network, no LLM): a minute or so a room. The rooms:
+
+  silence      digital silence
+  brown-60     brown noise at -60 dBFS       brown-50, brown-40, pink-50 likewise
+  babble-20    café babble at SNR 20 dB      babble-10, babble-5 likewise
+
+The questions are the 45 held-out ones in their four voices (scripts/network.py builds them);
+the babble is scripts/noise.py's four espeak-ng talkers. The monologue is one held-out voice
+reading 40 s of plans, twice: as espeak-ng paces it (a pause between sentences, so the VAD cuts
+it into utterances) and run on (the sentences 0.1 s apart: one utterance, longer than the 30 s
+Whisper hears at once). Each is scored against the same sentences asked one by one.
+
+    scripts/transcripts.py [--bin target/release/voxide] [--out target/transcripts]
+                           [--rooms silence,brown-50,babble-10] [--no-monologue]
+
+Prints one JSON line per room and set: `made_up` (finals of the room's own turns where the
+room is noise: words nobody said), `room_finals` (the same where the room is talk),
+`repeated` (questions heard repeating themselves), `left_out` (words said that no final has).
+"""
+
+import argparse
+import array
+import json
+import os
+import subprocess
+import sys
+import wave
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from held_out import VOICES  # noqa: E402
+from network import build  # noqa: E402
+from noise import babble  # noqa: E402
+from turn_wait import RATE, speech, write_wav  # noqa: E402
+
+ROOMS = {
+    "silence": ("brown", "--noise-dbfs", -120),
+    "brown-60": ("brown", "--noise-dbfs", -60),
+    "brown-50": ("brown", "--noise-dbfs", -50),
+    "brown-40": ("brown", "--noise-dbfs", -40),
+    "pink-50": ("pink", "--noise-dbfs", -50),
+    "babble-20": ("BABBLE", "--snr", 20),
+    "babble-10": ("BABBLE", "--snr", 10),
+    "babble-5": ("BABBLE", "--snr", 5),
+}
+MONOLOGUE_VOICE = VOICES[1]
+MONOLOGUE = [
+    "So here is what I am planning for the summer.",
+    "In the first week of July we fly to Lisbon and stay with my sister for five days.",
+    "Then we take the train north to Porto, because my father wants to see the old bridge "
+    "and drink port by the river.",
+    "After that we rent a small car and drive along the coast to Santiago.",
+    "My daughter wants to walk the last part of the pilgrims' way, about one hundred "
+    "kilometres, so we will need good shoes and light bags.",
+    "On the way back we would like two quiet days by the sea, somewhere with a beach that "
+    "is not too crowded and a good place to eat fish.",
+    "The whole trip is three weeks, and we have a budget of four thousand euros.",
+    "Nobody in the family speaks Portuguese or Spanish, except a few words for ordering coffee.",
+    "Can you help me plan the days and tell me what I have forgotten?",
+]
+RUN_ON_GAP = int(0.1 * RATE)
+
+
+def monologue(out):
+    """The monologue as espeak-ng paces it, run on, and sentence by sentence: the WAV lists."""
+    os.makedirs(out, exist_ok=True)
+    paced = os.path.join(out, "monologue.wav")
+    run_on = os.path.join(out, "monologue-run-on.wav")
+    text = " ".join(MONOLOGUE)
+    if not os.path.exists(paced):
+        write_wav(paced, speech(MONOLOGUE_VOICE, text))
+    sentences = []
+    for i, sentence in enumerate(MONOLOGUE):
+        path = os.path.join(out, f"s{i}.wav")
+        if not os.path.exists(path):
+            write_wav(path, speech(MONOLOGUE_VOICE, sentence))
+        with open(path[:-4] + ".txt", "w") as f:
+            f.write(sentence + "\n")
+        sentences.append(path)
+    if not os.path.exists(run_on):
+        joined = array.array("h")
+        for path in sentences:
+            if joined:
+                joined.extend([0] * RUN_ON_GAP)
+            joined.extend(read(path))
+        write_wav(run_on, joined)
+    for path in (paced, run_on):
+        with open(path[:-4] + ".txt", "w") as f:
+            f.write(text + "\n")
+    return {"monologue": [paced], "run-on": [run_on], "sentences": sentences}
+
+
+def read(path):
+    with wave.open(path) as w:
+        return array.array("h", w.readframes(w.getnframes()))
+
+
+def turns(binary, wavs, room, noise_file):
+    noise, flag, level = ROOMS[room]
+    command = [binary, "bench", "turns", "--transcribe",
+               "--noise", noise_file if noise == "BABBLE" else noise, flag, str(level)]
+    for wav in wavs:
+        command += ["--audio", wav]
+    result = subprocess.run(command, check=True, capture_output=True, text=True)
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def seconds(wavs):
+    return round(sum(len(read(w)) for w in wavs) / RATE, 1)
+
+
+def summary(room, name, report, wavs):
+    words = report["words"]
+    talk = ROOMS[room][0] == "BABBLE"
+    line = {
+        "room": room,
+        "set": name,
+        "questions": report["questions"],
+        "speech_secs": seconds(wavs),
+        "wer_pct": words["wer_pct"],
+        "left_out": words["left_out"],
+        "said": words["said"],
+        "repeated": words["repeated"],
+        "made_up": [] if talk else words["room_finals"],
+        "room_finals": words["room_finals"] if talk else [],
+        "missed": report["missed"],
+    }
+    line["repeats"] = [h["heard"] for h in words["heard"] if h["repeated"]]
+    if name != "held-out":
+        line["heard"] = [h["heard"] for h in words["heard"]]
+    return line
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bin", default="target/release/voxide")
+    parser.add_argument("--out", default="target/transcripts")
+    parser.add_argument("--rooms", default=",".join(ROOMS))
+    parser.add_argument("--no-monologue", action="store_true")
+    args = parser.parse_args()
+    rooms = args.rooms.split(",")
+    unknown = [r for r in rooms if r not in ROOMS]
+    if unknown:
+        sys.exit(f"transcripts: unknown rooms {unknown}; known: {', '.join(ROOMS)}")
+    os.makedirs(args.out, exist_ok=True)
+    sets = {"held-out": build(os.path.join(args.out, "questions"))}
+    if not args.no_monologue:
+        sets.update(monologue(os.path.join(args.out, "monologue")))
+    noise_file = babble(os.path.join(args.out, "babble.wav"))
+    for room in rooms:
+        for name, wavs in sets.items():
+            report = turns(args.bin, wavs, room, noise_file)
+            with open(os.path.join(args.out, f"{room}-{name}.json"), "w") as f:
+                json.dump(report, f, indent=1)
+            print(json.dumps(summary(room, name, report, wavs)), flush=True)
+
+
+if __name__ == "__main__":
+    main()
