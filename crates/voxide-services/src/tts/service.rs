@@ -45,8 +45,21 @@ struct Ahead {
     text: String,
     /// Their context, flushed once the speech is taken; dropped unflushed, the voice cancels it.
     input: mpsc::Sender<TtsInput>,
-    /// Its speech, held; its usage is reported as it comes, used or not.
-    events: mpsc::Receiver<TtsEvent>,
+    /// Its speech, held; its usage is reported as it comes, used or not. Taken when played.
+    events: Option<mpsc::Receiver<TtsEvent>>,
+    /// Where a voice switch held in it is reported, should it be thrown away.
+    pusher: FramePusher,
+}
+
+impl Drop for Ahead {
+    /// Thrown away: a voice that switched while it was spoken is still news, as later turns
+    /// start on the new voice and say nothing of it.
+    fn drop(&mut self) {
+        if let Some(events) = self.events.as_mut() {
+            events.close();
+            report_switches(&self.pusher, std::iter::from_fn(|| events.try_recv().ok()));
+        }
+    }
 }
 
 /// Turns LLM text into speech with a [`TtsEngine`].
@@ -100,20 +113,21 @@ impl TtsService {
             self.ahead = Some(Ahead {
                 text,
                 input: context.input,
-                events,
+                events: Some(events),
+                pusher: cx.pusher(),
             });
         }
     }
 
     /// The speech made ahead for `text`, flushed, if these are the words it was made for.
     fn take_ahead(&mut self, text: &str) -> Option<mpsc::Receiver<TtsEvent>> {
-        let ahead = self.ahead.take()?;
+        let mut ahead = self.ahead.take()?;
         if ahead.text.trim() != text.trim() {
             return None;
         }
         // A fresh context holds one text: its flush has room.
         ahead.input.try_send(TtsInput::Flush).ok()?;
-        Some(ahead.events)
+        ahead.events.take()
     }
 
     /// Sends `text` to the turn's context, opening it (and its pump) first if needed. A first
@@ -453,6 +467,15 @@ fn tts_usage(pusher: &FramePusher, engine: &str, characters: u64) -> Frame {
     SystemFrame::Metrics(vec![usage]).into()
 }
 
+/// Reports the voice switches among `events`, which nothing else will read.
+fn report_switches(pusher: &FramePusher, events: impl Iterator<Item = TtsEvent>) {
+    for event in events {
+        if let TtsEvent::Switched { from, to, reason } = event {
+            pusher.emit(Event::TtsFallback { from, to, reason });
+        }
+    }
+}
+
 /// Holds the events of guess `id`'s context spoken ahead in `held`, reporting its characters as
 /// they come (they are paid for whether or not the speech is played) and its first audio
 /// upstream ([`SystemFrame::GuessSpoken`]).
@@ -478,8 +501,12 @@ async fn hold(
                 .push(SystemFrame::GuessSpoken(id).into(), Direction::Upstream)
                 .await;
         }
-        if held.send(event).await.is_err() {
-            // Thrown away: dropping the context cancels it.
+        if let Err(unsent) = held.send(event).await {
+            // Thrown away: dropping the context cancels it. A voice that switched while it
+            // spoke is still news: later turns start on the new voice and say nothing of it.
+            events.close();
+            let rest = std::iter::from_fn(|| events.try_recv().ok());
+            report_switches(&usage.pusher, std::iter::once(unsent.0).chain(rest));
             return Ok(());
         }
     }
