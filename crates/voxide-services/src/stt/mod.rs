@@ -7,6 +7,7 @@ pub mod deepgram;
 mod fallback;
 mod kept;
 pub mod openai;
+mod preroll;
 mod segmented;
 mod service;
 pub mod socket;

@@ -1,9 +1,8 @@
 //! A segment decoder (Whisper) as a streaming engine: the audio between the VAD's start and stop
 //! is one utterance, decoded off the async workers.
 //!
-//! Audio is kept from a little before the VAD confirmed speech (it confirms after `start_secs`),
-//! so the first syllable is not lost: from before its onset, and over a room's noise from before
-//! the first of the onsets that faded on the way to the start. While the user speaks, the growing utterance is re-decoded
+//! Each utterance begins with the [`Preroll`]'s audio from before the VAD confirmed speech, so
+//! its first words are not lost. While the user speaks, the growing utterance is re-decoded
 //! every half second for interim transcripts; at the finalize (the VAD's stop) the whole
 //! utterance is decoded for the final one. Better: at the first silence after speech the
 //! utterance so far is decoded at once and its words are settled ([`SttEvent::Settled`]: the turn
@@ -26,6 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use tokio::sync::mpsc;
 
 use super::SttError;
+use super::preroll::Preroll;
 use super::stream::{EVENT_QUEUE, INPUT_QUEUE, SttEngine, SttEvent, SttInput, SttStream};
 use voxide_engines::audio::mel;
 
@@ -83,23 +83,6 @@ impl Transcriber for super::PromptedWhisper {
     }
 }
 
-/// Audio kept from before the VAD confirmed speech, at least.
-const PREROLL_SECS: f32 = 0.6;
-/// Audio kept from before the VAD confirmed speech, at most: over a room's noise, a voice's
-/// first words can be onsets that fade before one lasts long enough to be confirmed, 1.5 s
-/// after the voice began.
-const MAX_PREROLL_SECS: f32 = 2.0;
-/// Audio kept from before the first onset of those that led to the start: the model is sure of
-/// a voice a window or two after it begins.
-const ONSET_LEAD_SECS: f32 = 0.3;
-/// An onset that comes within this long of the last one's fade goes on from it: the same
-/// words, a closure or a short pause in them having faded it. Longer, and in a café the talk
-/// before a question comes with it.
-const ONSET_GAP_SECS: f32 = 0.2;
-/// The pre-roll may reach this far back past the last VAD stop: the VAD stops only after
-/// `stop_secs` (0.2 s by default) without speech, so the end of that span is silence, while the
-/// next speech may begin well before the VAD is sure of it.
-const BEFORE_STOP_SECS: f32 = 0.15;
 /// The longest audio decoded at once: Whisper's 30 s, less room for the pre-roll.
 pub const MAX_WINDOW_SECS: f32 = 28.0;
 /// How far back from a full window the cut looks for a quiet moment.
@@ -190,16 +173,8 @@ impl Request {
 
 /// Cuts the audio into utterances at the VAD's verdicts.
 struct Segmenter {
-    /// The last [`MAX_PREROLL_SECS`] of audio, whatever the VAD says.
-    preroll: VecDeque<i16>,
-    /// Samples since the last VAD stop.
-    since_stop: usize,
-    /// Samples heard so far.
-    heard: usize,
-    /// Where the onsets on the way to the next start began (`heard` then), and where the last
-    /// of them faded.
-    onset: Option<usize>,
-    faded: Option<usize>,
+    /// The audio an utterance begins with.
+    preroll: Preroll,
     utterance: Vec<i16>,
     speaking: bool,
     /// New audio still to come before the next interim transcript.
@@ -216,11 +191,7 @@ struct Segmenter {
 impl Segmenter {
     fn new(requests: mpsc::UnboundedSender<Request>, urgent: Arc<AtomicU64>) -> Self {
         Self {
-            preroll: VecDeque::with_capacity(samples(MAX_PREROLL_SECS)),
-            since_stop: usize::MAX,
-            heard: 0,
-            onset: None,
-            faded: None,
+            preroll: Preroll::new(mel::SAMPLE_RATE),
             utterance: Vec::new(),
             speaking: false,
             until_interim: 0,
@@ -248,28 +219,13 @@ impl Segmenter {
     fn handle(&mut self, input: SttInput) {
         match input {
             SttInput::Audio(audio) => self.audio(&audio),
-            SttInput::SpeechOnset => {
-                if self.recent_onset().is_none() {
-                    self.onset = Some(self.heard);
-                }
-                self.faded = None;
-            }
-            SttInput::OnsetFaded => self.faded = Some(self.heard),
+            SttInput::SpeechOnset => self.preroll.onset(),
+            SttInput::OnsetFaded => self.preroll.faded(),
             SttInput::SpeechStarted => {
                 self.speaking = true;
                 self.speculative = None;
                 self.until_interim = samples(FIRST_INTERIM_SECS);
-                let since_onset = self
-                    .recent_onset()
-                    .map_or(0, |at| self.heard - at + samples(ONSET_LEAD_SECS));
-                (self.onset, self.faded) = (None, None);
-                // Speech that follows the last utterance closely must not lose its first
-                // syllable, nor take that utterance's last words with it.
-                let reach = since_onset
-                    .clamp(samples(PREROLL_SECS), samples(MAX_PREROLL_SECS))
-                    .min(self.since_stop.saturating_add(samples(BEFORE_STOP_SECS)));
-                let skip = self.preroll.len().saturating_sub(reach);
-                self.utterance = self.preroll.iter().skip(skip).copied().collect();
+                self.utterance = self.preroll.start();
             }
             SttInput::SilenceStarted if self.speaking => {
                 self.next_speculative += 1;
@@ -283,7 +239,7 @@ impl Segmenter {
             SttInput::SilenceStarted => {}
             SttInput::Finalize => {
                 self.speaking = false;
-                self.since_stop = 0;
+                self.preroll.stopped();
                 let audio = std::mem::take(&mut self.utterance);
                 // Every stop follows a silence start, so the last speculative decode ends where
                 // the speech did.
@@ -312,21 +268,8 @@ impl Segmenter {
         self.send(Request::Window(window));
     }
 
-    /// Where the onsets on the way to a start began, unless the last faded too long ago.
-    fn recent_onset(&self) -> Option<usize> {
-        let gone = self
-            .faded
-            .is_some_and(|at| self.heard - at > samples(ONSET_GAP_SECS));
-        self.onset.filter(|_| !gone)
-    }
-
     fn audio(&mut self, audio: &[i16]) {
-        self.heard += audio.len();
-        let cap = samples(MAX_PREROLL_SECS);
-        let excess = (self.preroll.len() + audio.len()).saturating_sub(cap);
-        self.preroll.drain(..excess.min(self.preroll.len()));
-        self.preroll
-            .extend(&audio[audio.len().saturating_sub(cap)..]);
+        self.preroll.audio(audio);
         if self.speaking {
             self.utterance.extend_from_slice(audio);
             if self.utterance.len() as f32 >= MAX_WINDOW_SECS * RATE as f32 {
@@ -337,8 +280,6 @@ impl Segmenter {
                 self.until_interim = samples(INTERIM_SECS);
                 self.send(Request::Interim(self.utterance.clone()));
             }
-        } else {
-            self.since_stop = self.since_stop.saturating_add(audio.len());
         }
     }
 }

@@ -15,6 +15,7 @@ mod wire;
 use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
+use super::preroll::Preroll;
 use super::socket::{SocketProvider, SocketStt};
 use super::stream::{SttEvent, SttInput};
 use crate::ws::{self, ConnectRequest, Message, ReconnectPolicy, Step, Tick, WsCore, WsError};
@@ -104,8 +105,6 @@ impl SocketProvider for OpenAiSttSettings {
     }
 }
 
-/// Audio kept from before the VAD's start (1 s at the wire's rate).
-const PREROLL: usize = WIRE_RATE as usize;
 /// The shortest segment OpenAI commits (100 ms); a shorter one is padded with silence.
 const MIN_COMMIT: usize = WIRE_RATE as usize / 10;
 /// Audio goes in appends of at most this many samples (1 s) when sent again.
@@ -133,8 +132,8 @@ pub struct OpenAiSttCore {
     settings: OpenAiSttSettings,
     ready: bool,
     resampler: Option<StreamResampler>,
-    /// The last second of audio while no segment is open.
-    preroll: VecDeque<i16>,
+    /// The audio a segment begins with, at the wire's rate.
+    preroll: Preroll,
     /// Segments not yet answered, oldest first; the last may still be open.
     segments: VecDeque<Segment>,
     /// Words of items so far, and whole transcripts that came.
@@ -150,7 +149,7 @@ impl OpenAiSttCore {
             settings,
             ready: false,
             resampler: StreamResampler::new(SAMPLE_RATE, WIRE_RATE).ok(),
-            preroll: VecDeque::new(),
+            preroll: Preroll::new(WIRE_RATE),
             segments: VecDeque::new(),
             partial: HashMap::new(),
             done: HashMap::new(),
@@ -371,6 +370,7 @@ impl WsCore for OpenAiSttCore {
                     Some(resampler) => resampler.process(&samples),
                     None => samples,
                 };
+                self.preroll.audio(&wire);
                 let ready = self.ready;
                 if let Some(segment) = self.open_segment() {
                     segment.audio.extend_from_slice(&wire);
@@ -384,25 +384,28 @@ impl WsCore for OpenAiSttCore {
                     }
                     return (Vec::new(), Vec::new());
                 }
-                self.preroll.extend(wire);
-                let excess = self.preroll.len().saturating_sub(PREROLL);
-                self.preroll.drain(..excess);
                 (Vec::new(), Vec::new())
             }
             SttInput::SpeechStarted => {
                 if self.open_segment().is_none() {
-                    let audio: Vec<i16> = self.preroll.drain(..).collect();
                     self.segments.push_back(Segment {
-                        audio,
+                        audio: self.preroll.start(),
                         ..Segment::default()
                     });
                 }
                 (self.unsent(), Vec::new())
             }
-            SttInput::SpeechOnset | SttInput::OnsetFaded | SttInput::SilenceStarted => {
+            SttInput::SpeechOnset => {
+                self.preroll.onset();
                 (Vec::new(), Vec::new())
             }
+            SttInput::OnsetFaded => {
+                self.preroll.faded();
+                (Vec::new(), Vec::new())
+            }
+            SttInput::SilenceStarted => (Vec::new(), Vec::new()),
             SttInput::Finalize => {
+                self.preroll.stopped();
                 let due = Some(now + self.settings.finalize_timeout);
                 match self.open_segment() {
                     Some(segment) => {
@@ -557,13 +560,14 @@ mod tests {
     fn a_segment_runs_from_the_preroll_to_the_commit_and_its_transcript_answers() {
         let (mut core, now) = core();
         assert!(ready(&mut core, now).is_empty());
-        // Two seconds of silence: only the last second is kept, none of it sent.
+        // Two seconds of silence: none of it sent, and with no onset before the start only
+        // its last 0.6 s opens the segment.
         for _ in 0..100 {
             assert!(core.input(SttInput::Audio(vec![0; 320]), now).0.is_empty());
         }
         let (sent, _) = core.input(SttInput::SpeechStarted, now);
         let preroll = appended(&sent);
-        assert!((23_000..=24_000).contains(&preroll), "{preroll}");
+        assert!((14_000..=14_400).contains(&preroll), "{preroll}");
         let (sent, _) = core.input(SttInput::Audio(vec![500; 320]), now);
         assert_eq!(appended(&sent), 480, "16 kHz in, 24 kHz out");
         let (sent, said) = core.input(SttInput::Finalize, now);
@@ -577,6 +581,30 @@ mod tests {
         let done = serde_json::json!({"type": "conversation.item.input_audio_transcription.completed", "item_id": "i1", "content_index": 0, "transcript": "What time is it?"});
         let (_, said) = core.message(server(done), now).expect("valid");
         assert_eq!(said, vec![SttEvent::Finalized("What time is it?".into())]);
+    }
+
+    #[test]
+    fn words_that_faded_as_onsets_before_the_start_open_the_segment() {
+        let (mut core, now) = core();
+        ready(&mut core, now);
+        let fed = |core: &mut OpenAiSttCore, secs: f32| {
+            for _ in 0..(secs * 50.0).round() as usize {
+                core.input(SttInput::Audio(vec![0; 320]), now);
+            }
+        };
+        fed(&mut core, 3.0);
+        // A voice's first words over a room's noise: an onset that faded, then one that led to
+        // the start 1.2 s after the first.
+        core.input(SttInput::SpeechOnset, now);
+        fed(&mut core, 0.6);
+        core.input(SttInput::OnsetFaded, now);
+        fed(&mut core, 0.1);
+        core.input(SttInput::SpeechOnset, now);
+        fed(&mut core, 0.5);
+        let (sent, _) = core.input(SttInput::SpeechStarted, now);
+        // From 0.3 s before the first onset: 1.5 s at 24 kHz.
+        let preroll = appended(&sent);
+        assert!((35_500..=36_000).contains(&preroll), "{preroll}");
     }
 
     #[test]
