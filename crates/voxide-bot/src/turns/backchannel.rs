@@ -66,9 +66,21 @@ const REACTIONS: &[&str] = &[
     "erm",
 ];
 
+/// Words that ask the bot to stop even alone: a halt ("stop", "wait"), an objection ("no"), a
+/// call for attention ("sorry", "hey") or the start of a question or request ("what", "can").
+const CUES: &[&str] = &[
+    "stop", "wait", "hold", "hang", "pause", "enough", "quiet", "shh", "no", "nope", "not",
+    "never", "dont", "don't", "cancel", "sorry", "excuse", "pardon", "hey", "hello", "listen",
+    "actually", "but", "please", "what", "what's", "whats", "why", "how", "who", "where", "when",
+    "which", "can", "could", "would", "will", "repeat", "again",
+];
+
 /// Words of `text` that are not a reaction: "yeah I see" has none, "yeah but wait" two. Numbers
 /// alone are none: Whisper writes short sounds it cannot place as digits ("oh" as "0", "hmm" as
-/// "10"), and a lone number over the bot is no request to stop.
+/// "10"), and a lone number over the bot is no request to stop. Nor is one word alone that is
+/// no [cue](CUES): over the bot, that is a reaction Whisper misheard ("I" for "I see", "In
+/// class" is two) more often than a request, and a request's next words come in the next
+/// transcript ("Tell" becomes "Tell me about cats").
 pub fn meaning_words(text: &str) -> usize {
     let cleaned: String = text
         .chars()
@@ -80,6 +92,7 @@ pub fn meaning_words(text: &str) -> usize {
     let mut at = 0;
     let mut meaning = 0;
     let mut numbers = 0;
+    let mut lone_cue = false;
     'words: while at < words.len() {
         for reaction in REACTIONS {
             let length = reaction.split(' ').count();
@@ -97,10 +110,14 @@ pub fn meaning_words(text: &str) -> usize {
             numbers += 1;
         } else {
             meaning += 1;
+            lone_cue = CUES.contains(&words[at]);
         }
         at += 1;
     }
-    if meaning == 0 { 0 } else { meaning + numbers }
+    match (meaning, numbers) {
+        (0, _) | (1, 0) if !lone_cue => 0,
+        _ => meaning + numbers,
+    }
 }
 
 #[cfg(test)]
@@ -129,6 +146,9 @@ mod tests {
             "10.",
             "1, 2, 3.",
             "",
+            "I.",
+            "Yeah, sense.",
+            "Interest.",
         ] {
             assert_eq!(meaning_words(reaction), 0, "{reaction:?}");
         }
@@ -148,6 +168,10 @@ mod tests {
         assert_eq!(meaning_words("Okay, tell me about cats."), 4);
         assert_eq!(meaning_words("I see what you mean"), 3);
         assert_eq!(meaning_words("Um, wait."), 1, "a hesitation before a word");
+        assert_eq!(meaning_words("Sorry?"), 1);
+        assert_eq!(meaning_words("What?"), 1);
+        assert_eq!(meaning_words("Tell me"), 2);
+        assert_eq!(meaning_words("Tokyo 2"), 2, "a word and a number");
         assert_eq!(
             meaning_words("What is 7 times 8?"),
             5,

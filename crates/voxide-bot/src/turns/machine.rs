@@ -1615,6 +1615,50 @@ mod tests {
     }
 
     #[test]
+    fn a_lone_word_over_the_bot_waits_for_the_next_and_alone_is_taken_as_a_reaction() {
+        let barge_in = BargeIn {
+            backchannels: true,
+            pause_at_onset: false,
+            ..BargeIn::default()
+        };
+        let interrupts =
+            |actions: &[Action]| actions.iter().any(|a| matches!(a, Action::Interrupt));
+        let mut m = TurnMachine::new(StopRule::Silence(SILENCE), barge_in);
+        let t0 = Instant::now();
+        m.handle(Input::BotStarted, t0);
+        // "I see", heard as "I": the bot talks on, and no turn is answered.
+        let mut actions = m.handle(Input::VadStarted, t0);
+        let interim = Input::Transcript {
+            text: "I",
+            is_final: false,
+        };
+        actions.extend(m.handle(interim, t0 + Duration::from_millis(300)));
+        actions.extend(m.handle(Input::VadStopped, t0 + Duration::from_millis(500)));
+        actions.extend(m.handle(final_("I."), t0 + Duration::from_millis(600)));
+        actions.extend(m.handle(Input::Tick, t0 + Duration::from_millis(900)));
+        assert!(!interrupts(&actions), "{actions:?}");
+        assert!(
+            !actions.iter().any(|a| matches!(a, Action::Answer(_))),
+            "{actions:?}"
+        );
+        // "Tell me about cats": its first word waits, its second stops the bot.
+        let t1 = t0 + Duration::from_secs(2);
+        assert!(!interrupts(&m.handle(Input::VadStarted, t1)));
+        let first = Input::Transcript {
+            text: "Tell",
+            is_final: false,
+        };
+        assert!(!interrupts(
+            &m.handle(first, t1 + Duration::from_millis(300))
+        ));
+        let next = Input::Transcript {
+            text: "Tell me about",
+            is_final: false,
+        };
+        assert!(interrupts(&m.handle(next, t1 + Duration::from_millis(800))));
+    }
+
+    #[test]
     fn without_backchannels_a_reaction_counts_as_a_word() {
         let barge_in = BargeIn {
             min_words: 1,
