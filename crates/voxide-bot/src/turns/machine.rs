@@ -1575,87 +1575,86 @@ mod tests {
         );
     }
 
-    #[test]
-    fn reactions_over_the_bot_let_it_talk_on_and_a_word_that_is_not_one_stops_it() {
+    /// A machine with backchannels on, the bot speaking from `t0`.
+    fn talking_bot_hearing_reactions(t0: Instant) -> TurnMachine {
         let barge_in = BargeIn {
             backchannels: true,
             pause_at_onset: false,
             ..BargeIn::default()
         };
-        let interrupts =
-            |actions: &[Action]| actions.iter().any(|a| matches!(a, Action::Interrupt));
         let mut m = TurnMachine::new(StopRule::Silence(SILENCE), barge_in);
-        let t0 = Instant::now();
         m.handle(Input::BotStarted, t0);
-        // "Mm-hmm", heard and transcribed: the bot talks on, and no turn is answered.
-        let mut actions = m.handle(Input::VadStarted, t0);
+        m
+    }
+
+    /// A short remark over the bot from `at`, written as `interim` then `last`: what it did.
+    fn remark(m: &mut TurnMachine, at: Instant, interim: &str, last: &str) -> Vec<Action> {
+        let mut actions = m.handle(Input::VadStarted, at);
         let interim = Input::Transcript {
-            text: "Mm-hmm",
+            text: interim,
             is_final: false,
         };
-        actions.extend(m.handle(interim, t0 + Duration::from_millis(300)));
-        actions.extend(m.handle(Input::VadStopped, t0 + Duration::from_millis(500)));
-        actions.extend(m.handle(final_("Mm-hmm."), t0 + Duration::from_millis(600)));
-        actions.extend(m.handle(Input::Tick, t0 + Duration::from_millis(900)));
-        assert!(!interrupts(&actions), "{actions:?}");
-        assert!(
-            !actions.iter().any(|a| matches!(a, Action::Answer(_))),
-            "{actions:?}"
-        );
+        actions.extend(m.handle(interim, at + Duration::from_millis(300)));
+        actions.extend(m.handle(Input::VadStopped, at + Duration::from_millis(500)));
+        actions.extend(m.handle(final_(last), at + Duration::from_millis(600)));
+        actions.extend(m.handle(Input::Tick, at + Duration::from_millis(900)));
+        actions
+    }
+
+    /// `text` as an interim transcript at `at`: whether it interrupted the bot.
+    fn interim_interrupts(m: &mut TurnMachine, at: Instant, text: &str) -> bool {
+        let interim = Input::Transcript {
+            text,
+            is_final: false,
+        };
+        m.handle(interim, at)
+            .iter()
+            .any(|a| matches!(a, Action::Interrupt))
+    }
+
+    fn talked_on(actions: &[Action]) -> bool {
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Interrupt | Action::Answer(_)))
+    }
+
+    #[test]
+    fn reactions_over_the_bot_let_it_talk_on_and_a_word_that_is_not_one_stops_it() {
+        let t0 = Instant::now();
+        let mut m = talking_bot_hearing_reactions(t0);
+        // "Mm-hmm", heard and transcribed: the bot talks on, and no turn is answered.
+        let actions = remark(&mut m, t0, "Mm-hmm", "Mm-hmm.");
+        assert!(talked_on(&actions), "{actions:?}");
         // "Wait, stop": its first interim word stops the bot.
         let t1 = t0 + Duration::from_secs(2);
-        assert!(!interrupts(&m.handle(Input::VadStarted, t1)));
-        let interim = Input::Transcript {
-            text: "Wait",
-            is_final: false,
-        };
-        assert!(interrupts(
-            &m.handle(interim, t1 + Duration::from_millis(300))
+        m.handle(Input::VadStarted, t1);
+        assert!(interim_interrupts(
+            &mut m,
+            t1 + Duration::from_millis(300),
+            "Wait"
         ));
     }
 
     #[test]
     fn a_lone_word_over_the_bot_waits_for_the_next_and_alone_is_taken_as_a_reaction() {
-        let barge_in = BargeIn {
-            backchannels: true,
-            pause_at_onset: false,
-            ..BargeIn::default()
-        };
-        let interrupts =
-            |actions: &[Action]| actions.iter().any(|a| matches!(a, Action::Interrupt));
-        let mut m = TurnMachine::new(StopRule::Silence(SILENCE), barge_in);
         let t0 = Instant::now();
-        m.handle(Input::BotStarted, t0);
+        let mut m = talking_bot_hearing_reactions(t0);
         // "I see", heard as "I": the bot talks on, and no turn is answered.
-        let mut actions = m.handle(Input::VadStarted, t0);
-        let interim = Input::Transcript {
-            text: "I",
-            is_final: false,
-        };
-        actions.extend(m.handle(interim, t0 + Duration::from_millis(300)));
-        actions.extend(m.handle(Input::VadStopped, t0 + Duration::from_millis(500)));
-        actions.extend(m.handle(final_("I."), t0 + Duration::from_millis(600)));
-        actions.extend(m.handle(Input::Tick, t0 + Duration::from_millis(900)));
-        assert!(!interrupts(&actions), "{actions:?}");
-        assert!(
-            !actions.iter().any(|a| matches!(a, Action::Answer(_))),
-            "{actions:?}"
-        );
-        // "Tell me about cats": its first word waits, its second stops the bot.
+        let actions = remark(&mut m, t0, "I", "I.");
+        assert!(talked_on(&actions), "{actions:?}");
+        // "Tell me about cats": its first word waits, its next ones stop the bot.
         let t1 = t0 + Duration::from_secs(2);
-        assert!(!interrupts(&m.handle(Input::VadStarted, t1)));
-        let first = Input::Transcript {
-            text: "Tell",
-            is_final: false,
-        };
-        assert!(!interrupts(
-            &m.handle(first, t1 + Duration::from_millis(300))
+        m.handle(Input::VadStarted, t1);
+        assert!(!interim_interrupts(
+            &mut m,
+            t1 + Duration::from_millis(300),
+            "Tell"
         ));
-        let next = Input::Transcript {
-            text: "Tell me about",
-            is_final: false,
-        };
-        assert!(interrupts(&m.handle(next, t1 + Duration::from_millis(800))));
+        assert!(interim_interrupts(
+            &mut m,
+            t1 + Duration::from_millis(800),
+            "Tell me about"
+        ));
     }
 
     #[test]
