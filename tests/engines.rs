@@ -779,6 +779,7 @@ async fn the_stt_stage_transcribes_a_turn_with_interim_results_first() {
     let hello = wav::read(HELLO).expect("test audio").to_mono();
     let mut up = voxide::audio::resample::StreamResampler::new(16_000, 48_000).expect("resampler");
     let audio = up.process(&hello);
+    let mut interim = Vec::new();
     for (i, chunk) in audio.chunks(960).enumerate() {
         let t = i as f32 * 0.02;
         if (t - 1.4).abs() < 0.01 {
@@ -788,6 +789,16 @@ async fn the_stt_stage_transcribes_a_turn_with_interim_results_first() {
                 .expect("queued");
         }
         if (t - 4.6).abs() < 0.01 {
+            // The audio comes faster than real time: the stop waits for the words so far, as
+            // it would come after them when spoken, so that no interim decode is made stale
+            // by the stop before it ran (on a loaded machine it could be).
+            loop {
+                let frame = rx.recv().await.expect("an interim transcript");
+                if let FrameBody::Data(DataFrame::InterimTranscription(t)) = frame.body {
+                    interim.push(t.text);
+                    break;
+                }
+            }
             handle
                 .queue_frame(SystemFrame::VadUserStoppedSpeaking)
                 .await
@@ -796,7 +807,6 @@ async fn the_stt_stage_transcribes_a_turn_with_interim_results_first() {
         let frame = SystemFrame::InputAudio(AudioFrame::new(chunk.to_vec(), 48_000, 1));
         handle.queue_frame(frame).await.expect("queued");
     }
-    let mut interim = Vec::new();
     let last = loop {
         let frame = rx.recv().await.expect("a final transcript");
         match frame.body {
