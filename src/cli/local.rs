@@ -8,6 +8,8 @@ use anyhow::Result;
 use super::bot::BotArgs;
 use voxide::bot::BotOptions;
 use voxide::config::BotConfig;
+use voxide::events::ReportLevel;
+use voxide::observe::{Watched, Watchers};
 
 /// `voxide local`.
 #[derive(clap::Args)]
@@ -29,6 +31,11 @@ pub struct LocalArgs {
     /// Where the events go: one JSON object per line, with `type` and `t_ms` (as `run`).
     #[arg(long)]
     events: Option<PathBuf>,
+    /// Records the conversation into this folder (created if missing), as `serve` does: a
+    /// stereo WAV (the microphone left, as it reached the bot, before the echo canceller; the
+    /// bot right) and a JSON transcript of its turns, which `voxide report` draws.
+    #[arg(long, env = "VOXIDE_RECORD_DIR", value_name = "DIR")]
+    record_dir: Option<PathBuf>,
     #[command(flatten)]
     bot: BotArgs,
 }
@@ -52,7 +59,21 @@ impl LocalArgs {
             EchoArg::Guard => bot.echo_guard = Some(Default::default()),
             EchoArg::Off => {}
         }
-        local(bot, self.input_device, self.output_device, self.events).await
+        let record_dir = match self.record_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| anyhow::anyhow!("--record-dir {}: {e}", dir.display()))?;
+                Some(dir)
+            }
+            None => None,
+        };
+        local(
+            bot,
+            (self.input_device, self.output_device),
+            self.events,
+            record_dir,
+        )
+        .await
     }
 }
 
@@ -79,13 +100,13 @@ fn list_devices() -> Result<()> {
     Ok(())
 }
 
-/// `voxide local`: the default bot on the microphone and speaker until Ctrl-C, or until a
-/// device goes away.
+/// `voxide local`: the default bot on the microphone and speaker (by name; none: the system's
+/// default) until Ctrl-C, or until a device goes away.
 async fn local(
     mut bot: BotOptions,
-    input_device: Option<String>,
-    output_device: Option<String>,
+    (input, output): (Option<String>, Option<String>),
     events_path: Option<PathBuf>,
+    record_dir: Option<PathBuf>,
 ) -> Result<()> {
     use anyhow::Context;
     use voxide::events::{EndReason, Event};
@@ -101,18 +122,36 @@ async fn local(
         ),
         None => None,
     };
-    let mut audio =
-        voxide::transports::local::open(input_device.as_deref(), output_device.as_deref())?;
+    let mut audio = voxide::transports::local::open(input.as_deref(), output.as_deref())?;
     eprintln!("audio: {}", audio.description);
     eprintln!("loading the models…");
     let preload = bot.clone();
     tokio::task::spawn_blocking(move || voxide::bot::preload(&preload)).await??;
     bot.audio_out_sample_rate = audio.speaker.sample_rate();
-    let built = voxide::bot::build(&bot, audio.speaker.clone(), OutputOptions::default())?;
-    let builder = voxide::pipeline::Session::builder(built.pipeline).params(built.params);
+    let id = local_session_id();
+    let watchers = Watchers::new(record_dir, None, Default::default());
+    let mut observing = watchers.watch(&Watched {
+        id: &id,
+        bot: bot.name.as_deref(),
+        transport: "local",
+        level: ReportLevel::default(),
+        consent: true,
+        traceparent: None,
+        // A bot file's `record = false` holds here too.
+        bot_allows: (bot.record, false),
+    });
+    let speaker = observing.sink(Box::new(audio.speaker.clone()));
+    let built = voxide::bot::build(&bot, speaker, OutputOptions::default())?;
+    observing.report_level(built.report_level);
+    let mut builder = voxide::pipeline::Session::builder(built.pipeline).params(built.params);
+    if let Some(observer) = observing.observer() {
+        builder = builder.observer(observer);
+    }
     let events = builder.subscribe();
+    let watched = builder.subscribe();
     let session = builder.spawn();
     let handle = session.handle();
+    let watching = tokio::spawn(observing.follow(watched, handle.clone()));
     let printer = tokio::spawn(print_events(events, log));
     eprintln!("listening: speak (Ctrl-C to stop)");
     audio.microphone.listen();
@@ -149,8 +188,17 @@ async fn local(
     }
     session.join().await;
     let _ = printer.await;
+    let _ = watching.await;
     drop(audio);
     Ok(())
+}
+
+/// This conversation's id, which names its recording: `local-` and the Unix time.
+fn local_session_id() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    format!("local-{}", now.as_secs())
 }
 
 /// Prints what was heard and said as the session goes, and writes every event to `log`.
