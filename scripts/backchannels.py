@@ -25,6 +25,9 @@ Prints one JSON line per configuration (default: voxide's defaults, `--backchann
 --pause-at-onset false`, and pipecat-style `--interrupt-min-words 2 --resume-after-secs 1`).
 `--config NAME=FLAGS` runs others. Tune nothing on this set: it is held out. `--tuning` builds
 the set to tune on instead: half the phrases, drawn by another seed, in two other voices.
+`--second` builds a second held-out set: every phrase, drawn by a third seed, in four voices no
+other set uses. It judges a rule the first held-out set's transcripts suggested (a rule chosen
+while looking at a set's transcripts was tuned on that set).
 
 `--stand-ins WORDS` gives the bot the provider stand-ins' LLM and TTS (`--llm openai --tts
 cartesia`; `stand_in_providers --long-answers WORDS`: every answer a story of WORDS words, a
@@ -52,6 +55,8 @@ from turn_wait import (RATE, noise_arguments, noise_dbfs, quantile, room_name,  
 VOICES = ["en-us+m4", "en-gb-x-rp+f3", "en-us+f4", "en-gb+m5"]
 # The set to tune on: voices no held-out set uses.
 TUNING_VOICES = ["en-us+m3", "en-gb-x-rp+f1"]
+# The second held-out set: voices no other set, script or test uses.
+SECOND_VOICES = ["en-gb-scotland+m1", "en-us-nyc+f1", "en-029+f4", "en-gb-x-gbcwmd+m2"]
 QUESTIONS = [
     "Tell me a long story about a dragon who learns to bake bread.",
     "Describe the city of Rome in as much detail as you can.",
@@ -232,6 +237,8 @@ def main():
                         help="judge the outputs an earlier run left in --out again, without running")
     parser.add_argument("--tuning", action="store_true",
                         help="the set to tune on (two other voices, another seed), not the held-out one")
+    parser.add_argument("--second", action="store_true",
+                        help="the second held-out set (four more voices, a third seed)")
     parser.add_argument("--stand-ins", type=int, metavar="WORDS",
                         help="the provider stand-ins' LLM and TTS, answering WORDS words")
     parser.add_argument("--pipecat", metavar="PYTHON",
@@ -244,7 +251,7 @@ def main():
                                        capture_output=True).returncode != 0:
         sys.exit(f"{args.pipecat} has no faster-whisper: "
                  f"{args.pipecat} -m pip install 'pipecat-ai[whisper]==1.14.0'")
-    voices = TUNING_VOICES if args.tuning else VOICES
+    voices = TUNING_VOICES if args.tuning else SECOND_VOICES if args.second else VOICES
     configs = dict(DEFAULT_CONFIGS)
     if args.config:
         configs = {c.split("=", 1)[0]: c.split("=", 1)[1].split() for c in args.config}
@@ -253,7 +260,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "bot.toml"), "w") as f:
         f.write(BOT)
-    rng = random.Random(51 if args.tuning else 50)
+    rng = random.Random(51 if args.tuning else 52 if args.second else 50)
     items = [("backchannel", t) for t in BACKCHANNELS] + [("interruption", t) for t in INTERRUPTIONS]
     rng.shuffle(items)
     if args.tuning:

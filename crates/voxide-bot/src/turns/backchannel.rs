@@ -75,12 +75,15 @@ const CUES: &[&str] = &[
     "which", "can", "could", "would", "will", "repeat", "again",
 ];
 
-/// Words of `text` that are not a reaction: "yeah I see" has none, "yeah but wait" two. Numbers
-/// alone are none: Whisper writes short sounds it cannot place as digits ("oh" as "0", "hmm" as
-/// "10"), and a lone number over the bot is no request to stop. Nor is one word alone that is
-/// no [cue](CUES): over the bot, that is a reaction Whisper misheard ("I" for "I see", "In
-/// class" is two) more often than a request, and a request's next words come in the next
-/// transcript ("Tell" becomes "Tell me about cats").
+/// Words of `text` that are not a reaction: "yeah I see" has none, "yeah but wait" two.
+///
+/// Some transcripts of a reaction are none either, as Whisper misreads a short sound:
+/// - numbers and single letters alone ("oh" as "0", "hmm" as "10", "mm" as "M M");
+/// - one word alone that is no [cue](CUES) ("I" for "I see"): over the bot that is a misheard
+///   reaction more often than a request, and a request's next words come in the next
+///   transcript ("Tell" becomes "Tell me about cats");
+/// - two or three words without a cue that sound like a reaction of two words or more ("On
+///   course" for "of course", "All light" for "alright"; see [`sounds_like_a_reaction`]).
 pub fn meaning_words(text: &str) -> usize {
     let cleaned: String = text
         .chars()
@@ -91,8 +94,8 @@ pub fn meaning_words(text: &str) -> usize {
     let words: Vec<&str> = cleaned.split_whitespace().collect();
     let mut at = 0;
     let mut meaning = 0;
-    let mut numbers = 0;
-    let mut lone_cue = false;
+    let mut sounds = 0;
+    let mut cue = false;
     'words: while at < words.len() {
         for reaction in REACTIONS {
             let length = reaction.split(' ').count();
@@ -106,18 +109,93 @@ pub fn meaning_words(text: &str) -> usize {
                 continue 'words;
             }
         }
-        if words[at].chars().all(|c| c.is_ascii_digit()) {
-            numbers += 1;
+        if is_sound(words[at]) {
+            sounds += 1;
         } else {
             meaning += 1;
-            lone_cue = CUES.contains(&words[at]);
+            cue |= CUES.contains(&words[at]);
         }
         at += 1;
     }
-    match (meaning, numbers) {
-        (0, _) | (1, 0) if !lone_cue => 0,
-        _ => meaning + numbers,
+    match (meaning, sounds) {
+        (0, _) | (1, 0) if !cue => 0,
+        _ if !cue && sounds == 0 && sounds_like_a_reaction(&words) => 0,
+        _ => meaning + sounds,
     }
+}
+
+/// A number, or a letter that is no word ("M", "F"; not "I" or "a"): what Whisper writes for a
+/// sound it cannot place.
+fn is_sound(word: &str) -> bool {
+    word.chars().all(|c| c.is_ascii_digit())
+        || (word.chars().count() == 1 && !matches!(word, "i" | "a"))
+}
+
+/// Whether `words` (two or three, lower case) sound like a [reaction](REACTIONS) of two
+/// consonants or more. Their [consonants](consonants) are the reaction's; or, as a small
+/// recogniser keeps a short phrase's consonants but may lose one ("All light" for "alright"),
+/// the reaction's less one when it has three, and one away from them when it has four or more
+/// ("Mix sounds" for "makes sense").
+fn sounds_like_a_reaction(words: &[&str]) -> bool {
+    if !(2..=3).contains(&words.len()) {
+        return false;
+    }
+    let heard = consonants(&words.concat());
+    REACTIONS.iter().any(|reaction| {
+        let said = consonants(&reaction.replace(' ', ""));
+        match said.len() {
+            0 | 1 => false,
+            2 => heard == said,
+            3 => heard == said || (heard.len() == 2 && edit_distance(&heard, &said) == 1),
+            _ => edit_distance(&heard, &said) <= 1,
+        }
+    })
+}
+
+/// A word's consonants as they sound, alike ones as one: vowels, and "y", "w" and "h" after
+/// the first letter, out, as is a silent "gh"; "c", "g", "k" and "q" alike, "b" and "p", "d"
+/// and "t", "f" and "v", "m" and "n", "s" and "z"; "x" as "ks"; a letter doubled as one.
+fn consonants(word: &str) -> Vec<u8> {
+    let word = word.replace("gh", "");
+    let mut out: Vec<u8> = Vec::new();
+    let mut last: Option<u8> = None;
+    for (i, c) in word.bytes().enumerate() {
+        let sounds: &[u8] = match c {
+            b'a' | b'e' | b'i' | b'o' | b'u' => b"",
+            b'y' | b'w' | b'h' if i > 0 => b"",
+            b'c' | b'g' | b'k' | b'q' => b"k",
+            b'b' | b'p' => b"p",
+            b'd' | b't' => b"t",
+            b'f' | b'v' => b"f",
+            b'm' | b'n' => b"n",
+            b's' | b'z' => b"s",
+            b'x' => b"ks",
+            b'a'..=b'z' => std::slice::from_ref(&c),
+            _ => b"",
+        };
+        // A doubled letter ("ll", "ss", "ck") is one sound.
+        let skip = usize::from(last.is_some() && sounds.first() == last.as_ref());
+        out.extend_from_slice(&sounds[skip.min(sounds.len())..]);
+        last = sounds.last().copied();
+    }
+    out
+}
+
+/// Levenshtein's distance between two strings of sounds.
+fn edit_distance(a: &[u8], b: &[u8]) -> usize {
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, x) in a.iter().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, y) in b.iter().enumerate() {
+            let next = (diagonal + usize::from(x != y))
+                .min(row[j] + 1)
+                .min(row[j + 1] + 1);
+            diagonal = row[j + 1];
+            row[j + 1] = next;
+        }
+    }
+    row[b.len()]
 }
 
 #[cfg(test)]
@@ -151,6 +229,39 @@ mod tests {
             "Interest.",
         ] {
             assert_eq!(meaning_words(reaction), 0, "{reaction:?}");
+        }
+    }
+
+    #[test]
+    fn reactions_heard_as_words_that_sound_alike_or_as_letters_are_still_reactions() {
+        for heard in [
+            "On course.",
+            "All light.",
+            "Mix sounds.",
+            "Of curse",
+            "M M.",
+            "F-f-f.",
+            "Get it.",
+        ] {
+            assert_eq!(meaning_words(heard), 0, "{heard:?}");
+        }
+    }
+
+    #[test]
+    fn words_that_sound_unlike_any_reaction_keep_their_meaning() {
+        for (heard, words) in [
+            ("Let me", 2),
+            ("One moment", 2),
+            ("Set a", 2),
+            ("Is that", 2),
+            ("In class", 2),
+            ("Tell me", 2),
+            ("Turn your number", 3),
+            ("1 load", 2),
+            ("Make it stop", 3),
+            ("Wait, go on.", 3),
+        ] {
+            assert_eq!(meaning_words(heard), words, "{heard:?}");
         }
     }
 
