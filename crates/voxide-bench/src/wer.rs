@@ -4,6 +4,7 @@
 use std::time::Instant;
 
 use serde::Serialize;
+use voxide_core::text::word_edits;
 
 use super::engines::EnginesBenchError;
 use crate::audio::resample::StreamResampler;
@@ -98,7 +99,7 @@ pub fn run() -> Result<WerReport, EnginesBenchError> {
             let heard = whisper.transcribe(&to_f32(&audio))?;
             stt_ms.push(started.elapsed().as_secs_f64() * 1e3);
             let (reference, hypothesis) = (normalize(text), normalize(&heard));
-            let edits = edit_distance(&reference, &hypothesis);
+            let edits = word_edits(&reference, &hypothesis);
             words += reference.len();
             errors += edits;
             if edits == 0 {
@@ -144,20 +145,6 @@ pub fn normalize(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// Word-level Levenshtein distance.
-pub fn edit_distance(reference: &[String], hypothesis: &[String]) -> usize {
-    let mut previous: Vec<usize> = (0..=hypothesis.len()).collect();
-    for (i, r) in reference.iter().enumerate() {
-        let mut row = vec![i + 1; hypothesis.len() + 1];
-        for (j, h) in hypothesis.iter().enumerate() {
-            let substitute = previous[j] + usize::from(r != h);
-            row[j + 1] = substitute.min(previous[j + 1] + 1).min(row[j] + 1);
-        }
-        previous = row;
-    }
-    previous[hypothesis.len()]
-}
-
 /// `speech` at Whisper's 16 kHz, the resampler flushed with a little silence, as the end of a
 /// turn would.
 pub(super) fn for_whisper(
@@ -176,11 +163,11 @@ mod tests {
     #[test]
     fn edits_count_substitutions_deletions_and_insertions() {
         let w = |s: &str| normalize(s);
-        assert_eq!(edit_distance(&w("the cat sat"), &w("The cat sat.")), 0);
-        assert_eq!(edit_distance(&w("the cat sat"), &w("the bat sat")), 1);
-        assert_eq!(edit_distance(&w("the cat sat"), &w("the sat")), 1);
-        assert_eq!(edit_distance(&w("the cat sat"), &w("the cat sat down")), 1);
-        assert_eq!(edit_distance(&w("a b"), &w("")), 2);
+        assert_eq!(word_edits(&w("the cat sat"), &w("The cat sat.")), 0);
+        assert_eq!(word_edits(&w("the cat sat"), &w("the bat sat")), 1);
+        assert_eq!(word_edits(&w("the cat sat"), &w("the sat")), 1);
+        assert_eq!(word_edits(&w("the cat sat"), &w("the cat sat down")), 1);
+        assert_eq!(word_edits(&w("a b"), &w("")), 2);
         assert_eq!(normalize("Don't stop-now!"), ["don't", "stop", "now"]);
     }
 }

@@ -59,6 +59,11 @@ pub fn word_list(text: &str) -> Vec<String> {
 
 /// The fewest words replaced, added or removed that turn `a` into `b` (Levenshtein, on words).
 pub fn word_edits(a: &[String], b: &[String]) -> usize {
+    edits(a, b)
+}
+
+/// The fewest items replaced, added or removed that turn `a` into `b` (Levenshtein).
+pub fn edits<T: PartialEq>(a: &[T], b: &[T]) -> usize {
     let mut row: Vec<usize> = (0..=b.len()).collect();
     for (i, wa) in a.iter().enumerate() {
         let mut diagonal = row[0];

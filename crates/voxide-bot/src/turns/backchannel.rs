@@ -3,6 +3,8 @@
 //! [`BargeIn::backchannels`](super::BargeIn::backchannels) they are no words towards an
 //! interruption.
 
+use voxide_core::text::edits;
+
 /// Reactions, as a speech-to-text writes them once lower-cased and stripped of punctuation
 /// (hyphens read as spaces). Longer phrases first: "oh okay" is one reaction, not two.
 const REACTIONS: &[&str] = &[
@@ -82,8 +84,8 @@ const CUES: &[&str] = &[
 /// - one word alone that is no [cue](CUES) ("I" for "I see"): over the bot that is a misheard
 ///   reaction more often than a request, and a request's next words come in the next
 ///   transcript ("Tell" becomes "Tell me about cats");
-/// - two or three words without a cue that sound like a reaction of two words or more ("On
-///   course" for "of course", "All light" for "alright"; see [`sounds_like_a_reaction`]).
+/// - two or three words without a cue that sound like a reaction ("On course" for "of
+///   course", "All light" for "alright"; see [`sounds_like_a_reaction`]).
 pub fn meaning_words(text: &str) -> usize {
     let cleaned: String = text
         .chars()
@@ -146,8 +148,8 @@ fn sounds_like_a_reaction(words: &[&str]) -> bool {
         match said.len() {
             0 | 1 => false,
             2 => heard == said,
-            3 => heard == said || (heard.len() == 2 && edit_distance(&heard, &said) == 1),
-            _ => edit_distance(&heard, &said) <= 1,
+            3 => heard == said || (heard.len() == 2 && edits(&heard, &said) == 1),
+            _ => edits(&heard, &said) <= 1,
         }
     })
 }
@@ -179,23 +181,6 @@ fn consonants(word: &str) -> Vec<u8> {
         last = sounds.last().copied();
     }
     out
-}
-
-/// Levenshtein's distance between two strings of sounds.
-fn edit_distance(a: &[u8], b: &[u8]) -> usize {
-    let mut row: Vec<usize> = (0..=b.len()).collect();
-    for (i, x) in a.iter().enumerate() {
-        let mut diagonal = row[0];
-        row[0] = i + 1;
-        for (j, y) in b.iter().enumerate() {
-            let next = (diagonal + usize::from(x != y))
-                .min(row[j] + 1)
-                .min(row[j + 1] + 1);
-            diagonal = row[j + 1];
-            row[j + 1] = next;
-        }
-    }
-    row[b.len()]
 }
 
 #[cfg(test)]
