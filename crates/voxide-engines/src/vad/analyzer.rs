@@ -334,6 +334,15 @@ impl RoomTalk {
     }
 }
 
+/// What is known of the room around the speaker as a window is judged.
+#[derive(Debug, Clone, Copy)]
+struct Room {
+    /// Whether it talks ([`RoomTalk`]).
+    talks: bool,
+    /// Its level ([`Background::level`]).
+    background: f32,
+}
+
 /// Turns the speaker's level is read from: the loudest of the last six. The room's talk starts
 /// turns of its own now and then, quieter than the speaker's, and the speaker's own turns keep
 /// the level up; should the room start six in a row, the level falls to the room's, and the
@@ -429,9 +438,9 @@ impl Speaker {
     /// Whether the onset so far comes near enough the speaker's level to start a turn at once:
     /// always where the speaker is not told from the room by loudness (a room that does not
     /// talk, or one at `background` far under the speaker).
-    fn starts_soon(&self, room_talks: bool, background: f32) -> bool {
+    fn starts_soon(&self, room: Room) -> bool {
         match self.level() {
-            Some(speaker) if room_talks && speaker - background < SPEAKER_OVER_BACKGROUND => {
+            Some(speaker) if room.talks && speaker - room.background < SPEAKER_OVER_BACKGROUND => {
                 self.turn.percentile(1.0) >= speaker - SPEAKER_START_RANGE
             }
             _ => true,
@@ -451,18 +460,10 @@ impl Speaker {
     }
 
     /// Follows a window of `level`; whether it is the speaker's speech, `heard` saying whether
-    /// the model and the background take it for speech. Where the room talks and its
-    /// `background` comes near the speaker, an `onset` must come near the speaker's level, and
-    /// a turn stays open only while a window at that level came within `hold` windows.
-    fn claims(
-        &mut self,
-        heard: bool,
-        level: f32,
-        room: (bool, f32),
-        onset: bool,
-        hold: u32,
-    ) -> bool {
-        let (room_talks, background) = room;
+    /// the model and the background take it for speech. Where the `room` talks and its level
+    /// comes near the speaker's, an `onset` must come near the speaker's level, and a turn
+    /// stays open only while a window at that level came within `hold` windows.
+    fn claims(&mut self, heard: bool, level: f32, room: Room, onset: bool, hold: u32) -> bool {
         let Some(speaker) = self.level() else {
             return heard;
         };
@@ -471,7 +472,7 @@ impl Speaker {
         } else {
             self.since_voice = self.since_voice.saturating_add(1);
         }
-        if !heard || !room_talks || speaker - background >= SPEAKER_OVER_BACKGROUND {
+        if !heard || !room.talks || speaker - room.background >= SPEAKER_OVER_BACKGROUND {
             return heard;
         }
         if onset {
@@ -687,12 +688,15 @@ impl VadAnalyzer {
         if self.state == VadState::Quiet {
             self.room_talk.hear(confidence >= self.params.confidence);
         }
-        let room = (self.room_talk.talks(), self.background.level());
+        let room = Room {
+            talks: self.room_talk.talks(),
+            background: self.background.level(),
+        };
         let onset = matches!(self.state, VadState::Quiet | VadState::Starting);
         let heard = sound
             && confidence >= self.params.confidence
             && self.volume >= self.params.min_volume
-            && ((onset && !room.0) || level >= self.background.speech());
+            && ((onset && !room.talks) || level >= self.background.speech());
         let speech = self
             .speaker
             .claims(heard, level, room, onset, self.hold_windows);
@@ -702,8 +706,8 @@ impl VadAnalyzer {
         let was_speaking = self.state == VadState::Speaking;
         // Only an onset asks how near the speaker's level it came.
         let soon = !matches!(self.state, VadState::Quiet | VadState::Starting)
-            || self.speaker.starts_soon(room.0, room.1);
-        let event = self.step(speech, soon, !room.0);
+            || self.speaker.starts_soon(room);
+        let event = self.step(speech, soon, !room.talks);
         match event {
             Some(VadEvent::Stopped) => self.speaker.end_turn(true),
             Some(VadEvent::OnsetFaded) => self.speaker.end_turn(false),
