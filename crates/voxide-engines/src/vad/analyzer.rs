@@ -753,7 +753,8 @@ impl VadAnalyzer {
 
     /// Moves the state machine on by a window that is `speech` or not; an onset reaching
     /// `start_windows` starts a turn if it comes near the speaker's level (`soon`), and
-    /// otherwise only at `slow_start_windows`.
+    /// otherwise only at `slow_start_windows`. A `lenient` onset (the room does not talk) goes
+    /// on through [`ONSET_GAP_WINDOWS`] windows without speech.
     fn step(&mut self, speech: bool, soon: bool, lenient: bool) -> Option<VadEvent> {
         use VadState::*;
         self.state = match (self.state, speech) {
@@ -852,12 +853,8 @@ mod tests {
     /// by the model with full confidence, as a model that hears every voice as speech does;
     /// the events, with the window each came in.
     fn heard_as_speech(vad: &mut VadAnalyzer, amplitudes: &[f32]) -> Vec<(usize, VadEvent)> {
-        let audio: Vec<i16> = amplitudes.iter().flat_map(|&a| tone(512, a)).collect();
-        vad.windows(&audio)
-            .iter()
-            .enumerate()
-            .filter_map(|(i, w)| vad.apply(1.0, w).map(|e| (i, e)))
-            .collect()
+        let windows: Vec<(f32, f32)> = amplitudes.iter().map(|&a| (a, 1.0)).collect();
+        judged(vad, &windows)
     }
 
     /// A café's talk: louder moments (`peak`, one window in `every`) over a low murmur.
