@@ -3,8 +3,9 @@
 //!
 //! Each utterance begins with the [`Preroll`]'s audio from before the VAD confirmed speech, so
 //! its first words are not lost. While the user speaks, the growing utterance is re-decoded
-//! every half second for interim transcripts; at the finalize (the VAD's stop) the whole
-//! utterance is decoded for the final one. Better: at the first silence after speech the
+//! for interim transcripts: 0.2 s after the VAD's start, every quarter second until 1.2 s, then
+//! every half second; at the finalize (the VAD's stop) the whole utterance is decoded for the
+//! final one. Better: at the first silence after speech the
 //! utterance so far is decoded at once and its words are settled ([`SttEvent::Settled`]: the turn
 //! may be guessed on them), and when that silence becomes the VAD's stop, those words are the
 //! final ones, ready a stop delay sooner; speech that resumes makes a new silence start
@@ -95,6 +96,12 @@ const INTERIM_SECS: f32 = 0.5;
 /// Speech after the VAD's start before the first interim transcript: sooner than the rest, as
 /// the first words decide whether speech over the bot interrupts it ("wait") or not ("yeah").
 const FIRST_INTERIM_SECS: f32 = 0.2;
+/// New audio between two interim transcripts while the utterance is young (its first
+/// [`EARLY_SECS`]): a first reading too short to tell a reaction from a request ("1." for "one
+/// moment", "10." for "hey, listen") is read again sooner than half a second later.
+const EARLY_INTERIM_SECS: f32 = 0.25;
+/// How long after the VAD's start interim transcripts come every [`EARLY_INTERIM_SECS`].
+const EARLY_SECS: f32 = 1.2;
 const RATE: usize = mel::SAMPLE_RATE as usize;
 
 /// A [`Transcriber`] as an [`SttEngine`].
@@ -177,6 +184,8 @@ struct Segmenter {
     preroll: Preroll,
     utterance: Vec<i16>,
     speaking: bool,
+    /// Audio since the VAD's start.
+    heard: usize,
     /// New audio still to come before the next interim transcript.
     until_interim: usize,
     /// The speculative decode of the latest silence in this utterance.
@@ -194,6 +203,7 @@ impl Segmenter {
             preroll: Preroll::new(mel::SAMPLE_RATE),
             utterance: Vec::new(),
             speaking: false,
+            heard: 0,
             until_interim: 0,
             speculative: None,
             next_speculative: 0,
@@ -223,6 +233,7 @@ impl Segmenter {
             SttInput::OnsetFaded => self.preroll.faded(),
             SttInput::SpeechStarted => {
                 self.speaking = true;
+                self.heard = 0;
                 self.speculative = None;
                 self.until_interim = samples(FIRST_INTERIM_SECS);
                 self.utterance = self.preroll.start();
@@ -230,7 +241,7 @@ impl Segmenter {
             SttInput::SilenceStarted if self.speaking => {
                 self.next_speculative += 1;
                 self.speculative = Some(self.next_speculative);
-                self.until_interim = samples(INTERIM_SECS);
+                self.until_interim = self.interim_gap();
                 self.send(Request::Speculative(
                     self.next_speculative,
                     self.utterance.clone(),
@@ -264,7 +275,7 @@ impl Segmenter {
         let window = std::mem::replace(&mut self.utterance, rest);
         // A speculative decode covered audio now split in two: the stop decodes afresh.
         self.speculative = None;
-        self.until_interim = samples(INTERIM_SECS);
+        self.until_interim = self.interim_gap();
         self.send(Request::Window(window));
     }
 
@@ -275,11 +286,21 @@ impl Segmenter {
             if self.utterance.len() as f32 >= MAX_WINDOW_SECS * RATE as f32 {
                 self.cut_window();
             }
+            self.heard += audio.len();
             self.until_interim = self.until_interim.saturating_sub(audio.len());
             if self.until_interim == 0 {
-                self.until_interim = samples(INTERIM_SECS);
+                self.until_interim = self.interim_gap();
                 self.send(Request::Interim(self.utterance.clone()));
             }
+        }
+    }
+
+    /// New audio before the next interim transcript: sooner while the utterance is young.
+    fn interim_gap(&self) -> usize {
+        if self.heard < samples(EARLY_SECS) {
+            samples(EARLY_INTERIM_SECS)
+        } else {
+            samples(INTERIM_SECS)
         }
     }
 }
@@ -627,17 +648,24 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn the_first_interim_transcript_comes_sooner_than_the_rest() {
+    async fn interim_transcripts_come_sooner_while_an_utterance_is_young() {
         let heard = Arc::new(Lengths::default());
         let SttStream { input, mut events } = speaking(heard.clone()).await;
         // Each interim reads the utterance as it stood when it was asked for: the first
-        // FIRST_INTERIM_SECS of speech, then INTERIM_SECS more each time.
-        let piece = RATE / 50;
+        // FIRST_INTERIM_SECS of speech, then EARLY_INTERIM_SECS more each time until EARLY_SECS
+        // have been heard, then INTERIM_SECS more each time. 10 ms pieces add up to each.
+        let piece = RATE / 100;
         let first = samples(FIRST_INTERIM_SECS) / piece;
+        let early = samples(EARLY_INTERIM_SECS) / piece;
         let then = samples(INTERIM_SECS) / piece;
-        assert!(first < then);
+        assert!(first < early && early < then);
+        let mut schedule = vec![first];
+        while schedule.iter().sum::<usize>() * piece < samples(EARLY_SECS) {
+            schedule.push(early);
+        }
+        schedule.extend([then, then]);
         let mut said = 0;
-        for pieces in [first, then, then] {
+        for pieces in schedule {
             for _ in 0..pieces {
                 input
                     .send(SttInput::Audio(vec![10_000; piece]))
