@@ -5,11 +5,10 @@
 //! its first words are not lost. While the user speaks, the growing utterance is re-decoded
 //! for interim transcripts: 0.2 s after the VAD's start, every quarter second until 1.2 s, then
 //! every half second; at the finalize (the VAD's stop) the whole utterance is decoded for the
-//! final one. Better: at the first silence after speech the
-//! utterance so far is decoded at once and its words are settled ([`SttEvent::Settled`]: the turn
-//! may be guessed on them), and when that silence becomes the VAD's stop, those words are the
-//! final ones, ready a stop delay sooner; speech that resumes makes a new silence start
-//! and a new decode. One worker per stream runs the requests in order and skips interim ones that
+//! final one. Better: at the first silence after speech the utterance so far is decoded at once
+//! and its words are settled ([`SttEvent::Settled`]: the turn may be guessed on them), and when
+//! that silence becomes the VAD's stop, those words are the final ones, ready a stop delay
+//! sooner; speech that resumes makes a new silence start and a new decode. One worker per stream runs the requests in order and skips interim ones that
 //! a newer request made stale; an interim decode under way is given up between two tokens when
 //! a pause's, a stop's or a window's request comes, so the words at a pause never wait for it.
 //!
@@ -98,7 +97,7 @@ const INTERIM_SECS: f32 = 0.5;
 const FIRST_INTERIM_SECS: f32 = 0.2;
 /// New audio between two interim transcripts while the utterance is young (its first
 /// [`EARLY_SECS`]): a first reading too short to tell a reaction from a request ("1." for "one
-/// moment", "10." for "hey, listen") is read again sooner than half a second later.
+/// moment", "8." for "hey, listen") is read again sooner than half a second later.
 const EARLY_INTERIM_SECS: f32 = 0.25;
 /// How long after the VAD's start interim transcripts come every [`EARLY_INTERIM_SECS`].
 const EARLY_SECS: f32 = 1.2;

@@ -1,7 +1,7 @@
 //! A transcriber behind one provider WebSocket per user stream (Deepgram, AssemblyAI, OpenAI's
 //! realtime transcription): the provider's sans-IO core, run by the shared driver
 //! ([`crate::ws::drive`]). A provider is its settings and its core; the engine is the
-//! same for all of them, as [`crate::tts::socket::SocketVoice`] is for the voices.
+//! same for all of them, as [`crate::tts::SocketVoice`] is for the voices.
 
 use std::time::Instant;
 
