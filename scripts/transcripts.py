@@ -17,7 +17,11 @@ it into utterances) and run on (the sentences 0.1 s apart: one utterance, longer
 Whisper hears at once). Each is scored against the same sentences asked one by one.
 
     scripts/transcripts.py [--bin target/release/voxide] [--out target/transcripts]
-                           [--rooms silence,brown-50,babble-10] [--no-monologue]
+                           [--rooms silence,brown-50,babble-10] [--no-monologue] [--tuning]
+
+`--tuning` hears the set to tune on instead: `scripts/turn_wait.py --wavs`'s questions (other
+voices, other questions) and a monologue of other plans in one of their voices, so a change is
+chosen on it and checked on the held-out set.
 
 Prints one JSON line per room and set: `made_up` (finals of the room's own turns where the
 room is noise: words nobody said), `room_finals` (the same where the room is talk),
@@ -26,6 +30,8 @@ room is noise: words nobody said), `room_finals` (the same where the room is tal
 
 import argparse
 import array
+import contextlib
+import glob
 import json
 import os
 import subprocess
@@ -36,7 +42,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from held_out import VOICES  # noqa: E402
 from network import build  # noqa: E402
 from noise import babble  # noqa: E402
-from turn_wait import RATE, speech, write_wav  # noqa: E402
+from turn_wait import RATE, speech, write_items, write_wav  # noqa: E402
+from turn_wait import VOICES as TUNING_VOICES  # noqa: E402
 
 ROOMS = {
     "silence": ("brown", "--noise-dbfs", -120),
@@ -63,22 +70,36 @@ MONOLOGUE = [
     "Nobody in the family speaks Portuguese or Spanish, except a few words for ordering coffee.",
     "Can you help me plan the days and tell me what I have forgotten?",
 ]
+# The monologue to tune on: a voice of the tuning set, other plans.
+TUNING_MONOLOGUE_VOICE = TUNING_VOICES[0]
+TUNING_MONOLOGUE = [
+    "Let me tell you about the garden we are building behind the house.",
+    "Last spring we pulled out the old hedge and laid down a path of grey stones.",
+    "Along the fence there will be tomatoes, beans and three rows of potatoes, because my son "
+    "eats nothing else.",
+    "In the corner by the shed we want a small pond with a bench beside it.",
+    "My mother says the soil is too heavy, so we are mixing in sand and compost every weekend.",
+    "We also ordered two apple trees and a pear tree from a nursery near the river.",
+    "The plan is to finish the beds before the end of April and plant in May.",
+    "We have about six hundred pounds to spend, and the stones took half of it.",
+    "Could you suggest some flowers that bring bees and do well in shade?",
+]
 RUN_ON_GAP = int(0.1 * RATE)
 
 
-def monologue(out):
+def monologue(out, voice, sentences_said):
     """The monologue as espeak-ng paces it, run on, and sentence by sentence: the WAV lists."""
     os.makedirs(out, exist_ok=True)
     paced = os.path.join(out, "monologue.wav")
     run_on = os.path.join(out, "monologue-run-on.wav")
-    text = " ".join(MONOLOGUE)
+    text = " ".join(sentences_said)
     if not os.path.exists(paced):
-        write_wav(paced, speech(MONOLOGUE_VOICE, text))
+        write_wav(paced, speech(voice, text))
     sentences = []
-    for i, sentence in enumerate(MONOLOGUE):
+    for i, sentence in enumerate(sentences_said):
         path = os.path.join(out, f"s{i}.wav")
         if not os.path.exists(path):
-            write_wav(path, speech(MONOLOGUE_VOICE, sentence))
+            write_wav(path, speech(voice, sentence))
         with open(path[:-4] + ".txt", "w") as f:
             f.write(sentence + "\n")
         sentences.append(path)
@@ -131,7 +152,7 @@ def summary(room, name, report, wavs):
         "missed": report["missed"],
     }
     line["repeats"] = [h["heard"] for h in words["heard"] if h["repeated"]]
-    if name != "held-out":
+    if name not in ("held-out", "tuning"):
         line["heard"] = [h["heard"] for h in words["heard"]]
     return line
 
@@ -142,15 +163,28 @@ def main():
     parser.add_argument("--out", default="target/transcripts")
     parser.add_argument("--rooms", default=",".join(ROOMS))
     parser.add_argument("--no-monologue", action="store_true")
+    parser.add_argument("--tuning", action="store_true",
+                        help="the set to tune on, not the held-out one")
     args = parser.parse_args()
     rooms = args.rooms.split(",")
     unknown = [r for r in rooms if r not in ROOMS]
     if unknown:
         sys.exit(f"transcripts: unknown rooms {unknown}; known: {', '.join(ROOMS)}")
     os.makedirs(args.out, exist_ok=True)
-    sets = {"held-out": build(os.path.join(args.out, "questions"))}
+    if args.tuning:
+        folder = os.path.join(args.out, "tuning-questions")
+        if not os.path.exists(folder):
+            with contextlib.redirect_stdout(sys.stderr):
+                write_items(folder)
+        sets = {"tuning": sorted(glob.glob(os.path.join(folder, "t*.wav")))}
+        said = (TUNING_MONOLOGUE_VOICE, TUNING_MONOLOGUE)
+    else:
+        sets = {"held-out": build(os.path.join(args.out, "questions"))}
+        said = (MONOLOGUE_VOICE, MONOLOGUE)
     if not args.no_monologue:
-        sets.update(monologue(os.path.join(args.out, "monologue")))
+        prefix = "tuning-" if args.tuning else ""
+        said = monologue(os.path.join(args.out, f"{prefix}monologue"), *said)
+        sets.update({prefix + name: wavs for name, wavs in said.items()})
     noise_file = babble(os.path.join(args.out, "babble.wav"))
     for room in rooms:
         for name, wavs in sets.items():
