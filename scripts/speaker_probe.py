@@ -8,10 +8,11 @@ The encoder runs here in numpy: a 3-layer LSTM (256 units) over 40 mel bands of 
 windows every 10 ms at 16 kHz, a linear layer, a ReLU and an L2 norm; the weights are read from
 the wheel's `pretrained.pt` (PyTorch's legacy pickle format) without torch.
 
-    scripts/speaker_probe.py [--snr 10] [--out target/transcripts]
+    scripts/speaker_probe.py [--snr 10] [--out target/transcripts] [--enrol 3.2,8.5]
 
 The monologue and the babble are `scripts/transcripts.py --tuning`'s (run it first). The
-speaker is enrolled from 5.3 s of the monologue as heard in the café; each stretch (0.5, 0.8,
+speaker is enrolled from a stretch of the mix (`--enrol`, seconds; by default 5.3 s of the
+monologue's first sentences, which begins 3 s in); each stretch (0.5, 0.8,
 1.6 s, half overlapping) is then scored by its cosine similarity to that. Prints, per length,
 the voice's and the babble's similarities and the share of the voice's stretches that score
 over the babble's 95th percentile.
@@ -158,6 +159,8 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--snr", type=float, default=10.0)
     parser.add_argument("--out", default=os.path.join(ROOT, "target", "transcripts"))
+    parser.add_argument("--enrol", default="3.2,8.5",
+                        help="the stretch of the mix the speaker is enrolled from, seconds")
     args = parser.parse_args()
     in_venv()
     import numpy as np
@@ -180,7 +183,8 @@ def main():
     room = room / np.sqrt((room ** 2).mean()) * level * 10 ** (-args.snr / 20)
     mixed = voice + room
     voiced = np.repeat(active, window)
-    speaker = encoder.embed(mixed[int(3.2 * RATE):int(8.5 * RATE)])
+    start, end = (float(x) for x in args.enrol.split(","))
+    speaker = encoder.embed(mixed[int(start * RATE):int(end * RATE)])
     for secs in (0.5, 0.8, 1.6):
         n = int(secs * RATE)
         said, talk = [], []
