@@ -177,14 +177,14 @@ def main():
             with contextlib.redirect_stdout(sys.stderr):
                 write_items(folder)
         sets = {"tuning": sorted(glob.glob(os.path.join(folder, "t*.wav")))}
-        said = (TUNING_MONOLOGUE_VOICE, TUNING_MONOLOGUE)
+        speaker = (TUNING_MONOLOGUE_VOICE, TUNING_MONOLOGUE)
     else:
         sets = {"held-out": build(os.path.join(args.out, "questions"))}
-        said = (MONOLOGUE_VOICE, MONOLOGUE)
+        speaker = (MONOLOGUE_VOICE, MONOLOGUE)
     if not args.no_monologue:
         prefix = "tuning-" if args.tuning else ""
-        said = monologue(os.path.join(args.out, f"{prefix}monologue"), *said)
-        sets.update({prefix + name: wavs for name, wavs in said.items()})
+        spoken = monologue(os.path.join(args.out, f"{prefix}monologue"), *speaker)
+        sets.update({prefix + name: wavs for name, wavs in spoken.items()})
     noise_file = babble(os.path.join(args.out, "babble.wav"))
     for room in rooms:
         for name, wavs in sets.items():
