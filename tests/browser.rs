@@ -345,8 +345,10 @@ async fn the_page_talks_to_the_bot_over_webrtc() {
             heard = true;
             energy_at_transcript = energy;
         }
-        // Bot audio: energy well above what the idle silent track gives, after the transcript.
-        if heard && log.contains("bot:") && energy > energy_at_transcript + 0.01 {
+        // Bot audio: energy well above what the idle silent track gives, after the transcript,
+        // and enough of its packets to tell RED from plain Opus.
+        let packets = last["packets"].as_u64().unwrap_or(0);
+        if heard && log.contains("bot:") && energy > energy_at_transcript + 0.01 && packets > 20 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(500)).await;

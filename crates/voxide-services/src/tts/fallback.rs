@@ -115,11 +115,20 @@ impl Relay {
         let mut index = self.active.load(Ordering::Relaxed);
         self.resample_for(index);
         let mut context = self.voices[index].open();
+        // The service drops its sender once the turn is flushed, and the speech goes on; a
+        // sender dropped before the flush is an interruption.
+        let mut inputs_open = true;
         loop {
             tokio::select! {
-                input = inputs.recv() => {
-                    // Dropped: the turn was interrupted; dropping the voice's context cancels it.
-                    let Some(input) = input else { return };
+                input = inputs.recv(), if inputs_open => {
+                    let Some(input) = input else {
+                        if self.flushed {
+                            inputs_open = false;
+                            continue;
+                        }
+                        // Dropping the voice's context cancels it.
+                        return;
+                    };
                     match &input {
                         TtsInput::Text(text) => self.said.push(text.clone()),
                         TtsInput::Flush => self.flushed = true,
@@ -163,5 +172,142 @@ impl Relay {
                 },
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A voice whose key is refused: it fails each context once it has seen its flush.
+    struct Refused;
+
+    impl TtsEngine for Refused {
+        fn name(&self) -> &str {
+            "refused"
+        }
+
+        fn sample_rate(&self) -> u32 {
+            16_000
+        }
+
+        fn text_unit(&self) -> TextUnit {
+            TextUnit::Sentence
+        }
+
+        fn open(&self) -> TtsContext {
+            let (input, mut inputs) = mpsc::channel(INPUT_QUEUE);
+            let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
+            tokio::spawn(async move {
+                while let Some(input) = inputs.recv().await {
+                    if input == TtsInput::Flush {
+                        let _ = events_tx.send(TtsEvent::Failed("401".into())).await;
+                        return;
+                    }
+                }
+            });
+            TtsContext { input, events }
+        }
+    }
+
+    /// A voice that says each text as a hundred samples of its length.
+    struct Speaks;
+
+    impl TtsEngine for Speaks {
+        fn name(&self) -> &str {
+            "speaks"
+        }
+
+        fn sample_rate(&self) -> u32 {
+            16_000
+        }
+
+        fn text_unit(&self) -> TextUnit {
+            TextUnit::Sentence
+        }
+
+        fn open(&self) -> TtsContext {
+            let (input, mut inputs) = mpsc::channel(INPUT_QUEUE);
+            let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
+            tokio::spawn(async move {
+                while let Some(input) = inputs.recv().await {
+                    let event = match input {
+                        TtsInput::Text(text) => TtsEvent::Audio(vec![text.len() as i16; 100]),
+                        TtsInput::Flush => TtsEvent::Done,
+                    };
+                    let done = event == TtsEvent::Done;
+                    if events_tx.send(event).await.is_err() || done {
+                        return;
+                    }
+                }
+            });
+            TtsContext { input, events }
+        }
+    }
+
+    fn voices() -> Arc<dyn TtsEngine> {
+        TtsFallback::shared(vec![Arc::new(Refused), Arc::new(Speaks)]).expect("a list")
+    }
+
+    #[tokio::test]
+    async fn a_voice_that_fails_after_the_turn_was_flushed_and_let_go_hands_it_on_whole() {
+        let voices = voices();
+        let TtsContext { input, mut events } = voices.open();
+        input
+            .send(TtsInput::Text("Hello there.".into()))
+            .await
+            .expect("text");
+        input.send(TtsInput::Flush).await.expect("flush");
+        // The service lets go of a flushed turn and waits for its speech.
+        drop(input);
+        let mut heard = Vec::new();
+        while let Some(event) = events.recv().await {
+            heard.push(event);
+        }
+        assert!(
+            matches!(&heard[0], TtsEvent::Switched { from, to, .. } if from == "refused" && to == "speaks"),
+            "{heard:?}"
+        );
+        assert_eq!(heard[1..], [TtsEvent::Audio(vec![12; 100]), TtsEvent::Done]);
+    }
+
+    #[tokio::test]
+    async fn a_flushed_turn_let_go_is_spoken_to_its_end() {
+        let voices =
+            TtsFallback::shared(vec![Arc::new(Speaks), Arc::new(Refused)]).expect("a list");
+        let TtsContext { input, mut events } = voices.open();
+        for text in ["Hello there.", "It is noon."] {
+            input.send(TtsInput::Text(text.into())).await.expect("text");
+        }
+        input.send(TtsInput::Flush).await.expect("flush");
+        drop(input);
+        let mut heard = Vec::new();
+        while let Some(event) = events.recv().await {
+            heard.push(event);
+        }
+        assert_eq!(
+            heard,
+            [
+                TtsEvent::Audio(vec![12; 100]),
+                TtsEvent::Audio(vec![11; 100]),
+                TtsEvent::Done
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn a_turn_let_go_before_its_flush_is_cancelled() {
+        let voices = voices();
+        let TtsContext { input, mut events } = voices.open();
+        input
+            .send(TtsInput::Text("Hello there.".into()))
+            .await
+            .expect("text");
+        drop(input);
+        assert_eq!(
+            events.recv().await,
+            None,
+            "nothing is said of an interrupted turn"
+        );
     }
 }
