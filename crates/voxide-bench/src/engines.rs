@@ -5,6 +5,7 @@
 use std::time::Instant;
 
 use serde::Serialize;
+use voxide_engines::speaker::SpeakerEncoder;
 
 use crate::audio::mel::LogMel;
 use crate::audio::resample::StreamResampler;
@@ -35,6 +36,9 @@ pub struct EnginesReport {
     pub smart_turn_onnx_runtime_p50_ms: f64,
     /// Of which the log-mel features, median ms.
     pub smart_turn_features_p50_ms: f64,
+    /// The speaker encoder (GE2E), median ms per second of speech: what the VAD pays per check
+    /// of who is speaking (four a second) where the room talks.
+    pub speaker_embed_ms: f64,
     /// Echo canceller (AEC3), one stream at 16 kHz: µs of CPU per 20 ms of input.
     pub aec_us_per_20ms: f64,
     /// Echo canceller: echo removed from Piper speech played through a simulated room (60 ms,
@@ -132,6 +136,17 @@ pub fn run(vad_batch: usize) -> Result<EnginesReport, EnginesBenchError> {
         .collect();
     feature_times.sort_by(f64::total_cmp);
 
+    let encoder = SpeakerEncoder::shared()?;
+    let mut embed_times: Vec<f64> = speech
+        .chunks_exact(16_000)
+        .map(|stretch| {
+            let started = Instant::now();
+            std::hint::black_box(encoder.embed(stretch));
+            started.elapsed().as_secs_f64() * 1e3
+        })
+        .collect();
+    embed_times.sort_by(f64::total_cmp);
+
     let voice = PiperVoice::shared()?;
     voice.synthesize("Warming up.")?;
     let started = Instant::now();
@@ -193,6 +208,7 @@ pub fn run(vad_batch: usize) -> Result<EnginesReport, EnginesBenchError> {
         smart_turn_engine: turn.engine(),
         smart_turn_onnx_runtime_p50_ms,
         smart_turn_features_p50_ms: feature_times[feature_times.len() / 2],
+        speaker_embed_ms: embed_times[embed_times.len() / 2],
         aec_us_per_20ms,
         aec_erle_db,
         tts_first_audio_ms,

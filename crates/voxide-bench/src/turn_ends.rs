@@ -14,6 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use voxide_engines::speaker::SpeakerEncoder;
 
 use crate::audio::resample::{ResampleError, StreamResampler};
 use crate::audio::vad::{SileroVad, VadAnalyzer, VadError, VadEvent, VadParams, VadState};
@@ -304,7 +305,8 @@ type Cue = (usize, SttInput);
 /// pieces (a turn still open at the end ends there); and the cues the STT gets.
 fn vad_turns(stream: &[i16]) -> Result<(Vec<Span>, Vec<Cue>), TurnEndsError> {
     let model = SileroVad::shared()?;
-    let mut vad = VadAnalyzer::new(model, RATE as u32, VadParams::default())?;
+    let mut vad = VadAnalyzer::new(model, RATE as u32, VadParams::default())?
+        .with_voiceprint(SpeakerEncoder::shared()?);
     let mut turns = Vec::new();
     let mut cues = Vec::new();
     let mut open = None;

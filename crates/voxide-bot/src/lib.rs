@@ -79,6 +79,7 @@ use crate::turns::{BargeIn, IdleParams, MuteStrategy, TurnStop, UserIdle, UserMu
 use filler::{FillerParams, ToolFiller};
 pub use http_tool::HttpTool;
 pub use mcp::McpServer;
+use voxide_engines::speaker::SpeakerEncoder;
 
 /// Tokens a summary of the oldest turns may have.
 const SUMMARY_MAX_TOKENS: usize = 400;
@@ -706,7 +707,9 @@ pub fn build<S: AudioSink>(
         false => options.max_context_tokens,
     };
     let mut pipeline = front
-        .then(VadStage::new(VadBatcher::shared()?, options.vad))
+        .then(
+            VadStage::new(VadBatcher::shared()?, options.vad).voiceprint(SpeakerEncoder::shared()?),
+        )
         .then(
             SttService::new(stt, "user")
                 .with_speech_end_offset(Duration::from_secs_f32(options.vad.stop_secs)),

@@ -1,6 +1,7 @@
 //! voxide's embedded engines: every model that runs inside the process, offline.
 //!
 //! - [`vad`]: Silero VAD, run by voxide's own kernel and batched across sessions;
+//! - [`speaker`]: the GE2E speaker encoder, which tells the user's voice from a café's talk;
 //! - [`turn`]: Smart Turn, the end-of-turn model, on voxide's own int8 engine;
 //! - [`stt`]: Whisper (candle, or CTranslate2 weights) with its decoder;
 //! - [`tts`]: Piper (VITS on ONNX Runtime) and espeak-ng (through libespeak-ng);
@@ -13,9 +14,11 @@
 
 pub mod audio;
 pub mod bpe;
+mod kernel;
 pub mod llm;
 pub mod models;
 pub mod onnx;
+pub mod speaker;
 pub mod stt;
 pub mod tts;
 pub mod turn;

@@ -13,7 +13,8 @@ pub const N_FFT: usize = 400;
 pub const HOP: usize = 160;
 /// Mel bands.
 pub const N_MELS: usize = 80;
-const BINS: usize = N_FFT / 2 + 1;
+/// Frequency bins of the FFT.
+pub(crate) const BINS: usize = N_FFT / 2 + 1;
 
 /// The log-mel extractor: filters, window and FFT plan, built once per process.
 pub struct LogMel {
@@ -34,7 +35,7 @@ impl LogMel {
     }
 
     fn new() -> Self {
-        let filters = mel_filters();
+        let filters = mel_filters(N_MELS);
         let ranges = (0..N_MELS)
             .map(|m| {
                 let row = &filters[m * BINS..(m + 1) * BINS];
@@ -133,15 +134,15 @@ fn mel_to_hz(mel: f64) -> f64 {
     }
 }
 
-/// Slaney-normalised triangular filters from 0 Hz to 8 kHz, `[N_MELS][BINS]`.
-fn mel_filters() -> Vec<f64> {
+/// `n_mels` Slaney-normalised triangular filters from 0 Hz to 8 kHz, `[n_mels][BINS]`.
+pub(crate) fn mel_filters(n_mels: usize) -> Vec<f64> {
     let (lo, hi) = (hz_to_mel(0.0), hz_to_mel(f64::from(SAMPLE_RATE) / 2.0));
-    let points: Vec<f64> = (0..N_MELS + 2)
-        .map(|i| mel_to_hz(lo + (hi - lo) * i as f64 / (N_MELS + 1) as f64))
+    let points: Vec<f64> = (0..n_mels + 2)
+        .map(|i| mel_to_hz(lo + (hi - lo) * i as f64 / (n_mels + 1) as f64))
         .collect();
     let nyquist = f64::from(SAMPLE_RATE / 2);
-    let mut filters = vec![0.0; N_MELS * BINS];
-    for m in 0..N_MELS {
+    let mut filters = vec![0.0; n_mels * BINS];
+    for m in 0..n_mels {
         let enorm = 2.0 / (points[m + 2] - points[m]);
         for b in 0..BINS {
             let freq = nyquist * b as f64 / (BINS - 1) as f64;

@@ -20,12 +20,19 @@
 //! Whether the room talks is the model's to say (`RoomTalk`): where it takes nothing heard
 //! between turns for speech (a hum, a fan, a street), a loud room holds no onset back, and an
 //! onset goes on through the dip between two syllables.
+//!
+//! Loudness cannot tell a speaker who talks on from the café: the room's level, read over the
+//! last seconds, creeps up to the voice's, and the voice's quieter syllables fall under it. A
+//! speaker encoder can ([`Voiceprint`]): enrolled from the loud part of the speaker's turns, it
+//! says every quarter second whether the last half second was the speaker's voice. While it
+//! was, the room's level is not read, and the turn stays open.
 
 use std::sync::Arc;
 
 use super::silero::{SileroState, SileroVad, window_size};
 use crate::audio::resample::{ResampleError, StreamResampler};
 use crate::models::ModelError;
+use crate::speaker::{SpeakerEncoder, similarity};
 
 /// Thresholds and delays.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -280,6 +287,11 @@ impl Background {
         self.0.percentile(BACKGROUND_PERCENTILE)
     }
 
+    /// Whether it has been heard long enough to tell a voice from it (3 s).
+    fn settled(&self) -> bool {
+        self.0.len() >= 300
+    }
+
     /// The loudness a window needs to stand out of the background as speech.
     fn speech(&self) -> f32 {
         self.level() + BACKGROUND_MARGIN
@@ -483,6 +495,166 @@ impl Speaker {
     }
 }
 
+/// Seconds of the speaker's loud windows a voiceprint is enrolled from.
+const ENROL_SECS: f32 = 2.0;
+
+/// Seconds of audio each check of the voice reads: the last half second.
+const VOICE_STRETCH_SECS: f32 = 1.0;
+
+/// Seconds between two checks of the voice.
+const VOICE_CHECK_SECS: f32 = 0.25;
+
+/// The cosine similarity to the voiceprint over which a stretch is the speaker's voice.
+const VOICE_MATCH: f32 = 0.6;
+
+/// What a [`VoiceJob`] is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum VoicePurpose {
+    /// The speaker's loud windows: the voiceprint.
+    Enrol,
+    /// The last half second: is it the speaker?
+    Check,
+}
+
+/// A speaker embedding the analyzer needs: CPU work (a few milliseconds) for the caller to run
+/// where it may block ([`VoiceJob::run`]), then to hand back ([`VadAnalyzer::voice_heard`]).
+pub struct VoiceJob {
+    encoder: Arc<SpeakerEncoder>,
+    audio: Vec<f32>,
+    purpose: VoicePurpose,
+}
+
+impl VoiceJob {
+    /// Embeds the audio.
+    pub fn run(self) -> VoiceHeard {
+        VoiceHeard {
+            embedding: self.encoder.embed(&self.audio),
+            purpose: self.purpose,
+        }
+    }
+}
+
+/// A [`VoiceJob`]'s embedding.
+pub struct VoiceHeard {
+    embedding: Vec<f32>,
+    purpose: VoicePurpose,
+}
+
+/// The speaker's voice, where the room talks and its level comes near the speaker's: a
+/// voiceprint enrolled from the loud windows of the speaker's turns (the vowels near the
+/// speaker's level, where the room's talk is 10 dB or more under it), and whether the last half
+/// second, checked every quarter second, was that voice.
+struct Voiceprint {
+    encoder: Arc<SpeakerEncoder>,
+    /// The last [`VOICE_STRETCH_SECS`] of audio at 16 kHz, oldest first, as a ring.
+    recent: Vec<f32>,
+    next: usize,
+    /// Samples in a check's stretch.
+    stretch: usize,
+    /// Loud windows of the speaker's, until there are [`ENROL_SECS`] of them.
+    enrolment: Vec<f32>,
+    print: Option<Vec<f32>>,
+    /// A job handed out and not yet heard back.
+    pending: bool,
+    /// Windows since the last check.
+    since_check: u32,
+    check_windows: u32,
+    /// Whether the last check heard the speaker.
+    voice: bool,
+    /// Samples heard, for the traces.
+    heard: u64,
+}
+
+impl Voiceprint {
+    fn new(encoder: Arc<SpeakerEncoder>, window: usize) -> Self {
+        let rate = 16_000.0;
+        let stretch = (VOICE_STRETCH_SECS * rate) as usize;
+        Self {
+            encoder,
+            recent: Vec::with_capacity(stretch),
+            next: 0,
+            stretch,
+            enrolment: Vec::new(),
+            print: None,
+            pending: false,
+            since_check: 0,
+            check_windows: ((VOICE_CHECK_SECS * rate / window as f32).round() as u32).max(1),
+            voice: false,
+            heard: 0,
+        }
+    }
+
+    /// Takes a window of audio; `loud` if it is the speaker's speech near the speaker's level,
+    /// `needed` if the room talks at near the speaker's level. Returns a job when an embedding
+    /// is due.
+    fn hear(&mut self, window: &[f32], loud: bool, needed: bool) -> Option<VoiceJob> {
+        let capacity = self.stretch;
+        self.heard += window.len() as u64;
+        for &s in window {
+            if self.recent.len() < capacity {
+                self.recent.push(s);
+            } else {
+                self.recent[self.next] = s;
+                self.next = (self.next + 1) % capacity;
+            }
+        }
+        let enrolling = self.print.is_none();
+        if loud && enrolling {
+            self.enrolment.extend_from_slice(window);
+        }
+        if !needed {
+            self.voice = false;
+        }
+        self.since_check = self.since_check.saturating_add(1);
+        if self.pending {
+            return None;
+        }
+        let job = |audio, purpose| VoiceJob {
+            encoder: self.encoder.clone(),
+            audio,
+            purpose,
+        };
+        if enrolling && self.enrolment.len() as f32 >= ENROL_SECS * 16_000.0 {
+            self.pending = true;
+            return Some(job(
+                std::mem::take(&mut self.enrolment),
+                VoicePurpose::Enrol,
+            ));
+        }
+        if needed
+            && !enrolling
+            && self.since_check >= self.check_windows
+            && self.recent.len() == capacity
+        {
+            self.since_check = 0;
+            self.pending = true;
+            let mut audio = Vec::with_capacity(capacity);
+            audio.extend_from_slice(&self.recent[self.next..]);
+            audio.extend_from_slice(&self.recent[..self.next]);
+            return Some(job(audio, VoicePurpose::Check));
+        }
+        None
+    }
+
+    fn heard(&mut self, heard: VoiceHeard) {
+        self.pending = false;
+        match heard.purpose {
+            VoicePurpose::Enrol => {
+                let at_secs = self.heard as f32 / 16_000.0;
+                tracing::debug!(at_secs, "the speaker's voiceprint is enrolled");
+                self.print = Some(heard.embedding);
+            }
+            VoicePurpose::Check => {
+                let Some(print) = &self.print else { return };
+                let score = similarity(print, &heard.embedding);
+                self.voice = score >= VOICE_MATCH;
+                let at_secs = self.heard as f32 / 16_000.0;
+                tracing::trace!(at_secs, score, voice = self.voice, "voice check");
+            }
+        }
+    }
+}
+
 /// Windows without speech an onset goes on through (64 ms) where the room does not talk: the
 /// dip between two syllables, which over a loud hum can fall under what counts as speech. Only
 /// the windows of speech count towards the start; a third window without speech fades the
@@ -534,6 +706,10 @@ pub struct VadAnalyzer {
     hold_windows: u32,
     /// [`SPEAKER_SLOW_START_SECS`] in windows.
     slow_start_windows: u32,
+    /// The speaker's voice, where an encoder was given and the model runs at 16 kHz.
+    voiceprint: Option<Voiceprint>,
+    /// A job [`apply`](Self::apply) made, for [`voice_job`](Self::voice_job) to hand out.
+    voice_job: Option<VoiceJob>,
 }
 
 impl VadAnalyzer {
@@ -574,7 +750,37 @@ impl VadAnalyzer {
             room_talk: RoomTalk::default(),
             hold_windows: windows_for(SPEAKER_HOLD_SECS),
             slow_start_windows: windows_for(SPEAKER_SLOW_START_SECS),
+            voiceprint: None,
+            voice_job: None,
         })
+    }
+
+    /// Follows the speaker's voice with `encoder` where the room talks (at 16 kHz only; the
+    /// encoder reads nothing else).
+    pub fn with_voiceprint(mut self, encoder: Arc<SpeakerEncoder>) -> Self {
+        if self.model_rate() == 16_000 {
+            self.voiceprint = Some(Voiceprint::new(encoder, self.window));
+        }
+        self
+    }
+
+    /// The speaker embedding the last [`apply`](Self::apply) asked for, if any: run it (off the
+    /// async workers) and hand it back to [`voice_heard`](Self::voice_heard). Until then no other
+    /// is asked for, and the last verdict stands.
+    pub fn voice_job(&mut self) -> Option<VoiceJob> {
+        self.voice_job.take()
+    }
+
+    /// Takes an embedding a [`VoiceJob`] made.
+    pub fn voice_heard(&mut self, heard: VoiceHeard) {
+        if let Some(voiceprint) = &mut self.voiceprint {
+            voiceprint.heard(heard);
+        }
+    }
+
+    /// Whether the speaker's voice was heard in the last check.
+    fn voice(&self) -> bool {
+        self.voiceprint.as_ref().is_some_and(|v| v.voice)
     }
 
     /// The current state.
@@ -594,6 +800,9 @@ impl VadAnalyzer {
         for window in self.windows(audio) {
             let confidence = self.model.probability(&mut self.model_state, &window)?;
             events.extend(self.apply(confidence, &window));
+            if let Some(job) = self.voice_job() {
+                self.voice_heard(job.run());
+            }
         }
         self.between_windows();
         Ok(events)
@@ -628,7 +837,10 @@ impl VadAnalyzer {
                 if self.state == VadState::Quiet {
                     self.floor.hear(level);
                 }
-                self.background.hear(level);
+                // The room's level is the room's: not read while the speaker's voice is heard.
+                if !self.voice() {
+                    self.background.hear(level);
+                }
                 self.soundless_piece = level < self.floor.hush();
                 if level >= self.floor.voice(self.params.min_volume) {
                     self.loud_pieces += 1;
@@ -702,6 +914,22 @@ impl VadAnalyzer {
             .claims(heard, level, room, onset, self.hold_windows);
         if speech {
             self.speaker.hear(level);
+        }
+        if let Some(voiceprint) = &mut self.voiceprint {
+            let speaker = self.speaker.level();
+            // Only what stands clear of a known background: a café's talk can start the first
+            // turn, and its louder moments come near that turn's level.
+            let loud = speech
+                && self.state == VadState::Speaking
+                && self.background.settled()
+                && level >= self.background.speech()
+                && speaker.is_some_and(|speaker| level >= speaker - SPEAKER_RANGE);
+            let needed = room.talks
+                && speaker
+                    .is_some_and(|speaker| speaker - room.background < SPEAKER_OVER_BACKGROUND);
+            if let Some(job) = voiceprint.hear(window, loud, needed) {
+                self.voice_job = Some(job);
+            }
         }
         let was_speaking = self.state == VadState::Speaking;
         // Only an onset asks how near the speaker's level it came.
@@ -968,6 +1196,74 @@ mod tests {
             events.iter().any(|(_, e)| *e == VadEvent::Started),
             "{events:?}"
         );
+    }
+
+    /// The test question (one voice) over other talk, `under` dB under it.
+    fn over_talk(speaker: &[i16], talk: &[i16], under: f32) -> Vec<i16> {
+        let gain = 10f32.powf(-under / 20.0);
+        speaker
+            .iter()
+            .zip(talk.iter().cycle())
+            .map(|(&s, &t)| (f32::from(s) + f32::from(t) * gain).clamp(-32_768.0, 32_767.0) as i16)
+            .collect()
+    }
+
+    #[test]
+    fn in_a_cafe_a_speaker_who_talks_on_leaves_the_rooms_level_where_the_room_put_it() {
+        let read = |name: &str| {
+            let path = format!("{}/../../assets/test/{name}", env!("CARGO_MANIFEST_DIR"));
+            crate::audio::wav::read(&path)
+                .expect("test audio")
+                .to_mono()
+        };
+        let speaker = read("hello_16k.wav");
+        // Three talkers a third of the clip apart: talk without a gap.
+        let clip = read("frog_and_toad_16k.wav");
+        let talk: Vec<i16> = (0..clip.len())
+            .map(|i| {
+                (0..3)
+                    .map(|k| i32::from(clip[(i + k * clip.len() / 3) % clip.len()]))
+                    .sum::<i32>()
+                    .clamp(-32_768, 32_767) as i16
+            })
+            .collect();
+        // 4 s of the room alone, then the speaker three times over without a pause.
+        let mut stream = over_talk(&vec![0; 64_000], &talk, 10.0);
+        let said: Vec<i16> = speaker
+            .iter()
+            .copied()
+            .cycle()
+            .take(3 * speaker.len())
+            .collect();
+        stream.extend(over_talk(&said, &talk, 10.0));
+        let level_after = |vad: &mut VadAnalyzer| {
+            for piece in stream.chunks(160) {
+                vad.analyze(piece).expect("analysis");
+            }
+            vad.background.level()
+        };
+        let model = SileroVad::shared().expect("the VAD model loads; run scripts/setup.sh");
+        let mut by_level =
+            VadAnalyzer::new(model.clone(), 16_000, VadParams::default()).expect("16 kHz");
+        let mut by_voice = VadAnalyzer::new(model, 16_000, VadParams::default())
+            .expect("16 kHz")
+            .with_voiceprint(
+                SpeakerEncoder::shared().expect("the encoder loads; run scripts/setup.sh"),
+            );
+        let mut room = VadAnalyzer::new(
+            SileroVad::shared().expect("model"),
+            16_000,
+            VadParams::default(),
+        )
+        .expect("16 kHz");
+        for piece in over_talk(&vec![0; 64_000], &talk, 10.0).chunks(160) {
+            room.analyze(piece).expect("analysis");
+        }
+        let room = room.background.level();
+        let (by_level, by_voice) = (level_after(&mut by_level), level_after(&mut by_voice));
+        // Read by loudness alone, the room's level creeps up under the voice that fills it.
+        assert!(by_level >= room + 0.04, "room {room}, by level {by_level}");
+        assert!(by_voice <= room + 0.02, "room {room}, by voice {by_voice}");
     }
 
     /// Windows of `(amplitude, confidence)`: a tone at that amplitude, judged by the model with

@@ -12,8 +12,8 @@
 //! [`super::kernel`]): about 680 000 multiply-adds a window, nearly all in the Fourier basis, the
 //! first convolution and the LSTM's gates.
 
-use super::kernel::{LANES, dots};
 use crate::audio::onnx_file::{self, Data, FormatError, Graph, Tensor};
+use crate::kernel::{LANES, dots};
 
 /// Width of the encoder's output and of the LSTM.
 const HIDDEN: usize = 128;

@@ -4,7 +4,6 @@
 pub mod analyzer;
 pub mod batcher;
 mod engine;
-mod kernel;
 pub mod silero;
 
 pub use analyzer::{

@@ -16,12 +16,14 @@ use super::analyzer::{QuickChange, VadAnalyzer, VadEvent, VadParams, VadState};
 use super::batcher::VadBatcher;
 use crate::frames::{AudioFrame, Frame, FrameBody, SystemFrame};
 use crate::pipeline::{Direction, FrameContext, FrameProcessor, FramePusher, ProcessorError};
+use voxide_engines::speaker::SpeakerEncoder;
 
 /// Detects the user's speech in the input audio.
 pub struct VadStage {
     params: VadParams,
     audio_idle_timeout: Duration,
     batcher: Arc<VadBatcher>,
+    voiceprint: Option<Arc<SpeakerEncoder>>,
     audio: Option<mpsc::Sender<AudioFrame>>,
 }
 
@@ -32,8 +34,16 @@ impl VadStage {
             params,
             audio_idle_timeout: Duration::from_secs(1),
             batcher,
+            voiceprint: None,
             audio: None,
         }
+    }
+
+    /// Follows the user's voice with `encoder` where the room talks, so a café's talk neither
+    /// ends a turn the user is still speaking nor is taken for the user's level.
+    pub fn voiceprint(mut self, encoder: Arc<SpeakerEncoder>) -> Self {
+        self.voiceprint = Some(encoder);
+        self
     }
 
     /// How long audio may stop mid-speech before the speech is ended.
@@ -60,6 +70,7 @@ impl FrameProcessor for VadStage {
                 self.audio = Some(tx);
                 let detector = Detector {
                     batcher: self.batcher.clone(),
+                    voiceprint: self.voiceprint.clone(),
                     params: self.params,
                     idle: self.audio_idle_timeout,
                     pusher: cx.pusher(),
@@ -82,6 +93,7 @@ impl FrameProcessor for VadStage {
 
 struct Detector {
     batcher: Arc<VadBatcher>,
+    voiceprint: Option<Arc<SpeakerEncoder>>,
     params: VadParams,
     idle: Duration,
     pusher: FramePusher,
@@ -123,9 +135,12 @@ impl Detector {
                 .as_ref()
                 .is_none_or(|(rate, _)| *rate != chunk.sample_rate)
             {
-                let fresh =
+                let mut fresh =
                     VadAnalyzer::new(self.batcher.model().clone(), chunk.sample_rate, self.params)
                         .map_err(|e| ProcessorError::new(e.to_string()))?;
+                if let Some(encoder) = &self.voiceprint {
+                    fresh = fresh.with_voiceprint(encoder.clone());
+                }
                 state = Some(self.batcher.model().new_state(fresh.model_rate()));
                 analyzer = Some((chunk.sample_rate, fresh));
             }
@@ -152,6 +167,14 @@ impl Detector {
                 }
                 if let Some(event) = event {
                     self.push(event).await;
+                }
+                if let Some(job) = a.voice_job() {
+                    let heard = tokio::task::spawn_blocking(move || job.run())
+                        .await
+                        .map_err(|e| {
+                            ProcessorError::new(format!("the voice check stopped: {e}"))
+                        })?;
+                    a.voice_heard(heard);
                 }
             }
             match a.between_windows() {

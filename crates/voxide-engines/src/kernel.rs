@@ -1,6 +1,6 @@
-//! The VAD engine's one product: many dot products of weight rows with input columns. On x86-64
-//! with AVX2 and FMA it runs as 8-lane fused multiply-adds, 4 rows against 2 columns at a time
-//! (8 independent sums); elsewhere as plain loops.
+//! The one product of the VAD engine and the speaker encoder: many dot products of weight rows
+//! with input columns. On x86-64 with AVX2 and FMA it runs as 8-lane fused multiply-adds, 4 rows
+//! against 2 columns at a time (8 independent sums); elsewhere as plain loops.
 //!
 //! Unsafe code, allowed here only: the intrinsics need CPU features checked at run time, and
 //! their loads take raw pointers. The one entry point checks every length first.
