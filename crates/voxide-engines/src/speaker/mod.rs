@@ -15,7 +15,7 @@ use realfft::{RealFftPlanner, RealToComplex};
 
 use crate::audio::mel::{self, BINS, HOP, N_FFT};
 use crate::kernel::dots;
-use crate::models::{ModelError, model_path};
+use crate::models::ModelError;
 
 const NAME: &str = "ge2e-speaker";
 const FILE: &str = "ge2e/pretrained.pt";
@@ -63,21 +63,16 @@ impl SpeakerEncoder {
 
     /// Loads the encoder from the models folder.
     pub fn load_default() -> Result<Self, ModelError> {
-        let path = model_path(NAME, FILE)?;
-        let invalid = |reason: String| ModelError::Invalid {
-            name: NAME.into(),
-            path: path.clone(),
-            reason,
-        };
-        let bytes = std::fs::read(&path).map_err(|e| invalid(e.to_string()))?;
-        let mut tensors =
-            torch::read_state(&bytes, "model_state").map_err(|e| invalid(e.to_string()))?;
+        crate::models::load_model(NAME, FILE, Self::from_file)
+    }
+
+    /// The encoder in a checkpoint's bytes.
+    fn from_file(bytes: &[u8]) -> Result<Self, String> {
+        let mut tensors = torch::read_state(bytes, "model_state").map_err(|e| e.to_string())?;
         let mut get = |name: &str, shape: &[usize]| {
-            let t = tensors
-                .remove(name)
-                .ok_or_else(|| invalid(format!("no {name}")))?;
+            let t = tensors.remove(name).ok_or_else(|| format!("no {name}"))?;
             if t.shape != shape {
-                return Err(invalid(format!("{name} is {:?}, not {shape:?}", t.shape)));
+                return Err(format!("{name} is {:?}, not {shape:?}", t.shape));
             }
             Ok(t.values)
         };

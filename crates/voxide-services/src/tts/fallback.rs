@@ -179,43 +179,33 @@ impl Relay {
 mod tests {
     use super::*;
 
-    /// A voice whose key is refused: it fails each context once it has seen its flush.
-    struct Refused;
-
-    impl TtsEngine for Refused {
-        fn name(&self) -> &str {
-            "refused"
-        }
-
-        fn sample_rate(&self) -> u32 {
-            16_000
-        }
-
-        fn text_unit(&self) -> TextUnit {
-            TextUnit::Sentence
-        }
-
-        fn open(&self) -> TtsContext {
-            let (input, mut inputs) = mpsc::channel(INPUT_QUEUE);
-            let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
-            tokio::spawn(async move {
-                while let Some(input) = inputs.recv().await {
-                    if input == TtsInput::Flush {
-                        let _ = events_tx.send(TtsEvent::Failed("401".into())).await;
-                        return;
-                    }
-                }
-            });
-            TtsContext { input, events }
-        }
+    /// A test voice: each input gets the event `answer` gives it, if any; a context ends after
+    /// `Done` or `Failed`.
+    struct Voice {
+        name: &'static str,
+        answer: fn(TtsInput) -> Option<TtsEvent>,
     }
+
+    /// A voice whose key is refused: it fails each context once it has seen its flush.
+    const REFUSED: Voice = Voice {
+        name: "refused",
+        answer: |input| (input == TtsInput::Flush).then(|| TtsEvent::Failed("401".into())),
+    };
 
     /// A voice that says each text as a hundred samples of its length.
-    struct Speaks;
+    const SPEAKS: Voice = Voice {
+        name: "speaks",
+        answer: |input| {
+            Some(match input {
+                TtsInput::Text(text) => TtsEvent::Audio(vec![text.len() as i16; 100]),
+                TtsInput::Flush => TtsEvent::Done,
+            })
+        },
+    };
 
-    impl TtsEngine for Speaks {
+    impl TtsEngine for Voice {
         fn name(&self) -> &str {
-            "speaks"
+            self.name
         }
 
         fn sample_rate(&self) -> u32 {
@@ -229,14 +219,12 @@ mod tests {
         fn open(&self) -> TtsContext {
             let (input, mut inputs) = mpsc::channel(INPUT_QUEUE);
             let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
+            let answer = self.answer;
             tokio::spawn(async move {
                 while let Some(input) = inputs.recv().await {
-                    let event = match input {
-                        TtsInput::Text(text) => TtsEvent::Audio(vec![text.len() as i16; 100]),
-                        TtsInput::Flush => TtsEvent::Done,
-                    };
-                    let done = event == TtsEvent::Done;
-                    if events_tx.send(event).await.is_err() || done {
+                    let Some(event) = answer(input) else { continue };
+                    let last = matches!(event, TtsEvent::Done | TtsEvent::Failed(_));
+                    if events_tx.send(event).await.is_err() || last {
                         return;
                     }
                 }
@@ -245,25 +233,32 @@ mod tests {
         }
     }
 
-    fn voices() -> Arc<dyn TtsEngine> {
-        TtsFallback::shared(vec![Arc::new(Refused), Arc::new(Speaks)]).expect("a list")
-    }
-
-    #[tokio::test]
-    async fn a_voice_that_fails_after_the_turn_was_flushed_and_let_go_hands_it_on_whole() {
-        let voices = voices();
+    /// What `voices`, as a fallback list, say of `texts` (then a flush if `flushed`) in a turn
+    /// the service let go of after its last input.
+    async fn said(voices: [Voice; 2], texts: &[&str], flushed: bool) -> Vec<TtsEvent> {
+        let voices = TtsFallback::shared(voices.map(|v| Arc::new(v) as Arc<dyn TtsEngine>).into())
+            .expect("a list");
         let TtsContext { input, mut events } = voices.open();
-        input
-            .send(TtsInput::Text("Hello there.".into()))
-            .await
-            .expect("text");
-        input.send(TtsInput::Flush).await.expect("flush");
-        // The service lets go of a flushed turn and waits for its speech.
+        for text in texts {
+            input
+                .send(TtsInput::Text((*text).into()))
+                .await
+                .expect("text");
+        }
+        if flushed {
+            input.send(TtsInput::Flush).await.expect("flush");
+        }
         drop(input);
         let mut heard = Vec::new();
         while let Some(event) = events.recv().await {
             heard.push(event);
         }
+        heard
+    }
+
+    #[tokio::test]
+    async fn a_voice_that_fails_after_the_turn_was_flushed_and_let_go_hands_it_on_whole() {
+        let heard = said([REFUSED, SPEAKS], &["Hello there."], true).await;
         assert!(
             matches!(&heard[0], TtsEvent::Switched { from, to, .. } if from == "refused" && to == "speaks"),
             "{heard:?}"
@@ -273,41 +268,14 @@ mod tests {
 
     #[tokio::test]
     async fn a_flushed_turn_let_go_is_spoken_to_its_end() {
-        let voices =
-            TtsFallback::shared(vec![Arc::new(Speaks), Arc::new(Refused)]).expect("a list");
-        let TtsContext { input, mut events } = voices.open();
-        for text in ["Hello there.", "It is noon."] {
-            input.send(TtsInput::Text(text.into())).await.expect("text");
-        }
-        input.send(TtsInput::Flush).await.expect("flush");
-        drop(input);
-        let mut heard = Vec::new();
-        while let Some(event) = events.recv().await {
-            heard.push(event);
-        }
-        assert_eq!(
-            heard,
-            [
-                TtsEvent::Audio(vec![12; 100]),
-                TtsEvent::Audio(vec![11; 100]),
-                TtsEvent::Done
-            ]
-        );
+        let heard = said([SPEAKS, REFUSED], &["Hello there.", "It is noon."], true).await;
+        let audio = |n| TtsEvent::Audio(vec![n; 100]);
+        assert_eq!(heard, [audio(12), audio(11), TtsEvent::Done]);
     }
 
     #[tokio::test]
     async fn a_turn_let_go_before_its_flush_is_cancelled() {
-        let voices = voices();
-        let TtsContext { input, mut events } = voices.open();
-        input
-            .send(TtsInput::Text("Hello there.".into()))
-            .await
-            .expect("text");
-        drop(input);
-        assert_eq!(
-            events.recv().await,
-            None,
-            "nothing is said of an interrupted turn"
-        );
+        let heard = said([REFUSED, SPEAKS], &["Hello there."], false).await;
+        assert_eq!(heard, [], "nothing is said of an interrupted turn");
     }
 }
