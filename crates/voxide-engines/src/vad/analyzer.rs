@@ -24,8 +24,8 @@
 //! Loudness cannot tell a speaker who talks on from the café: the room's level, read over the
 //! last seconds, creeps up to the voice's, and the voice's quieter syllables fall under it. A
 //! speaker encoder can ([`Voiceprint`]): enrolled from the loud part of the speaker's turns, it
-//! says every quarter second whether the last half second was the speaker's voice. While it
-//! was, the room's level is not read, and the turn stays open.
+//! says every quarter second whether the last second was the speaker's voice. While it was,
+//! the room's level is not read, so the voice stays clear of it.
 
 use std::sync::Arc;
 
@@ -498,22 +498,31 @@ impl Speaker {
 /// Seconds of the speaker's loud windows a voiceprint is enrolled from.
 const ENROL_SECS: f32 = 2.0;
 
-/// Seconds of audio each check of the voice reads: the last half second.
+/// Seconds of audio each check of the voice reads: the last second.
 const VOICE_STRETCH_SECS: f32 = 1.0;
 
 /// Seconds between two checks of the voice.
 const VOICE_CHECK_SECS: f32 = 0.25;
 
-/// The cosine similarity to the voiceprint over which a stretch is the speaker's voice.
+/// The cosine similarity to the voiceprint over which a stretch is the speaker's voice, at
+/// least.
 const VOICE_MATCH: f32 = 0.6;
+
+/// Checks of the room alone (a second with nobody speaking) whose scores are kept.
+const ROOM_CHECKS: usize = 16;
+
+/// How far a stretch must score over the room's usual score (the 75th percentile of its
+/// checks) to be the speaker's voice: where the talk comes within a few dB of the speaker
+/// (a café at SNR 5 dB), the voiceprint holds some of it, and the room scores near the voice.
+const VOICE_OVER_ROOM: f32 = 0.05;
 
 /// What a [`VoiceJob`] is for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum VoicePurpose {
     /// The speaker's loud windows: the voiceprint.
     Enrol,
-    /// The last half second: is it the speaker?
-    Check,
+    /// The last second: is it the speaker? `room` when nobody spoke in it.
+    Check { room: bool },
 }
 
 /// A speaker embedding the analyzer needs: CPU work (a few milliseconds) for the caller to run
@@ -542,8 +551,9 @@ pub struct VoiceHeard {
 
 /// The speaker's voice, where the room talks and its level comes near the speaker's: a
 /// voiceprint enrolled from the loud windows of the speaker's turns (the vowels near the
-/// speaker's level, where the room's talk is 10 dB or more under it), and whether the last half
-/// second, checked every quarter second, was that voice.
+/// speaker's level, where the room's talk is 10 dB or more under it), and whether the last
+/// second, checked every quarter second, was that voice: near enough the print, and nearer
+/// than the room alone usually comes.
 struct Voiceprint {
     encoder: Arc<SpeakerEncoder>,
     /// The last [`VOICE_STRETCH_SECS`] of audio at 16 kHz, oldest first, as a ring.
@@ -561,6 +571,11 @@ struct Voiceprint {
     check_windows: u32,
     /// Whether the last check heard the speaker.
     voice: bool,
+    /// Windows in a row heard while nobody spoke.
+    quiet_windows: u32,
+    stretch_windows: u32,
+    /// The last scores of the room alone, oldest first.
+    room_scores: std::collections::VecDeque<f32>,
     /// Samples heard, for the traces.
     heard: u64,
 }
@@ -580,15 +595,19 @@ impl Voiceprint {
             since_check: 0,
             check_windows: ((VOICE_CHECK_SECS * rate / window as f32).round() as u32).max(1),
             voice: false,
+            quiet_windows: 0,
+            stretch_windows: (stretch as f32 / window as f32).ceil() as u32,
+            room_scores: std::collections::VecDeque::with_capacity(ROOM_CHECKS),
             heard: 0,
         }
     }
 
     /// Takes a window of audio; `loud` if it is the speaker's speech near the speaker's level,
-    /// `needed` if the room talks at near the speaker's level. Returns a job when an embedding
-    /// is due.
-    fn hear(&mut self, window: &[f32], loud: bool, needed: bool) -> Option<VoiceJob> {
+    /// `quiet` if nobody speaks, `needed` if the room talks at near the speaker's level. Returns
+    /// a job when an embedding is due.
+    fn hear(&mut self, window: &[f32], loud: bool, quiet: bool, needed: bool) -> Option<VoiceJob> {
         let capacity = self.stretch;
+        self.quiet_windows = if quiet { self.quiet_windows + 1 } else { 0 };
         self.heard += window.len() as u64;
         for &s in window {
             if self.recent.len() < capacity {
@@ -631,7 +650,8 @@ impl Voiceprint {
             let mut audio = Vec::with_capacity(capacity);
             audio.extend_from_slice(&self.recent[self.next..]);
             audio.extend_from_slice(&self.recent[..self.next]);
-            return Some(job(audio, VoicePurpose::Check));
+            let room = self.quiet_windows >= self.stretch_windows;
+            return Some(job(audio, VoicePurpose::Check { room }));
         }
         None
     }
@@ -644,14 +664,29 @@ impl Voiceprint {
                 tracing::debug!(at_secs, "the speaker's voiceprint is enrolled");
                 self.print = Some(heard.embedding);
             }
-            VoicePurpose::Check => {
+            VoicePurpose::Check { room } => {
                 let Some(print) = &self.print else { return };
                 let score = similarity(print, &heard.embedding);
-                self.voice = score >= VOICE_MATCH;
+                self.voice = !room && score >= self.threshold();
+                if room {
+                    if self.room_scores.len() == ROOM_CHECKS {
+                        self.room_scores.pop_front();
+                    }
+                    self.room_scores.push_back(score);
+                }
                 let at_secs = self.heard as f32 / 16_000.0;
-                tracing::trace!(at_secs, score, voice = self.voice, "voice check");
+                tracing::trace!(at_secs, score, room, voice = self.voice, "voice check");
             }
         }
+    }
+
+    /// The score a stretch needs to be the speaker's: [`VOICE_MATCH`], or
+    /// [`VOICE_OVER_ROOM`] over the room's usual score where that is higher.
+    fn threshold(&self) -> f32 {
+        let mut scores: Vec<f32> = self.room_scores.iter().copied().collect();
+        scores.sort_by(f32::total_cmp);
+        let usual = scores.get(scores.len() * 3 / 4).copied().unwrap_or(0.0);
+        VOICE_MATCH.max(usual + VOICE_OVER_ROOM)
     }
 }
 
@@ -927,7 +962,9 @@ impl VadAnalyzer {
             let needed = room.talks
                 && speaker
                     .is_some_and(|speaker| speaker - room.background < SPEAKER_OVER_BACKGROUND);
-            if let Some(job) = voiceprint.hear(window, loud, needed) {
+            // An onset is not yet a turn: where the room talks it is mostly the room's.
+            let quiet = matches!(self.state, VadState::Quiet | VadState::Starting);
+            if let Some(job) = voiceprint.hear(window, loud, quiet, needed) {
                 self.voice_job = Some(job);
             }
         }
