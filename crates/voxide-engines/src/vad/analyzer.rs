@@ -23,7 +23,7 @@
 //!
 //! Loudness cannot tell a speaker who talks on from the café: the room's level, read over the
 //! last seconds, creeps up to the voice's, and the voice's quieter syllables fall under it. A
-//! speaker encoder can ([`Voiceprint`]): enrolled from the loud part of the speaker's turns, it
+//! speaker encoder can (`Voiceprint`): enrolled from the loud part of the speaker's turns, it
 //! says every quarter second whether the last second was the speaker's voice. While it was,
 //! the room's level is not read, so the voice stays clear of it.
 
