@@ -618,7 +618,8 @@ impl Voiceprint {
             }
         }
         let enrolling = self.print.is_none();
-        if loud && enrolling {
+        // Bounded: no more than the print needs, whether or not its job has come back.
+        if loud && enrolling && (self.enrolment.len() as f32) < ENROL_SECS * 16_000.0 {
             self.enrolment.extend_from_slice(window);
         }
         if !needed {
