@@ -39,8 +39,8 @@ impl VadStage {
         }
     }
 
-    /// Follows the user's voice with `encoder` where the room talks, so a café's talk neither
-    /// ends a turn the user is still speaking nor is taken for the user's level.
+    /// Follows the user's voice with `encoder` where the room talks, so a user who talks on is
+    /// not read as the café's level (the embeddings run on a blocking thread).
     pub fn voiceprint(mut self, encoder: Arc<SpeakerEncoder>) -> Self {
         self.voiceprint = Some(encoder);
         self
