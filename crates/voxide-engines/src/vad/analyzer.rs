@@ -498,6 +498,11 @@ impl Speaker {
 /// Seconds of the speaker's loud windows a voiceprint is enrolled from.
 const ENROL_SECS: f32 = 2.0;
 
+/// Enrolments a voiceprint is the mean of: the first, then each later one that is the
+/// speaker's voice by the print so far. Each holds a little of the room's talk, a different
+/// little each time, and the mean keeps the voice.
+const ENROLMENTS: u32 = 6;
+
 /// Seconds of audio each check of the voice reads: the last second.
 const VOICE_STRETCH_SECS: f32 = 1.0;
 
@@ -551,7 +556,8 @@ pub struct VoiceHeard {
 
 /// The speaker's voice, where the room talks and its level comes near the speaker's: a
 /// voiceprint enrolled from the loud windows of the speaker's turns (the vowels near the
-/// speaker's level, where the room's talk is 10 dB or more under it), and whether the last
+/// speaker's level, where the room's talk is 10 dB or more under it) and refined by the later
+/// ones that are the speaker's ([`ENROLMENTS`] in all), and whether the last
 /// second, checked every quarter second, was that voice: near enough the print, and nearer
 /// than the room alone usually comes.
 struct Voiceprint {
@@ -561,9 +567,12 @@ struct Voiceprint {
     next: usize,
     /// Samples in a check's stretch.
     stretch: usize,
-    /// Loud windows of the speaker's, until there are [`ENROL_SECS`] of them.
+    /// Loud windows of the speaker's, until there are [`ENROL_SECS`] of them, for each
+    /// enrolment.
     enrolment: Vec<f32>,
     print: Option<Vec<f32>>,
+    /// Enrolments the print is the mean of.
+    enrolments: u32,
     /// A job handed out and not yet heard back.
     pending: bool,
     /// Windows since the last check.
@@ -591,6 +600,7 @@ impl Voiceprint {
             stretch,
             enrolment: Vec::new(),
             print: None,
+            enrolments: 0,
             pending: false,
             since_check: 0,
             check_windows: ((VOICE_CHECK_SECS * rate / window as f32).round() as u32).max(1),
@@ -617,7 +627,7 @@ impl Voiceprint {
                 self.next = (self.next + 1) % capacity;
             }
         }
-        let enrolling = self.print.is_none();
+        let enrolling = self.enrolments < ENROLMENTS;
         // Bounded: no more than the print needs, whether or not its job has come back.
         if loud && enrolling && (self.enrolment.len() as f32) < ENROL_SECS * 16_000.0 {
             self.enrolment.extend_from_slice(window);
@@ -642,7 +652,7 @@ impl Voiceprint {
             ));
         }
         if needed
-            && !enrolling
+            && self.print.is_some()
             && self.since_check >= self.check_windows
             && self.recent.len() == capacity
         {
@@ -662,8 +672,29 @@ impl Voiceprint {
         match heard.purpose {
             VoicePurpose::Enrol => {
                 let at_secs = self.heard as f32 / 16_000.0;
-                tracing::debug!(at_secs, "the speaker's voiceprint is enrolled");
-                self.print = Some(heard.embedding);
+                let threshold = self.threshold();
+                match &mut self.print {
+                    None => {
+                        tracing::debug!(at_secs, "the speaker's voiceprint is enrolled");
+                        self.print = Some(heard.embedding);
+                        self.enrolments = 1;
+                    }
+                    Some(print) => {
+                        let score = similarity(print, &heard.embedding);
+                        let kept = score >= threshold;
+                        tracing::debug!(at_secs, score, kept, "a later enrolment");
+                        if kept {
+                            let n = self.enrolments as f32;
+                            for (p, e) in print.iter_mut().zip(&heard.embedding) {
+                                *p = (*p * n + e) / (n + 1.0);
+                            }
+                            let norm = similarity(print, print).sqrt().max(f32::EPSILON);
+                            print.iter_mut().for_each(|p| *p /= norm);
+                        }
+                        // Counted either way: the enrolments are bounded.
+                        self.enrolments += 1;
+                    }
+                }
             }
             VoicePurpose::Check { room } => {
                 let Some(print) = &self.print else { return };
@@ -1246,25 +1277,100 @@ mod tests {
             .collect()
     }
 
-    #[test]
-    fn in_a_cafe_a_speaker_who_talks_on_leaves_the_rooms_level_where_the_room_put_it() {
-        let read = |name: &str| {
-            let path = format!("{}/../../assets/test/{name}", env!("CARGO_MANIFEST_DIR"));
-            crate::audio::wav::read(&path)
-                .expect("test audio")
-                .to_mono()
-        };
-        let speaker = read("hello_16k.wav");
-        // Three talkers a third of the clip apart: talk without a gap.
-        let clip = read("frog_and_toad_16k.wav");
-        let talk: Vec<i16> = (0..clip.len())
+    /// A test clip, mono.
+    fn test_audio(name: &str) -> Vec<i16> {
+        let path = format!("{}/../../assets/test/{name}", env!("CARGO_MANIFEST_DIR"));
+        crate::audio::wav::read(&path)
+            .expect("test audio")
+            .to_mono()
+    }
+
+    /// A café's talk: three talkers a third of a clip apart, without a gap.
+    fn cafe_talk() -> Vec<i16> {
+        let clip = test_audio("frog_and_toad_16k.wav");
+        (0..clip.len())
             .map(|i| {
                 (0..3)
                     .map(|k| i32::from(clip[(i + k * clip.len() / 3) % clip.len()]))
                     .sum::<i32>()
                     .clamp(-32_768, 32_767) as i16
             })
-            .collect();
+            .collect()
+    }
+
+    #[test]
+    fn later_enrolments_bring_the_print_nearer_the_speaker_and_leave_the_rooms_talk_out() {
+        let encoder = SpeakerEncoder::shared().expect("the encoder loads; run scripts/setup.sh");
+        let speaker = test_audio("hello_16k.wav");
+        let talk = cafe_talk();
+        let samples = |audio: &[i16]| -> Vec<f32> {
+            audio.iter().map(|&s| f32::from(s) / 32_768.0).collect()
+        };
+        let alone = encoder.embed(&samples(&speaker));
+        let mut voiceprint = Voiceprint::new(encoder, 512);
+        // Every window is the speaker's loud speech, over talk 5 dB under it, each saying
+        // over another stretch of the talk.
+        let mut first = None;
+        let mut said = 0;
+        while voiceprint.enrolments < ENROLMENTS {
+            let offset = said * talk.len() / 7;
+            let over = over_talk(&speaker, &talk[offset..], 5.0);
+            said += 1;
+            for window in samples(&over).chunks_exact(512) {
+                if let Some(job) = voiceprint.hear(window, true, false, false) {
+                    voiceprint.heard(job.run());
+                }
+                if first.is_none() {
+                    first = voiceprint.print.clone();
+                }
+            }
+        }
+        let first = first.expect("enrolled");
+        let last = voiceprint.print.clone().expect("enrolled");
+        let (first_score, last_score) = (similarity(&first, &alone), similarity(&last, &alone));
+        assert!(
+            last_score > first_score,
+            "the speaker alone scores {first_score} against the first print, {last_score} against the last"
+        );
+        // Enrolments are bounded, and what comes after them changes nothing.
+        for window in samples(&talk).chunks_exact(512) {
+            assert!(voiceprint.hear(window, true, false, false).is_none());
+        }
+        assert_eq!(voiceprint.print, Some(last));
+    }
+
+    #[test]
+    fn a_later_enrolment_of_the_rooms_talk_is_not_folded_into_the_print() {
+        let encoder = SpeakerEncoder::shared().expect("the encoder loads; run scripts/setup.sh");
+        let samples = |audio: &[i16]| -> Vec<f32> {
+            audio.iter().map(|&s| f32::from(s) / 32_768.0).collect()
+        };
+        let mut voiceprint = Voiceprint::new(encoder, 512);
+        let hear = |voiceprint: &mut Voiceprint, audio: &[i16]| {
+            for window in samples(audio).chunks_exact(512) {
+                if let Some(job) = voiceprint.hear(window, true, false, false) {
+                    voiceprint.heard(job.run());
+                }
+            }
+        };
+        // Just over the 2 s of the first enrolment.
+        hear(&mut voiceprint, &test_audio("hello_16k.wav")[..33_000]);
+        assert_eq!(voiceprint.enrolments, 1);
+        let print = voiceprint.print.clone().expect("enrolled");
+        // 2.5 s of the café's talk alone, taken for the speaker's loud speech.
+        let talk: Vec<i16> = cafe_talk().into_iter().cycle().take(40_000).collect();
+        hear(&mut voiceprint, &talk);
+        assert_eq!(voiceprint.enrolments, 2);
+        assert!(
+            voiceprint.print == Some(print),
+            "the room's talk was folded into the print"
+        );
+    }
+
+    #[test]
+    fn in_a_cafe_a_speaker_who_talks_on_leaves_the_rooms_level_where_the_room_put_it() {
+        let speaker = test_audio("hello_16k.wav");
+        let talk = cafe_talk();
         // 4 s of the room alone, then the speaker three times over without a pause.
         let mut stream = over_talk(&vec![0; 64_000], &talk, 10.0);
         let said: Vec<i16> = speaker
