@@ -571,8 +571,10 @@ struct Voiceprint {
     /// enrolment.
     enrolment: Vec<f32>,
     print: Option<Vec<f32>>,
-    /// Enrolments the print is the mean of.
+    /// Enrolments heard, kept or not: no more than [`ENROLMENTS`].
     enrolments: u32,
+    /// Enrolments the print is the mean of.
+    kept: u32,
     /// A job handed out and not yet heard back.
     pending: bool,
     /// Windows since the last check.
@@ -601,6 +603,7 @@ impl Voiceprint {
             enrolment: Vec::new(),
             print: None,
             enrolments: 0,
+            kept: 0,
             pending: false,
             since_check: 0,
             check_windows: ((VOICE_CHECK_SECS * rate / window as f32).round() as u32).max(1),
@@ -677,24 +680,24 @@ impl Voiceprint {
                     None => {
                         tracing::debug!(at_secs, "the speaker's voiceprint is enrolled");
                         self.print = Some(heard.embedding);
-                        self.enrolments = 1;
+                        self.kept = 1;
                     }
                     Some(print) => {
                         let score = similarity(print, &heard.embedding);
                         let kept = score >= threshold;
                         tracing::debug!(at_secs, score, kept, "a later enrolment");
                         if kept {
-                            let n = self.enrolments as f32;
+                            let n = self.kept as f32;
                             for (p, e) in print.iter_mut().zip(&heard.embedding) {
                                 *p = (*p * n + e) / (n + 1.0);
                             }
                             let norm = similarity(print, print).sqrt().max(f32::EPSILON);
                             print.iter_mut().for_each(|p| *p /= norm);
+                            self.kept += 1;
                         }
-                        // Counted either way: the enrolments are bounded.
-                        self.enrolments += 1;
                     }
                 }
+                self.enrolments += 1;
             }
             VoicePurpose::Check { room } => {
                 let Some(print) = &self.print else { return };
@@ -1285,6 +1288,11 @@ mod tests {
             .to_mono()
     }
 
+    /// 16-bit samples as the encoder reads them.
+    fn floats(audio: &[i16]) -> Vec<f32> {
+        audio.iter().map(|&s| f32::from(s) / 32_768.0).collect()
+    }
+
     /// A café's talk: three talkers a third of a clip apart, without a gap.
     fn cafe_talk() -> Vec<i16> {
         let clip = test_audio("frog_and_toad_16k.wav");
@@ -1303,10 +1311,7 @@ mod tests {
         let encoder = SpeakerEncoder::shared().expect("the encoder loads; run scripts/setup.sh");
         let speaker = test_audio("hello_16k.wav");
         let talk = cafe_talk();
-        let samples = |audio: &[i16]| -> Vec<f32> {
-            audio.iter().map(|&s| f32::from(s) / 32_768.0).collect()
-        };
-        let alone = encoder.embed(&samples(&speaker));
+        let alone = encoder.embed(&floats(&speaker));
         let mut voiceprint = Voiceprint::new(encoder, 512);
         // Every window is the speaker's loud speech, over talk 5 dB under it, each saying
         // over another stretch of the talk.
@@ -1316,7 +1321,7 @@ mod tests {
             let offset = said * talk.len() / 7;
             let over = over_talk(&speaker, &talk[offset..], 5.0);
             said += 1;
-            for window in samples(&over).chunks_exact(512) {
+            for window in floats(&over).chunks_exact(512) {
                 if let Some(job) = voiceprint.hear(window, true, false, false) {
                     voiceprint.heard(job.run());
                 }
@@ -1333,21 +1338,18 @@ mod tests {
             "the speaker alone scores {first_score} against the first print, {last_score} against the last"
         );
         // Enrolments are bounded, and what comes after them changes nothing.
-        for window in samples(&talk).chunks_exact(512) {
+        for window in floats(&talk).chunks_exact(512) {
             assert!(voiceprint.hear(window, true, false, false).is_none());
         }
-        assert_eq!(voiceprint.print, Some(last));
+        assert!(voiceprint.print == Some(last), "the print changed");
     }
 
     #[test]
     fn a_later_enrolment_of_the_rooms_talk_is_not_folded_into_the_print() {
         let encoder = SpeakerEncoder::shared().expect("the encoder loads; run scripts/setup.sh");
-        let samples = |audio: &[i16]| -> Vec<f32> {
-            audio.iter().map(|&s| f32::from(s) / 32_768.0).collect()
-        };
         let mut voiceprint = Voiceprint::new(encoder, 512);
         let hear = |voiceprint: &mut Voiceprint, audio: &[i16]| {
-            for window in samples(audio).chunks_exact(512) {
+            for window in floats(audio).chunks_exact(512) {
                 if let Some(job) = voiceprint.hear(window, true, false, false) {
                     voiceprint.heard(job.run());
                 }
@@ -1360,7 +1362,7 @@ mod tests {
         // 2.5 s of the café's talk alone, taken for the speaker's loud speech.
         let talk: Vec<i16> = cafe_talk().into_iter().cycle().take(40_000).collect();
         hear(&mut voiceprint, &talk);
-        assert_eq!(voiceprint.enrolments, 2);
+        assert_eq!((voiceprint.enrolments, voiceprint.kept), (2, 1));
         assert!(
             voiceprint.print == Some(print),
             "the room's talk was folded into the print"
