@@ -6,7 +6,8 @@ must not stop it ("yeah", "mm hmm", "I see": 30 of them) or a real interruption 
 ("wait", "stop", "no, I meant Paris", a new question: 30 of them). Each is placed at a seeded
 random moment 2.0-4.0 s after the question ends (the bot answers within about a second), in one
 of four espeak-ng voices voxide was never tuned on, over a quiet room's floor (brown noise at
--55 dBFS, `--digital-silence` for none). One WAV per voice goes through `voxide run` with the
+-55 dBFS, `--digital-silence` for none; `--babble-snr DB` for a café instead: scripts/noise.py's
+four espeak-ng talkers under the speech and between, DB under the speech's active level). One WAV per voice goes through `voxide run` with the
 embedded defaults at real-time pace, once per configuration of the barge-in flags.
 
 For each utterance that starts while the bot is audible:
@@ -18,7 +19,8 @@ For each utterance that starts while the bot is audible:
   utterance's first voiced 20 ms to the bot's last audible 20 ms before it fell silent.
 
     scripts/backchannels.py [--bin target/release/voxide] [--out target/backchannels]
-                            [--config NAME=FLAGS ...] [--noise-dbfs -55 | --digital-silence]
+                            [--config NAME=FLAGS ...]
+                            [--noise-dbfs -55 | --digital-silence | --babble-snr 10]
                             [--rejudge] [--tuning] [--stand-ins WORDS] [--pipecat PYTHON]
 
 Prints one JSON line per configuration (default: voxide's defaults, `--backchannels true
@@ -49,8 +51,9 @@ import time
 import wave
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from turn_wait import (RATE, noise_arguments, noise_dbfs, quantile, room_name,  # noqa: E402
-                       speech, under, write_wav)
+from noise import babble, rms_dbfs  # noqa: E402
+from turn_wait import (RATE, WINDOW, noise_arguments, noise_dbfs, quantile,  # noqa: E402
+                       room_name, speech, under, voiced_windows, write_wav)
 
 VOICES = ["en-us+m4", "en-gb-x-rp+f3", "en-us+f4", "en-gb+m5"]
 # The set to tune on: voices no held-out set uses.
@@ -107,7 +110,7 @@ WHISPER = os.path.join(ROOT, "assets", "models", "whisper-tiny.en")
 STAND_IN_PORT = 9470
 
 
-def build(voice, items, path, dbfs, rng):
+def build(voice, items, path, room, rng):
     """One WAV of `items` ((kind, text) pairs) in `voice`; each with its times in seconds."""
     samples = array.array("h", [0] * RATE)
     out = []
@@ -122,8 +125,35 @@ def build(voice, items, path, dbfs, rng):
         out.append({"kind": kind, "text": text, "voice": voice, "question_end": end,
                     "start": start, "end": len(samples) / RATE})
         samples.extend(array.array("h", [0] * max(0, int((end + ITEM_S) * RATE) - len(samples))))
-    write_wav(path, under(samples, dbfs))
+    write_wav(path, room(samples))
     return out
+
+
+def room_of(args):
+    """What the room adds to a WAV's samples: the floor, or the café's talk."""
+    if args.babble_snr is None:
+        return lambda samples: under(samples, noise_dbfs(args))
+    talk = read_samples(babble(os.path.join(args.out, "babble.wav")))
+
+    def cafe(samples):
+        voiced = array.array("h")
+        for k in voiced_windows(samples):
+            voiced.extend(samples[k * WINDOW:(k + 1) * WINDOW])
+        gain = 10 ** ((rms_dbfs(voiced) - args.babble_snr - rms_dbfs(talk)) / 20)
+        return array.array("h", (max(-32768, min(32767, s + round(talk[i % len(talk)] * gain)))
+                                 for i, s in enumerate(samples)))
+    return cafe
+
+
+def room_title(args):
+    if args.babble_snr is None:
+        return room_name(noise_dbfs(args))
+    return f"café babble at SNR {args.babble_snr:g} dB"
+
+
+def read_samples(path):
+    with wave.open(path) as w:
+        return array.array("h", w.readframes(w.getnframes()))
 
 
 def voiced(path):
@@ -244,6 +274,8 @@ def main():
     parser.add_argument("--pipecat", metavar="PYTHON",
                         help="also run pipecat 1.14's pipeline on the set, with this Python")
     noise_arguments(parser)
+    parser.add_argument("--babble-snr", type=float, metavar="DB",
+                        help="a café instead of the floor: four talkers DB under the speech")
     args = parser.parse_args()
     if args.pipecat and not args.stand_ins:
         args.stand_ins = 30
@@ -268,7 +300,7 @@ def main():
     sets = {}
     for v, voice in enumerate(voices):
         wav = os.path.join(args.out, f"{voice.replace('+', '_')}.wav")
-        sets[voice] = (wav, build(voice, items[v::len(voices)], wav, noise_dbfs(args), rng))
+        sets[voice] = (wav, build(voice, items[v::len(voices)], wav, room_of(args), rng))
     stand_ins = None
     if args.stand_ins and not args.rejudge:
         stand_ins = subprocess.Popen(
@@ -296,7 +328,7 @@ def report(args, name, flags, voices, sets):
     stops = [r for r in rows if r["kind"] == "interruption"]
     stop_ms = [r["stop_ms"] for r in stops if "stop_ms" in r]
     print(json.dumps({
-        "config": name, "flags": " ".join(flags), "room": room_name(noise_dbfs(args)),
+        "config": name, "flags": " ".join(flags), "room": room_title(args),
         "voices": voices,
         "backchannels": {"measured": len(backs), "talked_on": sum(r["pass"] for r in backs),
                          "interrupted": sum(r["interrupted"] for r in backs),

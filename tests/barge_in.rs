@@ -87,7 +87,17 @@ fn vad_start() -> Step {
 }
 
 fn onset() -> Step {
-    Step::Frame(SystemFrame::VadSpeechOnset.into())
+    Step::Frame(SystemFrame::VadSpeechOnset { near_speaker: true }.into())
+}
+
+/// An onset under the speaker's level, in a café: most likely the room's talk.
+fn room_onset() -> Step {
+    Step::Frame(
+        SystemFrame::VadSpeechOnset {
+            near_speaker: false,
+        }
+        .into(),
+    )
 }
 
 fn onset_faded() -> Step {
@@ -251,6 +261,44 @@ async fn an_onset_that_starts_speech_turns_the_hold_into_an_interruption() {
         ["pause_playback", "user_started_speaking", "interruption"]
     );
     assert_eq!(events, ["bot_paused", "interruption"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_rooms_talk_under_the_speakers_level_does_not_hold_the_bot() {
+    // A café makes onsets all the time: holding at each would stutter the bot's voice. One
+    // that goes on still starts a turn, and that interrupts.
+    let (seen, events) = play_with_events(
+        BargeIn::default(),
+        vec![
+            room_onset(),
+            Step::Wait(60),
+            onset_faded(),
+            room_onset(),
+            Step::Wait(150),
+            vad_start(),
+            Step::Wait(100),
+        ],
+    )
+    .await;
+    assert_eq!(seen, ["user_started_speaking", "interruption"]);
+    assert_eq!(events, ["interruption"]);
+    // A user who starts softer holds the bot once their onset comes to their level.
+    let (seen, _) = play_with_events(
+        BargeIn::default(),
+        vec![
+            room_onset(),
+            Step::Wait(30),
+            Step::Frame(SystemFrame::VadOnsetNearSpeaker.into()),
+            Step::Wait(120),
+            vad_start(),
+            Step::Wait(100),
+        ],
+    )
+    .await;
+    assert_eq!(
+        seen,
+        ["pause_playback", "user_started_speaking", "interruption"]
+    );
 }
 
 #[test]

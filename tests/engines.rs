@@ -331,7 +331,10 @@ fn the_vad_confirms_speech_after_start_secs_of_it_with_no_wait_for_the_loudness(
     // Confident, loud windows from silence: started on the window that completes start_secs
     // (6 windows of 32 ms), not later while a smoothed loudness catches up.
     let needed = (params.start_secs * 16_000.0 / 512.0).round() as usize;
-    assert_eq!(analyzer.apply(0.99, &loud), Some(VadEvent::Onset));
+    assert_eq!(
+        analyzer.apply(0.99, &loud),
+        Some(VadEvent::Onset { near_speaker: true })
+    );
     let started = (2..=20)
         .find(|_| analyzer.apply(0.99, &loud) == Some(VadEvent::Started))
         .expect("started");
@@ -351,7 +354,10 @@ fn the_vad_confirms_speech_after_start_secs_of_it_with_no_wait_for_the_loudness(
     let burst: Vec<_> = windows
         .filter_map(|(confidence, window)| analyzer.apply(confidence, window))
         .collect();
-    assert_eq!(burst, [VadEvent::Onset, VadEvent::OnsetFaded]);
+    assert_eq!(
+        burst,
+        [VadEvent::Onset { near_speaker: true }, VadEvent::OnsetFaded]
+    );
     // Confident but quiet windows (speech far away) never start a turn.
     let mut analyzer =
         VadAnalyzer::new(SileroVad::shared().expect("model"), 16_000, params).expect("analyzer");

@@ -624,7 +624,8 @@ fn callee_speech(frame: &Frame) -> bool {
     matches!(
         frame.body,
         FrameBody::System(
-            SystemFrame::VadSpeechOnset
+            SystemFrame::VadSpeechOnset { .. }
+                | SystemFrame::VadOnsetNearSpeaker
                 | SystemFrame::VadOnsetFaded
                 | SystemFrame::VadUserStartedSpeaking
                 | SystemFrame::VadSilenceStarted

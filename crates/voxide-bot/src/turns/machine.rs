@@ -65,8 +65,14 @@ pub enum Input<'a> {
     },
     /// The user's audio.
     Audio(&'a AudioFrame),
-    /// The VAD heard what may be the start of speech.
-    Onset,
+    /// The VAD heard what may be the start of speech; `near_speaker`: at the speaker's level,
+    /// not a café's talk under it.
+    Onset {
+        /// As [`SystemFrame::VadSpeechOnset`]'s.
+        near_speaker: bool,
+    },
+    /// An onset under the speaker's level came near it.
+    OnsetNearSpeaker,
     /// That onset faded without becoming speech.
     OnsetFaded,
     /// An interruption from elsewhere (the session, a realtime LLM's own turn detection).
@@ -119,7 +125,10 @@ impl<'a> Input<'a> {
                 interruptions: start.params.allow_interruptions,
             },
             FrameBody::System(SystemFrame::InputAudio(audio)) => Self::Audio(audio),
-            FrameBody::System(SystemFrame::VadSpeechOnset) => Self::Onset,
+            FrameBody::System(SystemFrame::VadSpeechOnset { near_speaker }) => Self::Onset {
+                near_speaker: *near_speaker,
+            },
+            FrameBody::System(SystemFrame::VadOnsetNearSpeaker) => Self::OnsetNearSpeaker,
             FrameBody::System(SystemFrame::VadOnsetFaded) => Self::OnsetFaded,
             FrameBody::System(SystemFrame::Interruption) => Self::Interruption,
             FrameBody::System(SystemFrame::VadUserStartedSpeaking) => Self::VadStarted,
@@ -380,13 +389,17 @@ impl TurnMachine {
                 self.audio.keep(audio);
                 self.forward();
             }
-            Input::Onset => {
-                self.on_onset();
+            Input::Onset { near_speaker } => {
+                self.on_onset(near_speaker);
                 self.audio.onset();
                 let vad_speaking = self.vad_speaking;
                 if let Some(turn) = self.open() {
                     turn.onset_in_pause = !vad_speaking;
                 }
+                self.forward();
+            }
+            Input::OnsetNearSpeaker => {
+                self.on_onset(true);
                 self.forward();
             }
             Input::OnsetFaded => {
@@ -595,9 +608,12 @@ impl TurnMachine {
         self.turn.text.push_str(text);
     }
 
-    /// Speech may be starting over the bot: hold its audio until the VAD decides.
-    fn on_onset(&mut self) {
+    /// Speech may be starting over the bot: hold its audio until the VAD decides, unless the
+    /// onset is under the speaker's level (a café's talk, which makes onsets all the time); one
+    /// that comes near it later holds the bot then.
+    fn on_onset(&mut self, near_speaker: bool) {
         let hold = self.barge_in.pause_at_onset
+            && near_speaker
             && self.bot_speaking
             && self.interruptions
             && !self.onset_paused
@@ -1359,7 +1375,7 @@ mod tests {
         // The user goes on 300 ms into the hold; the VAD hears an onset at once and confirms
         // it as speech 200 ms later, after the hold has run out.
         let onset = pause + Duration::from_millis(300);
-        m.handle(Input::Onset, onset);
+        m.handle(Input::Onset { near_speaker: true }, onset);
         assert_eq!(m.next_deadline(), None, "the hold waits for the onset");
         assert!(pushed(&m.handle(Input::Tick, pause + FINISHED_TURN_HOLD)).is_empty());
         m.handle(Input::VadStarted, onset + Duration::from_millis(200));
@@ -1472,7 +1488,10 @@ mod tests {
     #[test]
     fn an_onset_that_fades_in_the_hold_ends_the_turn_if_the_hold_is_over() {
         let (mut m, pause, _) = held_turn("Who wrote the play Hamlet?");
-        m.handle(Input::Onset, pause + Duration::from_millis(400));
+        m.handle(
+            Input::Onset { near_speaker: true },
+            pause + Duration::from_millis(400),
+        );
         let faded = pause + FINISHED_TURN_HOLD + Duration::from_millis(50);
         assert_eq!(
             pushed(&m.handle(Input::OnsetFaded, faded)),

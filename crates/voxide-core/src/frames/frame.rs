@@ -241,7 +241,13 @@ pub enum SystemFrame {
     InputAudio(AudioFrame),
     /// The VAD heard speech in silence, not yet confirmed as a start: a
     /// [`SystemFrame::VadUserStartedSpeaking`] or a [`SystemFrame::VadOnsetFaded`] follows.
-    VadSpeechOnset,
+    VadSpeechOnset {
+        /// It came near the speaker's level at once (always where the room does not talk); in
+        /// a café, an onset under it is most likely the room's talk.
+        near_speaker: bool,
+    },
+    /// An onset that was not `near_speaker` came near the speaker's level before the start.
+    VadOnsetNearSpeaker,
     /// The onset fell quiet before the start delay: it was not speech (a click, a cough).
     VadOnsetFaded,
     /// The VAD heard speech start (confirmed after its start delay).
@@ -301,7 +307,8 @@ impl SystemFrame {
             SystemFrame::Metrics(_) => "metrics",
             SystemFrame::InputAudio(_) => "input_audio",
             SystemFrame::VadUserStartedSpeaking => "vad_user_started_speaking",
-            SystemFrame::VadSpeechOnset => "vad_speech_onset",
+            SystemFrame::VadSpeechOnset { .. } => "vad_speech_onset",
+            SystemFrame::VadOnsetNearSpeaker => "vad_onset_near_speaker",
             SystemFrame::VadOnsetFaded => "vad_onset_faded",
             SystemFrame::VadSilenceStarted => "vad_silence_started",
             SystemFrame::VadSpeechResumed => "vad_speech_resumed",

@@ -263,7 +263,12 @@ impl Whisper {
     }
 
     fn text(&self, tokens: &[u32]) -> String {
-        without_repeated_sentences(self.tokens.decode(tokens).trim())
+        let text = without_repeated_sentences(self.tokens.decode(tokens).trim());
+        if stutter(&text) {
+            tracing::debug!(%text, "a word begun over and over and never said: no words");
+            return String::new();
+        }
+        text
     }
 
     /// Which tokens may come: 0 for the allowed, minus infinity for the suppressed and every
@@ -537,6 +542,26 @@ fn without_repeated_sentences(text: &str) -> String {
         }
     }
     out.trim().to_owned()
+}
+
+/// Whether `text` is one word begun again and again and never finished ("Post-post-post-",
+/// "I- I-"): what Whisper makes of a café's talk it cannot make out, and no words.
+fn stutter(text: &str) -> bool {
+    let mut starts = text
+        .split(|c: char| c == '-' || c.is_whitespace())
+        .filter(|piece| !piece.is_empty())
+        .map(str::to_lowercase);
+    let Some(first) = starts.next() else {
+        return false;
+    };
+    let mut count = 1;
+    for start in starts {
+        if start != first {
+            return false;
+        }
+        count += 1;
+    }
+    count >= 2 && text.ends_with('-')
 }
 
 /// Whether the words `this` repeat `last`: the same words, or (from three words on) as many
@@ -945,6 +970,18 @@ mod tests {
             None,
             "short runs like '...' are fine"
         );
+    }
+
+    #[test]
+    fn a_word_begun_over_and_over_and_never_finished_is_no_words() {
+        assert!(stutter("Post-post-post-"));
+        assert!(stutter("I- I-"));
+        // Said, or said and then more.
+        assert!(!stutter("No-no-no."));
+        assert!(!stutter("No, no, no."));
+        assert!(!stutter("Wait-"));
+        assert!(!stutter("I- I want a cab-"));
+        assert!(!stutter(""));
     }
 
     #[test]

@@ -75,7 +75,14 @@ pub enum VadState {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum VadEvent {
     /// Speech heard in silence, not yet `start_secs` of it: a start may follow.
-    Onset,
+    Onset {
+        /// It came near the speaker's level, as the speaker's own start does: always where the
+        /// speaker is not told from the room by loudness. In a café, an onset under that level
+        /// is most likely the room's talk, and starts a turn only if it goes on.
+        near_speaker: bool,
+    },
+    /// An onset that was not `near_speaker` came near the speaker's level before its start.
+    OnsetNearSpeaker,
     /// The onset fell quiet before `start_secs`: no start (a click, a cough).
     OnsetFaded,
     /// Speech lasted `start_secs`.
@@ -747,6 +754,8 @@ pub struct VadAnalyzer {
     count: u32,
     /// While `Starting`: windows since the onset's last speech.
     onset_gap: u32,
+    /// While `Starting`: whether the onset has come near the speaker's level.
+    onset_near: bool,
     start_windows: u32,
     stop_windows: u32,
     tick_windows: u32,
@@ -803,6 +812,7 @@ impl VadAnalyzer {
             state: VadState::Quiet,
             count: 0,
             onset_gap: 0,
+            onset_near: false,
             start_windows: windows_for(params.start_secs),
             stop_windows: windows_for(params.stop_secs),
             tick_windows: windows_for(SPEAKING_TICK_SECS),
@@ -1053,7 +1063,8 @@ impl VadAnalyzer {
 
     /// Moves the state machine on by a window that is `speech` or not; an onset reaching
     /// `start_windows` starts a turn if it comes near the speaker's level (`soon`), and
-    /// otherwise only at `slow_start_windows`. A `lenient` onset (the room does not talk) goes
+    /// otherwise only at `slow_start_windows`; one that comes near that level only after its
+    /// first window says so then. A `lenient` onset (the room does not talk) goes
     /// on through [`ONSET_GAP_WINDOWS`] windows without speech.
     fn step(&mut self, speech: bool, soon: bool, lenient: bool) -> Option<VadEvent> {
         use VadState::*;
@@ -1061,6 +1072,7 @@ impl VadAnalyzer {
             (Quiet, true) => {
                 self.count = 1;
                 self.onset_gap = 0;
+                self.onset_near = soon;
                 Starting
             }
             (Starting, true) => {
@@ -1107,7 +1119,11 @@ impl VadAnalyzer {
                 self.state = Quiet;
                 Some(VadEvent::Stopped)
             }
-            Starting if self.count == 1 => Some(VadEvent::Onset),
+            Starting if self.count == 1 => Some(VadEvent::Onset { near_speaker: soon }),
+            Starting if soon && !self.onset_near => {
+                self.onset_near = true;
+                Some(VadEvent::OnsetNearSpeaker)
+            }
             _ => None,
         }
     }
@@ -1128,6 +1144,9 @@ fn loudness_of_power(power: f32) -> f32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An onset where the speaker is not told from the room by loudness.
+    const ONSET: VadEvent = VadEvent::Onset { near_speaker: true };
 
     #[test]
     fn the_background_is_a_crowds_level_and_not_the_speakers_own() {
@@ -1214,6 +1233,16 @@ mod tests {
         moment.extend([150.0; 31]);
         let events = heard_as_speech(&mut vad, &moment);
         assert_eq!(started(&events), None, "{events:?}");
+        assert_eq!(
+            events.first(),
+            Some(&(
+                0,
+                VadEvent::Onset {
+                    near_speaker: false
+                }
+            )),
+            "an onset under the speaker's level is most likely the room's"
+        );
         assert!(events.contains(&(9, VadEvent::OnsetFaded)), "{events:?}");
         // A voice at that level for longer (the speaker stepped back): a turn, a quarter
         // second later than at the speaker's level.
@@ -1226,6 +1255,30 @@ mod tests {
         let mut voice = vec![3_000.0; 20];
         voice.extend([150.0; 31]);
         let events = heard_as_speech(&mut vad, &voice);
+        assert_eq!(events.first(), Some(&(0, ONSET)), "{events:?}");
+        // A voice that begins under that level and comes to it: near it from its second window.
+        let mut voice = vec![1_300.0];
+        voice.extend([3_000.0; 19]);
+        voice.extend([150.0; 31]);
+        let events = heard_as_speech(&mut vad, &voice);
+        assert_eq!(
+            events[..2],
+            [
+                (
+                    0,
+                    VadEvent::Onset {
+                        near_speaker: false
+                    }
+                ),
+                (1, VadEvent::OnsetNearSpeaker)
+            ],
+            "{events:?}"
+        );
+        assert_eq!(
+            started(&events),
+            Some(vad.start_windows as usize - 1),
+            "{events:?}"
+        );
         assert_eq!(
             started(&events),
             Some(vad.start_windows as usize - 1),
@@ -1467,7 +1520,7 @@ mod tests {
                 .take(2)
                 .collect::<Vec<_>>(),
             [
-                (0, VadEvent::Onset),
+                (0, ONSET),
                 (vad.start_windows as usize - 1, VadEvent::Started)
             ],
             "{events:?}"
@@ -1498,7 +1551,7 @@ mod tests {
                 .copied()
                 .collect::<Vec<_>>(),
             [
-                (0, VadEvent::Onset),
+                (0, ONSET),
                 (vad.start_windows as usize - 1 + gap, VadEvent::Started)
             ],
         );
@@ -1507,10 +1560,7 @@ mod tests {
         let mut windows = vec![(3_000.0, 1.0); 3];
         windows.extend([(300.0, 0.0); ONSET_GAP_WINDOWS as usize + 1]);
         let events = judged(&mut vad, &windows);
-        assert_eq!(
-            events,
-            [(0, VadEvent::Onset), (3 + gap, VadEvent::OnsetFaded)]
-        );
+        assert_eq!(events, [(0, ONSET), (3 + gap, VadEvent::OnsetFaded)]);
     }
 
     #[test]
@@ -1554,7 +1604,7 @@ mod tests {
                 .map(|(_, e)| *e)
                 .filter(|e| *e != VadEvent::Speaking)
                 .collect::<Vec<_>>(),
-            [VadEvent::Onset, VadEvent::Started],
+            [ONSET, VadEvent::Started],
             "{events:?}"
         );
     }
@@ -1682,7 +1732,7 @@ mod tests {
         for window in vad.windows(&closing) {
             events.extend(vad.apply(1.0, &window));
         }
-        assert_eq!(events, [VadEvent::Onset]);
+        assert_eq!(events, [ONSET]);
         assert_eq!(vad.state(), VadState::Starting);
     }
 

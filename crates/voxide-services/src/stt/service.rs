@@ -151,7 +151,7 @@ impl FrameProcessor for SttService {
                     Err(e) => cx.push_error(e.message),
                 }
             }
-            FrameBody::System(SystemFrame::VadSpeechOnset) if !self.speaking => {
+            FrameBody::System(SystemFrame::VadSpeechOnset { .. }) if !self.speaking => {
                 self.send(SttInput::SpeechOnset, cx);
             }
             FrameBody::System(SystemFrame::VadOnsetFaded) if !self.speaking => {

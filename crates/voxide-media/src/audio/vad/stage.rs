@@ -192,7 +192,8 @@ impl Detector {
 
     async fn push(&self, event: VadEvent) {
         let frame = match event {
-            VadEvent::Onset => SystemFrame::VadSpeechOnset,
+            VadEvent::Onset { near_speaker } => SystemFrame::VadSpeechOnset { near_speaker },
+            VadEvent::OnsetNearSpeaker => SystemFrame::VadOnsetNearSpeaker,
             VadEvent::OnsetFaded => SystemFrame::VadOnsetFaded,
             VadEvent::Started => SystemFrame::VadUserStartedSpeaking,
             VadEvent::Speaking => SystemFrame::UserSpeaking,
