@@ -7,8 +7,9 @@ must not stop it ("yeah", "mm hmm", "I see": 30 of them) or a real interruption 
 random moment 2.0-4.0 s after the question ends (the bot answers within about a second), in one
 of four espeak-ng voices voxide was never tuned on, over a quiet room's floor (brown noise at
 -55 dBFS, `--digital-silence` for none; `--babble-snr DB` for a café instead: scripts/noise.py's
-four espeak-ng talkers under the speech and between, DB under the speech's active level). One WAV per voice goes through `voxide run` with the
-embedded defaults at real-time pace, once per configuration of the barge-in flags.
+four espeak-ng talkers under the speech and between, DB under the speech's active level). One
+WAV per voice goes through `voxide run` with the embedded defaults at real-time pace, once per
+configuration of the barge-in flags.
 
 For each utterance that starts while the bot is audible:
 - a backchannel passes when the session reports no interruption within 3 s and the bot's audio

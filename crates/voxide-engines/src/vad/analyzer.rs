@@ -1147,6 +1147,10 @@ mod tests {
 
     /// An onset where the speaker is not told from the room by loudness.
     const ONSET: VadEvent = VadEvent::Onset { near_speaker: true };
+    /// An onset under the speaker's level, in a café.
+    const ROOM_ONSET: VadEvent = VadEvent::Onset {
+        near_speaker: false,
+    };
 
     #[test]
     fn the_background_is_a_crowds_level_and_not_the_speakers_own() {
@@ -1235,12 +1239,7 @@ mod tests {
         assert_eq!(started(&events), None, "{events:?}");
         assert_eq!(
             events.first(),
-            Some(&(
-                0,
-                VadEvent::Onset {
-                    near_speaker: false
-                }
-            )),
+            Some(&(0, ROOM_ONSET)),
             "an onset under the speaker's level is most likely the room's"
         );
         assert!(events.contains(&(9, VadEvent::OnsetFaded)), "{events:?}");
@@ -1256,6 +1255,11 @@ mod tests {
         voice.extend([150.0; 31]);
         let events = heard_as_speech(&mut vad, &voice);
         assert_eq!(events.first(), Some(&(0, ONSET)), "{events:?}");
+        assert_eq!(
+            started(&events),
+            Some(vad.start_windows as usize - 1),
+            "{events:?}"
+        );
         // A voice that begins under that level and comes to it: near it from its second window.
         let mut voice = vec![1_300.0];
         voice.extend([3_000.0; 19]);
@@ -1263,20 +1267,7 @@ mod tests {
         let events = heard_as_speech(&mut vad, &voice);
         assert_eq!(
             events[..2],
-            [
-                (
-                    0,
-                    VadEvent::Onset {
-                        near_speaker: false
-                    }
-                ),
-                (1, VadEvent::OnsetNearSpeaker)
-            ],
-            "{events:?}"
-        );
-        assert_eq!(
-            started(&events),
-            Some(vad.start_windows as usize - 1),
+            [(0, ROOM_ONSET), (1, VadEvent::OnsetNearSpeaker)],
             "{events:?}"
         );
         assert_eq!(
