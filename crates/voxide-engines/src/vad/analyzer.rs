@@ -738,15 +738,22 @@ impl Voiceprint {
 /// Where the room talks, its louder moments would start turns this way; there see [`Dips`].
 const ONSET_GAP_WINDOWS: u32 = 2;
 
-/// What a dip (up to [`ONSET_GAP_WINDOWS`] windows without speech inside an onset) does to
-/// an onset that came near the speaker's level.
+/// Windows without speech an onset that came near the speaker's level goes on through once
+/// where the room talks (256 ms): the pause after an interruption's first word ("Stop, | I need
+/// to go"), which in a café fills with the room's talk under what counts as speech.
+const RESTART_GAP_WINDOWS: u32 = 8;
+
+/// What a dip (windows without speech inside an onset) does to an onset that came near the
+/// speaker's level.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Dips {
-    /// The onset goes on through any dip: the room does not talk.
+    /// The onset goes on through any dip of up to [`ONSET_GAP_WINDOWS`]: the room does not
+    /// talk.
     Bridge,
-    /// The onset goes on through one dip, and its start is counted afresh after it: the room
-    /// talks. The bot stays held between an interruption's first word and the next ("Let me |
-    /// stop"), and the room's louder moments, which come and go, add up to no turn.
+    /// The onset goes on through one dip of up to [`RESTART_GAP_WINDOWS`], and its start is
+    /// counted afresh after it: the room talks. The bot stays held between an interruption's
+    /// first word and the next ("Let me | stop", "Stop, | I need to go"), and the room's
+    /// louder moments, which come and go, add up to no turn.
     Restart,
     /// The first window without speech fades the onset: the room talks and the speaker's
     /// level is not known.
@@ -1121,10 +1128,11 @@ impl VadAnalyzer {
             }
             (Starting, false)
                 if self.onset_near
-                    && self.onset_gap < ONSET_GAP_WINDOWS
                     && match dips {
-                        Dips::Bridge => true,
-                        Dips::Restart => self.onset_dips == 0,
+                        Dips::Bridge => self.onset_gap < ONSET_GAP_WINDOWS,
+                        Dips::Restart => {
+                            self.onset_dips == 0 && self.onset_gap < RESTART_GAP_WINDOWS
+                        }
                         Dips::Fade => false,
                     } =>
             {
@@ -1331,11 +1339,11 @@ mod tests {
         heard_as_speech(&mut vad, &cafe(31, 150.0, 1));
         heard_as_speech(&mut vad, &[3_000.0; 31]);
         heard_as_speech(&mut vad, &cafe(31, 150.0, 1));
-        // The speaker, with a dip of two windows down to the murmur after the first syllable:
-        // one onset, with no fade to release the bot, and a turn once the voice after the dip
-        // has lasted `start_secs` (the café's louder moments come and go, and must not add up
-        // to a turn across their dips).
-        let dip = ONSET_GAP_WINDOWS as usize;
+        // The speaker, with a pause of a quarter second down to the murmur after the first
+        // word: one onset, with no fade to release the bot, and a turn once the voice after
+        // the dip has lasted `start_secs` (the café's louder moments come and go, and must not
+        // add up to a turn across their dips).
+        let dip = 7;
         let start = vad.start_windows as usize;
         let mut voice = vec![3_000.0; 3];
         voice.extend(vec![150.0; dip]);
@@ -1354,6 +1362,11 @@ mod tests {
         voice.extend([150.0; 31]);
         let events = heard_as_speech(&mut vad, &voice);
         assert_eq!(events, [(0, ONSET), (3 + dip + 2, VadEvent::OnsetFaded)]);
+        // So does a pause longer than a quarter second.
+        let mut voice = vec![3_000.0; 3];
+        voice.extend(vec![150.0; 31]);
+        let events = heard_as_speech(&mut vad, &voice);
+        assert_eq!(events, [(0, ONSET), (3 + 8, VadEvent::OnsetFaded)]);
         // A louder moment of the room, 7 dB under the speaker, with the same dip: it fades at
         // the dip's first window, and what follows is an onset of its own.
         let mut moment = vec![1_300.0; 3];
