@@ -1345,22 +1345,14 @@ mod tests {
         // add up to a turn across their dips).
         let dip = 7;
         let start = vad.start_windows as usize;
-        let mut voice = vec![3_000.0; 3];
-        voice.extend(vec![150.0; dip]);
-        voice.extend([3_000.0; 10]);
-        voice.extend([150.0; 31]);
-        let events = heard_as_speech(&mut vad, &voice);
+        let events = heard_as_speech(&mut vad, &two_words(3_000.0, 3, dip, 10));
         assert_eq!(
             events.iter().take(2).copied().collect::<Vec<_>>(),
             [(0, ONSET), (3 + dip + start - 1, VadEvent::Started)],
             "{events:?}"
         );
         // A second dip fades it.
-        let mut voice = vec![3_000.0; 3];
-        voice.extend(vec![150.0; dip]);
-        voice.extend([3_000.0; 2]);
-        voice.extend([150.0; 31]);
-        let events = heard_as_speech(&mut vad, &voice);
+        let events = heard_as_speech(&mut vad, &two_words(3_000.0, 3, dip, 2));
         assert_eq!(events, [(0, ONSET), (3 + dip + 2, VadEvent::OnsetFaded)]);
         // So does a pause longer than a quarter second.
         let mut voice = vec![3_000.0; 3];
@@ -1369,11 +1361,7 @@ mod tests {
         assert_eq!(events, [(0, ONSET), (3 + 8, VadEvent::OnsetFaded)]);
         // A louder moment of the room, 7 dB under the speaker, with the same dip: it fades at
         // the dip's first window, and what follows is an onset of its own.
-        let mut moment = vec![1_300.0; 3];
-        moment.extend(vec![150.0; dip]);
-        moment.extend([1_300.0; 3]);
-        moment.extend([150.0; 31]);
-        let events = heard_as_speech(&mut vad, &moment);
+        let events = heard_as_speech(&mut vad, &two_words(1_300.0, 3, dip, 3));
         assert_eq!(
             events,
             [
@@ -1383,6 +1371,16 @@ mod tests {
                 (6 + dip, VadEvent::OnsetFaded)
             ],
         );
+    }
+
+    /// Windows at `level`: a first word of `first`, a dip of `dip` down to the café's murmur,
+    /// a second word of `second`, then a second of the murmur.
+    fn two_words(level: f32, first: usize, dip: usize, second: usize) -> Vec<f32> {
+        let mut windows = vec![level; first];
+        windows.extend(vec![150.0; dip]);
+        windows.extend(vec![level; second]);
+        windows.extend([150.0; 31]);
+        windows
     }
 
     #[test]
