@@ -17,7 +17,8 @@ For each utterance that starts while the bot is audible:
   (`bot_paused`) and after which the bot speaks again (the pauses between the bot's own
   sentences, often 250-500 ms, are no gap; nor is the answer's own end);
 - an interruption passes when the session reports one within 3 s; its stop time runs from the
-  utterance's first voiced 20 ms to the bot's last audible 20 ms before it fell silent.
+  utterance's first voiced 20 ms to the bot's last audible 20 ms before the silence it is in
+  when the session interrupts it (a hold the bot played on from is no stop).
 
     scripts/backchannels.py [--bin target/release/voxide] [--out target/backchannels]
                             [--config NAME=FLAGS ...]
@@ -172,10 +173,13 @@ def judge(item, audible, events, item_end):
     at = int(item["start"] * 50)
     if not any(audible[max(0, at - 5):at + 1]):
         return None
+    def when(kind, secs):
+        return next((e["t_ms"] / 1000 for e in events if e["type"] == kind
+                     and item["start"] - 0.1 <= e["t_ms"] / 1000 < item["start"] + secs), None)
     def within(kind, secs):
-        return any(e["type"] == kind and item["start"] - 0.1 <= e["t_ms"] / 1000
-                   < item["start"] + secs for e in events)
-    interrupted = within("interruption", 3.0)
+        return when(kind, secs) is not None
+    interruption = when("interruption", 3.0)
+    interrupted = interruption is not None
     held = within("bot_paused", 2.0)
     # The first run of 250 ms or more of silence from the utterance on.
     gap_start, run, resumed = None, 0, False
@@ -197,9 +201,23 @@ def judge(item, audible, events, item_end):
         row["gap"] = gap
     else:
         row["pass"] = interrupted
-        if interrupted and gap_start is not None:
-            row["stop_ms"] = round((gap_start / 50 - item["start"]) * 1000)
+        if interrupted:
+            row["stop_ms"] = round((stopped_at(audible, interruption) / 50 - item["start"]) * 1000)
     return row
+
+
+def stopped_at(audible, interruption):
+    """The 20 ms piece after the bot's last audible one before the silence it is in when the
+    session interrupts it: if the session held it first, where the hold began."""
+    i = min(int(interruption * 50), len(audible))
+    if i < len(audible) and audible[i]:
+        # Still playing out: the first silence of 250 ms from here.
+        while i < len(audible) and any(audible[i:i + 13]):
+            i += 1
+        return i
+    while i > 0 and not audible[i - 1]:
+        i -= 1
+    return i
 
 
 def command(args, name, flags, wav, out_wav, events_path):
