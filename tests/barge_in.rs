@@ -15,7 +15,7 @@ use voxide::pipeline::{
     Direction, FrameContext, FrameProcessor, Pipeline, ProcessorError, Session,
 };
 use voxide::transports::{AudioOutput, AudioSink, OutputOptions};
-use voxide::turns::machine::{Action, Input, StopRule};
+use voxide::turns::machine::{Action, Input, ONSET_FADE_GRACE, StopRule};
 use voxide::turns::{BargeIn, TurnMachine, TurnStop, UserTurns};
 
 /// Records the turn-taking frames that leave the stage, and the transcripts' words.
@@ -239,14 +239,57 @@ fn by_default_speech_over_the_bot_interrupts_at_once() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn the_bot_holds_at_an_onset_and_plays_on_when_it_fades() {
+async fn the_bot_holds_at_an_onset_and_plays_on_a_moment_after_it_fades() {
+    let grace = ONSET_FADE_GRACE.as_millis() as u64;
     let (seen, events) = play_with_events(
         BargeIn::default(),
-        vec![onset(), Step::Wait(60), onset_faded(), Step::Wait(10)],
+        vec![
+            onset(),
+            Step::Wait(60),
+            onset_faded(),
+            Step::Wait(grace - 1),
+        ],
+    )
+    .await;
+    assert_eq!(seen, ["pause_playback"]);
+    assert_eq!(events, ["bot_paused"]);
+    let (seen, events) = play_with_events(
+        BargeIn::default(),
+        vec![
+            onset(),
+            Step::Wait(60),
+            onset_faded(),
+            Step::Wait(grace + 1),
+        ],
     )
     .await;
     assert_eq!(seen, ["pause_playback", "resume_playback"]);
     assert_eq!(events, ["bot_paused", "bot_resumed"]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_interruption_whose_first_word_fades_keeps_the_bot_held_through_the_pause_after_it() {
+    // "Let me | stop you there" in a café: the first word's onset fades, the next word's
+    // comes 150 ms later. The bot stops once, not twice.
+    let (seen, events) = play_with_events(
+        BargeIn::default(),
+        vec![
+            onset(),
+            Step::Wait(300),
+            onset_faded(),
+            Step::Wait(150),
+            onset(),
+            Step::Wait(200),
+            vad_start(),
+            Step::Wait(100),
+        ],
+    )
+    .await;
+    assert_eq!(
+        seen,
+        ["pause_playback", "user_started_speaking", "interruption"]
+    );
+    assert_eq!(events, ["bot_paused", "interruption"]);
 }
 
 #[tokio::test(start_paused = true)]

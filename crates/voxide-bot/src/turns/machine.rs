@@ -37,6 +37,12 @@ pub const FINISHED_TURN_MIN_HOLD: Duration = Duration::from_millis(250);
 /// a sentence, shorter than the wait on words that trail off.
 pub const OPEN_WORDS_WAIT: Duration = Duration::from_secs(1);
 
+/// How long the bot stays held after the onset it was held for fades: in a café an
+/// interruption's first word fades and the next comes within this ("Let me | stop you there",
+/// "Stop, | I need to go"), and a bot that played on between them would be heard to stop
+/// twice.
+pub const ONSET_FADE_GRACE: Duration = Duration::from_millis(200);
+
 /// How a turn ends once the VAD hears silence, as the machine sees it (the model itself lives
 /// with the driver).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -287,6 +293,24 @@ struct Guess {
     spoken: bool,
 }
 
+/// The bot's audio held for a VAD onset over it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OnsetHold {
+    /// Nothing is held for an onset.
+    Off,
+    /// Held for an onset that has neither started nor faded yet.
+    Held,
+    /// The onset faded: the bot plays on at this time unless another onset comes first
+    /// ([`ONSET_FADE_GRACE`]).
+    Fading(Instant),
+}
+
+impl OnsetHold {
+    fn held(self) -> bool {
+        self != Self::Off
+    }
+}
+
 /// The user-turn machine. See the module docs.
 pub struct TurnMachine {
     stop: StopRule,
@@ -302,8 +326,7 @@ pub struct TurnMachine {
     turn: TurnWords,
     /// The LLM was asked for an answer and the bot has not started speaking since.
     unspoken: bool,
-    /// The bot's audio is held for a VAD onset that has neither started nor faded yet.
-    onset_paused: bool,
+    onset_hold: OnsetHold,
     unconfirmed: Option<Unconfirmed>,
     /// When a paused bot resumes if no words confirm the interruption.
     resume_at: Option<Instant>,
@@ -331,7 +354,7 @@ impl TurnMachine {
             phase: Phase::Idle,
             turn: TurnWords::default(),
             unspoken: false,
-            onset_paused: false,
+            onset_hold: OnsetHold::Off,
             unconfirmed: None,
             resume_at: None,
             verdicts_asked: 0,
@@ -354,7 +377,14 @@ impl TurnMachine {
             Phase::Open(turn) => (turn.end.filter(|_| !turn.onset_in_pause), turn.verdict_by()),
             Phase::Idle => (None, None),
         };
-        [end, self.resume_at, verdict].into_iter().flatten().min()
+        let played_on = match self.onset_hold {
+            OnsetHold::Fading(at) => Some(at),
+            OnsetHold::Off | OnsetHold::Held => None,
+        };
+        [end, self.resume_at, verdict, played_on]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// Whether the verdict `id` is still wanted.
@@ -403,9 +433,8 @@ impl TurnMachine {
                 self.forward();
             }
             Input::OnsetFaded => {
-                if std::mem::take(&mut self.onset_paused) {
-                    tracing::debug!("the onset faded: the bot plays on");
-                    self.push(SystemFrame::ResumePlayback);
+                if self.onset_hold == OnsetHold::Held {
+                    self.onset_hold = OnsetHold::Fading(now + ONSET_FADE_GRACE);
                 }
                 if let Some(turn) = self.open() {
                     turn.onset_in_pause = false;
@@ -416,7 +445,7 @@ impl TurnMachine {
             Input::Interruption => {
                 // It released the hold as it cut the bot off, and dropped the answer in the
                 // making.
-                self.onset_paused = false;
+                self.onset_hold = OnsetHold::Off;
                 self.answer_cut();
                 self.forward();
             }
@@ -610,24 +639,27 @@ impl TurnMachine {
 
     /// Speech may be starting over the bot: hold its audio until the VAD decides, unless the
     /// onset is under the speaker's level (a café's talk, which makes onsets all the time); one
-    /// that comes near it later holds the bot then.
+    /// that comes near it later holds the bot then. One within the last onset's grace keeps
+    /// the bot held.
     fn on_onset(&mut self, near_speaker: bool) {
         let hold = self.barge_in.pause_at_onset
             && near_speaker
             && self.bot_speaking
             && self.interruptions
-            && !self.onset_paused
+            && self.onset_hold != OnsetHold::Held
             && !self.in_turn()
             && !self.unconfirmed.is_some_and(|u| u.paused);
         if hold {
-            self.onset_paused = true;
-            self.push(SystemFrame::PausePlayback);
+            if self.onset_hold == OnsetHold::Off {
+                self.push(SystemFrame::PausePlayback);
+            }
+            self.onset_hold = OnsetHold::Held;
         }
     }
 
     /// The VAD confirmed speech: a turn starts, or the open one goes on past its pause.
     fn on_speech_started(&mut self) {
-        let mut held = std::mem::take(&mut self.onset_paused);
+        let mut held = std::mem::replace(&mut self.onset_hold, OnsetHold::Off).held();
         if let Some(turn) = self.open() {
             // The LLM and the voice throw away the guess as the user goes on, and the pause
             // being judged was not the end.
@@ -810,7 +842,7 @@ impl TurnMachine {
             self.unconfirmed = None;
             self.resume_at = None;
             tracing::debug!(words = heard, "barge-in confirmed");
-            self.onset_paused = false;
+            self.onset_hold = OnsetHold::Off;
             self.actions.push(Action::Interrupt);
             self.forward();
             if is_final {
@@ -857,7 +889,7 @@ impl TurnMachine {
         self.phase = Phase::Open(OpenTurn::default());
         self.push(SystemFrame::UserStartedSpeaking);
         if self.interruptions && (self.bot_speaking || self.unspoken) {
-            self.onset_paused = false;
+            self.onset_hold = OnsetHold::Off;
             self.answer_cut();
             self.actions.push(Action::Interrupt);
         }
@@ -911,6 +943,13 @@ impl TurnMachine {
         }
         if end {
             self.end_turn(now);
+        }
+        if let OnsetHold::Fading(at) = self.onset_hold
+            && at <= now
+        {
+            self.onset_hold = OnsetHold::Off;
+            tracing::debug!("the onset faded: the bot plays on");
+            self.push(SystemFrame::ResumePlayback);
         }
         if self.resume_at.is_some_and(|r| r <= now) {
             self.resume_at = None;
