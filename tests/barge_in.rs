@@ -241,69 +241,44 @@ fn by_default_speech_over_the_bot_interrupts_at_once() {
 #[tokio::test(start_paused = true)]
 async fn the_bot_holds_at_an_onset_and_plays_on_a_moment_after_it_fades() {
     let grace = ONSET_FADE_GRACE.as_millis() as u64;
-    let (seen, events) = play_with_events(
-        BargeIn::default(),
-        vec![
+    for (after_fade, expected) in [
+        (grace - 1, &["bot_paused"][..]),
+        (grace + 1, &["bot_paused", "bot_resumed"]),
+    ] {
+        let steps = vec![
             onset(),
             Step::Wait(60),
             onset_faded(),
-            Step::Wait(grace - 1),
-        ],
-    )
-    .await;
-    assert_eq!(seen, ["pause_playback"]);
-    assert_eq!(events, ["bot_paused"]);
-    let (seen, events) = play_with_events(
-        BargeIn::default(),
-        vec![
-            onset(),
-            Step::Wait(60),
-            onset_faded(),
-            Step::Wait(grace + 1),
-        ],
-    )
-    .await;
-    assert_eq!(seen, ["pause_playback", "resume_playback"]);
-    assert_eq!(events, ["bot_paused", "bot_resumed"]);
+            Step::Wait(after_fade),
+        ];
+        let (_, events) = play_with_events(BargeIn::default(), steps).await;
+        assert_eq!(events, expected, "{after_fade} ms after the fade");
+    }
 }
 
 #[tokio::test(start_paused = true)]
-async fn an_interruption_whose_first_word_fades_keeps_the_bot_held_through_the_pause_after_it() {
-    // "Let me | stop you there" in a café: the first word's onset fades, the next word's
-    // comes 150 ms later. The bot stops once, not twice.
-    let (seen, events) = play_with_events(
-        BargeIn::default(),
-        vec![
-            onset(),
-            Step::Wait(300),
-            onset_faded(),
-            Step::Wait(150),
-            onset(),
-            Step::Wait(200),
-            vad_start(),
-            Step::Wait(100),
-        ],
-    )
-    .await;
-    assert_eq!(
-        seen,
-        ["pause_playback", "user_started_speaking", "interruption"]
-    );
-    assert_eq!(events, ["bot_paused", "interruption"]);
-}
-
-#[tokio::test(start_paused = true)]
-async fn an_onset_that_starts_speech_turns_the_hold_into_an_interruption() {
-    let (seen, events) = play_with_events(
-        BargeIn::default(),
-        vec![onset(), Step::Wait(150), vad_start(), Step::Wait(100)],
-    )
-    .await;
-    assert_eq!(
-        seen,
-        ["pause_playback", "user_started_speaking", "interruption"]
-    );
-    assert_eq!(events, ["bot_paused", "interruption"]);
+async fn an_onset_that_starts_speech_turns_the_hold_into_one_interruption() {
+    let at_once = vec![onset(), Step::Wait(150), vad_start(), Step::Wait(100)];
+    // "Let me | stop you there" in a café: the first word's onset fades, and the next word's
+    // comes 150 ms later, within the grace. The bot stops once, not twice.
+    let first_word_faded = vec![
+        onset(),
+        Step::Wait(300),
+        onset_faded(),
+        Step::Wait(150),
+        onset(),
+        Step::Wait(200),
+        vad_start(),
+        Step::Wait(100),
+    ];
+    for steps in [at_once, first_word_faded] {
+        let (seen, events) = play_with_events(BargeIn::default(), steps).await;
+        assert_eq!(
+            seen,
+            ["pause_playback", "user_started_speaking", "interruption"]
+        );
+        assert_eq!(events, ["bot_paused", "interruption"]);
+    }
 }
 
 #[tokio::test(start_paused = true)]
