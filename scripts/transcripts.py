@@ -9,6 +9,9 @@ does (no network, no LLM): a minute or so a room. The rooms:
   silence      digital silence
   brown-60     brown noise at -60 dBFS       brown-50, brown-40, pink-50 likewise
   babble-20    café babble at SNR 20 dB      babble-10, babble-5 likewise
+  under-10     the café at SNR 10 dB only while each question's voice lasts, digital silence
+               around it: what the café's masking alone costs, with no talk before or after a
+               question for its turn to take in (under-20, under-5 likewise)
 
 The questions are the 45 held-out ones in their four voices (scripts/network.py builds them);
 the babble is scripts/noise.py's four espeak-ng talkers. The monologue is one held-out voice
@@ -41,8 +44,8 @@ import wave
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from held_out import VOICES  # noqa: E402
 from network import build  # noqa: E402
-from noise import babble  # noqa: E402
-from turn_wait import RATE, speech, write_items, write_wav  # noqa: E402
+from noise import active_level, babble, rms_dbfs  # noqa: E402
+from turn_wait import RATE, WINDOW, speech, voiced_windows, write_items, write_wav  # noqa: E402
 from turn_wait import VOICES as TUNING_VOICES  # noqa: E402
 
 ROOMS = {
@@ -54,6 +57,9 @@ ROOMS = {
     "babble-20": ("BABBLE", "--snr", 20),
     "babble-10": ("BABBLE", "--snr", 10),
     "babble-5": ("BABBLE", "--snr", 5),
+    "under-20": ("UNDER", "--snr", 20),
+    "under-10": ("UNDER", "--snr", 10),
+    "under-5": ("UNDER", "--snr", 5),
 }
 MONOLOGUE_VOICE = VOICES[1]
 MONOLOGUE = [
@@ -121,8 +127,36 @@ def read(path):
         return array.array("h", w.readframes(w.getnframes()))
 
 
+def under(wavs, noise_file, snr, folder):
+    """Copies of `wavs` in `folder` with the café mixed in from each one's first voiced 20 ms to
+    its last, `snr` dB under their active speech level, and nothing around the voice."""
+    os.makedirs(folder, exist_ok=True)
+    noise = read(noise_file)
+    gain = 10 ** ((active_level(wavs) - snr - rms_dbfs(noise)) / 20)
+    at = 0
+    mixed_wavs = []
+    for path in wavs:
+        samples = read(path)
+        voiced = voiced_windows(samples)
+        for i in range(voiced[0] * WINDOW, (voiced[-1] + 1) * WINDOW):
+            mixed = samples[i] + gain * noise[at % len(noise)]
+            samples[i] = max(-32768, min(32767, round(mixed)))
+            at += 1
+        mixed_path = os.path.join(folder, os.path.basename(path))
+        write_wav(mixed_path, samples)
+        with open(path[:-4] + ".txt") as said, open(mixed_path[:-4] + ".txt", "w") as f:
+            f.write(said.read())
+        mixed_wavs.append(mixed_path)
+    return mixed_wavs
+
+
 def turns(binary, wavs, room, noise_file):
     noise, flag, level = ROOMS[room]
+    if noise == "UNDER":
+        folder = os.path.join(os.path.dirname(noise_file), room, os.path.basename(
+            os.path.dirname(wavs[0])))
+        wavs = under(wavs, noise_file, level, folder)
+        noise, flag, level = ROOMS["silence"]
     command = [binary, "bench", "turns", "--transcribe",
                "--noise", noise_file if noise == "BABBLE" else noise, flag, str(level)]
     for wav in wavs:
@@ -137,7 +171,7 @@ def seconds(wavs):
 
 def summary(room, name, report, wavs):
     words = report["words"]
-    talk = ROOMS[room][0] == "BABBLE"
+    talk = ROOMS[room][0] in ("BABBLE", "UNDER")
     line = {
         "room": room,
         "set": name,
@@ -161,7 +195,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bin", default="target/release/voxide")
     parser.add_argument("--out", default="target/transcripts")
-    parser.add_argument("--rooms", default=",".join(ROOMS))
+    parser.add_argument("--rooms", default=",".join(r for r in ROOMS if ROOMS[r][0] != "UNDER"))
     parser.add_argument("--no-monologue", action="store_true")
     parser.add_argument("--tuning", action="store_true",
                         help="the set to tune on, not the held-out one")

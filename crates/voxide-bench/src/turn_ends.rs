@@ -319,7 +319,10 @@ fn vad_turns(stream: &[i16]) -> Result<(Vec<Span>, Vec<Cue>), TurnEndsError> {
         }
         for event in events {
             match event {
-                VadEvent::Onset { .. } => cues.push((i, SttInput::SpeechOnset)),
+                VadEvent::Onset { near_speaker } => {
+                    cues.push((i, SttInput::SpeechOnset { near_speaker }))
+                }
+                VadEvent::OnsetNearSpeaker => cues.push((i, SttInput::OnsetNearSpeaker)),
                 VadEvent::OnsetFaded => cues.push((i, SttInput::OnsetFaded)),
                 VadEvent::Started => {
                     open = Some(i + 1);

@@ -135,7 +135,10 @@ impl Relay {
                 self.kept.drain(..excess);
             }
             SttInput::SpeechStarted => self.speaking = true,
-            SttInput::SpeechOnset | SttInput::OnsetFaded | SttInput::SilenceStarted => {}
+            SttInput::SpeechOnset { .. }
+            | SttInput::OnsetNearSpeaker
+            | SttInput::OnsetFaded
+            | SttInput::SilenceStarted => {}
             SttInput::Finalize => {
                 self.speaking = false;
                 self.owed += 1;

@@ -5,7 +5,10 @@
 //! lasts long enough to be confirmed, 1.5 s after the voice began. [`Preroll`] keeps the last
 //! [`MAX_SECS`] of audio and follows the VAD's onsets and fades, so that at the start it hands
 //! over the audio from just before the first onset of those that led to it: the first words,
-//! without the room's moment before them or the last utterance's end.
+//! without the room's moment before them or the last utterance's end. Where the room talks, an
+//! onset under the speaker's level is most likely the room's: the audio then begins just before
+//! the first onset that came near the speaker's level, so that the talk the user's words
+//! followed is not read as theirs.
 
 use std::collections::VecDeque;
 
@@ -34,9 +37,10 @@ pub(crate) struct Preroll {
     heard: usize,
     /// Samples since the last VAD stop.
     since_stop: usize,
-    /// Where the onsets on the way to the next start began (`heard` then), and where the last
-    /// of them faded.
+    /// Where the onsets on the way to the next start began (`heard` then), where the first of
+    /// them near the speaker's level began or came near, and where the last of them faded.
     onset: Option<usize>,
+    near: Option<usize>,
     faded: Option<usize>,
 }
 
@@ -50,6 +54,7 @@ impl Preroll {
             heard: 0,
             since_stop: usize::MAX,
             onset: None,
+            near: None,
             faded: None,
         }
     }
@@ -64,12 +69,24 @@ impl Preroll {
         self.kept.extend(&audio[audio.len().saturating_sub(cap)..]);
     }
 
-    /// The VAD heard a voice begin (not yet confirmed).
-    pub(crate) fn onset(&mut self) {
+    /// The VAD heard a voice begin (not yet confirmed), near the speaker's level or not (where
+    /// the room does not talk, every onset is near).
+    pub(crate) fn onset(&mut self, near_speaker: bool) {
         if self.recent_onset().is_none() {
             self.onset = Some(self.heard);
+            self.near = None;
+        }
+        if near_speaker {
+            self.came_near();
         }
         self.faded = None;
+    }
+
+    /// The voice the VAD heard begin under the speaker's level came near it.
+    pub(crate) fn came_near(&mut self) {
+        if self.near.is_none() {
+            self.near = Some(self.heard);
+        }
     }
 
     /// The voice the VAD heard begin faded before it was confirmed.
@@ -83,15 +100,17 @@ impl Preroll {
     }
 
     /// The VAD started: the audio the utterance begins with. Reaches back to
-    /// [`ONSET_LEAD_SECS`] before the first onset that led here, at least [`MIN_SECS`] and at
-    /// most [`MAX_SECS`], and never more than [`BEFORE_STOP_SECS`] past the last stop, so that
-    /// speech that follows the last utterance closely loses neither its first syllable nor takes
-    /// that utterance's last words with it.
+    /// [`ONSET_LEAD_SECS`] before the first onset near the speaker's level of those that led
+    /// here (the first of them if none was), at least [`MIN_SECS`] and at most [`MAX_SECS`], and
+    /// never more than [`BEFORE_STOP_SECS`] past the last stop, so that speech that follows the
+    /// last utterance closely loses neither its first syllable nor takes that utterance's last
+    /// words with it.
     pub(crate) fn start(&mut self) -> Vec<i16> {
         let since_onset = self
             .recent_onset()
+            .map(|first| self.near.unwrap_or(first))
             .map_or(0, |at| self.heard - at + secs(self.rate, ONSET_LEAD_SECS));
-        (self.onset, self.faded) = (None, None);
+        (self.onset, self.near, self.faded) = (None, None, None);
         let reach = since_onset
             .clamp(secs(self.rate, MIN_SECS), secs(self.rate, MAX_SECS))
             .min(
@@ -141,15 +160,15 @@ mod tests {
     fn a_chain_of_faded_onsets_reaches_back_to_its_first_with_a_lead() {
         let mut preroll = Preroll::new(RATE);
         fed(&mut preroll, 3.0);
-        preroll.onset();
+        preroll.onset(true);
         fed(&mut preroll, 0.3);
         preroll.faded();
         fed(&mut preroll, 0.1);
-        preroll.onset();
+        preroll.onset(true);
         fed(&mut preroll, 0.4);
         preroll.faded();
         fed(&mut preroll, 0.15);
-        preroll.onset();
+        preroll.onset(true);
         fed(&mut preroll, 0.2);
         let reach = reach_secs(&preroll.start());
         assert!((reach - 1.45).abs() < 0.01, "{reach}");
@@ -159,21 +178,50 @@ mod tests {
     fn an_onset_that_faded_long_before_the_start_is_the_rooms_not_the_speakers() {
         let mut preroll = Preroll::new(RATE);
         fed(&mut preroll, 3.0);
-        preroll.onset();
+        preroll.onset(true);
         fed(&mut preroll, 0.3);
         preroll.faded();
         fed(&mut preroll, 0.5);
-        preroll.onset();
+        preroll.onset(true);
         fed(&mut preroll, 0.5);
         let reach = reach_secs(&preroll.start());
         assert!((reach - 0.8).abs() < 0.01, "{reach}");
     }
 
     #[test]
+    fn where_the_room_talks_the_words_begin_before_the_first_onset_near_the_speaker() {
+        let mut preroll = Preroll::new(RATE);
+        fed(&mut preroll, 3.0);
+        // The room's talk under the speaker's level, then the speaker's first words 0.1 s after
+        // it faded, soft at first: near 0.1 s in, started 0.4 s after that.
+        preroll.onset(false);
+        fed(&mut preroll, 0.6);
+        preroll.faded();
+        fed(&mut preroll, 0.1);
+        preroll.onset(false);
+        fed(&mut preroll, 0.1);
+        preroll.came_near();
+        fed(&mut preroll, 0.4);
+        let reach = reach_secs(&preroll.start());
+        assert!((reach - (ONSET_LEAD_SECS + 0.4)).abs() < 0.01, "{reach}");
+        // Onsets none of which came near (a start the VAD waited for): from the first.
+        preroll.stopped();
+        fed(&mut preroll, 3.0);
+        preroll.onset(false);
+        fed(&mut preroll, 0.3);
+        preroll.faded();
+        fed(&mut preroll, 0.1);
+        preroll.onset(false);
+        fed(&mut preroll, 0.5);
+        let reach = reach_secs(&preroll.start());
+        assert!((reach - (ONSET_LEAD_SECS + 0.9)).abs() < 0.01, "{reach}");
+    }
+
+    #[test]
     fn the_preroll_never_reaches_further_than_its_cap() {
         let mut preroll = Preroll::new(RATE);
         fed(&mut preroll, 1.0);
-        preroll.onset();
+        preroll.onset(true);
         fed(&mut preroll, 4.0);
         assert_eq!(reach_secs(&preroll.start()), MAX_SECS);
     }
@@ -184,13 +232,13 @@ mod tests {
         fed(&mut preroll, 3.0);
         preroll.stopped();
         fed(&mut preroll, 0.25);
-        preroll.onset();
+        preroll.onset(true);
         fed(&mut preroll, 0.2);
         let reach = reach_secs(&preroll.start());
         assert!((reach - 0.6).abs() < 0.01, "{reach}");
         preroll.stopped();
         fed(&mut preroll, 0.1);
-        preroll.onset();
+        preroll.onset(true);
         fed(&mut preroll, 0.2);
         let reach = reach_secs(&preroll.start());
         assert!((reach - 0.45).abs() < 0.01, "{reach}");

@@ -228,7 +228,8 @@ impl Segmenter {
     fn handle(&mut self, input: SttInput) {
         match input {
             SttInput::Audio(audio) => self.audio(&audio),
-            SttInput::SpeechOnset => self.preroll.onset(),
+            SttInput::SpeechOnset { near_speaker } => self.preroll.onset(near_speaker),
+            SttInput::OnsetNearSpeaker => self.preroll.came_near(),
             SttInput::OnsetFaded => self.preroll.faded(),
             SttInput::SpeechStarted => {
                 self.speaking = true;
@@ -505,21 +506,22 @@ mod tests {
     #[tokio::test]
     async fn words_that_faded_as_onsets_before_the_start_are_heard_and_the_rooms_moment_before_them_is_not()
      {
-        use SttInput::{OnsetFaded, SpeechOnset, SpeechStarted};
+        use SttInput::{OnsetFaded, SpeechStarted};
+        const SPEECH_ONSET: SttInput = SttInput::SpeechOnset { near_speaker: true };
         let (loud, quiet) = (|secs| Ok((true, secs)), |secs| Ok((false, secs)));
         // Over a room's noise: two onsets fade inside the first words, the third starts the
         // turn, 1.3 s after the voice began.
         let voice = [
             quiet(3.0),
-            Err(SpeechOnset),
+            Err(SPEECH_ONSET),
             loud(0.3),
             Err(OnsetFaded),
             quiet(0.1),
-            Err(SpeechOnset),
+            Err(SPEECH_ONSET),
             loud(0.3),
             Err(OnsetFaded),
             quiet(0.15),
-            Err(SpeechOnset),
+            Err(SPEECH_ONSET),
             loud(0.45),
             Err(SpeechStarted),
             loud(0.5),
@@ -534,11 +536,11 @@ mod tests {
         // The room's moment faded a second before the speaker's onset: not the same words.
         let room_then_voice = [
             quiet(3.0),
-            Err(SpeechOnset),
+            Err(SPEECH_ONSET),
             loud(0.2),
             Err(OnsetFaded),
             quiet(1.0),
-            Err(SpeechOnset),
+            Err(SPEECH_ONSET),
             loud(0.2),
             Err(SpeechStarted),
             loud(0.5),

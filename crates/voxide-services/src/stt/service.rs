@@ -151,8 +151,16 @@ impl FrameProcessor for SttService {
                     Err(e) => cx.push_error(e.message),
                 }
             }
-            FrameBody::System(SystemFrame::VadSpeechOnset { .. }) if !self.speaking => {
-                self.send(SttInput::SpeechOnset, cx);
+            FrameBody::System(SystemFrame::VadSpeechOnset { near_speaker }) if !self.speaking => {
+                self.send(
+                    SttInput::SpeechOnset {
+                        near_speaker: *near_speaker,
+                    },
+                    cx,
+                );
+            }
+            FrameBody::System(SystemFrame::VadOnsetNearSpeaker) if !self.speaking => {
+                self.send(SttInput::OnsetNearSpeaker, cx);
             }
             FrameBody::System(SystemFrame::VadOnsetFaded) if !self.speaking => {
                 self.send(SttInput::OnsetFaded, cx);

@@ -23,7 +23,13 @@ pub enum SttInput {
     /// The VAD heard speech in silence, not yet confirmed: a [`SttInput::SpeechStarted`] or an
     /// [`SttInput::OnsetFaded`] follows. Where speech began, for an engine that keeps the
     /// audio before the start.
-    SpeechOnset,
+    SpeechOnset {
+        /// It came near the speaker's level (always where the room does not talk): in a café,
+        /// an onset under it is most likely the room's talk.
+        near_speaker: bool,
+    },
+    /// An onset under the speaker's level came near it before the start.
+    OnsetNearSpeaker,
     /// The onset fell quiet before it was confirmed. Over a room's noise a voice's first words
     /// can be a few onsets that fade before one is confirmed.
     OnsetFaded,

@@ -377,7 +377,8 @@ impl WsCore for AssemblyAiCore {
                 (send, Vec::new())
             }
             // AssemblyAI listens to all of it; its own speech events say when a turn is open.
-            SttInput::SpeechOnset
+            SttInput::SpeechOnset { .. }
+            | SttInput::OnsetNearSpeaker
             | SttInput::OnsetFaded
             | SttInput::SpeechStarted
             | SttInput::SilenceStarted => (Vec::new(), Vec::new()),

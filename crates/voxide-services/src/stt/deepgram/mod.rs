@@ -327,7 +327,9 @@ impl WsCore for DeepgramCore {
                 (Vec::new(), Vec::new())
             }
             // Deepgram hears all the audio: where speech began is its own to find.
-            SttInput::SpeechOnset | SttInput::OnsetFaded => (Vec::new(), Vec::new()),
+            SttInput::SpeechOnset { .. } | SttInput::OnsetNearSpeaker | SttInput::OnsetFaded => {
+                (Vec::new(), Vec::new())
+            }
             SttInput::Finalize if std::mem::take(&mut self.covered) => {
                 // Only silence since the early finalize: its answer is this stop's.
                 self.owed.push_back(Owed {

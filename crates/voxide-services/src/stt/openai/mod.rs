@@ -395,8 +395,12 @@ impl WsCore for OpenAiSttCore {
                 }
                 (self.unsent(), Vec::new())
             }
-            SttInput::SpeechOnset => {
-                self.preroll.onset();
+            SttInput::SpeechOnset { near_speaker } => {
+                self.preroll.onset(near_speaker);
+                (Vec::new(), Vec::new())
+            }
+            SttInput::OnsetNearSpeaker => {
+                self.preroll.came_near();
                 (Vec::new(), Vec::new())
             }
             SttInput::OnsetFaded => {
@@ -595,11 +599,11 @@ mod tests {
         fed(&mut core, 3.0);
         // A voice's first words over a room's noise: an onset that faded, then one that led to
         // the start 1.2 s after the first.
-        core.input(SttInput::SpeechOnset, now);
+        core.input(SttInput::SpeechOnset { near_speaker: true }, now);
         fed(&mut core, 0.6);
         core.input(SttInput::OnsetFaded, now);
         fed(&mut core, 0.1);
-        core.input(SttInput::SpeechOnset, now);
+        core.input(SttInput::SpeechOnset { near_speaker: true }, now);
         fed(&mut core, 0.5);
         let (sent, _) = core.input(SttInput::SpeechStarted, now);
         // From 0.3 s before the first onset: 1.5 s at 24 kHz.
