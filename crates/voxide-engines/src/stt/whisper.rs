@@ -449,9 +449,24 @@ impl PromptedWhisper {
 
     /// Transcribes `audio` after the prompt, with a second listen to a garbled request.
     pub fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
+        let always = || true;
+        Ok(self.transcribe_while(audio, &always)?.unwrap_or_default())
+    }
+
+    /// As [`PromptedWhisper::transcribe`], given up (`None`) as soon as `wanted` says no.
+    pub fn transcribe_while(
+        &self,
+        audio: &[f32],
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<Option<String>, SttError> {
         let features = self.whisper.encode(audio)?;
-        let text = self.first_listen(&features)?;
-        self.second_listen(&features, text)
+        let Some(text) = self.first_listen_while(&features, wanted)? else {
+            return Ok(None);
+        };
+        if !wanted() {
+            return Ok(None);
+        }
+        self.second_listen(&features, text).map(Some)
     }
 
     /// Transcribes `audio` after the prompt, greedy alone: for the words so far of an
@@ -464,13 +479,6 @@ impl PromptedWhisper {
     ) -> Result<Option<String>, SttError> {
         let features = self.whisper.encode(audio)?;
         self.first_listen_while(&features, wanted)
-    }
-
-    fn first_listen(&self, features: &Tensor) -> Result<String, SttError> {
-        let always = || true;
-        Ok(self
-            .first_listen_while(features, &always)?
-            .unwrap_or_default())
     }
 
     fn first_listen_while(

@@ -52,6 +52,20 @@ pub trait Transcriber: Send + Sync + 'static {
         }
         self.transcribe(audio).map(Some)
     }
+
+    /// The words at a pause that may end the utterance: as [`Transcriber::transcribe`], pains
+    /// and all, but given up (`None`) once `wanted` says no: the speech went on to a later
+    /// pause, whose words are the ones waited for.
+    fn transcribe_while(
+        &self,
+        audio: &[f32],
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<Option<String>, SttError> {
+        if !wanted() {
+            return Ok(None);
+        }
+        self.transcribe(audio).map(Some)
+    }
 }
 
 impl Transcriber for super::Whisper {
@@ -80,6 +94,14 @@ impl Transcriber for super::PromptedWhisper {
         wanted: &dyn Fn() -> bool,
     ) -> Result<Option<String>, SttError> {
         super::PromptedWhisper::transcribe_partial(self, audio, wanted)
+    }
+
+    fn transcribe_while(
+        &self,
+        audio: &[f32],
+        wanted: &dyn Fn() -> bool,
+    ) -> Result<Option<String>, SttError> {
+        super::PromptedWhisper::transcribe_while(self, audio, wanted)
     }
 }
 
@@ -127,6 +149,7 @@ impl SttEngine for Segmented {
         let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
         let (requests_tx, requests) = mpsc::unbounded_channel();
         let urgent = Arc::new(AtomicU64::new(0));
+        let latest_speculative = Arc::new(AtomicU64::new(0));
         let worker = Worker {
             transcriber: self.0.clone(),
             events: events_tx,
@@ -134,9 +157,10 @@ impl SttEngine for Segmented {
             windows: VecDeque::new(),
             urgent: urgent.clone(),
             urgent_taken: 0,
+            latest_speculative: latest_speculative.clone(),
         };
         tokio::spawn(worker.run(requests));
-        tokio::spawn(Segmenter::new(requests_tx, urgent).run(inputs));
+        tokio::spawn(Segmenter::new(requests_tx, urgent, latest_speculative).run(inputs));
         SttStream { input, events }
     }
 }
@@ -194,10 +218,17 @@ struct Segmenter {
     /// Requests sent so far that an interim decode must not delay, which the worker compares
     /// with those it has taken.
     urgent: Arc<AtomicU64>,
+    /// The id of the latest speculative decode asked for: one under way for an earlier pause
+    /// is given up.
+    latest_speculative: Arc<AtomicU64>,
 }
 
 impl Segmenter {
-    fn new(requests: mpsc::UnboundedSender<Request>, urgent: Arc<AtomicU64>) -> Self {
+    fn new(
+        requests: mpsc::UnboundedSender<Request>,
+        urgent: Arc<AtomicU64>,
+        latest_speculative: Arc<AtomicU64>,
+    ) -> Self {
         Self {
             preroll: Preroll::new(mel::SAMPLE_RATE),
             utterance: Vec::new(),
@@ -208,6 +239,7 @@ impl Segmenter {
             next_speculative: 0,
             requests,
             urgent,
+            latest_speculative,
         }
     }
 
@@ -241,6 +273,8 @@ impl Segmenter {
             SttInput::SilenceStarted if self.speaking => {
                 self.next_speculative += 1;
                 self.speculative = Some(self.next_speculative);
+                self.latest_speculative
+                    .store(self.next_speculative, Ordering::Release);
                 self.until_interim = self.interim_gap();
                 self.send(Request::Speculative(
                     self.next_speculative,
@@ -322,6 +356,8 @@ struct Worker {
     /// while they differ, one waits behind the decode under way.
     urgent: Arc<AtomicU64>,
     urgent_taken: u64,
+    /// The latest speculative decode the segmenter asked for.
+    latest_speculative: Arc<AtomicU64>,
 }
 
 impl Worker {
@@ -362,7 +398,18 @@ impl Worker {
                 }
             }
             Request::Speculative(id, audio) => {
-                let text = self.decode(&audio).await.unwrap_or_default();
+                // In a café the speech dips into a pause and out of it every few tenths of a
+                // second: a later pause's words must not wait for this one's.
+                let latest = self.latest_speculative.clone();
+                let Some(text) = self
+                    .off_runtime(&audio, move |t, samples| {
+                        t.transcribe_while(samples, &|| latest.load(Ordering::Acquire) == id)
+                    })
+                    .await
+                    .flatten()
+                else {
+                    return;
+                };
                 // The final words if the silence becomes the stop: the turn may be guessed now.
                 self.send(SttEvent::Settled(self.after_windows(&text)))
                     .await;
@@ -646,6 +693,80 @@ mod tests {
             panic!("no final");
         };
         assert_eq!(words, format!("{} samples", RATE / 2));
+    }
+
+    /// Works out the words of less than `SHORT` samples for as long as they are wanted (up to
+    /// 10 s), saying when it starts; longer audio at once.
+    #[derive(Default)]
+    struct SlowShortPauses(tokio::sync::Notify);
+
+    const SHORT: usize = RATE * 6 / 10;
+
+    impl Transcriber for SlowShortPauses {
+        fn name(&self) -> &str {
+            "slow short pauses"
+        }
+
+        fn transcribe(&self, audio: &[f32]) -> Result<String, SttError> {
+            let always = || true;
+            Ok(self.transcribe_while(audio, &always)?.unwrap_or_default())
+        }
+
+        fn transcribe_while(
+            &self,
+            audio: &[f32],
+            wanted: &dyn Fn() -> bool,
+        ) -> Result<Option<String>, SttError> {
+            if audio.len() < SHORT {
+                self.0.notify_one();
+                let started = std::time::Instant::now();
+                while wanted() {
+                    if started.elapsed() > std::time::Duration::from_secs(10) {
+                        return Ok(Some("a late pause's words".into()));
+                    }
+                    std::thread::yield_now();
+                }
+                return Ok(None);
+            }
+            Ok(Some(format!("{} samples", audio.len())))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pause_does_not_wait_for_the_words_of_an_earlier_one_under_way() {
+        let slow = Arc::new(SlowShortPauses::default());
+        let SttStream { input, mut events } = speaking(slow.clone()).await;
+        // A pause after half a second of speech; the speech goes on to a second pause while the
+        // first one's words are being worked out.
+        input
+            .send(SttInput::Audio(vec![1_000; RATE / 2]))
+            .await
+            .expect("audio");
+        input.send(SttInput::SilenceStarted).await.expect("pause");
+        slow.0.notified().await;
+        input
+            .send(SttInput::Audio(vec![1_000; RATE / 5]))
+            .await
+            .expect("audio");
+        input.send(SttInput::SilenceStarted).await.expect("pause");
+        let said = RATE / 2 + RATE / 5;
+        let settled = loop {
+            match events.recv().await.expect("an event") {
+                SttEvent::Settled(words) => break words,
+                SttEvent::Interim(_) => {}
+                other => panic!("{other:?} before the pause's words"),
+            }
+        };
+        assert_eq!(
+            settled,
+            format!("{said} samples"),
+            "the second pause's words"
+        );
+        input.send(SttInput::Finalize).await.expect("stop");
+        let SttEvent::Finalized(words) = events.recv().await.expect("the final") else {
+            panic!("no final");
+        };
+        assert_eq!(words, format!("{said} samples"));
     }
 
     #[tokio::test]
