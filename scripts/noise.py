@@ -20,14 +20,17 @@ the questions' active speech level, so SNR is speech over noise while both sound
                      [--denoise off,rnnoise] [--babble espeak|piper]
                      [--protocol ws]
 
-Prints one JSON line per room and denoiser; each run's files stay under OUT/DENOISE/ROOM/.
+Prints one JSON line per room and denoiser, with the p50 from the end of each question's voice to
+its turn's end and to its last words; each run's files stay under OUT/DENOISE/ROOM/.
 """
 
 import argparse
 import array
+import csv
 import json
 import math
 import os
+import statistics
 import sys
 import wave
 
@@ -86,6 +89,26 @@ def active_level(wavs):
     return rms_dbfs(voiced)
 
 
+def after_the_voice(out):
+    """From the end of each question's voice (the clean WAV's) to the turn's end
+    (`user_stopped_speaking`) and to its last transcript before the bot's answer, p50 in ms:
+    where a room's v2v goes before the answer is made."""
+    with open(os.path.join(out, "timeline.jsonl")) as f:
+        server = [e for e in map(json.loads, f) if e["event"] == "server"]
+    with open(os.path.join(out, "turns.csv")) as f:
+        turns = [t for t in csv.DictReader(f) if t["onset_ms"]]
+    ends, words = [], []
+    for turn in turns:
+        voice_end, onset = float(turn["speech_end_ms"]), float(turn["onset_ms"])
+        between = [e for e in server if voice_end - 100 <= e["t_ms"] <= onset]
+        for kind, into in (("user_stopped_speaking", ends), ("user_transcription", words)):
+            times = [e["t_ms"] for e in between if e["type"] == kind]
+            if times:
+                into.append(times[-1] - voice_end)
+    return {"turn_end_p50": round(statistics.median(ends)) if ends else None,
+            "last_words_p50": round(statistics.median(words)) if words else None}
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bin", default="target/release/voxide")
@@ -116,7 +139,8 @@ def main():
                     out = os.path.join(args.out, denoise, room if args.babble == "espeak" or snr is None else f"{room}-piper")
                     figures = run(args.bin, f"http://127.0.0.1:{port}", wavs, out, 1, flags,
                                   args.protocol)
-                    print(json.dumps({**figures, "room": room, "denoise": denoise, "babble": args.babble,
+                    print(json.dumps({**figures, **after_the_voice(out), "room": room,
+                                      "denoise": denoise, "babble": args.babble,
                                       "speech_dbfs": round(speech_dbfs, 1)}), flush=True)
             finally:
                 server.terminate()
