@@ -48,33 +48,50 @@ struct Node {
 impl Node {
     /// A node that drains only when asked over HTTP, ready.
     async fn start(max_sessions: usize) -> Self {
-        let agent = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
-        let agent_addr = agent.local_addr().expect("an address");
-        drop(agent);
-        let options = ServeOptions {
-            max_sessions,
-            node_id: "n1".parse().expect("a node id"),
-            agent_addr: Some(agent_addr),
-            ..ServeOptions::new(([127, 0, 0, 1], 0).into(), Vec::new())
-        };
-        let (addr_tx, addr_rx) = oneshot::channel();
-        let task = tokio::spawn(serve_with(
-            options,
-            Arc::new(Silent),
-            std::future::pending(),
-            move |addr| {
-                let _ = addr_tx.send(addr);
-            },
-        ));
-        let node = Self {
-            addr: addr_rx.await.expect("listening"),
-            agent: agent_addr,
-            task,
-            http: reqwest::Client::new(),
-        };
+        // The agent's port is found free, let go and bound again by the node: a test running
+        // beside this one may take it in between, and the node then starts on another.
+        for _ in 0..10 {
+            let agent = std::net::TcpListener::bind("127.0.0.1:0").expect("a port");
+            let agent_addr = agent.local_addr().expect("an address");
+            drop(agent);
+            let options = ServeOptions {
+                max_sessions,
+                node_id: "n1".parse().expect("a node id"),
+                agent_addr: Some(agent_addr),
+                ..ServeOptions::new(([127, 0, 0, 1], 0).into(), Vec::new())
+            };
+            let (addr_tx, addr_rx) = oneshot::channel();
+            let task = tokio::spawn(serve_with(
+                options,
+                Arc::new(Silent),
+                std::future::pending(),
+                move |addr| {
+                    let _ = addr_tx.send(addr);
+                },
+            ));
+            let Ok(addr) = addr_rx.await else {
+                match task.await.expect("joined") {
+                    Err(ServeError::BindAgent { .. }) => continue,
+                    other => panic!("the node did not listen: {other:?}"),
+                }
+            };
+            return Self {
+                addr,
+                agent: agent_addr,
+                task,
+                http: reqwest::Client::new(),
+            }
+            .ready()
+            .await;
+        }
+        panic!("no free port for the agent in ten tries");
+    }
+
+    /// The node, once it says it is ready.
+    async fn ready(self) -> Self {
         for _ in 0..200 {
-            if node.status("/readyz").await == 200 {
-                return node;
+            if self.status("/readyz").await == 200 {
+                return self;
             }
             tokio::task::yield_now().await;
             tokio::time::sleep(Duration::from_millis(10)).await;

@@ -659,16 +659,26 @@ mod tests {
             _audio: &[f32],
             wanted: &dyn Fn() -> bool,
         ) -> Result<Option<String>, SttError> {
-            self.0.notify_one();
-            let started = std::time::Instant::now();
-            while wanted() {
-                if started.elapsed() > std::time::Duration::from_secs(10) {
-                    return Ok(Some("a late interim".into()));
-                }
-                std::thread::yield_now();
-            }
-            Ok(None)
+            Ok(work_while(&self.0, wanted, "a late interim"))
         }
+    }
+
+    /// Says it has started, then works for as long as `wanted` says yes: given up (`None`), or
+    /// after 10 s `late`.
+    fn work_while(
+        started: &tokio::sync::Notify,
+        wanted: &dyn Fn() -> bool,
+        late: &str,
+    ) -> Option<String> {
+        started.notify_one();
+        let since = std::time::Instant::now();
+        while wanted() {
+            if since.elapsed() > std::time::Duration::from_secs(10) {
+                return Some(late.into());
+            }
+            std::thread::yield_now();
+        }
+        None
     }
 
     #[tokio::test]
@@ -718,15 +728,7 @@ mod tests {
             wanted: &dyn Fn() -> bool,
         ) -> Result<Option<String>, SttError> {
             if audio.len() < SHORT {
-                self.0.notify_one();
-                let started = std::time::Instant::now();
-                while wanted() {
-                    if started.elapsed() > std::time::Duration::from_secs(10) {
-                        return Ok(Some("a late pause's words".into()));
-                    }
-                    std::thread::yield_now();
-                }
-                return Ok(None);
+                return Ok(work_while(&self.0, wanted, "a late pause's words"));
             }
             Ok(Some(format!("{} samples", audio.len())))
         }
