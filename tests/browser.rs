@@ -489,6 +489,17 @@ fn any_contains(shown: &Value, key: &str, needle: &str) -> bool {
     })
 }
 
+/// Runs its function when the test ends by a panic.
+struct Asked(Box<dyn Fn()>);
+
+impl Drop for Asked {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            (self.0)();
+        }
+    }
+}
+
 /// A bot on the OpenAI stand-in: the microphone's question gets a long answer, a question about
 /// the time a `get_current_time` call, and the call's result a line. The page is under test,
 /// not the model's choices.
@@ -508,11 +519,18 @@ async fn scripted_bot() -> (voxide::bot::BotOptions, common::llm_stand_in::Stand
     }
     let reply = Reply::With(Arc::new(|body: &Value| {
         let messages = body["messages"].as_array().cloned().unwrap_or_default();
-        let last = messages.last().cloned().unwrap_or_default();
-        let text = last["content"].as_str().unwrap_or_default().to_lowercase();
-        match last["role"].as_str() {
+        // The user's words since the bot last spoke: the looping microphone may say its
+        // question again after the typed one, in a message of its own.
+        let since_bot = messages
+            .iter()
+            .rev()
+            .take_while(|m| m["role"] != "assistant" && m["role"] != "tool")
+            .filter_map(|m| m["content"].as_str())
+            .collect::<String>()
+            .to_lowercase();
+        match messages.last().and_then(|m| m["role"].as_str()) {
             Some("tool") => words("It is a quarter past ten in the morning."),
-            Some("user") if text.contains("time") => stream(&[
+            Some("user") if since_bot.contains("time") => stream(&[
                 json!({"choices": [{"delta": {"tool_calls": [{"index": 0, "id": "call_clock", "type": "function",
                     "function": {"name": "get_current_time", "arguments": "{}"}}]}}]}),
                 json!({"choices": [{"delta": {}, "finish_reason": "tool_calls"}]}),
@@ -542,8 +560,21 @@ async fn scripted_bot() -> (voxide::bot::BotOptions, common::llm_stand_in::Stand
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_console_shows_a_typed_turn_cut_off_and_its_tool_card() {
-    let (bot, _stand_in) = scripted_bot().await;
+    let (bot, stand_in) = scripted_bot().await;
     let server = common::start_with(2, vec![bot]).await;
+    // Should the clock card not come, the test's output shows what the model was asked.
+    let asked = stand_in.clone();
+    let _asked = Asked(Box::new(move || {
+        for post in asked.posts() {
+            let turns: Vec<String> = post.body["messages"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|m| format!("{}: {}", m["role"], m["content"]))
+                .collect();
+            eprintln!("asked: {turns:?}");
+        }
+    }));
     let mut opened = open(&server, "console-webrtc").await;
     let page = &mut opened.page;
     page.eval("document.getElementById('connect').click(); true")
