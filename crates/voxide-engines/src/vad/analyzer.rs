@@ -145,17 +145,73 @@ const FLOOR_MARGIN: f32 = 0.06;
 /// windows decide alone.
 const HUSH_CAP: f32 = 0.65;
 
+/// Pieces heard, speech or not, before a provisional floor counts (0.3 s): a first question
+/// said as the microphone opens ends before the room alone has been heard for
+/// [`FLOOR_PIECES`].
+const PROVISIONAL_PIECES: u16 = 30;
+
+/// The share of all pieces heard under which the provisional floor lies: the gaps between a
+/// voice's words and syllables, where only the room sounds.
+const PROVISIONAL_SHARE: f32 = 0.1;
+
+/// How far over the provisional floor a piece is more than the room (12 dB): the swing of a
+/// 10 ms piece of room tone above its quieter tenth.
+const PROVISIONAL_MARGIN: f32 = 0.12;
+
 /// The room's noise floor, learned from the 10 ms pieces heard while nobody speaks (the mean
-/// loudness and the mean distance from it). Until [`FLOOR_PIECES`] are heard, only digital
-/// silence and dither (under [`SOUNDLESS`]) count as no sound.
-#[derive(Debug, Clone, Copy, Default)]
+/// loudness and the mean distance from it). Until [`FLOOR_PIECES`] are heard, a provisional
+/// floor stands in: the quieter tenth of every piece heard so far, speech or not, once
+/// [`PROVISIONAL_PIECES`] are; before that, only digital silence and dither (under
+/// [`SOUNDLESS`]) count as no sound.
+#[derive(Debug, Clone, Copy)]
 pub struct RoomFloor {
     mean: f32,
     spread: f32,
     heard: u32,
+    /// Every piece heard until the floor is known, in 1 dB bins.
+    all: [u16; LEVEL_BINS],
+    all_heard: u16,
+}
+
+impl Default for RoomFloor {
+    fn default() -> Self {
+        Self {
+            mean: 0.0,
+            spread: 0.0,
+            heard: 0,
+            all: [0; LEVEL_BINS],
+            all_heard: 0,
+        }
+    }
 }
 
 impl RoomFloor {
+    /// Takes any piece, speech or not, for the provisional floor.
+    fn hear_any(&mut self, level: f32) {
+        if self.known() || self.all_heard == u16::MAX {
+            return;
+        }
+        self.all[bin(level)] += 1;
+        self.all_heard += 1;
+    }
+
+    /// The provisional floor: the loudness under which [`PROVISIONAL_SHARE`] of the pieces
+    /// heard lie.
+    fn provisional(&self) -> Option<f32> {
+        if self.all_heard < PROVISIONAL_PIECES {
+            return None;
+        }
+        let wanted = (f32::from(self.all_heard) * PROVISIONAL_SHARE).ceil() as u32;
+        let mut seen = 0;
+        self.all
+            .iter()
+            .position(|&n| {
+                seen += u32::from(n);
+                seen >= wanted
+            })
+            .map(|b| b as f32 / 100.0)
+    }
+
     /// Learns from a piece of `level` heard while nobody spoke.
     fn hear(&mut self, level: f32) {
         self.heard = self.heard.saturating_add(1);
@@ -182,7 +238,9 @@ impl RoomFloor {
     /// [`HUSH_CAP`].
     pub fn hush(&self) -> f32 {
         if !self.known() {
-            return SOUNDLESS;
+            return self.provisional().map_or(SOUNDLESS, |floor| {
+                (floor + PROVISIONAL_MARGIN).clamp(SOUNDLESS, HUSH_CAP)
+            });
         }
         (self.mean + (3.0 * self.spread).max(FLOOR_MARGIN)).clamp(SOUNDLESS, HUSH_CAP)
     }
@@ -195,6 +253,11 @@ impl RoomFloor {
 
 /// Loudness bins of a [`Levels`] histogram: 0.01 (1 dB) each, from 0 to 1.2.
 const LEVEL_BINS: usize = 120;
+
+/// The 1 dB bin a loudness falls in.
+fn bin(level: f32) -> usize {
+    ((level.max(0.0) * 100.0) as usize).min(LEVEL_BINS - 1)
+}
 
 /// The loudness of the last so many 10 ms pieces or model windows, in 1 dB bins: its
 /// percentiles in constant time and memory.
@@ -218,7 +281,7 @@ impl Levels {
     }
 
     fn hear(&mut self, level: f32) {
-        let bin = ((level.max(0.0) * 100.0) as usize).min(LEVEL_BINS - 1) as u8;
+        let bin = bin(level) as u8;
         if self.ring.len() < self.capacity {
             self.ring.push(bin);
         } else {
@@ -942,6 +1005,7 @@ impl VadAnalyzer {
             if self.piece_fill.0 == self.piece {
                 let (n, power) = std::mem::take(&mut self.piece_fill);
                 let level = loudness_of_power(power / n as f32);
+                self.floor.hear_any(level);
                 if self.state == VadState::Quiet {
                     self.floor.hear(level);
                 }
@@ -1856,12 +1920,32 @@ mod tests {
     }
 
     #[test]
-    fn a_noise_floor_never_ends_speech_before_the_model_does() {
-        let mut vad = speaking();
-        // About -73 dBFS: quiet, but sound.
-        vad.windows(&tone(480, 10.0));
+    fn before_a_third_of_a_second_is_heard_a_noise_floor_never_ends_speech_before_the_model_does() {
+        let model = SileroVad::shared().expect("the VAD model loads; run scripts/setup.sh");
+        let mut vad = VadAnalyzer::new(model, 16_000, VadParams::default()).expect("16 kHz");
+        // Eight windows of a voice: speaking, 256 ms heard.
+        for window in vad.windows(&tone(512 * 8, 3000.0)) {
+            vad.apply(1.0, &window);
+        }
+        assert_eq!(vad.state(), VadState::Speaking);
+        // About -73 dBFS: quiet, but sound, and too little has been heard to say what the room
+        // is.
+        vad.windows(&tone(320, 10.0));
         assert_eq!(vad.between_windows(), None);
         assert_eq!(vad.state(), VadState::Speaking);
+    }
+
+    #[test]
+    fn once_a_third_of_a_second_is_heard_sound_far_under_its_quieter_tenth_is_no_sound() {
+        let mut vad = speaking();
+        // About -73 dBFS after 320 ms of a voice at -21 dBFS: under the room such a voice could
+        // be in (the provisional floor, capped at about -45 dBFS).
+        vad.windows(&tone(480, 10.0));
+        assert_eq!(vad.between_windows(), Some(QuickChange::SilenceStarted));
+        // About -35 dBFS: over what can be only the room.
+        let mut vad = speaking();
+        vad.windows(&tone(480, 750.0));
+        assert_eq!(vad.between_windows(), None);
     }
 
     #[test]
@@ -1893,13 +1977,12 @@ mod tests {
     }
 
     /// A recorded question between a second of quiet and two, with `floor` under all of it.
-    fn question_in(floor: Option<f32>) -> (Vec<i16>, usize) {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../assets/test/hello_16k.wav"
-        );
-        let wav = crate::audio::wav::read(std::path::Path::new(path)).expect("the test voice");
-        let mut audio = vec![0i16; 16_000];
+    /// `file` of `assets/test` after `lead` samples, then 2 s more, over a brown `floor` in
+    /// dBFS if any; and where its voice ends.
+    fn question_in(file: &str, lead: usize, floor: Option<f32>) -> (Vec<i16>, usize) {
+        let path = format!("{}/../../assets/test/{file}", env!("CARGO_MANIFEST_DIR"));
+        let wav = crate::audio::wav::read(std::path::Path::new(&path)).expect("the test voice");
+        let mut audio = vec![0i16; lead];
         audio.extend(wav.to_mono());
         // Where the voice ends: the last 10 ms piece over -45 dBFS.
         let end = audio
@@ -1941,9 +2024,9 @@ mod tests {
 
     #[test]
     fn a_quiet_rooms_floor_ends_speech_as_soon_as_digital_silence_does() {
-        let (clean, end) = question_in(None);
+        let (clean, end) = question_in("hello_16k.wav", 16_000, None);
         let (silent_first, silent_stop, silent_events) = ending(&clean, end);
-        let (noisy, _) = question_in(Some(-55.0));
+        let (noisy, _) = question_in("hello_16k.wav", 16_000, Some(-55.0));
         let (room_first, room_stop, room_events) = ending(&noisy, end);
         assert_eq!(
             silent_events
@@ -1960,6 +2043,21 @@ mod tests {
         // over the stand-ins each turn's answer came 100 ms later.
         assert!(
             room_first == silent_first && room_stop <= silent_stop,
+            "first silence {silent_first} → {room_first} ms, stop {silent_stop} → {room_stop} ms"
+        );
+    }
+
+    #[test]
+    fn a_question_said_as_the_microphone_opens_ends_as_soon_as_over_digital_silence() {
+        // 10 ms of the room before the voice: too little to learn the floor from alone, but the
+        // gaps inside the words are the room too.
+        let (clean, end) = question_in("frog_and_toad_16k.wav", 160, None);
+        let (silent_first, silent_stop, _) = ending(&clean, end);
+        let (noisy, _) = question_in("frog_and_toad_16k.wav", 160, Some(-55.0));
+        let (room_first, room_stop, _) = ending(&noisy, end);
+        // Without the provisional floor: first silence 20 → 50 ms, stop 180 → 210 ms.
+        assert!(
+            room_first <= silent_first && room_stop <= silent_stop,
             "first silence {silent_first} → {room_first} ms, stop {silent_stop} → {room_stop} ms"
         );
     }
