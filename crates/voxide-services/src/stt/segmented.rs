@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use tokio::sync::mpsc;
 
@@ -149,7 +149,6 @@ impl SttEngine for Segmented {
         let (events_tx, events) = mpsc::channel(EVENT_QUEUE);
         let (requests_tx, requests) = mpsc::unbounded_channel();
         let urgent = Arc::new(AtomicU64::new(0));
-        let latest_speculative = Arc::new(AtomicU64::new(0));
         let worker = Worker {
             transcriber: self.0.clone(),
             events: events_tx,
@@ -157,10 +156,9 @@ impl SttEngine for Segmented {
             windows: VecDeque::new(),
             urgent: urgent.clone(),
             urgent_taken: 0,
-            latest_speculative: latest_speculative.clone(),
         };
         tokio::spawn(worker.run(requests));
-        tokio::spawn(Segmenter::new(requests_tx, urgent, latest_speculative).run(inputs));
+        tokio::spawn(Segmenter::new(requests_tx, urgent).run(inputs));
         SttStream { input, events }
     }
 }
@@ -171,8 +169,15 @@ enum Request {
     /// The utterance so far, for an interim transcript.
     Interim(Vec<i16>),
     /// The utterance up to the silence that may end it, decoded at once: if that silence
-    /// becomes the VAD's stop, these are the final words, ready a stop delay sooner.
-    Speculative(u64, Vec<i16>),
+    /// becomes the VAD's stop, these are the final words, ready a stop delay sooner. Given up
+    /// once `wanted` is false: the speech went on to a later pause of the same utterance, so
+    /// these words cannot be the final's (in a café the speech dips into a pause and out of it
+    /// every few tenths of a second, and a later pause's words must not wait for these).
+    Speculative {
+        id: u64,
+        audio: Vec<i16>,
+        wanted: Arc<AtomicBool>,
+    },
     /// The whole utterance, and the speculative decode that may already hold its words.
     Final {
         audio: Vec<i16>,
@@ -193,7 +198,7 @@ impl Request {
     fn wanted_before(&self, newer: &Request) -> bool {
         match (self, newer) {
             (Request::Final { .. } | Request::Window(_), _) => true,
-            (Request::Speculative(id, _), Request::Final { speculative, .. }) => {
+            (Request::Speculative { id, .. }, Request::Final { speculative, .. }) => {
                 *speculative == Some(*id)
             }
             _ => false,
@@ -211,24 +216,18 @@ struct Segmenter {
     heard: usize,
     /// New audio still to come before the next interim transcript.
     until_interim: usize,
-    /// The speculative decode of the latest silence in this utterance.
-    speculative: Option<u64>,
+    /// The speculative decode of the latest silence in this utterance, and whether it is still
+    /// wanted.
+    speculative: Option<(u64, Arc<AtomicBool>)>,
     next_speculative: u64,
     requests: mpsc::UnboundedSender<Request>,
     /// Requests sent so far that an interim decode must not delay, which the worker compares
     /// with those it has taken.
     urgent: Arc<AtomicU64>,
-    /// The id of the latest speculative decode asked for: one under way for an earlier pause
-    /// is given up.
-    latest_speculative: Arc<AtomicU64>,
 }
 
 impl Segmenter {
-    fn new(
-        requests: mpsc::UnboundedSender<Request>,
-        urgent: Arc<AtomicU64>,
-        latest_speculative: Arc<AtomicU64>,
-    ) -> Self {
+    fn new(requests: mpsc::UnboundedSender<Request>, urgent: Arc<AtomicU64>) -> Self {
         Self {
             preroll: Preroll::new(mel::SAMPLE_RATE),
             utterance: Vec::new(),
@@ -239,7 +238,6 @@ impl Segmenter {
             next_speculative: 0,
             requests,
             urgent,
-            latest_speculative,
         }
     }
 
@@ -272,14 +270,19 @@ impl Segmenter {
             }
             SttInput::SilenceStarted if self.speaking => {
                 self.next_speculative += 1;
-                self.speculative = Some(self.next_speculative);
-                self.latest_speculative
-                    .store(self.next_speculative, Ordering::Release);
+                let wanted = Arc::new(AtomicBool::new(true));
+                let earlier = self
+                    .speculative
+                    .replace((self.next_speculative, wanted.clone()));
+                if let Some((_, earlier)) = earlier {
+                    earlier.store(false, Ordering::Release);
+                }
                 self.until_interim = self.interim_gap();
-                self.send(Request::Speculative(
-                    self.next_speculative,
-                    self.utterance.clone(),
-                ));
+                self.send(Request::Speculative {
+                    id: self.next_speculative,
+                    audio: self.utterance.clone(),
+                    wanted,
+                });
             }
             SttInput::SilenceStarted => {}
             SttInput::Finalize => {
@@ -288,7 +291,7 @@ impl Segmenter {
                 let audio = std::mem::take(&mut self.utterance);
                 // Every stop follows a silence start, so the last speculative decode ends where
                 // the speech did.
-                let speculative = self.speculative.take();
+                let speculative = self.speculative.take().map(|(id, _)| id);
                 self.send(Request::Final { audio, speculative });
             }
         }
@@ -356,8 +359,6 @@ struct Worker {
     /// while they differ, one waits behind the decode under way.
     urgent: Arc<AtomicU64>,
     urgent_taken: u64,
-    /// The latest speculative decode the segmenter asked for.
-    latest_speculative: Arc<AtomicU64>,
 }
 
 impl Worker {
@@ -397,13 +398,10 @@ impl Worker {
                     self.send(SttEvent::Interim(text)).await;
                 }
             }
-            Request::Speculative(id, audio) => {
-                // In a café the speech dips into a pause and out of it every few tenths of a
-                // second: a later pause's words must not wait for this one's.
-                let latest = self.latest_speculative.clone();
+            Request::Speculative { id, audio, wanted } => {
                 let Some(text) = self
                     .off_runtime(&audio, move |t, samples| {
-                        t.transcribe_while(samples, &|| latest.load(Ordering::Acquire) == id)
+                        t.transcribe_while(samples, &|| wanted.load(Ordering::Acquire))
                     })
                     .await
                     .flatten()
@@ -769,6 +767,34 @@ mod tests {
             panic!("no final");
         };
         assert_eq!(words, format!("{said} samples"));
+    }
+
+    #[test]
+    fn a_pause_gives_up_its_utterances_earlier_pauses_and_none_of_an_utterance_before() {
+        let (requests, mut sent) = mpsc::unbounded_channel();
+        let mut segmenter = Segmenter::new(requests, Arc::new(AtomicU64::new(0)));
+        let mut pause = |segmenter: &mut Segmenter, speech: f32| {
+            segmenter.handle(SttInput::Audio(vec![1_000; samples(speech)]));
+            segmenter.handle(SttInput::SilenceStarted);
+            loop {
+                if let Ok(Request::Speculative { wanted, .. }) = sent.try_recv() {
+                    break wanted;
+                }
+            }
+        };
+        // Where decodes lag (a loaded machine, or audio fed faster than it is said), the
+        // segmenter runs utterances ahead of them.
+        segmenter.handle(SttInput::SpeechStarted);
+        let first = pause(&mut segmenter, 0.5);
+        let last = pause(&mut segmenter, 0.3);
+        segmenter.handle(SttInput::Finalize);
+        segmenter.handle(SttInput::SpeechStarted);
+        let next = pause(&mut segmenter, 0.5);
+        let next_last = pause(&mut segmenter, 0.3);
+        let wanted = |w: &Arc<AtomicBool>| w.load(Ordering::Acquire);
+        // The final of each utterance waits for its last pause's words.
+        assert!(!wanted(&first) && wanted(&last));
+        assert!(!wanted(&next) && wanted(&next_last));
     }
 
     #[tokio::test]
