@@ -148,7 +148,7 @@ const HUSH_CAP: f32 = 0.65;
 /// Pieces heard, speech or not, before a provisional floor counts (0.3 s): a first question
 /// said as the microphone opens ends before the room alone has been heard for
 /// [`FLOOR_PIECES`].
-const PROVISIONAL_PIECES: u16 = 30;
+const PROVISIONAL_PIECES: u32 = 30;
 
 /// The share of all pieces heard under which the provisional floor lies: the gaps between a
 /// voice's words and syllables, where only the room sounds.
@@ -169,8 +169,8 @@ pub struct RoomFloor {
     spread: f32,
     heard: u32,
     /// Every piece heard until the floor is known, in 1 dB bins.
-    all: [u16; LEVEL_BINS],
-    all_heard: u16,
+    all: [u32; LEVEL_BINS],
+    all_heard: u32,
 }
 
 impl Default for RoomFloor {
@@ -188,11 +188,14 @@ impl Default for RoomFloor {
 impl RoomFloor {
     /// Takes any piece, speech or not, for the provisional floor.
     fn hear_any(&mut self, level: f32) {
-        if self.known() || self.all_heard == u16::MAX {
+        if self.known() {
             return;
         }
-        self.all[bin(level)] += 1;
-        self.all_heard += 1;
+        // Past u32::MAX pieces (over a year), the share stays what it was.
+        if let Some(heard) = self.all_heard.checked_add(1) {
+            self.all[bin(level)] += 1;
+            self.all_heard = heard;
+        }
     }
 
     /// The provisional floor: the loudness under which [`PROVISIONAL_SHARE`] of the pieces
@@ -201,15 +204,7 @@ impl RoomFloor {
         if self.all_heard < PROVISIONAL_PIECES {
             return None;
         }
-        let wanted = (f32::from(self.all_heard) * PROVISIONAL_SHARE).ceil() as u32;
-        let mut seen = 0;
-        self.all
-            .iter()
-            .position(|&n| {
-                seen += u32::from(n);
-                seen >= wanted
-            })
-            .map(|b| b as f32 / 100.0)
+        Some(percentile(&self.all, self.all_heard, PROVISIONAL_SHARE))
     }
 
     /// Learns from a piece of `level` heard while nobody spoke.
@@ -259,6 +254,19 @@ fn bin(level: f32) -> usize {
     ((level.max(0.0) * 100.0) as usize).min(LEVEL_BINS - 1)
 }
 
+/// The loudness under which `share` of the `heard` levels counted in 1 dB bins fall.
+fn percentile(counts: &[u32; LEVEL_BINS], heard: u32, share: f32) -> f32 {
+    let wanted = (heard as f32 * share).ceil() as u32;
+    let mut seen = 0;
+    for (bin, &count) in counts.iter().enumerate() {
+        seen += count;
+        if seen >= wanted {
+            return bin as f32 / 100.0;
+        }
+    }
+    0.0
+}
+
 /// The loudness of the last so many 10 ms pieces or model windows, in 1 dB bins: its
 /// percentiles in constant time and memory.
 #[derive(Debug, Clone)]
@@ -304,15 +312,7 @@ impl Levels {
 
     /// The loudness under which `share` of the levels heard fall.
     fn percentile(&self, share: f32) -> f32 {
-        let wanted = (self.ring.len() as f32 * share).ceil() as u32;
-        let mut seen = 0;
-        for (bin, &count) in self.counts.iter().enumerate() {
-            seen += count;
-            if seen >= wanted {
-                return bin as f32 / 100.0;
-            }
-        }
-        0.0
+        percentile(&self.counts, self.ring.len() as u32, share)
     }
 }
 
@@ -1976,7 +1976,6 @@ mod tests {
         raw.iter().map(|x| (x * gain) as i16).collect()
     }
 
-    /// A recorded question between a second of quiet and two, with `floor` under all of it.
     /// `file` of `assets/test` after `lead` samples, then 2 s more, over a brown `floor` in
     /// dBFS if any; and where its voice ends.
     fn question_in(file: &str, lead: usize, floor: Option<f32>) -> (Vec<i16>, usize) {

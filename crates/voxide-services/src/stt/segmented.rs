@@ -776,11 +776,12 @@ mod tests {
         let mut pause = |segmenter: &mut Segmenter, speech: f32| {
             segmenter.handle(SttInput::Audio(vec![1_000; samples(speech)]));
             segmenter.handle(SttInput::SilenceStarted);
-            loop {
-                if let Ok(Request::Speculative { wanted, .. }) = sent.try_recv() {
-                    break wanted;
-                }
-            }
+            std::iter::from_fn(|| sent.try_recv().ok())
+                .find_map(|request| match request {
+                    Request::Speculative { wanted, .. } => Some(wanted),
+                    _ => None,
+                })
+                .expect("a pause asks for its words")
         };
         // Where decodes lag (a loaded machine, or audio fed faster than it is said), the
         // segmenter runs utterances ahead of them.
